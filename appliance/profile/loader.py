@@ -1,0 +1,207 @@
+"""Load a profile: bases it `extends`, then the profile, then env and CLI overrides.
+
+Every leaf value keeps its origin (`base:bases/gb10`, `profile:gb10-tp2`, `env:APPLIANCE_SET`,
+`cli:--set`, `default`) so `appliance config` can say where each value came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from appliance.errors import ApplianceError
+from appliance.paths import profiles_dir
+from appliance.profile.model import Profile
+from appliance.yamlstrict import load_file, parse_scalar
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    profile: Profile
+    source: Path
+    origins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return profile_digest(self.profile)
+
+    def origin(self, path: str) -> str:
+        return self.origins.get(path, "default")
+
+
+def profile_digest(profile: Profile) -> str:
+    data = profile.model_dump(mode="json")
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def list_profiles(root: Path | None = None) -> list[str]:
+    """Names of the serve profiles (bases/ and the catalogue are not profiles)."""
+    root = root or profiles_dir()
+    return sorted(p.stem for p in root.glob("*.yaml") if p.stem != "catalogue")
+
+
+def resolve_path(name_or_path: str, root: Path | None = None) -> Path:
+    root = root or profiles_dir()
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if candidate.is_file():
+            return candidate
+        raise ApplianceError(
+            f"profile file {name_or_path!r} does not exist",
+            field="profile",
+            value=name_or_path,
+            fix="give a profile name from `appliance profiles` or the path of a YAML file",
+        )
+    path = root / f"{name_or_path}.yaml"
+    if path.is_file() and name_or_path != "catalogue":
+        return path
+    names = list_profiles(root)
+    close = difflib.get_close_matches(name_or_path, names, n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise ApplianceError(
+        f"unknown profile {name_or_path!r}",
+        field="profile",
+        value=name_or_path,
+        fix=f"{hint}known profiles: {', '.join(names)}",
+    )
+
+
+def _merge(dst: dict[str, Any], src: dict[str, Any], origin: str, origins: dict[str, str], prefix: str) -> None:
+    for key, value in src.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(dst.get(key), dict):
+            _merge(dst[key], value, origin, origins, f"{path}.")
+            continue
+        dst[key] = copy.deepcopy(value)
+        for stale in [p for p in origins if p == path or p.startswith(f"{path}.")]:
+            del origins[stale]
+        _mark(value, origin, origins, path)
+
+
+def _mark(value: Any, origin: str, origins: dict[str, str], path: str) -> None:
+    if isinstance(value, dict) and value:
+        for key, sub in value.items():
+            _mark(sub, origin, origins, f"{path}.{key}")
+    else:
+        origins[path] = origin
+
+
+def _read_layer(path: Path, root: Path, chain: tuple[Path, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """Layers in application order: the bases (depth first), then this file."""
+    if path in chain:
+        cycle = " -> ".join(p.stem for p in (*chain, path))
+        raise ApplianceError(f"profile extends itself: {cycle}", field="extends", fix="remove the cycle")
+    data = load_file(path)
+    if not isinstance(data, dict):
+        raise ApplianceError(f"{path}: a profile must be a mapping of sections", value=type(data).__name__)
+    extends = data.pop("extends", [])
+    if isinstance(extends, str):
+        extends = [extends]
+    layers: list[tuple[str, dict[str, Any]]] = []
+    for base in extends:
+        base_path = root / f"{base}.yaml"
+        if not base_path.is_file():
+            raise ApplianceError(
+                f"{path}: extends unknown base {base!r}",
+                field="extends",
+                value=base,
+                fix=f"bases live in {root}/bases/; known: "
+                + ", ".join(f"bases/{p.stem}" for p in sorted((root / "bases").glob("*.yaml"))),
+            )
+        layers += _read_layer(base_path, root, (*chain, path))
+    rel = path.relative_to(root).with_suffix("") if path.is_relative_to(root) else path
+    kind = "base" if str(rel).startswith("bases/") else "profile"
+    layers.append((f"{kind}:{rel}", data))
+    return layers
+
+
+def _override(data: dict[str, Any], item: str, origin: str, origins: dict[str, str]) -> None:
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ApplianceError(
+            f"override {item!r} is not of the form a.b=value",
+            field=origin,
+            value=item,
+            fix="write --set section.key=value, e.g. --set limits.max_model_len=32768",
+        )
+    if key in ("name", "extends"):
+        raise ApplianceError(f"override {item!r}: {key} cannot be overridden", field=key, value=raw)
+    value = parse_scalar(raw, f"{origin} {key}") if raw.strip() else None
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+    for stale in [p for p in origins if p == key or p.startswith(f"{key}.")]:
+        del origins[stale]
+    _mark(value, origin, origins, key)
+
+
+def load_profile(
+    name_or_path: str,
+    *,
+    env_overrides: list[str] = (),  # type: ignore[assignment]
+    cli_overrides: list[str] = (),  # type: ignore[assignment]
+    root: Path | None = None,
+) -> LoadedProfile:
+    root = root or profiles_dir()
+    path = resolve_path(name_or_path, root)
+    origins: dict[str, str] = {}
+    merged: dict[str, Any] = {}
+    for origin, layer in _read_layer(path.resolve(), root.resolve(), ()):
+        _merge(merged, layer, origin, origins, "")
+    merged.setdefault("name", path.stem)
+    origins.setdefault("name", f"profile:{path.stem}")
+    for item in env_overrides:
+        _override(merged, item, "env:APPLIANCE_SET", origins)
+    for item in cli_overrides:
+        _override(merged, item, "cli:--set", origins)
+    try:
+        profile = Profile.model_validate(merged)
+    except ValidationError as exc:
+        raise _explain(exc, merged, origins, path) from None
+    return LoadedProfile(profile, path, origins)
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    current: Any = model
+    for part in loc[:-1]:
+        info = getattr(current, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        ann = info.annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        current = args[0] if args else ann
+    return list(getattr(current, "model_fields", {}))
+
+
+def _explain(exc: ValidationError, merged: dict[str, Any], origins: dict[str, str], path: Path) -> ApplianceError:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        dotted = ".".join(str(p) for p in loc)
+        origin = origins.get(dotted, "profile" if err["type"] != "missing" else "missing")
+        if err["type"] == "extra_forbidden":
+            known = _known_fields(Profile, loc)
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            lines.append(f"{dotted}: unknown key ({origin}); {hint}known: {', '.join(known)}")
+        elif err["type"] == "missing":
+            lines.append(f"{dotted}: required, not set by the profile or its bases")
+        else:
+            lines.append(f"{dotted}={err.get('input')!r} ({origin}): {err['msg']}")
+    return ApplianceError(
+        f"profile {path.stem}: {len(lines)} invalid field(s)\n    " + "\n    ".join(lines),
+        field=lines[0].split(":")[0] if lines else None,
+        fix="correct the fields named above (see profiles/*.yaml for examples)",
+    )

@@ -1,0 +1,174 @@
+"""Profile -> ServePlan: the single rendered truth (argv + env + role). Every output is a view of it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from appliance.catalogue import load_catalogue
+from appliance.errors import ApplianceError
+from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
+
+Role = Literal["head", "worker", "single"]
+
+# Env names in one place: engine behaviour (must reach every rank) and the fabric.
+ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
+ENV_GUARD = "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT"
+ENV_SM120_DECODE = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE"
+ENV_SM120_PREFILL = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL"
+ENV_SCRATCH_POOL = "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"  # name unconfirmed by the seed (K6)
+ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this process runs in the serve: from APPLIANCE_* settings or CLI flags."""
+
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    host_ip: str | None = None
+    fabric_ifname: str | None = None
+    model_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    argv: list[str]
+    env: dict[str, str]
+    role: Role
+    setup: list[list[str]] = field(default_factory=list)
+    """Commands that must run before argv on this node (the Ray backend's `ray start`)."""
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"argv": self.argv, "env": self.env, "role": self.role}
+        if self.setup:
+            out["setup"] = self.setup
+        return out
+
+
+def _flag(argv: list[str], name: str, value: object) -> None:
+    if value is not None:
+        argv += [name, str(value)]
+
+
+def _compact(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def role_for(profile: Profile, node_rank: int) -> Role:
+    if profile.hardware.nodes == 1:
+        if node_rank != 0:
+            raise ApplianceError(
+                f"node rank {node_rank} given for the single-node profile {profile.name}",
+                field="APPLIANCE_NODE_RANK", value=node_rank, fix="unset APPLIANCE_NODE_RANK (or use 0)")
+        return "single"
+    if node_rank >= profile.hardware.nodes:
+        raise ApplianceError(
+            f"node rank {node_rank} is outside the {profile.hardware.nodes}-node profile {profile.name}",
+            field="APPLIANCE_NODE_RANK", value=node_rank,
+            fix=f"use a rank from 0 (head) to {profile.hardware.nodes - 1}")
+    return "head" if node_rank == 0 else "worker"
+
+
+def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
+    """`vllm serve …` for the profile, in the seed's reference order, without launcher flags."""
+    p = profile
+    argv = ["vllm", "serve", str(model_dir) if model_dir else p.model.checkpoint]
+    served = p.server.served_model_name or (p.model.checkpoint if model_dir else None)
+    _flag(argv, "--served-model-name", served)
+    if p.model.revision and not model_dir:
+        _flag(argv, "--revision", p.model.revision)
+    if p.model.trust_remote_code:
+        argv.append("--trust-remote-code")
+    _flag(argv, "--tokenizer-mode", p.server.tokenizer_mode)
+    if p.server.tool_call_parser:
+        argv += ["--tool-call-parser", p.server.tool_call_parser, "--enable-auto-tool-choice"]
+    _flag(argv, "--reasoning-parser", p.server.reasoning_parser)
+    if p.parallel.tensor > 1:
+        _flag(argv, "--tensor-parallel-size", p.parallel.tensor)
+    if p.parallel.pipeline > 1:
+        _flag(argv, "--pipeline-parallel-size", p.parallel.pipeline)
+    if p.parallel.expert:
+        argv.append("--enable-expert-parallel")
+    if p.cache.kv_dtype != "auto":
+        _flag(argv, "--kv-cache-dtype", p.cache.kv_dtype)
+    _flag(argv, "--block-size", p.cache.block_size)
+    _flag(argv, "--max-model-len", p.limits.max_model_len)
+    _flag(argv, "--max-num-seqs", p.limits.max_num_seqs)
+    _flag(argv, "--max-num-batched-tokens", p.limits.max_num_batched_tokens)
+    if p.hardware.gpu != "cpu":
+        _flag(argv, "--gpu-memory-utilization", p.limits.gpu_memory_utilization)
+    argv.append("--enable-prefix-caching" if p.cache.prefix_caching else "--no-enable-prefix-caching")
+    if p.speculative:
+        spec: dict[str, object] = {"method": p.speculative.method, "num_speculative_tokens": p.speculative.num_tokens}
+        if p.speculative.draft_sample_method:
+            spec["draft_sample_method"] = p.speculative.draft_sample_method
+        _flag(argv, "--speculative-config", _compact(spec))
+    if p.engine.enforce_eager:
+        argv.append("--enforce-eager")
+    elif p.engine.cudagraph_mode != DEFAULT_CUDAGRAPH_MODE:
+        _flag(argv, "--compilation-config", _compact({"cudagraph_mode": p.engine.cudagraph_mode}))
+    if p.engine.fp4_indexer_cache:
+        _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
+    if p.engine.kv_offload_gib > 0:
+        _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
+    _flag(argv, "--host", p.server.host)
+    if p.server.port != DEFAULT_PORT:
+        _flag(argv, "--port", p.server.port)
+    return argv
+
+
+def engine_env(profile: Profile) -> dict[str, str]:
+    """Env that changes engine behaviour; it goes to every rank."""
+    p = profile
+    env = {ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"}
+    if p.cache.guard != "auto":
+        env[ENV_GUARD] = str(p.cache.guard)
+    if load_catalogue().gpus[p.hardware.gpu].is_sm12x:
+        env[ENV_SM120_DECODE] = "1" if p.engine.sm120_decode else "0"
+        env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
+    if p.engine.eager_scratch_pool:
+        env[ENV_SCRATCH_POOL] = "1"
+    if p.hardware.gpu == "cpu" and p.limits.cpu_kv_cache_gib:
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{p.limits.cpu_kv_cache_gib:g}"
+    if p.hardware.gpu != "cpu":
+        env["NCCL_DEBUG"] = "VERSION"  # NCCL then prints its version: the health check compares ranks (K15)
+    return env
+
+
+def fabric_env(profile: Profile, place: Placement) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if place.host_ip:
+        env["VLLM_HOST_IP"] = place.host_ip
+    if place.fabric_ifname:
+        env["NCCL_SOCKET_IFNAME"] = place.fabric_ifname
+        env["GLOO_SOCKET_IFNAME"] = place.fabric_ifname
+    if profile.hardware.gpu != "cpu":
+        env["NCCL_IB_DISABLE"] = "1" if profile.distributed.nccl_ib_disable else "0"
+        if profile.distributed.nccl_ib_hca:
+            env["NCCL_IB_HCA"] = profile.distributed.nccl_ib_hca
+    return env
+
+
+def build_plan(profile: Profile, place: Placement = Placement()) -> ServePlan:
+    role = role_for(profile, place.node_rank)
+    argv = engine_argv(profile, place.model_dir)
+    env = engine_env(profile)
+    if role == "single":
+        return ServePlan(argv, env, role)
+    if not place.master_addr:
+        raise ApplianceError(
+            f"{profile.name} spans {profile.hardware.nodes} nodes and needs the head's fabric address",
+            field="APPLIANCE_MASTER_ADDR", value=None,
+            fix="set APPLIANCE_MASTER_ADDR (or --master-addr) to the head's address on the fast fabric",
+            reason="K10: every rank rendezvous at the head; an address off the fabric runs NCCL over the slow path",
+        )
+    port = place.master_port or profile.distributed.master_port
+    host_ip = place.host_ip or (place.master_addr if role == "head" else None)
+    env |= fabric_env(profile, Placement(place.node_rank, place.master_addr, port, host_ip, place.fabric_ifname))
+    from appliance.render.launcher import launcher_plan  # the backend-specific part
+
+    return launcher_plan(profile, argv, env, role, place.node_rank, place.master_addr, port)

@@ -1,0 +1,25 @@
+"""The rule registry: every rule is a small pure function with a stable id (K1…, C1…)."""
+
+from __future__ import annotations
+
+from appliance.catalogue import CheckpointFacts, load_catalogue
+from appliance.profile.model import Profile
+from appliance.rules import cpu, deepseek, hardware  # noqa: F401  (registration)
+from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext
+
+__all__ = ["REGISTRY", "Finding", "Rule", "RuleContext", "context_for", "evaluate", "has_errors"]
+
+
+def context_for(profile: Profile, checkpoint: CheckpointFacts | None = None) -> RuleContext:
+    """Facts for the rules: the real checkpoint's when given (config.json), else the catalogue's."""
+    cat = load_catalogue()
+    return RuleContext(profile, checkpoint or cat.checkpoint(profile.model.checkpoint), cat.gpus[profile.hardware.gpu])
+
+
+def evaluate(ctx: RuleContext) -> list[Finding]:
+    findings = [f for r in REGISTRY.values() for f in r(ctx)]
+    return sorted(findings, key=lambda f: (f.severity != "error", f.rule))
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)

@@ -1,0 +1,93 @@
+"""Findings, the rule context and the registry every rule module adds to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from appliance.catalogue import CheckpointFacts, GpuFacts
+from appliance.profile.model import Profile
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    path: str
+    value: object
+    message: str
+    fix: str
+    reason: str
+
+    def render(self) -> str:
+        return f"{self.severity.upper()} {self.rule} {self.path}={self.value!r}: {self.message}\n    fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    profile: Profile
+    checkpoint: CheckpointFacts
+    gpu: GpuFacts
+
+    @property
+    def is_deepseek(self) -> bool:
+        return self.checkpoint.family == "deepseek-v4"
+
+
+Check = Callable[[RuleContext], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    reason: str
+    applies: Callable[[RuleContext], bool]
+    check: Check
+
+    def __call__(self, ctx: RuleContext) -> list[Finding]:
+        return self.check(ctx) if self.applies(ctx) else []
+
+    def finding(self, severity: Severity, path: str, value: object, message: str, fix: str) -> Finding:
+        return Finding(self.id, severity, path, value, message, fix, self.reason)
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def rule(rule_id: str, title: str, reason: str, applies: Callable[[RuleContext], bool]) -> Callable[[Check], Rule]:
+    """Register ``fn(ctx, rule) -> findings`` under a stable id; the id appears once in the code base."""
+
+    def wrap(fn: Callable[[RuleContext, Rule], list[Finding]]) -> Rule:  # type: ignore[type-arg]
+        if rule_id in REGISTRY:
+            raise RuntimeError(f"rule id {rule_id} registered twice")
+        holder: list[Rule] = []
+        made = Rule(rule_id, title, reason, applies, lambda ctx: fn(ctx, holder[0]))
+        holder.append(made)
+        REGISTRY[rule_id] = made
+        return made
+
+    return wrap  # type: ignore[return-value]
+
+
+def deepseek(ctx: RuleContext) -> bool:
+    return ctx.is_deepseek
+
+
+def deepseek_on_gpu(ctx: RuleContext) -> bool:
+    return ctx.is_deepseek and ctx.gpu.arch != "cpu"
+
+
+def on_cpu(ctx: RuleContext) -> bool:
+    return ctx.gpu.arch == "cpu"
+
+
+def on_gpu(ctx: RuleContext) -> bool:
+    return ctx.gpu.arch != "cpu"
+
+
+def always(ctx: RuleContext) -> bool:
+    return True

@@ -1,0 +1,168 @@
+"""Rules for DeepSeek-V4-Flash serves (K1–K9, K11, K21). None of them applies to other models."""
+
+from __future__ import annotations
+
+import json
+
+from appliance.rules.base import Finding, Rule, RuleContext, deepseek, deepseek_on_gpu, rule
+
+
+@rule("K1", "fp8 KV cache is mandatory",
+      "DSv4's fp8_ds_mla attention asserts an fp8 KV layout; --kv-cache-dtype auto fails at model construction",
+      deepseek)
+def k1_fp8_kv(ctx: RuleContext, r: Rule) -> list[Finding]:
+    kv = ctx.profile.cache.kv_dtype
+    if kv in ("fp8", "fp8_ds_mla"):
+        return []
+    return [r.finding("error", "cache.kv_dtype", kv,
+                      f"DeepSeek-V4 cannot start with kv_dtype {kv}", "set cache.kv_dtype: fp8")]
+
+
+@rule("K2", "DSpark speculative tokens equal the checkpoint's dspark_block_size",
+      "below the block size DSpark garbles output; above it the extra slots are drafted but never accepted",
+      deepseek)
+def k2_dspark_block(ctx: RuleContext, r: Rule) -> list[Finding]:
+    spec, block = ctx.profile.speculative, ctx.checkpoint.dspark_block_size
+    if spec is None or spec.method != "dspark" or block is None:
+        return []
+    if spec.num_tokens < block:
+        return [r.finding("error", "speculative.num_tokens", spec.num_tokens,
+                          f"below the checkpoint's dspark_block_size {block} ({ctx.checkpoint.source}): "
+                          f"DSpark would garble output", f"set speculative.num_tokens: {block}")]
+    if spec.num_tokens > block:
+        return [r.finding("warning", "speculative.num_tokens", spec.num_tokens,
+                          f"above the checkpoint's dspark_block_size {block}: the drafter emits one block per "
+                          f"pass, the extra slots are never accepted (nst=7 drafted 40 % more for worse "
+                          f"acceptance)", f"set speculative.num_tokens: {block}")]
+    return []
+
+
+@rule("K3", "speculative method matches the checkpoint's draft weights",
+      "DSpark needs DSpark weights (0731, nvfp4-DSpark); MTP needs MTP heads, which DSpark checkpoints lack",
+      deepseek)
+def k3_method_vs_checkpoint(ctx: RuleContext, r: Rule) -> list[Finding]:
+    spec, ck, name = ctx.profile.speculative, ctx.checkpoint, ctx.profile.model.checkpoint
+    if spec is None:
+        return []
+    if spec.method == "dspark" and ck.dspark_block_size is None:
+        alt = "nvidia/DeepSeek-V4-Flash-nvfp4-DSpark (unvalidated)" if ck.quantization == "nvfp4" else (
+            "deepseek-ai/DeepSeek-V4-Flash-0731")
+        return [r.finding("error", "speculative.method", spec.method,
+                          f"{name} has no DSpark weights (no dspark_block_size, per {ck.source})",
+                          f"use speculative.method: mtp on this checkpoint, or model.checkpoint: {alt}")]
+    if spec.method == "mtp" and ck.mtp_heads == 0:
+        return [r.finding("error", "speculative.method", spec.method,
+                          f"{name} has no MTP heads (per {ck.source}); its draft is DSpark",
+                          f"use speculative.method: dspark with num_tokens: {ck.dspark_block_size or 5}")]
+    return []
+
+
+@rule("K4", "same-step ghost-block guard stays on with prefix caching + speculative decoding",
+      "a block hash can be published before its KV is written; a serve that loses the race serves poisoned "
+      "blocks for its life (recall fell to mean 11.5/24, floor 3/24)",
+      deepseek)
+def k4_guard(ctx: RuleContext, r: Rule) -> list[Finding]:
+    p = ctx.profile
+    exposed = p.cache.prefix_caching and p.speculative is not None
+    guard = p.cache.guard
+    if not exposed or guard in ("auto", 2):
+        return []
+    if guard == 0:
+        return [r.finding("warning", "cache.guard", guard,
+                          "guard explicitly off with prefix caching and speculative decoding: long-context "
+                          "recall can collapse for the life of the serve",
+                          "set cache.guard: auto (the engine then guards every KV manager)")]
+    return [r.finding("warning", "cache.guard", guard,
+                      "guard 1 follows upstream semantics: on DeepSeek-V4 only 2 of 5 KV managers are guarded "
+                      "and the main MLA path is not", "set cache.guard: auto or 2")]
+
+
+@rule("K5", "V1 runner needs a cudagraph mode without PIECEWISE",
+      "DSv4 under Model Runner V1 with PIECEWISE cudagraphs is rejected at config time",
+      deepseek_on_gpu)
+def k5_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
+    e = ctx.profile.engine
+    if e.runner == "v2" or e.enforce_eager or "PIECEWISE" not in e.cudagraph_mode:
+        return []
+    return [r.finding("error", "engine.cudagraph_mode", e.cudagraph_mode,
+                      "runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) with a PIECEWISE cudagraph mode fails to boot",
+                      "set engine.cudagraph_mode: FULL_DECODE_ONLY (or FULL / NONE, or engine.enforce_eager: "
+                      "true), or go back to engine.runner: v2")]
+
+
+@rule("K6", "eager scratch pool stays off",
+      "enabling it corrupted output under concurrent mixed prefill+decode in 7 of 7 rounds",
+      deepseek)
+def k6_scratch_pool(ctx: RuleContext, r: Rule) -> list[Finding]:
+    e = ctx.profile.engine
+    if not e.eager_scratch_pool:
+        return []
+    if not e.accept_scratch_pool_corruption_risk:
+        return [r.finding("error", "engine.eager_scratch_pool", True,
+                          "the eager scratch pool corrupts output under concurrent mixed prefill+decode",
+                          "set engine.eager_scratch_pool: false, or acknowledge with "
+                          "engine.accept_scratch_pool_corruption_risk: true for a debugging serve")]
+    return [r.finding("warning", "engine.eager_scratch_pool", True,
+                      "eager scratch pool on by acknowledgement: expect corrupted output under concurrency",
+                      "turn it off for any serve users rely on")]
+
+
+@rule("K7", "FlashInfer SM120 paths are engaged, not assumed",
+      "both paths are availability-gated and fall back silently; prefill is only active when decode is",
+      deepseek_on_gpu)
+def k7_sm120_paths(ctx: RuleContext, r: Rule) -> list[Finding]:
+    e = ctx.profile.engine
+    if e.sm120_prefill and not e.sm120_decode:
+        return [r.finding("warning", "engine.sm120_prefill", True,
+                          "the SM120 prefill path is only active when the SM120 decode path is",
+                          "set engine.sm120_decode: true, or engine.sm120_prefill: false")]
+    if not e.sm120_decode and ctx.gpu.is_sm12x:
+        return [r.finding("warning", "engine.sm120_decode", False,
+                          "SM120 packed decode off: decode falls back to the FlashMLA/Triton path",
+                          "set engine.sm120_decode: true unless you are bisecting a kernel problem")]
+    return []
+
+
+@rule("K8", "NVFP4 runs plain tensor parallel",
+      "the NVFP4 checkpoint auto-selects the FlashInfer CUTLASS MoE backend; expert parallel is not the "
+      "supported path",
+      deepseek)
+def k8_nvfp4_ep(ctx: RuleContext, r: Rule) -> list[Finding]:
+    if ctx.profile.model.quantization == "nvfp4" and ctx.profile.parallel.expert:
+        return [r.finding("error", "parallel.expert", True, "expert parallel with NVFP4 is unsupported on SM12x",
+                          "set parallel.expert: false (plain TP)")]
+    return []
+
+
+@rule("K9", "block size is a multiple of 64",
+      "the DSv4 packed KV cache is laid out in 64-token pages independent of vLLM's logical block size",
+      deepseek)
+def k9_block_size(ctx: RuleContext, r: Rule) -> list[Finding]:
+    bs = ctx.profile.cache.block_size
+    if bs is None or bs % 64 == 0:
+        return []
+    return [r.finding("error", "cache.block_size", bs, "not a multiple of the 64-token DSv4 KV page",
+                      f"set cache.block_size: {max(64, bs // 64 * 64)} (256 is validated)")]
+
+
+@rule("K11", "KV offload is opt-in",
+      "kv_offloading_size had a memory-safety defect with the canonical layout and several writers",
+      deepseek)
+def k11_kv_offload(ctx: RuleContext, r: Rule) -> list[Finding]:
+    gib = ctx.profile.engine.kv_offload_gib
+    if gib <= 0:
+        return []
+    return [r.finding("warning", "engine.kv_offload_gib", gib,
+                      "KV offload is outside the validated configuration and had a memory-safety defect",
+                      "set engine.kv_offload_gib: 0 unless you are testing offload")]
+
+
+@rule("K21", "no FP4 indexer cache on SM12x",
+      "use_fp4_indexer_cache still depends on DeepGEMM kernels that SM12x lacks",
+      deepseek_on_gpu)
+def k21_fp4_indexer(ctx: RuleContext, r: Rule) -> list[Finding]:
+    if not ctx.profile.engine.fp4_indexer_cache or not ctx.gpu.is_sm12x:
+        return []
+    return [r.finding("error", "engine.fp4_indexer_cache", True,
+                      f"--attention-config {json.dumps({'use_fp4_indexer_cache': True})} needs DeepGEMM "
+                      f"kernels that {ctx.gpu.arch.upper()} does not have", "set engine.fp4_indexer_cache: false")]

