@@ -104,6 +104,8 @@ class Limits(Section):
 class Server(Section):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     """The OpenAI-compatible API port (rank 0)."""
+    health_port: int = Field(9400, ge=1, le=65535)
+    """Port of the appliance's health exporter (/live, /ready, /status, /metrics)."""
     host: str | None = None
     """Bind address; null = the engine's default (all interfaces)."""
     served_model_name: str | None = None

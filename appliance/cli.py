@@ -1,0 +1,62 @@
+"""The `appliance` command: thin. Each subcommand lives in appliance/commands/<name>.py with
+``register(subparsers)`` and ``run(args) -> int``; modules are imported only when chosen, so a
+probe-like command never pays for pydantic or vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from appliance import __version__
+
+# name -> (module, one-line help). Order is the order of `appliance --help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "profiles": ("appliance.commands.profiles", "table of serve profiles"),
+    "validate": ("appliance.commands.validate", "check a profile against every known pitfall"),
+    "config": ("appliance.commands.config", "effective config with each value's origin"),
+    "render": ("appliance.commands.render", "the exact serve command (shell or json)"),
+    "versions": ("appliance.commands.versions", "the version lock; --check compares installed packages"),
+    "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift"),
+    "run": ("appliance.commands.run", "container entrypoint: validate, doctor, render, exec supervisord"),
+    "fetch-model": ("appliance.commands.fetch_model", "download a profile's checkpoint into the HF cache"),
+    "smoke-model": ("appliance.commands.smoke_model", "convert the packaged SmolLM2 GGUF for cpu-smoke"),
+    "logscan": ("appliance.commands.logscan", "read a serve log back: facts, expectations, fatal lines"),
+    "exporter": ("appliance.commands.exporter", "health exporter: /live /ready /status /metrics"),
+    "k8s": ("appliance.commands.k8s", "Kubernetes manifests for a profile"),
+    "gate": ("appliance.commands.gate", "acceptance gate against a running serve, writing a receipt"),
+}
+
+
+def _parser(chosen: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"appliance {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        if chosen == name:
+            importlib.import_module(module).register(sub.add_parser(name, help=help_text))
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen not in COMMANDS:
+        chosen = None
+    parser = _parser(chosen)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    from appliance.errors import ApplianceError
+
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except ApplianceError as exc:
+        print(f"appliance {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,1 @@
+"""Subcommands of `appliance`: each module has register(parser) and run(args) -> int."""

@@ -1,0 +1,48 @@
+"""Arguments and loading shared by the profile-taking subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from appliance.profile.loader import LoadedProfile, load_profile
+from appliance.settings import ApplianceSettings, load_settings
+
+
+def add_profile_args(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    parser.add_argument("profile", nargs="?" if optional else None,
+                        help="profile name (profiles/NAME.yaml) or path; default $APPLIANCE_PROFILE")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
+                        help="override one field (repeatable; applied after APPLIANCE_SET)")
+
+
+def add_placement_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-rank", type=int, help="this node's rank (default $APPLIANCE_NODE_RANK or 0)")
+    parser.add_argument("--master-addr", help="head's fabric address (default $APPLIANCE_MASTER_ADDR)")
+    parser.add_argument("--master-port", type=int, help="rendezvous port (default distributed.master_port)")
+    parser.add_argument("--fabric-ifname", help="fabric interface (default $APPLIANCE_FABRIC_IFNAME)")
+    parser.add_argument("--model-dir", type=Path, help="local checkpoint folder (default $APPLIANCE_MODEL_DIR)")
+
+
+def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None) -> LoadedProfile:
+    from appliance.errors import ApplianceError
+
+    settings = settings or load_settings()
+    name = getattr(args, "profile", None) or settings.profile
+    if not name:
+        raise ApplianceError("no profile given", field="profile", fix="name one (appliance profiles lists them) "
+                             "or set APPLIANCE_PROFILE")
+    return load_profile(name, env_overrides=settings.overrides(), cli_overrides=args.overrides)
+
+
+def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None):  # noqa: ANN201
+    from appliance.render.plan import Placement
+
+    s = settings or load_settings()
+
+    def pick(name: str):  # noqa: ANN202
+        value = getattr(args, name, None)
+        return value if value is not None else getattr(s, name)
+
+    return Placement(node_rank=pick("node_rank"), master_addr=pick("master_addr"), master_port=pick("master_port"),
+                     host_ip=s.host_ip, fabric_ifname=pick("fabric_ifname"), model_dir=pick("model_dir"))
