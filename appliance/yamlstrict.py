@@ -14,6 +14,7 @@ import yaml
 
 from appliance.errors import ApplianceError
 
+
 class _StrictLoader(yaml.SafeLoader):
     source: str = "<yaml>"
 

@@ -35,12 +35,12 @@ def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None 
     return load_profile(name, env_overrides=settings.overrides(), cli_overrides=args.overrides)
 
 
-def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None):  # noqa: ANN201
+def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None):
     from appliance.render.plan import Placement
 
     s = settings or load_settings()
 
-    def pick(name: str):  # noqa: ANN202
+    def pick(name: str):
         value = getattr(args, name, None)
         return value if value is not None else getattr(s, name)
 

@@ -1,0 +1,43 @@
+"""`appliance config PROFILE`: the effective config, each value with its origin; secrets redacted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from appliance.commands.common import add_profile_args, load_from_args
+
+SECRETS = ("HF_TOKEN", "VLLM_API_KEY")
+
+
+def _flatten(data: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(data, dict) and data:
+        out: dict[str, object] = {}
+        for key, value in data.items():
+            out |= _flatten(value, f"{prefix}{key}.")
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_profile_args(parser, optional=True)
+    parser.add_argument("--json", action="store_true", help="as JSON: {path: {value, origin}}")
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load_from_args(args)
+    values = _flatten(loaded.profile.model_dump(mode="json"))
+    rows = {path: {"value": value, "origin": loaded.origin(path)} for path, value in values.items()}
+    secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
+    if args.json:
+        print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,
+                          "secrets": secrets}, indent=2))
+        return 0
+    width = max(len(p) for p in rows)
+    print(f"# {loaded.profile.name} (from {loaded.source}, digest {loaded.digest[:12]})")
+    for path, row in rows.items():
+        print(f"{path.ljust(width)}  {json.dumps(row['value']):<40} # {row['origin']}")
+    for name, state in secrets.items():
+        print(f"{('env.' + name).ljust(width)}  {state:<40} # env")
+    return 0

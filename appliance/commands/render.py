@@ -1,0 +1,47 @@
+"""`appliance render PROFILE`: the serve command from the ServePlan, as shell or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+
+from appliance.commands.common import (
+    add_placement_args,
+    add_profile_args,
+    load_from_args,
+    placement_from_args,
+)
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_profile_args(parser, optional=True)
+    add_placement_args(parser)
+    parser.add_argument("--format", choices=["shell", "json"], default="shell")
+    parser.add_argument("--force", action="store_true", help="render even when the profile has rule errors")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from appliance.render import build_plan
+    from appliance.rules import context_for, evaluate, has_errors
+
+    loaded = load_from_args(args)
+    findings = evaluate(context_for(loaded.profile))
+    for f in findings:
+        print(f.render(), file=sys.stderr)
+    if has_errors(findings) and not args.force:
+        print(f"appliance render: {loaded.profile.name} is invalid; nothing rendered", file=sys.stderr)
+        return 2
+    plan = build_plan(loaded.profile, placement_from_args(args))
+    if args.format == "json":
+        print(json.dumps(plan.to_json(), indent=2))
+        return 0
+    print(f"# {loaded.profile.name}: role {plan.role}, profile digest {loaded.digest[:12]}")
+    for key, value in plan.env.items():
+        print(f"export {key}={shlex.quote(value)}")
+    for step in plan.setup:
+        print(shlex.join(step))
+    print(shlex.join(plan.argv))
+    return 0

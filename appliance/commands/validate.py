@@ -1,0 +1,33 @@
+"""`appliance validate PROFILE`: every finding with its rule id; exit 2 on any error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from appliance.commands.common import add_profile_args, load_from_args
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_profile_args(parser, optional=True)
+    parser.add_argument("--json", action="store_true", help="findings as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from appliance.rules import context_for, evaluate, has_errors
+
+    loaded = load_from_args(args)
+    findings = evaluate(context_for(loaded.profile))
+    if args.json:
+        print(json.dumps({"profile": loaded.profile.name, "valid": not has_errors(findings),
+                          "findings": [asdict(f) for f in findings]}, indent=2, default=str))
+    else:
+        for f in findings:
+            print(f.render(), file=sys.stderr if f.severity == "error" else sys.stdout)
+        errors = sum(f.severity == "error" for f in findings)
+        verdict = "INVALID" if errors else "ok"
+        print(f"{loaded.profile.name}: {verdict} ({errors} error(s), {len(findings) - errors} warning(s))")
+    return 2 if has_errors(findings) else 0

@@ -1,0 +1,77 @@
+"""The command's contract: exit codes, messages on stderr, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from appliance.cli import main
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, check=False)
+
+
+def test_validate_invalid_profile_exits_2_listing_every_finding_with_rule_ids() -> None:
+    r = run("validate", "gb10-tp2", "--set", "cache.kv_dtype=auto", "--set", "speculative.num_tokens=3")
+    assert r.returncode == 2
+    assert "K1 cache.kv_dtype='auto'" in r.stderr and "K2 speculative.num_tokens=3" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_validate_with_warnings_only_exits_0() -> None:
+    r = run("validate", "gb10-tp2", "--set", "cache.guard=0")
+    assert r.returncode == 0 and "WARNING K4" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("validate", "no-such-profile"), "unknown profile 'no-such-profile'"),
+    (("render", "gb10-tp2", "--set", "cache.gaurd=0"), "did you mean 'guard'"),
+    (("render", "gb10-tp2"), "APPLIANCE_MASTER_ADDR"),
+    (("config", "gb10-tp2", "--set", "limits.max_model_len=ten"), "limits.max_model_len='ten'"),
+])
+def test_bad_input_exits_2_with_a_clear_message_and_no_traceback(args: tuple[str, ...], needle: str) -> None:
+    r = run(*args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_render_refuses_an_invalid_profile_and_prints_nothing_on_stdout() -> None:
+    r = run("render", "rtx-pro-6000-tp2", "--set", "cache.kv_dtype=auto")
+    assert r.returncode == 2 and r.stdout == "" and "K1" in r.stderr
+
+
+def test_config_shows_origins_and_redacts_secrets(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_supersecret_value")
+    monkeypatch.setenv("APPLIANCE_SET", "limits.max_num_seqs=16")
+    assert main(["config", "gb10-tp2", "--json", "--set", "cache.guard=2"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    assert data["values"]["limits.max_num_seqs"] == {"value": 16, "origin": "env:APPLIANCE_SET"}
+    assert data["values"]["cache.guard"] == {"value": 2, "origin": "cli:--set"}
+    assert data["secrets"]["HF_TOKEN"] == "set (redacted)"
+    assert "hf_supersecret_value" not in out
+
+
+def test_profile_comes_from_the_environment_when_not_named(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("APPLIANCE_PROFILE", "cpu-smoke")
+    assert main(["render", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["role"] == "single"
+
+
+def test_profiles_table_lists_provenance() -> None:
+    r = run("profiles")
+    assert r.returncode == 0
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("gb10-tp2 "))
+    assert "2x1" in line and "dspark:5" in line and "validated" in line
+
+
+def test_cli_start_does_not_import_pydantic_for_help() -> None:
+    code = "import sys; from appliance import cli; print('pydantic' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

