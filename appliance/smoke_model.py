@@ -73,9 +73,7 @@ def _is_complete(folder: Path, sha: str) -> bool:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return (
-        isinstance(marker, dict) and marker.get("gguf_sha256") == sha and marker.get("dtype") == SMOKE_DTYPE
-    )
+    return isinstance(marker, dict) and marker.get("gguf_sha256") == sha and marker.get("dtype") == SMOKE_DTYPE
 
 
 def _convert(gguf: Path, out: Path) -> None:

@@ -104,10 +104,11 @@ def test_ray_backend_renders_the_ray_way() -> None:
     assert worker.argv[:2] == ["ray", "start"] and "--address=10.1.0.1:29501" in worker.argv
 
 
-def test_cpu_smoke_renders_eager_with_the_cpu_kv_space() -> None:
+def test_cpu_smoke_renders_eager_with_a_fixed_kv_size() -> None:
     p = plan("cpu-smoke")
     assert "--enforce-eager" in p.argv and "--gpu-memory-utilization" not in p.argv
-    assert p.env == {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert p.argv[p.argv.index("--kv-cache-memory-bytes") + 1] == str(1024**3)
+    assert p.env == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
 @pytest.mark.parametrize("name", list_profiles())

@@ -97,8 +97,8 @@ class Limits(Section):
     """--max-num-batched-tokens."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=0.98)
     """--gpu-memory-utilization (GPU targets only)."""
-    cpu_kv_cache_gib: float | None = Field(None, gt=0, le=1024)
-    """VLLM_CPU_KVCACHE_SPACE (cpu target only)."""
+    kv_cache_memory_gib: float | None = Field(None, gt=0, le=1024)
+    """--kv-cache-memory-bytes: a fixed KV size instead of profiling for it (the cpu-smoke start skips warmup)."""
 
 
 class Server(Section):

@@ -18,9 +18,15 @@ def launcher_plan(profile: Profile, argv: list[str], env: dict[str, str], role: 
 
 
 def _ray(argv: list[str], env: dict[str, str], role: Role, master_addr: str, master_port: int) -> ServePlan:
-    # Ray: every node joins one Ray cluster; only the head runs `vllm serve`, which places the ranks.
-    # The engine env must be in each raylet's environment, so it is on the worker plan as well.
+    # Ray: every node joins one Ray cluster (its GCS on the master port); only the head runs `vllm serve`,
+    # which places the ranks as Ray actors. vLLM copies the driver's VLLM_*, NCCL_* and HF_* variables to
+    # every actor (VLLM_HOST_IP excepted), so the engine env reaches the workers from the head; it is on
+    # the worker plan as well so that each raylet (and what it forks before vLLM's copy) starts with it.
+    # Each raylet must advertise its fabric address, or Ray picks the default route's and NCCL follows it.
+    # Usage stats are off: the nodes have no way out, and the report would only time out.
+    node_ip = env.get("VLLM_HOST_IP")
+    common = ["--disable-usage-stats", *([f"--node-ip-address={node_ip}"] if node_ip else [])]
     if role == "head":
-        setup = [["ray", "start", "--head", f"--node-ip-address={master_addr}", f"--port={master_port}"]]
+        setup = [["ray", "start", "--head", f"--port={master_port}", *common]]
         return ServePlan([*argv, "--distributed-executor-backend", "ray"], env, role, setup)
-    return ServePlan(["ray", "start", "--block", f"--address={master_addr}:{master_port}"], env, role)
+    return ServePlan(["ray", "start", "--block", f"--address={master_addr}:{master_port}", *common], env, role)

@@ -101,6 +101,8 @@ def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
     _flag(argv, "--max-num-batched-tokens", p.limits.max_num_batched_tokens)
     if p.hardware.gpu != "cpu":
         _flag(argv, "--gpu-memory-utilization", p.limits.gpu_memory_utilization)
+    if p.limits.kv_cache_memory_gib:
+        _flag(argv, "--kv-cache-memory-bytes", int(p.limits.kv_cache_memory_gib * 1024**3))
     argv.append("--enable-prefix-caching" if p.cache.prefix_caching else "--no-enable-prefix-caching")
     if p.speculative:
         spec: dict[str, object] = {"method": p.speculative.method, "num_speculative_tokens": p.speculative.num_tokens}
@@ -132,8 +134,6 @@ def engine_env(profile: Profile) -> dict[str, str]:
         env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
     if p.engine.eager_scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
-    if p.hardware.gpu == "cpu" and p.limits.cpu_kv_cache_gib:
-        env["VLLM_CPU_KVCACHE_SPACE"] = f"{p.limits.cpu_kv_cache_gib:g}"
     if p.hardware.gpu != "cpu":
         env["NCCL_DEBUG"] = "VERSION"  # NCCL then prints its version: the health check compares ranks (K15)
     return env

@@ -1,0 +1,31 @@
+"""`appliance doctor [PROFILE]`: preflight; exit 1 when any check fails."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from appliance.commands.common import add_profile_args, load_from_args
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_profile_args(parser, optional=True)
+    parser.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def print_checks(checks: list, as_json: bool, profile: str) -> None:
+    if as_json:
+        print(json.dumps({"profile": profile, "ok": not any(c.status == "fail" for c in checks),
+                          "checks": [c.as_dict() for c in checks]}, indent=2))
+        return
+    for c in checks:
+        print(f"{c.status.upper():<5} {c.name:<11} {c.detail}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from appliance.doctor import run_doctor
+
+    loaded = load_from_args(args)
+    checks = run_doctor(loaded.profile)
+    print_checks(checks, args.json, loaded.profile.name)
+    return 1 if any(c.status == "fail" for c in checks) else 0

@@ -1,0 +1,44 @@
+"""`appliance fetch-model [PROFILE]`: download the profile's checkpoint into the shared HF cache.
+
+huggingface_hub resumes partial downloads and shows a progress bar; HF_TOKEN is read by the
+library from the environment and never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from appliance.commands.common import add_profile_args, load_from_args
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_profile_args(parser, optional=True)
+    parser.add_argument("--max-workers", type=int, default=8, help="parallel file downloads")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from appliance.errors import ApplianceError
+
+    profile = load_from_args(args).profile
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ApplianceError("HF_HUB_OFFLINE=1: this machine is set not to reach the hub",
+                             field="HF_HUB_OFFLINE", value="1",
+                             fix="unset HF_HUB_OFFLINE on a machine that can reach the hub, or copy the checkpoint "
+                                 "and set APPLIANCE_MODEL_DIR")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError
+    except ImportError as exc:
+        raise ApplianceError(f"huggingface_hub is not installed: {exc}", fix="pip install huggingface_hub") from None
+    try:
+        path = snapshot_download(profile.model.checkpoint, revision=profile.model.revision,
+                                 max_workers=args.max_workers)
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise ApplianceError(f"download of {profile.model.checkpoint} failed: {type(exc).__name__}: {exc}",
+                             field="model.checkpoint", value=profile.model.checkpoint,
+                             fix="check the network, HF_TOKEN (gated repositories) and model.revision; rerun to "
+                                 "resume") from None
+    print(path)
+    return 0

@@ -1,0 +1,47 @@
+"""`appliance k8s PROFILE`: Kubernetes manifests (Deployment or LeaderWorkerSet, + Service)."""
+
+from __future__ import annotations
+
+import argparse
+
+from appliance.commands.common import add_profile_args, load_from_args
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_profile_args(parser)
+    parser.add_argument("--image", help="container image (default appliance:LOCK12, the lock digest's first 12 hex)")
+    parser.add_argument("--namespace", help="namespace of every resource (default: none, kubectl's current)")
+    parser.add_argument("--format", choices=["yaml", "json"], default="yaml", help="yaml documents or a json List")
+    parser.add_argument("--name", help="resource name (default appliance-PROFILE)")
+    parser.add_argument("--secret", default="appliance-secrets",
+                        help="Secret with the optional keys HF_TOKEN and VLLM_API_KEY (default %(default)s)")
+    parser.add_argument("--hf-cache-pvc", metavar="CLAIM", help="PVC for the HF cache (default emptyDir)")
+    parser.add_argument("--cache-pvc", metavar="CLAIM", help="PVC for the compile/JIT caches (default emptyDir)")
+    parser.add_argument("--fabric-ifname", help="fabric interface inside the pods (default: the pod network)")
+    parser.add_argument("--shm-size", help="sizeLimit of /dev/shm (default 16Gi on GPUs, 2Gi on cpu)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from appliance.errors import ApplianceError
+    from appliance.lock import lock_digest
+    from appliance.render.k8s import K8sOptions, dump, render_manifests
+    from appliance.rules import context_for, evaluate, has_errors
+    from appliance.settings import load_settings
+
+    settings = load_settings()
+    loaded = load_from_args(args, settings)
+    findings = evaluate(context_for(loaded.profile))
+    if has_errors(findings):
+        listed = "\n    ".join(f.render() for f in findings if f.severity == "error")
+        raise ApplianceError(f"profile {loaded.profile.name} is invalid; no manifests rendered:\n    {listed}",
+                             fix="correct the fields named above (appliance validate shows every finding)")
+    lock = lock_digest()
+    opts = K8sOptions(
+        image=args.image or f"appliance:{lock[:12]}",
+        namespace=args.namespace, name=args.name, secret=args.secret,
+        hf_cache_claim=args.hf_cache_pvc, appliance_cache_claim=args.cache_pvc,
+        fabric_ifname=args.fabric_ifname, shm_size=args.shm_size,
+        overrides=(*settings.overrides(), *args.overrides),
+    )
+    print(dump(render_manifests(loaded.profile, opts, lock, loaded.digest), args.format), end="")
+    return 0

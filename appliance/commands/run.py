@@ -1,0 +1,128 @@
+"""`appliance run`: the container entrypoint (also usable natively).
+
+settings (env) -> validate (exit 2 on errors) -> doctor (exit 1 on a failed check) -> locate the
+checkpoint (real facts re-validated) -> render -> [multi-node: consistency exchange] ->
+write supervisord.conf -> exec supervisord -n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from appliance.commands.common import add_placement_args, add_profile_args, load_from_args, placement_from_args
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    add_profile_args(parser, optional=True)
+    add_placement_args(parser)
+    parser.add_argument("--run-dir", type=Path, help="supervisor files and the serve log (default $APPLIANCE_LOG_DIR"
+                        " or $APPLIANCE_HOME/run/PROFILE)")
+    parser.add_argument("--skip-doctor", action="store_true", help="start even if preflight fails (not advised)")
+    parser.add_argument("--dry-run", action="store_true", help="write supervisord.conf and print it; start nothing")
+
+
+def _resolved(plan):
+    """The plan with its program made absolute: supervisord's PATH may not hold this environment's bin/."""
+    from dataclasses import replace
+
+    bindir = str(Path(sys.executable).parent)
+    exe = shutil.which(plan.argv[0], path=os.pathsep.join([bindir, os.environ.get("PATH", "")]))
+    return replace(plan, argv=[exe or plan.argv[0], *plan.argv[1:]])
+
+
+def _fail(message: str) -> int:
+    print(f"appliance run: {message}", file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from appliance.errors import ApplianceError
+    from appliance.lock import lock_digest
+    from appliance.paths import appliance_home
+    from appliance.render import build_plan
+    from appliance.rules import context_for, evaluate, has_errors
+    from appliance.run.caches import cache_env
+    from appliance.run.model_location import locate, read_facts
+    from appliance.run.netif import ipv4_of
+    from appliance.run.supervisord import RunFiles, render_conf
+    from appliance.settings import load_settings
+
+    settings = load_settings()
+    loaded = load_from_args(args, settings)
+    profile = loaded.profile
+    place = placement_from_args(args, settings)
+
+    model_dir = locate(profile.model.checkpoint, profile.model.revision, place.model_dir)
+    ctx = context_for(profile)
+    if model_dir is not None:
+        ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
+    findings = evaluate(ctx)
+    for f in findings:
+        print(f.render(), file=sys.stderr)
+    if has_errors(findings):
+        raise ApplianceError(f"profile {profile.name} is invalid ({ctx.checkpoint.source}); nothing started",
+                             fix="correct the fields named above")
+    if model_dir is None and os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ApplianceError(
+            f"checkpoint {profile.model.checkpoint} is not on disk and HF_HUB_OFFLINE=1",
+            field="APPLIANCE_MODEL_DIR", value=None,
+            fix="set APPLIANCE_MODEL_DIR, or run `appliance fetch-model` (or `appliance smoke-model` for cpu-smoke)",
+            reason="the engine would fail to load and be restarted in a loop")
+
+    if not args.skip_doctor:
+        from appliance.commands.doctor import print_checks
+        from appliance.doctor import run_doctor
+
+        checks = run_doctor(profile)
+        failed = [c for c in checks if c.status == "fail"]
+        print_checks(checks, False, profile.name)
+        if failed:
+            return _fail(f"preflight failed ({len(failed)} check(s)); nothing started")
+
+    if place.fabric_ifname and not place.host_ip:
+        from dataclasses import replace
+
+        place = replace(place, host_ip=ipv4_of(place.fabric_ifname))
+    if model_dir is not None:
+        from dataclasses import replace
+
+        place = replace(place, model_dir=model_dir)
+    plan = build_plan(profile, place)
+
+    if plan.role != "single":
+        from appliance.multinode.preflight_hook import cross_node_preflight
+
+        cross_node_preflight(profile, loaded.digest, plan, place)
+
+    home = settings.home or appliance_home()
+    run_dir = args.run_dir or settings.log_dir or home / "run" / profile.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    import hashlib
+    import tempfile
+
+    sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
+    files = RunFiles(run_dir, sock)
+    env = plan.env | cache_env(lock_digest(), loaded.digest, home / "cache")
+    if model_dir is not None:
+        env.setdefault("HF_HUB_OFFLINE", "1")
+    exporter = [sys.executable, "-m", "appliance", "exporter", loaded.source.as_posix(), "--log",
+                str(files.engine_log), "--engine-url", f"http://127.0.0.1:{profile.server.port}",
+                "--port", str(profile.server.health_port), "--node-rank", str(place.node_rank)]
+    for item in args.overrides:  # APPLIANCE_SET reaches the exporter through the inherited environment
+        exporter += ["--set", item]
+    conf = render_conf(_resolved(plan), files, env, exporter)
+    tmp = files.conf.with_suffix(".tmp")
+    tmp.write_text(conf)
+    tmp.replace(files.conf)  # atomically: a half-written config is never left behind
+    if args.dry_run:
+        print(conf)
+        return 0
+    sibling = Path(sys.executable).with_name("supervisord")  # this environment's, not another on PATH
+    supervisord = str(sibling) if sibling.exists() else shutil.which("supervisord") or "supervisord"
+    print(f"appliance run: {profile.name} as {plan.role}; log {files.engine_log}; exec supervisord", flush=True)
+    os.execv(supervisord, [supervisord, "-n", "-c", str(files.conf)])
+    return 0  # not reached

@@ -1,0 +1,176 @@
+"""Expectations from the profile, judged against the facts: pass / fail / unknown, each with its K id.
+
+Missing evidence is `unknown` until the log says the rank is ready and `fail` after it: a line
+that should have been printed during start-up and was not means the feature is not engaged
+(silent fallbacks are failures, not passes). Any fatal signature fails the verdict at once.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from appliance.health.facts import Facts, FatalHit
+from appliance.health.predicates import holds
+from appliance.health.table import _PLACEHOLDER, Comparison, Expectation, LogTable, Operand, Role
+from appliance.profile.model import Profile
+
+Status = Literal["pass", "fail", "unknown"]
+Verdict = Literal["pass", "fail", "unknown"]
+
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    rule: str
+    name: str
+    status: Status
+    severity: Literal["error", "warning"]
+    detail: str
+    warning: str | None = None
+    fix: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.status == "fail" and self.severity == "error"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rule": self.rule, "name": self.name, "status": self.status,
+                               "severity": self.severity, "detail": self.detail}
+        if self.warning:
+            out["warning"] = self.warning
+        if self.fix and self.status == "fail":
+            out["fix"] = self.fix
+        return out
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    log_ready: bool
+    results: list[Result]
+    fatal: list[FatalHit]
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.fatal or any(r.blocking for r in self.results):
+            return "fail"
+        return "pass" if self.log_ready else "unknown"
+
+
+def profile_value(profile: Profile, path: str) -> Any:
+    node: Any = profile
+    for part in path.split("."):
+        node = getattr(node, part, None)
+    return node
+
+
+class Judge:
+    """Evaluates one table for one profile and role; lock versions come in as a mapping."""
+
+    def __init__(self, table: LogTable, profile: Profile, role: Role, lock_versions: Mapping[str, str]) -> None:
+        self.table = table
+        self.profile = profile
+        self.role = role
+        self.lock_versions = lock_versions
+        self.expectations = [e for e in table.expectations if self._applies(e.roles, e.when)]
+        self.readiness = [r for r in table.readiness if self._applies(r.roles, r.when)]
+
+    def _applies(self, roles: list[Role], when: list[str]) -> bool:
+        return self.role in roles and holds(when, self.profile)
+
+    def log_ready(self, facts: Facts) -> bool:
+        return all(name in facts for r in self.readiness for name in r.present)
+
+    def readiness_evidence(self) -> list[str]:
+        return [name for r in self.readiness for name in r.present]
+
+    def evaluate(self, facts: Facts) -> Evaluation:
+        ready = self.log_ready(facts)
+        results = [self._judge(e, facts, ready) for e in self.expectations]
+        return Evaluation(ready, results, sorted(facts.fatal.values(), key=lambda h: h.line))
+
+    def _operand(self, o: Operand, facts: Facts) -> Any:
+        if o.kind == "fact":
+            return facts.get(str(o.value))
+        if o.kind == "profile":
+            return profile_value(self.profile, str(o.value))
+        if o.kind == "lock":
+            return self.lock_versions.get(str(o.value))
+        return o.value
+
+    def _holds(self, c: Comparison, left: Any, right: Any) -> bool:
+        lefts = left if isinstance(left, list) else [left]  # a `distinct` fact: every value must hold
+        compare = _COMPARE[c.op]
+        try:
+            return bool(lefts) and all(compare(_num(v, right), right) for v in lefts)
+        except TypeError:
+            return False
+
+    def _judge(self, e: Expectation, facts: Facts, ready: bool) -> Result:
+        problems: list[str] = []
+        missing = [f"no {n}" for n in e.present if n not in facts]
+        if e.present_any and not any(n in facts for n in e.present_any):
+            missing.append(f"none of {', '.join(e.present_any)}")
+        problems += [f"{n}={_show(facts.get(n))} at line {facts.lines.get(n)}" for n in e.absent if n in facts]
+        for c in e.comparisons:
+            left, right = self._operand(c.left, facts), self._operand(c.right, facts)
+            if left is None or right is None:
+                missing += [f"no {n}" for n in c.facts() if n not in facts and f"no {n}" not in missing]
+                if c.left.kind == "lock" or c.right.kind == "lock":
+                    problems.append(f"{c.text}: the lock has no such package")
+            elif not self._holds(c, left, right):
+                problems.append(f"{c.text} is false ({_show(left)} vs {_show(right)})")
+        report = self._report(e, facts)
+        if problems:
+            return self._result(e, "fail", "; ".join(problems) + (f" [{report}]" if report else ""))
+        if missing:
+            if ready and e.missing == "fail":
+                return self._result(e, "fail", f"{', '.join(missing)} after the log said ready")
+            return self._result(e, "unknown", ", ".join(missing) + (" yet" if not ready else ""))
+        if e.absent and not ready and not (e.present or e.present_any or e.checks):
+            return self._result(e, "unknown", f"none of {', '.join(e.absent)} so far; final once ready")
+        detail = report or ", ".join(f"{n}={_show(facts.get(n))}" for n in (*e.present, *e.present_any)
+                                     if n in facts) or f"no {', '.join(e.absent)}"
+        return self._result(e, "pass", detail, warning=e.warn)
+
+    def _result(self, e: Expectation, status: Status, detail: str, warning: str | None = None) -> Result:
+        return Result(e.rule, e.id, status, e.severity, detail, warning, e.fix)
+
+    def _report(self, e: Expectation, facts: Facts) -> str:
+        if not e.report:
+            return ""
+
+        def value(m: Any) -> str:
+            key = m[1]
+            got = profile_value(self.profile, key[8:]) if key.startswith("profile.") else facts.get(key)
+            return "?" if got is None else _show(got)
+
+        return _PLACEHOLDER.sub(value, e.report)
+
+
+def _num(value: Any, like: Any) -> Any:
+    """A string fact compared with a number is read as one (a version stays a string)."""
+    if isinstance(like, int | float) and not isinstance(like, bool) and isinstance(value, str):
+        try:
+            return float(value.replace(",", ""))
+        except ValueError:
+            return value
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isfinite(value) and value == int(value):
+            return f"{int(value):,}"
+        return f"{value:,.2f}".rstrip("0").rstrip(".") if math.isfinite(value) else str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return "/".join(_show(v) for v in value)
+    return str(value)

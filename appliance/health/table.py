@@ -1,0 +1,246 @@
+"""The log-check table (healthchecks/logchecks.yaml), loaded strictly: unknown keys, unknown fact
+names, unknown predicates, bad regexes and unparsable checks are errors at load time, not at 3 am."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from appliance.errors import ApplianceError
+from appliance.health.predicates import PREDICATES
+from appliance.paths import healthchecks_dir
+from appliance.profile.model import Profile
+from appliance.yamlstrict import load_file
+
+Role = Literal["head", "worker", "single"]
+ROLES: tuple[Role, ...] = ("head", "worker", "single")
+FactType = Literal["str", "int", "float"]
+Scalar = str | int | float | bool
+
+_ID = r"^[a-z0-9][a-z0-9-]*$"
+_RULE = r"^K[0-9]+$"
+_OPS = ("==", "!=", ">=", "<=", ">", "<")
+_CHECK = re.compile(r"^\s*(\S+)\s*(==|!=|>=|<=|>|<)\s*(\S+)\s*$")
+_NUMBER = re.compile(r"^-?[0-9]+(?:\.[0-9]+)?$")
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+@dataclass(frozen=True)
+class Operand:
+    kind: Literal["fact", "profile", "lock", "number", "string"]
+    value: str | float
+
+    @classmethod
+    def parse(cls, token: str) -> Operand:
+        if _NUMBER.match(token):
+            return cls("number", float(token))
+        if len(token) >= 2 and token[0] == token[-1] == "'":
+            return cls("string", token[1:-1])
+        for kind in ("profile", "lock"):
+            if token.startswith(f"{kind}."):
+                return cls(kind, token.removeprefix(f"{kind}."))  # type: ignore[arg-type]
+        return cls("fact", token)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    text: str
+    left: Operand
+    op: str
+    right: Operand
+
+    @classmethod
+    def parse(cls, text: str) -> Comparison:
+        m = _CHECK.match(text)
+        if not m:
+            raise ValueError(f"check {text!r} is not `A op B` with op one of {', '.join(_OPS)}")
+        return cls(text, Operand.parse(m[1]), m[2], Operand.parse(m[3]))
+
+    def facts(self) -> list[str]:
+        return [str(o.value) for o in (self.left, self.right) if o.kind == "fact"]
+
+
+def _profile_path_exists(path: str) -> bool:
+    node: object = Profile
+    for part in path.split("."):
+        fields = getattr(node, "model_fields", None)
+        if not fields or part not in fields:
+            return False
+        ann = fields[part].annotation
+        node = next((a for a in getattr(ann, "__args__", ()) if hasattr(a, "model_fields")), ann)
+    return True
+
+
+class Pattern(_Strict):
+    id: str = Field(pattern=_ID)
+    """Stable name of the pattern (shown in findings and metrics)."""
+    rule: str | None = Field(None, pattern=_RULE)
+    """The KNOWLEDGE.md rule the line is evidence for."""
+    anchors: list[str] = Field(min_length=1)
+    """Literal strings; a line is matched against `regex` only if it contains one of them."""
+    regex: str
+    """Python regular expression, searched in the line."""
+    examples: list[str] = []
+    """Real lines that must match (the tests assert it)."""
+    _compiled: re.Pattern[str] = PrivateAttr()
+
+    @field_validator("anchors")
+    @classmethod
+    def _anchors_not_blank(cls, value: list[str]) -> list[str]:
+        if any(not a.strip() for a in value):
+            raise ValueError("an anchor must not be blank")
+        return value
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"regex {value!r} does not compile: {exc}") from None
+        return value
+
+    def model_post_init(self, _context: object) -> None:
+        self._compiled = re.compile(self.regex)
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        return self._compiled
+
+
+class FactPattern(Pattern):
+    types: dict[str, FactType] = {}
+    """Casts of named groups; groups not listed are strings."""
+    set: dict[str, Scalar] = {}
+    """Constant facts set when the line matches."""
+    keep: Literal["last", "first", "sum", "distinct"] = "last"
+    """How repeated matches combine."""
+    reset: bool = False
+    """The line starts a new engine run: earlier facts and fatal hits are dropped."""
+    same_on_every_rank: str | None = Field(None, pattern=_RULE)
+    """Across the logs of a multi-node serve the fact must agree (rule id of the finding)."""
+
+    @model_validator(mode="after")
+    def _types_name_groups(self) -> FactPattern:
+        groups = set(self.compiled.groupindex)
+        unknown = set(self.types) - groups
+        if unknown:
+            raise ValueError(f"{self.id}: types name no group of the regex: {', '.join(sorted(unknown))}")
+        if self.keep == "sum" and any(self.types.get(g) not in ("int", "float") for g in groups):
+            raise ValueError(f"{self.id}: keep=sum needs every group typed int or float")
+        return self
+
+    def produces(self) -> list[str]:
+        return [*self.compiled.groupindex, *self.set]
+
+
+class FatalPattern(Pattern):
+    rule: str = Field(pattern=_RULE)
+    message: str = Field(min_length=1)
+    """What the signature means and where to look."""
+
+
+class Readiness(_Strict):
+    roles: list[Role] = list(ROLES)
+    when: list[str] = []
+    present: list[str] = Field(min_length=1)
+
+
+class Expectation(_Strict):
+    id: str = Field(pattern=_ID)
+    rule: str = Field(pattern=_RULE)
+    when: list[str] = []
+    roles: list[Role] = list(ROLES)
+    severity: Literal["error", "warning"] = "error"
+    present: list[str] = []
+    present_any: list[str] = []
+    absent: list[str] = []
+    checks: list[str] = []
+    missing: Literal["fail", "unknown"] = "fail"
+    warn: str | None = None
+    report: str | None = None
+    fix: str | None = None
+    why: str | None = None
+    _comparisons: list[Comparison] = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _says_something(self) -> Expectation:
+        if not (self.present or self.present_any or self.absent or self.checks):
+            raise ValueError(f"{self.id}: needs present, present_any, absent or checks")
+        return self
+
+    def model_post_init(self, _context: object) -> None:
+        self._comparisons = [Comparison.parse(c) for c in self.checks]
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        return self._comparisons
+
+    def facts(self) -> list[str]:
+        placeholders = [p for p in _PLACEHOLDER.findall(self.report or "") if "." not in p]
+        return [*self.present, *self.present_any, *self.absent, *placeholders,
+                *(f for c in self.comparisons for f in c.facts())]
+
+
+class LogTable(_Strict):
+    schema_version: Literal[1] = Field(alias="schema")
+    facts: list[FactPattern]
+    fatal: list[FatalPattern]
+    quiet_after: list[str] = []
+    readiness: list[Readiness] = Field(min_length=1)
+    expectations: list[Expectation]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LogTable:
+        dupes: set[str] = set()
+        for ids in ([p.id for p in (*self.facts, *self.fatal)], [e.id for e in self.expectations]):
+            dupes |= {i for i in ids if ids.count(i) > 1}
+        if dupes:
+            raise ValueError(f"duplicate ids: {', '.join(sorted(dupes))}")
+        known = self.fact_names()
+        problems = []
+        for owner, names, when in [
+            ("quiet_after", self.quiet_after, []),
+            *((f"readiness[{i}]", r.present, r.when) for i, r in enumerate(self.readiness)),
+            *((e.id, e.facts(), e.when) for e in self.expectations),
+        ]:
+            problems += [f"{owner}: unknown fact {n!r}" for n in names if n not in known]
+            problems += [f"{owner}: unknown predicate {w!r}" for w in when if w.lstrip("!") not in PREDICATES]
+        for e in self.expectations:
+            refs = [str(o.value) for c in e.comparisons for o in (c.left, c.right) if o.kind == "profile"]
+            refs += [p.removeprefix("profile.") for p in _PLACEHOLDER.findall(e.report or "")
+                     if p.startswith("profile.")]
+            problems += [f"{e.id}: unknown profile field {r!r}" for r in refs if not _profile_path_exists(r)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def fact_names(self) -> set[str]:
+        return {name for p in self.facts for name in p.produces()}
+
+
+def default_table_path() -> Path:
+    return healthchecks_dir() / "logchecks.yaml"
+
+
+@cache
+def load_table(path: Path | None = None) -> LogTable:
+    path = path or default_table_path()
+    try:
+        return LogTable.model_validate(load_file(path))
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ApplianceError(
+            f"{path}: invalid log-check table\n    " + "\n    ".join(lines),
+            value=str(path),
+            fix="correct the entries named above (the header of the file explains each key)",
+        ) from None

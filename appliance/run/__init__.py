@@ -1,0 +1,1 @@
+"""The run path: model location, keyed caches, supervisord config, and the `appliance run` sequence."""

@@ -1,0 +1,94 @@
+"""Supervisor event listener: reap a dead engine's process group, and stop the whole serve when
+the engine cannot stay up.
+
+When the API server dies (SIGKILL, OOM killer) its EngineCore child is orphaned and keeps the
+GPU memory the restarted engine needs; supervisor only kills the group when *it* stops a
+program. So on every exit of the engine this listener kills what is left of its group.
+
+Supervisor's own start-retry limit only counts deaths within `startsecs`; an engine that dies
+later while loading (a bad checkpoint, an OOM at KV allocation) would be restarted forever.
+This listener gives up when the engine goes FATAL or exits `limit` times within `window`
+seconds, prints why (with the log's last lines) and stops supervisord, so the container exits
+instead of looping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+from supervisor import childutils
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            return b"\n".join(fh.read().splitlines()[-lines:]).decode(errors="replace")
+    except OSError:
+        return "(no engine log)"
+
+
+def reap_group(pgid: int) -> None:
+    """Kill the remains of the exited program's process group (supervisor made it the group leader)."""
+    if pgid > 1:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+class CrashPolicy:
+    def __init__(self, limit: int, window_s: float) -> None:
+        self.limit, self.window_s = limit, window_s
+        self.exits: deque[float] = deque()
+
+    def record_exit(self, now: float) -> bool:
+        """True when this exit makes the crash loop: `limit` exits inside the window."""
+        self.exits.append(now)
+        while self.exits and now - self.exits[0] > self.window_s:
+            self.exits.popleft()
+        return len(self.exits) >= self.limit
+
+
+def give_up(reason: str, log: Path, pidfile: Path) -> None:
+    print(f"appliance: the engine cannot stay up: {reason}. Stopping the serve instead of restarting it "
+          f"forever.\n--- last lines of {log} ---\n{tail(log)}\n---", file=sys.stderr, flush=True)
+    try:
+        os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+    except (OSError, ValueError) as exc:
+        print(f"appliance: could not signal supervisord: {exc}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--program", required=True)
+    ap.add_argument("--limit", type=int, default=5)
+    ap.add_argument("--window", type=float, default=600)
+    ap.add_argument("--log", type=Path, required=True)
+    ap.add_argument("--pidfile", type=Path, required=True)
+    args = ap.parse_args(argv)
+    policy = CrashPolicy(args.limit, args.window)
+    while True:
+        headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)
+        fields, _ = childutils.eventdata(payload + "\n")
+        if fields.get("processname") == args.program:
+            event = headers.get("eventname")
+            if event == "PROCESS_STATE_EXITED":
+                reap_group(int(fields.get("pid", "0")))
+            if event == "PROCESS_STATE_FATAL":
+                give_up(f"{args.program} kept dying within seconds of starting (its start retries are spent)",
+                        args.log, args.pidfile)
+            elif event == "PROCESS_STATE_EXITED" and policy.record_exit(time.monotonic()):
+                give_up(f"{args.program} exited {args.limit} times within {args.window:.0f} s", args.log,
+                        args.pidfile)
+        childutils.listener.ok(sys.stdout)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

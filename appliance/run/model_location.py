@@ -1,0 +1,87 @@
+"""Where the checkpoint is, and the facts read from it (config.json, the safetensors index).
+
+When the checkpoint is on disk, K2/K3/K20 use its real `dspark_block_size`, MTP layers and
+`total_size` rather than the catalogue's figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from appliance.catalogue import CheckpointFacts
+from appliance.errors import ApplianceError
+from appliance.paths import appliance_home
+
+
+def hf_hub_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    hf_home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
+    return Path(hf_home) / "hub"
+
+
+def prepared_model_dir(checkpoint: str) -> Path:
+    """Models the appliance prepares itself (the cpu-smoke conversion) live here."""
+    return appliance_home() / "models" / checkpoint.split("/")[-1]
+
+
+def in_hf_cache(checkpoint: str, revision: str | None, cache: Path | None = None) -> Path | None:
+    """The snapshot folder of `checkpoint` in the HF cache (layout models--org--name/snapshots/REV)."""
+    repo = (cache or hf_hub_cache()) / f"models--{checkpoint.replace('/', '--')}"
+    if not repo.is_dir():
+        return None
+    rev = revision
+    if rev is None:
+        ref = repo / "refs" / "main"
+        rev = ref.read_text().strip() if ref.is_file() else None
+    if rev is None:
+        return None
+    snapshot = repo / "snapshots" / rev
+    return snapshot if (snapshot / "config.json").is_file() else None
+
+
+def locate(checkpoint: str, revision: str | None, model_dir: Path | None) -> Path | None:
+    """APPLIANCE_MODEL_DIR, else the HF cache, else a model the appliance prepared; None = not on disk."""
+    if model_dir is not None:
+        if not (model_dir / "config.json").is_file():
+            raise ApplianceError(
+                f"APPLIANCE_MODEL_DIR={model_dir} holds no config.json",
+                field="APPLIANCE_MODEL_DIR", value=str(model_dir),
+                fix="point it at a checkpoint folder (with config.json and the weights), or unset it to use the "
+                    "HF cache",
+                reason="the engine would start, fail to load and be restarted in a loop",
+            )
+        return model_dir
+    found = in_hf_cache(checkpoint, revision)
+    if found:
+        return found
+    prepared = prepared_model_dir(checkpoint)
+    return prepared if (prepared / "config.json").is_file() else None
+
+
+def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
+    """Facts from the checkpoint's own files; what they do not say keeps the catalogue's value."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ApplianceError(f"{model_dir}/config.json is unreadable: {exc}", field="model_dir",
+                             value=str(model_dir), fix="re-download the checkpoint") from None
+    block = config.get("dspark_block_size")
+    # A DSpark checkpoint keeps its draft in mtp.* weights but has no MTP heads to speculate with (K3).
+    mtp = 0 if block else int(config.get("num_nextn_predict_layers") or 0)
+    size = fallback.size_bytes
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            size = int(json.loads(index.read_text())["metadata"]["total_size"])
+    else:
+        weights = list(model_dir.glob("*.safetensors"))
+        if weights:
+            size = sum(w.stat().st_size for w in weights)
+    return fallback.model_copy(update={
+        "dspark_block_size": block, "mtp_heads": mtp, "size_bytes": size,
+        "source": f"config.json at {model_dir}",
+    })

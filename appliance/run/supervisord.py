@@ -1,0 +1,99 @@
+"""supervisord.conf from a ServePlan: the engine, the health exporter, and a log tail to stdout.
+
+Supervisor's config syntax: `%` must be `%%`, `environment=` is KEY="v",…, and ` ;` starts a
+comment, so every value we write is quoted.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.render.plan import ServePlan
+
+# A clean vLLM shutdown (engine core, workers, NCCL teardown) takes seconds; give it a minute.
+STOP_WAIT_S = 60
+START_SECS = 10
+START_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    run_dir: Path
+    socket: Path
+
+    @property
+    def conf(self) -> Path:
+        return self.run_dir / "supervisord.conf"
+
+    @property
+    def engine_log(self) -> Path:
+        return self.run_dir / "vllm.log"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run_dir / "supervisord.pid"
+
+
+def _esc(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+def _env_line(env: dict[str, str]) -> str:
+    def q(v: str) -> str:
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return ",".join(f"{k}={_esc(q(v))}" for k, v in env.items())
+
+
+def _program(name: str, argv: list[str], env: dict[str, str], *, kind: str = "program", **opts: object) -> str:
+    lines = [f"[{kind}:{name}]", f"command={_esc(shlex.join(argv))}"]
+    if env:
+        lines.append(f"environment={_env_line(env)}")
+    lines += [f"{k}={_esc(str(v).lower() if isinstance(v, bool) else str(v))}" for k, v in opts.items()]
+    return "\n".join(lines)
+
+
+def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str],
+                *, crash_limit: int = 5, crash_window_s: int = 600) -> str:
+    """The whole config. `engine_env` = plan env + caches; secrets are inherited, never written here."""
+    log = str(files.engine_log)
+    sections = [
+        "\n".join([
+            "[supervisord]", "nodaemon=true", "logfile=/dev/null", "logfile_maxbytes=0", "loglevel=info",
+            f"pidfile={_esc(str(files.pidfile))}", f"childlogdir={_esc(str(files.run_dir))}",
+        ]),
+        f"[unix_http_server]\nfile={_esc(str(files.socket))}\nchmod=0700",
+        "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
+        f"[supervisorctl]\nserverurl=unix://{_esc(str(files.socket))}",
+    ]
+    for i, step in enumerate(plan.setup):
+        sections.append(_program(f"setup{i}", step, engine_env, autorestart=False, startsecs=0, priority=10,
+                                 redirect_stderr=True, stdout_logfile=log, stdout_logfile_maxbytes=0))
+    sections.append(_program(
+        "vllm", plan.argv, engine_env,
+        priority=20, autostart=True, autorestart=True, startsecs=START_SECS, startretries=START_RETRIES,
+        stopsignal="TERM", stopwaitsecs=STOP_WAIT_S, stopasgroup=True, killasgroup=True,
+        redirect_stderr=True, stdout_logfile=log, stdout_logfile_maxbytes="200MB", stdout_logfile_backups=2,
+    ))
+    sections.append(_program(
+        "exporter", exporter_argv, {}, priority=30, autorestart=True, startsecs=2, stopsignal="TERM",
+        stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
+        stdout_logfile=str(files.run_dir / "exporter.log"), stdout_logfile_maxbytes="20MB",
+        stdout_logfile_backups=1,
+    ))
+    # The engine's output also goes to the container's stdout, without a shell in the engine command.
+    sections.append(_program(
+        "logtail", ["tail", "-n", "+1", "-F", log], {}, priority=25, autorestart=True, startsecs=0,
+        stopsignal="TERM", stdout_logfile="/dev/stdout", stdout_logfile_maxbytes=0, redirect_stderr=True,
+    ))
+    sections.append(_program(
+        "crashguard", [sys.executable, "-m", "appliance.run.crashguard", "--program", "vllm", "--limit",
+                       str(crash_limit), "--window", str(crash_window_s), "--log", log,
+                       "--pidfile", str(files.pidfile)],
+        {}, kind="eventlistener", events="PROCESS_STATE_EXITED,PROCESS_STATE_FATAL", autorestart=True,
+        stdout_logfile="NONE", stderr_logfile="/dev/stderr", stderr_logfile_maxbytes=0,
+    ))
+    return "\n\n".join(sections) + "\n"

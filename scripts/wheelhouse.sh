@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Download wheels for the image's Python (CPython, python.cpu of versions.json = 3.11; Linux x86_64,
+# glibc 2.36 = Debian bookworm) into a directory that a Docker build installs from with
+# `pip install --no-index --find-links`.
+#
+#   scripts/wheelhouse.sh DIR REQUIREMENT...      e.g. scripts/wheelhouse.sh build/wheels httpx 'torch==2.13.0'
+#
+# A REQUIREMENT may also be `-r FILE` or `-c FILE` (passed through to pip).
+# Skips the download when DIR already satisfies every requirement offline.
+# torch: only the CPU build is allowed. A torch requirement is pinned to the torch version of
+# versions.json plus "+cpu" (override: APPLIANCE_TORCH), found in ${APPLIANCE_WHEELS:-/opt/wheels}
+# (a find-links dir); the script fails if any other torch wheel, or any nvidia-*/triton (CUDA
+# stack) wheel, ends up in DIR.
+set -euo pipefail
+
+say() { printf '[wheelhouse.sh] %s\n' "$*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+
+[ "$#" -ge 2 ] || { echo "usage: $0 DIR REQUIREMENT..." >&2; exit 2; }
+DIR="$1"; shift
+LOCAL_WHEELS="${APPLIANCE_WHEELS:-/opt/wheels}"
+PYTHON="${PYTHON:-python3}"
+VERSIONS="${APPLIANCE_VERSIONS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/versions.json}"
+
+# Versions come from versions.json (the only place a version is written); env overrides them.
+from_versions() {
+    [ -s "$VERSIONS" ] || die "$VERSIONS not found: set APPLIANCE_TORCH and APPLIANCE_PY instead"
+    "$PYTHON" - "$VERSIONS" "$1" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1]))
+if sys.argv[2] == "torch":
+    print(next(p["version"] for p in v["packages"] if p["name"] == "torch") + "+cpu")
+else:
+    print(v["python"]["cpu"])
+EOF
+}
+TORCH="${APPLIANCE_TORCH:-$(from_versions torch)}"
+PY="${APPLIANCE_PY:-$(from_versions python)}"
+case "$TORCH" in *+cpu) ;; *) die "torch must be a CPU build (+cpu), got $TORCH" ;; esac
+mkdir -p "$DIR"
+DIR="$(cd "$DIR" && pwd)"
+
+# A bare `torch==2.13.0` would match both 2.13.0 (the index's, CUDA dependencies and all) and
+# 2.13.0+cpu; pin the local label so pip cannot pick the other one.
+reqs=()
+for r in "$@"; do
+    name="$(printf '%s' "$r" | sed -E 's/^[[:space:]]*([A-Za-z0-9_.-]+).*/\1/' | tr '[:upper:]_.' '[:lower:]--')"
+    if [ "$name" = torch ]; then
+        say "pinning '$r' -> torch==$TORCH (CPU build)"
+        r="torch==$TORCH"
+    fi
+    reqs+=("$r")
+done
+
+# pip (23.x at least) does NOT expand --platform manylinux_2_36 to older glibc tags, so name every
+# tag bookworm's glibc 2.36 runs: manylinux_2_36 ... manylinux_2_5 and the legacy aliases.
+target=(--only-binary=:all: --implementation cp --python-version "$PY" --abi "cp${PY//./}")
+for minor in $(seq 36 -1 5); do target+=(--platform "manylinux_2_${minor}_x86_64"); done
+target+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
+find_links=(--find-links "$DIR")
+if [ -d "$LOCAL_WHEELS" ]; then find_links+=(--find-links "$LOCAL_WHEELS"); fi
+
+say "checking whether $DIR already satisfies: ${reqs[*]}"
+if "$PYTHON" -m pip download -q --no-index --find-links "$DIR" "${target[@]}" --dest "$DIR" "${reqs[@]}" >/dev/null 2>&1; then
+    say "all requirements already in $DIR: nothing to download"
+else
+    say "pip download -> $DIR"
+    "$PYTHON" -m pip download --progress-bar off "${find_links[@]}" "${target[@]}" --dest "$DIR" "${reqs[@]}"
+fi
+
+# Verify what was picked.
+shopt -s nullglob
+bad=()
+for w in "$DIR"/torch-*.whl; do
+    case "$(basename "$w")" in
+        "torch-${TORCH}-"*) say "torch: $(basename "$w")" ;;
+        *) bad+=("$w") ;;
+    esac
+done
+for w in "$DIR"/nvidia_*.whl "$DIR"/nvidia-*.whl "$DIR"/triton-*.whl; do bad+=("$w"); done
+if [ "${#bad[@]}" -gt 0 ]; then
+    die "non-CPU torch stack in $DIR: ${bad[*]##*/} (remove them; torch must be $TORCH)"
+fi
+count=$(find "$DIR" -maxdepth 1 -name '*.whl' | wc -l)
+say "wheelhouse $DIR: $count wheels, $(du -sh "$DIR" | cut -f1)"

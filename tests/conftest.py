@@ -1,0 +1,126 @@
+"""Shared fixtures. Engine fixtures start the REAL vLLM CPU build (installed by scripts/install-engine.sh);
+when it is missing they fail loudly rather than skip."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def smoke_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from appliance.run.model_location import prepared_model_dir
+    from appliance.smoke_model import prepare_smoke_model
+
+    assert (BIN / "vllm").exists(), "the vLLM CPU engine is not installed: run scripts/install-engine.sh"
+    return prepare_smoke_model(prepared_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct"))
+
+
+def wait_for(predicate, timeout: float, interval: float = 1.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return True
+        time.sleep(interval)
+    return False
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=3).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class Serve:
+    """`appliance run` under supervisord, as a test drives it."""
+
+    proc: subprocess.Popen[bytes]
+    run_dir: Path
+    port: int
+    health_port: int
+    overrides: list[str]
+    env: dict[str, str]
+    output: Path
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def exporter(self) -> str:
+        return f"http://127.0.0.1:{self.health_port}"
+
+    def ctl(self, *args: str) -> str:
+        return subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.run_dir / "supervisord.conf"), *args],
+                              capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+
+    def program_pid(self, name: str = "vllm") -> int:
+        return int(self.ctl("pid", name))
+
+    def stop(self, timeout: float = 90) -> float:
+        """SIGTERM supervisord; returns seconds to exit; SIGKILLs the group if it does not."""
+        start = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return time.monotonic() - start
+
+
+def start_serve(run_dir: Path, model_dir: Path, *overrides: str, env: dict[str, str] | None = None,
+                profile: str = "cpu-smoke") -> Serve:
+    port, health_port = free_port(), free_port()
+    sets = [f"server.port={port}", f"server.health_port={health_port}", *overrides]
+    full_env = {**os.environ, "APPLIANCE_PROFILE": profile, "APPLIANCE_MODEL_DIR": str(model_dir),
+                "APPLIANCE_HOME": str(run_dir.parent / "home"), "HF_HUB_OFFLINE": "1",
+                "APPLIANCE_SET": ";".join(sets), "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **(env or {})}
+    output = run_dir.parent / f"{run_dir.name}.out"
+    proc = subprocess.Popen([str(BIN / "appliance"), "run", "--run-dir", str(run_dir)], env=full_env,
+                            stdout=output.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    return Serve(proc, run_dir, port, health_port, sets, full_env, output)
+
+
+def render_json(serve: Serve, profile: str = "cpu-smoke") -> dict[str, object]:
+    out = subprocess.run([str(BIN / "appliance"), "render", profile, "--format", "json"], env=serve.env,
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def smoke_serve(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    """One `appliance run cpu-smoke` shared by a module's tests (a start costs ~30-60 s on 2 cores)."""
+    serve = start_serve(tmp_path_factory.mktemp("serve") / "run", smoke_model_dir)
+    healthy = wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=240, interval=2)
+    if not healthy:
+        serve.stop()
+        pytest.fail(f"appliance run did not become healthy:\n{serve.output.read_text()[-4000:]}")
+    yield serve
+    serve.stop()

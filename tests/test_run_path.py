@@ -1,0 +1,110 @@
+"""`appliance run` pieces that need no engine: supervisord.conf, crash policy, model facts, caches."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from appliance.catalogue import load_catalogue
+from appliance.errors import ApplianceError
+from appliance.render.plan import ServePlan
+from appliance.run.caches import cache_env
+from appliance.run.crashguard import CrashPolicy
+from appliance.run.model_location import in_hf_cache, locate, read_facts
+from appliance.run.netif import ipv4_of
+from appliance.run.supervisord import STOP_WAIT_S, RunFiles, render_conf
+
+
+def conf_for(plan: ServePlan, tmp_path: Path, env: dict[str, str] | None = None) -> configparser.RawConfigParser:
+    text = render_conf(plan, RunFiles(tmp_path, tmp_path / "s.sock"), env or plan.env, ["exporter", "--x"])
+    parser = configparser.RawConfigParser()
+    parser.read_string(text)
+    return parser
+
+
+def test_percent_signs_are_escaped_and_the_command_round_trips(tmp_path: Path) -> None:
+    plan = ServePlan(["vllm", "serve", "m", "--speculative-config", '{"a":"50%"}'], {"K": 'v "q" 5%'}, "single")
+    conf = conf_for(plan, tmp_path)
+    command = conf.get("program:vllm", "command")
+    assert shlex.split(command.replace("%%", "%")) == plan.argv
+    assert conf.get("program:vllm", "environment") == 'K="v \\"q\\" 5%%"'
+
+
+def test_engine_program_is_stopped_as_a_group_with_a_long_timeout_and_bounded_retries(tmp_path: Path) -> None:
+    conf = conf_for(ServePlan(["vllm", "serve", "m"], {}, "single"), tmp_path)
+    vllm = dict(conf.items("program:vllm"))
+    assert vllm["stopasgroup"] == vllm["killasgroup"] == "true"
+    assert int(vllm["stopwaitsecs"]) == STOP_WAIT_S >= 30
+    assert vllm["autorestart"] == "true" and int(vllm["startretries"]) <= 5
+    assert vllm["stdout_logfile"] == str(tmp_path / "vllm.log")
+    assert conf.get("program:logtail", "stdout_logfile") == "/dev/stdout"
+    assert "PROCESS_STATE_FATAL" in conf.get("eventlistener:crashguard", "events")
+
+
+def test_secrets_are_never_written_into_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_in_env")
+    text = render_conf(ServePlan(["vllm"], {"A": "1"}, "single"), RunFiles(tmp_path, tmp_path / "s"), {"A": "1"},
+                       ["e"])
+    assert "hf_secret_in_env" not in text
+
+
+def test_crash_policy_gives_up_only_on_repeated_exits_inside_the_window() -> None:
+    policy = CrashPolicy(limit=3, window_s=60)
+    assert not policy.record_exit(0) and not policy.record_exit(100)  # far apart: a restart each time
+    assert not policy.record_exit(130)
+    assert policy.record_exit(140)  # 100, 130, 140: three inside 60 s
+
+
+def test_caches_are_keyed_by_lock_and_profile_digest(tmp_path: Path) -> None:
+    a = cache_env("a" * 64, "b" * 64, tmp_path)
+    b = cache_env("a" * 64, "c" * 64, tmp_path)
+    assert a["TRITON_CACHE_DIR"] != b["TRITON_CACHE_DIR"]
+    assert a["VLLM_CACHE_ROOT"].startswith(str(tmp_path / "aaaaaaaaaaaa-bbbbbbbbbbbb"))
+    assert all(Path(p).is_dir() for p in a.values())
+    assert "HF_HOME" not in a
+
+
+def _checkpoint(tmp_path: Path, config: dict[str, object], total: int | None = None) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if total is not None:
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}}))
+    return tmp_path
+
+
+def test_real_config_and_index_replace_catalogue_figures(tmp_path: Path) -> None:
+    base = load_catalogue().checkpoint("deepseek-ai/DeepSeek-V4-Flash-0731")
+    ck = _checkpoint(tmp_path, {"dspark_block_size": 4, "num_nextn_predict_layers": 3}, total=171_000_000_000)
+    facts = read_facts(ck, base)
+    assert (facts.dspark_block_size, facts.mtp_heads, facts.size_bytes) == (4, 0, 171_000_000_000)
+    assert facts.source == f"config.json at {ck}"
+
+
+def test_a_checkpoint_without_dspark_reports_its_mtp_layers(tmp_path: Path) -> None:
+    base = load_catalogue().checkpoint("nvidia/DeepSeek-V4-Flash-NVFP4")
+    facts = read_facts(_checkpoint(tmp_path, {"num_nextn_predict_layers": 1}), base)
+    assert (facts.dspark_block_size, facts.mtp_heads) == (None, 1)
+
+
+def test_model_dir_without_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(ApplianceError, match="holds no config.json"):
+        locate("x/y", None, tmp_path / "missing")
+
+
+def test_hf_cache_snapshot_is_found_by_ref(tmp_path: Path) -> None:
+    repo = tmp_path / "models--org--name"
+    _checkpoint(repo / "snapshots" / "abc123", {})
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    assert in_hf_cache("org/name", None, tmp_path) == repo / "snapshots" / "abc123"
+    assert in_hf_cache("org/name", "other", tmp_path) is None
+
+
+def test_loopback_address_and_unknown_interface() -> None:
+    assert ipv4_of("lo") == "127.0.0.1"
+    with pytest.raises(ApplianceError, match="no IPv4 address"):
+        ipv4_of("nosuchif0")
