@@ -91,7 +91,7 @@ def test_a_checkpoint_without_dspark_reports_its_mtp_layers(tmp_path: Path) -> N
 
 
 def test_model_dir_without_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    with pytest.raises(ApplianceError, match="holds no config.json"):
+    with pytest.raises(ApplianceError, match=r"holds no config\.json"):
         locate("x/y", None, tmp_path / "missing")
 
 
