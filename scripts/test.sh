@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test suite on a fresh machine: install the CPU engine and test tools, start a private Docker
+# engine for the container tests, run pytest, stop the engine by PID.
+#
+#   scripts/test.sh                 # everything (unit, real CPU engine, container)
+#   scripts/test.sh -m "not docker" # pytest arguments pass through
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+scripts/install-engine.sh
+VENV="${APPLIANCE_VENV:-$REPO/.venv}"
+
+started_docker=0
+if [[ "${APPLIANCE_TEST_DOCKER:-1}" == "1" ]]; then
+  scripts/dockerd.sh start
+  started_docker=1
+  eval "$(scripts/dockerd.sh env)"
+fi
+cleanup() { if [[ $started_docker == 1 ]]; then scripts/dockerd.sh stop || true; fi; }
+trap cleanup EXIT
+
+"$VENV/bin/ruff" check appliance tests benchmarks
+"$VENV/bin/python" -m pytest -ra "$@"
