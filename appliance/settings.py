@@ -37,4 +37,15 @@ class ApplianceSettings(BaseSettings):
 
 
 def load_settings() -> ApplianceSettings:
-    return ApplianceSettings()
+    from pydantic import ValidationError
+
+    from appliance.errors import ApplianceError
+
+    try:
+        return ApplianceSettings()
+    except ValidationError as exc:
+        problems = [f"APPLIANCE_{str(e['loc'][0]).upper()}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+        raise ApplianceError(
+            "invalid environment: " + "; ".join(problems),
+            field=problems[0].split("=")[0], fix="correct or unset the variable(s) named",
+        ) from None

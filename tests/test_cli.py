@@ -75,3 +75,11 @@ def test_profiles_table_lists_provenance() -> None:
 def test_cli_start_does_not_import_pydantic_for_help() -> None:
     code = "import sys; from appliance import cli; print('pydantic' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_a_bad_environment_variable_is_named_with_exit_2() -> None:
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "appliance", "render", "cpu-smoke"], capture_output=True, text=True,
+                       env={**os.environ, "APPLIANCE_NODE_RANK": "abc"}, check=False)
+    assert r.returncode == 2 and "APPLIANCE_NODE_RANK='abc'" in r.stderr and "Traceback" not in r.stderr
