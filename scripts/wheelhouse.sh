@@ -3,14 +3,14 @@
 # glibc 2.36 = Debian bookworm) into a directory that a Docker build installs from with
 # `pip install --no-index --find-links`.
 #
-#   scripts/wheelhouse.sh DIR REQUIREMENT...      e.g. scripts/wheelhouse.sh build/wheels httpx 'torch==2.13.0'
+#   scripts/wheelhouse.sh DIR REQUIREMENT...      e.g. scripts/wheelhouse.sh build/wheels httpx torch
 #
 # A REQUIREMENT may also be `-r FILE` or `-c FILE` (passed through to pip).
 # Skips the download when DIR already satisfies every requirement offline.
 # torch: only the CPU build is allowed. A torch requirement is pinned to the torch version of
 # versions.json plus "+cpu" (override: APPLIANCE_TORCH), found in ${APPLIANCE_WHEELS:-/opt/wheels}
-# (a find-links dir); the script fails if any other torch wheel, or any nvidia-*/triton (CUDA
-# stack) wheel, ends up in DIR.
+# (a find-links dir); the script fails if any other torch wheel, or any nvidia-* CUDA library wheel,
+# ends up in DIR.
 set -euo pipefail
 
 say() { printf '[wheelhouse.sh] %s\n' "$*" >&2; }
@@ -40,8 +40,8 @@ case "$TORCH" in *+cpu) ;; *) die "torch must be a CPU build (+cpu), got $TORCH"
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
 
-# A bare `torch==2.13.0` would match both 2.13.0 (the index's, CUDA dependencies and all) and
-# 2.13.0+cpu; pin the local label so pip cannot pick the other one.
+# A bare `torch==X` would match both X (the index's, CUDA dependencies and all) and
+# X+cpu; pin the local label so pip cannot pick the other one.
 reqs=()
 for r in "$@"; do
     name="$(printf '%s' "$r" | sed -E 's/^[[:space:]]*([A-Za-z0-9_.-]+).*/\1/' | tr '[:upper:]_.' '[:lower:]--')"
@@ -77,7 +77,12 @@ for w in "$DIR"/torch-*.whl; do
         *) bad+=("$w") ;;
     esac
 done
-for w in "$DIR"/nvidia_*.whl "$DIR"/nvidia-*.whl "$DIR"/triton-*.whl; do bad+=("$w"); done
+# CUDA libraries (nvidia-cublas-*, nvidia-nccl-*, ...) mean a CUDA torch crept in. nvidia-ml-py is
+# NVML's pure-Python binding (an appliance dependency), not CUDA. triton comes in through xgrammar's
+# Linux requirement; the images uninstall it right after installing (as scripts/install-engine.sh does).
+for w in "$DIR"/nvidia_*.whl "$DIR"/nvidia-*.whl; do
+    case "$(basename "$w")" in nvidia_ml_py-*) ;; *) bad+=("$w") ;; esac
+done
 if [ "${#bad[@]}" -gt 0 ]; then
     die "non-CPU torch stack in $DIR: ${bad[*]##*/} (remove them; torch must be $TORCH)"
 fi

@@ -48,7 +48,7 @@ DEFAULT_TIMEOUT_S = 900.0
 """Image pulls of a ~20 GB engine image can start nodes minutes apart."""
 POLL_S = 0.5
 BACKOFF_MAX_S = 2.0
-REFUSAL_GRACE_S = 10.0
+REFUSAL_GRACE_S = 15.0
 """How long a refusing head keeps answering, so that waiting workers learn why and stop too."""
 ACK_WAIT_S = 15.0
 MAX_BODY = 64 * 1024
@@ -234,10 +234,10 @@ def serve_head(identity: Identity, nodes: int, port: int, timeout_s: float, *, i
                 if left <= 0:
                     raise _head_timeout(exchange, port, timeout_s)
                 exchange.cond.wait(min(left, 1.0))
-            # Keep answering until every joined worker has heard the verdict (bounded), so that all stop
-            # together on a refusal and none polls a closed port after `go`.
+            # Keep answering until every worker has heard the verdict (bounded): on a refusal all nodes stop
+            # together, even those that join late; after `go` none polls a port that has closed.
             until = time.monotonic() + (REFUSAL_GRACE_S if exchange.refused else ACK_WAIT_S)
-            while not set(exchange.members) <= exchange.told and time.monotonic() < until:
+            while not set(range(1, nodes)) <= exchange.told and time.monotonic() < until:
                 exchange.cond.wait(min(until - time.monotonic(), 0.5))
             if exchange.refused:
                 raise exchange.refused

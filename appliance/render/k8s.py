@@ -108,7 +108,8 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
         if opts.fabric_ifname:
             env.append(_value("APPLIANCE_FABRIC_IFNAME", opts.fabric_ifname))
     env += [_value(k, v) for k, v in sorted(plan.env.items()) if k not in PER_NODE_ENV]
-    env += [_value("HF_HOME", HF_HOME), _value("APPLIANCE_HOME", APPLIANCE_HOME)]
+    env += [_value("HF_HOME", HF_HOME), _value("APPLIANCE_HOME", APPLIANCE_HOME),
+            _value("APPLIANCE_HEALTH_PORT", str(profile.server.health_port))]  # where the probe asks
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": opts.secret, "key": key, "optional": True}}}
             for key in SECRET_ENV]
     return env
@@ -205,8 +206,9 @@ def plans_for(profile: Profile, master_port: int | None = None) -> dict[Role, Se
     if profile.hardware.nodes == 1:
         return {"single": build_plan(profile)}
     port = master_port or profile.distributed.master_port
+    ranks: tuple[tuple[Role, int], ...] = (("head", 0), ("worker", 1))
     return {role: build_plan(profile, Placement(node_rank=rank, master_addr=LEADER_ADDRESS, master_port=port))
-            for role, rank in (("head", 0), ("worker", 1))}
+            for role, rank in ranks}
 
 
 def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:

@@ -1,0 +1,180 @@
+"""`appliance k8s`: manifests of every profile validate offline against the Kubernetes schemas
+(kubernetes-validate ships them per version) and the LeaderWorkerSet against our schema of its CRD."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate  # the test extra kubernetes-validate: k8s schemas per version, offline
+import pytest
+import yaml
+
+from appliance.lock import lock_digest
+from appliance.profile import list_profiles, load_profile
+from appliance.render import k8s
+from appliance.render.k8s import K8sOptions, render_manifests
+
+K8S_VERSIONS = ("1.29", "1.33")  # an older supported minor and a recent one; schemas are bundled, no network
+SCHEMA = json.loads((Path(k8s.__file__).parent / "schemas" / "leaderworkerset.schema.json").read_text())
+LOCK = lock_digest()
+OPTS = K8sOptions(image="appliance:test")
+
+
+def manifests(name: str, opts: K8sOptions = OPTS, *overrides: str) -> list[dict[str, Any]]:
+    loaded = load_profile(name, cli_overrides=list(overrides))
+    return render_manifests(loaded.profile, opts, LOCK, loaded.digest)
+
+
+def pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    if doc["kind"] == "Deployment":
+        return [doc["spec"]["template"]]
+    lwt = doc["spec"]["leaderWorkerTemplate"]
+    return [lwt["leaderTemplate"], lwt["workerTemplate"]]
+
+
+def k8s_validate(doc: dict[str, Any]) -> None:
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_profile_validates_against_the_kubernetes_and_lws_schemas(name: str) -> None:
+    docs = manifests(name)
+    nodes = load_profile(name).profile.hardware.nodes
+    assert [d["kind"] for d in docs] == (["Deployment", "Service"] if nodes == 1 else ["LeaderWorkerSet", "Service"])
+    for doc in docs:
+        if doc["kind"] == "LeaderWorkerSet":
+            jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+            for template in pod_templates(doc):  # the pod templates against Kubernetes' own PodTemplateSpec
+                k8s_validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                              "template": template})
+        else:
+            k8s_validate(doc)
+
+
+@pytest.mark.parametrize("mutate,complaint", [
+    (lambda d: d["spec"]["leaderWorkerTemplate"].pop("size"), "'size' is a required property"),
+    (lambda d: d["spec"]["leaderWorkerTemplate"].update(size="2"), "is not of type 'integer'"),
+    (lambda d: d["spec"]["leaderWorkerTemplate"].update(restartPolicy="RecreateGroup"), "is not one of"),
+    (lambda d: d["spec"]["leaderWorkerTemplate"].update(restartpolicy="None"), "Additional properties"),
+    (lambda d: d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"].update(containers=[]), "non-empty"),
+    (lambda d: d.update(apiVersion="leaderworkerset.x-k8s.io/v1beta1"), "was expected"),
+])
+def test_our_lws_schema_rejects_a_wrong_shape(mutate: Any, complaint: str) -> None:
+    doc = deepcopy(manifests("gb10-tp2")[0])
+    jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+    mutate(doc)
+    with pytest.raises(jsonschema.ValidationError, match=complaint):
+        jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+
+
+def test_the_kubernetes_schemas_can_fail_too() -> None:
+    doc = manifests("cpu-smoke")[0]
+    doc["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        k8s_validate(doc)
+
+
+def test_a_multi_node_profile_is_one_leaderworkerset_group_of_nodes_recreated_as_a_whole() -> None:
+    lws, svc = manifests("gb10-tp2")
+    spec = lws["spec"]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert spec["leaderWorkerTemplate"]["size"] == 2
+    assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert spec["startupPolicy"] == "LeaderCreated"  # LeaderReady would wait for a leader that waits for workers
+    for template in pod_templates(lws):
+        container = template["spec"]["containers"][0]
+        assert container["command"] == ["appliance", "run"]  # the Docker entrypoint, not a raw vllm argv
+        env = {e["name"]: e for e in container["env"]}
+        assert env["APPLIANCE_PROFILE"]["value"] == "gb10-tp2"
+        assert env["APPLIANCE_MASTER_ADDR"]["value"] == "$(LWS_LEADER_ADDRESS)"
+        assert env["APPLIANCE_HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert svc["spec"]["selector"]["appliance/role"] == "head"
+    assert svc["metadata"]["name"] != lws["metadata"]["name"]  # LWS owns a headless Service of its own name
+    leader_ports = {p["name"]: p["containerPort"] for p in pod_templates(lws)[0]["spec"]["containers"][0]["ports"]}
+    assert leader_ports == {"http": 8000, "metrics": 9400, "dist-master": 29501, "rendezvous": 29502}
+
+
+def test_a_single_node_profile_is_a_deployment_that_never_needs_two_sets_of_gpus() -> None:
+    deploy, svc = manifests("rtx-pro-6000-tp2")
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"nvidia.com/gpu": "2"}
+    names = [e["name"] for e in container["env"]]
+    assert "APPLIANCE_NODE_RANK" not in names and "APPLIANCE_MASTER_ADDR" not in names
+    assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_pod_has_shm_caches_probes_scrape_annotations_and_secret_refs_only(name: str) -> None:
+    profile = load_profile(name).profile
+    for template in pod_templates(manifests(name)[0]):
+        spec, meta = template["spec"], template["metadata"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+        assert "emptyDir" in volumes["hf-cache"] and "emptyDir" in volumes["appliance-cache"]
+        container = spec["containers"][0]
+        assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/dev/shm", k8s.HF_HOME, k8s.APPLIANCE_HOME}
+        for kind, key in (("startup", "startupProbe"), ("ready", "readinessProbe"), ("live", "livenessProbe")):
+            assert container[key]["exec"]["command"] == ["/opt/appliance/healthchecks/probe", kind]
+        startup = container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"]
+        if profile.hardware.gpu == "cpu":
+            assert startup <= 600
+        else:
+            assert startup >= 30 * 60  # a DeepSeek load takes many minutes
+        assert meta["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/path": "/metrics",
+                                       "prometheus.io/port": str(profile.server.health_port)}
+        assert meta["labels"]["appliance/profile"] == name and meta["labels"]["appliance/lock"] == LOCK[:12]
+        env = {e["name"]: e for e in container["env"]}
+        for secret in ("HF_TOKEN", "VLLM_API_KEY"):
+            assert "value" not in env[secret]
+            assert env[secret]["valueFrom"] == {"secretKeyRef": {"name": "appliance-secrets", "key": secret,
+                                                                 "optional": True}}
+        assert spec["enableServiceLinks"] is False
+
+
+def test_cache_claims_namespace_and_overrides_are_parameters() -> None:
+    opts = K8sOptions(image="a:b", namespace="llm", hf_cache_claim="hf", appliance_cache_claim="jit",
+                      fabric_ifname="enp1s0f0np0", overrides=("limits.max_model_len=32768",))
+    docs = manifests("gb10-tp2", opts, "limits.max_model_len=32768")
+    assert {d["metadata"]["namespace"] for d in docs} == {"llm"}
+    template = pod_templates(docs[0])[1]
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    assert volumes["hf-cache"]["persistentVolumeClaim"] == {"claimName": "hf"}
+    assert volumes["appliance-cache"]["persistentVolumeClaim"] == {"claimName": "jit"}
+    env = {e["name"]: e.get("value") for e in template["spec"]["containers"][0]["env"]}
+    assert env["APPLIANCE_SET"] == "limits.max_model_len=32768" and env["APPLIANCE_FABRIC_IFNAME"] == "enp1s0f0np0"
+    assert docs[0]["metadata"]["labels"]["appliance/profile-digest"] != manifests("gb10-tp2")[0]["metadata"][
+        "labels"]["appliance/profile-digest"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "appliance", "k8s", *args], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_the_command_prints_yaml_documents_or_a_json_list() -> None:
+    y = cli("gb10-tp2", "--image", "appliance:x", "--namespace", "llm")
+    assert y.returncode == 0, y.stderr
+    docs = list(yaml.safe_load_all(y.stdout))
+    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service"]
+    j = cli("cpu-smoke", "--format", "json", "--set", "limits.max_model_len=1024")
+    assert j.returncode == 0, j.stderr
+    listing = json.loads(j.stdout)
+    assert listing["kind"] == "List" and [d["kind"] for d in listing["items"]] == ["Deployment", "Service"]
+    container = listing["items"][0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"appliance:{LOCK[:12]}"
+    assert {"name": "APPLIANCE_SET", "value": "limits.max_model_len=1024"} in container["env"]
+
+
+def test_the_command_refuses_an_invalid_profile_with_exit_2() -> None:
+    r = cli("gb10-tp2", "--set", "cache.kv_dtype=auto")
+    assert r.returncode == 2 and "K1" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""

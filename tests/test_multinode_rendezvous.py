@@ -1,0 +1,190 @@
+"""The cross-node check for real: head and worker are separate processes on two loopback addresses
+(127.0.0.1 and 127.0.0.2), each reading its own identity from its own installed files, exactly as
+`appliance run` does before supervisord. Differences are made the way they happen on real nodes:
+a different versions.json (lock digest) or another NCCL wheel installed (its dist-info)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.lock import lock_digest
+from appliance.multinode.identity import local_identity
+from appliance.multinode.rendezvous import join_head
+from appliance.paths import data_root
+from appliance.profile import load_profile
+
+HEAD_ADDR, WORKER_ADDR = "127.0.0.1", "127.0.0.2"
+PROFILE = "cpu-smoke-2node"
+
+
+def master_port() -> int:
+    """A master port in this suite's range (29600-29699) whose rendezvous port (+1) is free."""
+    for port in range(29640, 29699, 2):
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("0.0.0.0", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free master port in 29640-29699")
+
+
+@dataclass
+class Rank:
+    proc: subprocess.Popen[str]
+
+    def result(self, timeout: float = 90) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+
+def start_rank(rank: int, port: int, timeout_s: float, env: dict[str, str] | None = None) -> Rank:
+    full = {**os.environ, "APPLIANCE_HOST_IP": WORKER_ADDR if rank else HEAD_ADDR, **(env or {})}
+    full.pop("APPLIANCE_SET", None)
+    argv = [sys.executable, "-m", "appliance.multinode", PROFILE, "--node-rank", str(rank),
+            "--master-addr", HEAD_ADDR, "--master-port", str(port), "--timeout", str(timeout_s)]
+    return Rank(subprocess.Popen(argv, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+
+def other_lock_root(tmp_path: Path) -> Path:
+    """An APPLIANCE_ROOT whose versions.json pins another NCCL: what a node built from another lock has."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "profiles").symlink_to(data_root() / "profiles")
+    lock = json.loads((data_root() / "versions.json").read_text())
+    for pin in lock["packages"]:
+        if pin["name"] == "nvidia-nccl-cu13":
+            pin["version"] = "2.27.3"
+    (root / "versions.json").write_text(json.dumps(lock, indent=2))
+    return root
+
+
+def nccl_wheel(tmp_path: Path, version: str) -> Path:
+    """A site dir holding only the dist-info of nvidia-nccl-cu13 VERSION, as pip leaves it."""
+    site = tmp_path / "site"
+    info = site / f"nvidia_nccl_cu13-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nccl-cu13\nVersion: {version}\n")
+    return site
+
+
+def test_equal_identities_pass_on_both_sides_and_the_head_sees_the_worker_address() -> None:
+    port = master_port()
+    worker = start_rank(1, port, 60)
+    head = start_rank(0, port, 60)
+    h_rc, h_out, h_err = head.result()
+    w_rc, w_out, w_err = worker.result()
+    assert (h_rc, w_rc) == (0, 0), h_err + w_err
+    assert "rank 0 (head) agrees" in h_out and "rank 1 (worker) agrees" in w_out
+    assert f"at {WORKER_ADDR}) agrees with the head" in h_err  # the exchange went 127.0.0.2 -> 127.0.0.1
+
+
+def test_a_differing_nccl_version_is_refused_on_both_sides_naming_both_values(tmp_path: Path) -> None:
+    port = master_port()
+    site = nccl_wheel(tmp_path, "2.27.3")
+    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    worker = start_rank(1, port, 60, {"PYTHONPATH": pythonpath})
+    head = start_rank(0, port, 60)
+    h_rc, h_out, h_err = head.result()
+    w_rc, w_out, w_err = worker.result()
+    assert (h_rc, w_rc) == (2, 2)
+    for err in (h_err, w_err):
+        assert "nodes differ, serve refused" in err
+        assert "nccl_version: head none, rank 1 2.27.3" in err  # the CPU build has no NCCL: said as "none"
+        assert "K15" in err and "Traceback" not in err
+    assert "agrees" not in h_out + w_out  # nothing past the check ran: no engine starts
+
+
+def test_a_differing_lock_digest_is_refused_on_both_sides_before_any_engine_starts(tmp_path: Path) -> None:
+    root = other_lock_root(tmp_path)
+    ours, theirs = lock_digest()[:12], lock_digest(root / "versions.json")[:12]
+    assert ours != theirs
+    port = master_port()
+    head = start_rank(0, port, 60)
+    worker = start_rank(1, port, 60, {"APPLIANCE_ROOT": str(root)})
+    h_rc, h_out, h_err = head.result()
+    w_rc, w_out, w_err = worker.result()
+    assert (h_rc, w_rc) == (2, 2)
+    for err in (h_err, w_err):
+        assert f"lock_digest: head {ours}, rank 1 {theirs}" in err
+    assert "agrees" not in h_out + w_out
+
+
+def test_a_worker_started_before_the_head_retries_and_succeeds() -> None:
+    port = master_port()
+    worker = start_rank(1, port, 60)
+    time.sleep(4)  # the worker meets a closed port and backs off
+    assert worker.proc.poll() is None
+    head = start_rank(0, port, 60)
+    assert head.result()[0] == 0
+    w_rc, w_out, w_err = worker.result()
+    assert w_rc == 0, w_err
+    assert "agrees with every node" in w_out
+
+
+def test_a_missing_head_times_out_with_a_clear_message() -> None:
+    port = master_port()
+    start = time.monotonic()
+    rc, _, err = start_rank(1, port, 3).result()
+    assert rc == 2
+    assert time.monotonic() - start < 30
+    assert f"no answer from the head's rendezvous at {HEAD_ADDR}:{port + 1} within 3s" in err
+    assert "start rank 0 (the head)" in err and "Connection refused" in err
+
+
+def test_a_head_whose_worker_never_comes_times_out_naming_the_missing_rank() -> None:
+    port = master_port()
+    rc, _, err = start_rank(0, port, 3).result()
+    assert rc == 2
+    assert f"the head waited 3s on rendezvous port {port + 1} and rank(s) [1] never joined" in err
+
+
+def test_a_node_claiming_a_rank_outside_the_serve_stops_every_node() -> None:
+    port = master_port()
+    head = start_rank(0, port, 60)
+    with pytest.raises(ApplianceError) as stray:
+        join_head(local_identity(load_profile(PROFILE).profile), 3, HEAD_ADDR, port + 1, 30)
+    assert "refused the serve" in str(stray.value) and "joined as rank 3, outside 1..1" in str(stray.value)
+    worker = start_rank(1, port, 60)  # agrees, and is still told why the serve stops
+    h_rc, _, h_err = head.result()
+    w_rc, _, w_err = worker.result()
+    assert (h_rc, w_rc) == (2, 2)
+    assert "joined as rank 3, outside 1..1" in h_err and "joined as rank 3" in w_err
+
+
+def test_a_port_that_is_not_the_rendezvous_is_named_as_such() -> None:
+    identity = local_identity(load_profile(PROFILE).profile)
+    with socket.socket() as srv:
+        srv.bind((HEAD_ADDR, 0))
+        srv.listen(1)
+        port = srv.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+
+        t = threading.Thread(target=answer)
+        t.start()
+        with pytest.raises(ApplianceError, match="is not the appliance rendezvous"):
+            join_head(identity, 1, HEAD_ADDR, port, 10)
+        t.join(10)
+
+
+def test_the_check_is_a_no_op_for_a_single_node_profile() -> None:
+    r = subprocess.run([sys.executable, "-m", "appliance.multinode", "cpu-smoke", "--timeout", "1"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and "nothing to compare" in r.stdout
