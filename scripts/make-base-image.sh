@@ -4,8 +4,9 @@
 #
 #   scripts/make-base-image.sh [NAME]        NAME defaults to appliance-base:bookworm
 #
-# Contents: minbase + python3, python3-venv, ca-certificates, tini, procps (Python 3.11, as the
-# wheelhouse from scripts/wheelhouse.sh expects). Nothing happens when NAME already exists.
+# Contents: minbase + python3, python3-venv, ca-certificates, tini, procps, curl (Python 3.11, as the
+# wheelhouse from scripts/wheelhouse.sh expects; curl for the health probe). Nothing happens when NAME
+# already exists with the same contents key (label appliance.base.key); an older NAME is replaced.
 # The root file system tarball is cached under ${APPLIANCE_CACHE:-/var/cache/appliance}, so a
 # second import on this machine skips debootstrap. Talks to $DOCKER_HOST, or to the private
 # daemon of scripts/dockerd.sh when DOCKER_HOST is unset.
@@ -14,7 +15,7 @@ set -euo pipefail
 NAME="${1:-appliance-base:bookworm}"
 SUITE=bookworm
 VARIANT=minbase
-PACKAGES=python3,python3-venv,ca-certificates,tini,procps
+PACKAGES=python3,python3-venv,ca-certificates,tini,procps,curl
 CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -27,14 +28,17 @@ if [ -z "${DOCKER_HOST:-}" ]; then
 fi
 docker info >/dev/null 2>&1 || die "no Docker daemon at ${DOCKER_HOST} (run scripts/dockerd.sh start)"
 
-if docker image inspect "$NAME" >/dev/null 2>&1; then
-    say "image $NAME exists ($(docker image inspect -f '{{.Id}}' "$NAME")): nothing to do"
-    exit 0
-fi
-
 # The cache key covers everything that changes the root file system.
 key="$(printf '%s\n' "$SUITE" "$VARIANT" "$PACKAGES" | sha256sum | cut -c1-12)"
 tarball="$CACHE/rootfs-$SUITE-$VARIANT-$key.tar"
+
+if have="$(docker image inspect -f '{{index .Config.Labels "appliance.base.key"}}' "$NAME" 2>/dev/null)"; then
+    if [ "$have" = "$key" ]; then
+        say "image $NAME exists ($(docker image inspect -f '{{.Id}}' "$NAME"), key $key): nothing to do"
+        exit 0
+    fi
+    say "image $NAME has key '${have}', want $key: re-importing"
+fi
 
 if [ -s "$tarball" ]; then
     say "cached root file system: $tarball"
@@ -64,7 +68,7 @@ else
     : >"$root/etc/hostname"
     : >"$root/etc/resolv.conf"
     mkdir -p "$root/var/lib/apt/lists/partial"
-    for bin in usr/bin/python3 usr/bin/tini bin/ps; do
+    for bin in usr/bin/python3 usr/bin/tini bin/ps usr/bin/curl usr/sbin/useradd; do
         [ -e "$root/$bin" ] || die "rootfs lacks /$bin"
     done
     say "packing $tarball"
@@ -78,6 +82,7 @@ docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["/bin/bash"]' \
+    --change "LABEL appliance.base.key=$key appliance.base.contents=debootstrap-$VARIANT-$SUITE" \
     --message "debootstrap --variant=$VARIANT --include=$PACKAGES $SUITE" \
     "$tarball" "$NAME" >/dev/null
 say "imported $NAME in $((SECONDS - t0))s: $(docker run --rm --network host "$NAME" python3 -V 2>&1)"

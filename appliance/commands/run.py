@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_doctor:
         from appliance.commands.doctor import print_checks
         from appliance.doctor import run_doctor
+        from appliance.render.plan import role_for
 
-        checks = run_doctor(profile)
+        checks = run_doctor(profile, role_for(profile, place.node_rank))
         failed = [c for c in checks if c.status == "fail"]
         print_checks(checks, False, profile.name)
         if failed:

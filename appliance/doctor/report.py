@@ -86,7 +86,8 @@ def check_memory(profile: Profile, target: GpuFacts, available: float | None, ke
     return out
 
 
-def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_busy: bool) -> list[Check]:
+def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_busy: bool | None) -> list[Check]:
+    """`port_busy` None: this rank serves no API (a headless worker), so the port is not its to check."""
     out = []
     if port_busy:
         out.append(Check("engine.port", "fail", f"port {profile.server.port} is already in use; stop what holds "
@@ -110,12 +111,13 @@ def check_versions(profile: Profile) -> list[Check]:
     return [Check("versions", "fail", d.message) for d in drifts]
 
 
-def run_doctor(profile: Profile) -> list[Check]:
+def run_doctor(profile: Profile, role: str = "single") -> list[Check]:
     target = load_catalogue().gpus[profile.hardware.gpu]
+    port_busy = None if role == "worker" else port_in_use(profile.server.port)
     kernel_log = kernel_log_this_boot() if target.arch != "cpu" else None
     return [
         *check_gpu(profile, target, probe_gpus()),
         *check_memory(profile, target, mem_available_gib(), kernel_log),
-        *check_stale_engine(profile, running_engines(), port_in_use(profile.server.port)),
+        *check_stale_engine(profile, running_engines(), port_busy),
         *check_versions(profile),
     ]

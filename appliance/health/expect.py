@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from appliance.health.facts import Facts, FatalHit
 from appliance.health.predicates import holds
-from appliance.health.table import _PLACEHOLDER, Comparison, Expectation, LogTable, Operand, Role
+from appliance.health.table import PLACEHOLDER, Comparison, Expectation, LogTable, Operand, Role
 from appliance.profile.model import Profile
 
 Status = Literal["pass", "fail", "unknown"]
@@ -117,7 +117,7 @@ class Judge:
         missing = [f"no {n}" for n in e.present if n not in facts]
         if e.present_any and not any(n in facts for n in e.present_any):
             missing.append(f"none of {', '.join(e.present_any)}")
-        problems += [f"{n}={_show(facts.get(n))} at line {facts.lines.get(n)}" for n in e.absent if n in facts]
+        problems += [f"{n}={show_value(facts.get(n))} at line {facts.lines.get(n)}" for n in e.absent if n in facts]
         for c in e.comparisons:
             left, right = self._operand(c.left, facts), self._operand(c.right, facts)
             if left is None or right is None:
@@ -125,7 +125,7 @@ class Judge:
                 if c.left.kind == "lock" or c.right.kind == "lock":
                     problems.append(f"{c.text}: the lock has no such package")
             elif not self._holds(c, left, right):
-                problems.append(f"{c.text} is false ({_show(left)} vs {_show(right)})")
+                problems.append(f"{c.text} is false ({show_value(left)} vs {show_value(right)})")
         report = self._report(e, facts)
         if problems:
             return self._result(e, "fail", "; ".join(problems) + (f" [{report}]" if report else ""))
@@ -135,7 +135,7 @@ class Judge:
             return self._result(e, "unknown", ", ".join(missing) + (" yet" if not ready else ""))
         if e.absent and not ready and not (e.present or e.present_any or e.checks):
             return self._result(e, "unknown", f"none of {', '.join(e.absent)} so far; final once ready")
-        detail = report or ", ".join(f"{n}={_show(facts.get(n))}" for n in (*e.present, *e.present_any)
+        detail = report or ", ".join(f"{n}={show_value(facts.get(n))}" for n in (*e.present, *e.present_any)
                                      if n in facts) or f"no {', '.join(e.absent)}"
         return self._result(e, "pass", detail, warning=e.warn)
 
@@ -149,9 +149,9 @@ class Judge:
         def value(m: Any) -> str:
             key = m[1]
             got = profile_value(self.profile, key[8:]) if key.startswith("profile.") else facts.get(key)
-            return "?" if got is None else _show(got)
+            return "?" if got is None else show_value(got)
 
-        return _PLACEHOLDER.sub(value, e.report)
+        return PLACEHOLDER.sub(value, e.report)
 
 
 def _num(value: Any, like: Any) -> Any:
@@ -164,7 +164,7 @@ def _num(value: Any, like: Any) -> Any:
     return value
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     if isinstance(value, float):
         if math.isfinite(value) and value == int(value):
             return f"{int(value):,}"
@@ -172,5 +172,5 @@ def _show(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if isinstance(value, list):
-        return "/".join(_show(v) for v in value)
+        return "/".join(show_value(v) for v in value)
     return str(value)

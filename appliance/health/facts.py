@@ -1,16 +1,19 @@
 """Facts from log lines: the table's patterns applied to chunks of whole lines.
 
-Speed: a serve log is mostly lines nobody needs (access log, per-step stats). The extractor finds
-the table's literal anchors in a whole chunk with `bytes.find` (C speed) and only decodes and
-regex-matches the few lines that hold one. Memory: facts are a fixed set of names, fatal hits
+Speed: a serve log is mostly lines nobody needs (access log, per-step stats). The prefilter finds
+the lines holding one of the table's literal anchors in one regex pass over a whole chunk; only
+those few lines are decoded and matched against their patterns. Memory: facts are a fixed set of names, fatal hits
 keep one example line and a count, `distinct` facts keep at most MAX_DISTINCT values.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.health.prefilter import Prefilter
 from appliance.health.table import FactPattern, FatalPattern, LogTable, Pattern
 
 MAX_DISTINCT = 16
@@ -56,15 +59,38 @@ class Facts:
         return sum(h.count for h in self.fatal.values())
 
     def to_json(self) -> dict[str, Any]:
-        return dict(sorted(self.values.items()))
+        return {k: list(v) if isinstance(v, list) else v for k, v in sorted(self.values.items())}
 
 
-def _cast(kind: str, raw: str) -> Any:
-    if kind == "int":
-        return int(raw.replace(",", ""))
-    if kind == "float":
-        return float(raw.replace(",", ""))
-    return raw
+def _int(raw: str) -> int:
+    return int(raw.replace(",", ""))
+
+
+def _float(raw: str) -> float:
+    return float(raw.replace(",", ""))
+
+
+_CASTS: dict[str, Callable[[str], Any]] = {"int": _int, "float": _float, "str": str.strip}
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A pattern prepared for the hot path (plain attributes, casts resolved)."""
+
+    search: Callable[[str], re.Match[str] | None]
+    pattern: Pattern
+    fatal: bool
+    reset: bool
+    casts: tuple[tuple[str, Callable[[str], Any]], ...]
+    constants: tuple[tuple[str, Any], ...]
+    keep: str
+
+    @classmethod
+    def of(cls, p: Pattern) -> _Compiled:
+        if isinstance(p, FactPattern):
+            casts = tuple((g, _CASTS[p.types.get(g, "str")]) for g in p.compiled.groupindex)
+            return cls(p.compiled.search, p, False, p.reset, casts, tuple(p.set.items()), p.keep)
+        return cls(p.compiled.search, p, True, False, (), (), "last")
 
 
 class Extractor:
@@ -72,24 +98,26 @@ class Extractor:
 
     def __init__(self, table: LogTable) -> None:
         self.table = table
-        self.patterns: list[Pattern] = [*table.facts, *table.fatal]
-        by_anchor: dict[bytes, list[int]] = {}
-        for index, pattern in enumerate(self.patterns):
-            for anchor in pattern.anchors:
-                by_anchor.setdefault(anchor.encode(), []).append(index)
-        self._anchors = list(by_anchor.items())
+        self._compiled = [_Compiled.of(p) for p in (*table.facts, *table.fatal)]
+        self._anchors: dict[bytes, list[int]] = {}
+        for index, c in enumerate(self._compiled):
+            for anchor in c.pattern.anchors:
+                self._anchors.setdefault(anchor.encode(), []).append(index)
+        self._prefilter: Prefilter | None = None
         self.facts = Facts()
         self._quiet_after = table.quiet_after
 
     def feed(self, chunk: bytes) -> None:
         """Scan `chunk`, which holds whole lines (the last one may lack its newline)."""
-        hits = self._candidate_lines(chunk)
+        if self._prefilter is None:  # the first chunk tells which bytes are rare in this log
+            self._prefilter = Prefilter(self._anchors, chunk[: 1 << 20])
+        hits = self._prefilter.lines(chunk)
         counted, line = 0, self.facts.lines_read
         for start in sorted(hits):
             end, indexes = hits[start]
             line += chunk.count(b"\n", counted, start)
             counted = start
-            self._apply(chunk[start:end].decode("utf-8", "replace"), line + 1, sorted(indexes))
+            self._apply(chunk[start:end].decode("utf-8", "replace"), line + 1, indexes)
         self.facts.lines_read = line + chunk.count(b"\n", counted)
         if chunk and not chunk.endswith(b"\n"):
             self.facts.lines_read += 1
@@ -97,33 +125,18 @@ class Extractor:
     def feed_text(self, text: str) -> None:
         self.feed(text.encode())
 
-    def _candidate_lines(self, chunk: bytes) -> dict[int, tuple[int, set[int]]]:
-        hits: dict[int, tuple[int, set[int]]] = {}
-        find, rfind, size = chunk.find, chunk.rfind, len(chunk)
-        for anchor, indexes in self._anchors:
-            at = find(anchor)
-            while at >= 0:
-                start = rfind(b"\n", 0, at) + 1
-                end = find(b"\n", at)
-                end = size if end < 0 else end
-                entry = hits.get(start)
-                if entry is None:
-                    hits[start] = (end, set(indexes))
-                else:
-                    entry[1].update(indexes)
-                at = find(anchor, end)
-        return hits
-
-    def _apply(self, text: str, line: int, indexes: list[int]) -> None:
-        matches = [(self.patterns[i], m) for i in indexes if (m := self.patterns[i].compiled.search(text))]
-        if any(isinstance(p, FactPattern) and p.reset for p, _ in matches):
+    def _apply(self, text: str, line: int, indexes: set[int]) -> None:
+        compiled = self._compiled
+        matches = [(c, m) for c in (compiled[i] for i in sorted(indexes)) if (m := c.search(text))]
+        if not matches:
+            return
+        if any(c.reset for c, _ in matches):
             self._reset(line)
-        for pattern, m in matches:
-            if isinstance(pattern, FatalPattern):
-                self._fatal(pattern, text, line)
+        for c, m in matches:
+            if c.fatal:
+                self._fatal(c.pattern, text, line)  # type: ignore[arg-type]
             else:
-                assert isinstance(pattern, FactPattern)
-                self._fact(pattern, m.groupdict(), line)
+                self._fact(c, m, line)
 
     def _reset(self, line: int) -> None:
         old = self.facts
@@ -134,31 +147,31 @@ class Extractor:
         hits = self.facts.quiet if quiet else self.facts.fatal
         hit = hits.get(pattern.id)
         if hit is None:
-            hits[pattern.id] = FatalHit(pattern.id, pattern.rule, pattern.message, line,
-                                                    text.strip()[:MAX_TEXT])
+            hits[pattern.id] = FatalHit(pattern.id, pattern.rule, pattern.message, line, text.strip()[:MAX_TEXT])
         else:
             hit.count += 1
 
-    def _fact(self, pattern: FactPattern, groups: dict[str, str | None], line: int) -> None:
-        values, lines = self.facts.values, self.facts.lines
-        found: dict[str, Any] = {}
-        for name, raw in groups.items():
-            if raw is None:
-                continue
-            try:
-                found[name] = _cast(pattern.types.get(name, "str"), raw.strip())
-            except ValueError:
-                continue  # a number the regex admitted but Python cannot read: no evidence
-        found.update(pattern.set)
-        for name, value in found.items():
-            if pattern.keep == "first" and name in values:
-                continue
-            if pattern.keep == "sum":
+    def _fact(self, c: _Compiled, m: re.Match[str], line: int) -> None:
+        values, lines, keep = self.facts.values, self.facts.lines, c.keep
+        found: list[tuple[str, Any]] = []
+        for name, cast in c.casts:
+            raw = m[name]
+            if raw is not None:
+                try:
+                    found.append((name, cast(raw)))
+                except ValueError:
+                    continue  # a number the regex admitted but Python cannot read: no evidence
+        for name, value in (*found, *c.constants):
+            if keep == "last":
+                values[name] = value
+            elif keep == "first":
+                if name in values:
+                    continue
+                values[name] = value
+            elif keep == "sum":
                 values[name] = values.get(name, 0) + value
-            elif pattern.keep == "distinct":
+            else:  # distinct
                 seen = values.setdefault(name, [])
                 if value not in seen and len(seen) < MAX_DISTINCT:
                     seen.append(value)
-            else:
-                values[name] = value
             lines[name] = line

@@ -27,7 +27,7 @@ _RULE = r"^K[0-9]+$"
 _OPS = ("==", "!=", ">=", "<=", ">", "<")
 _CHECK = re.compile(r"^\s*(\S+)\s*(==|!=|>=|<=|>|<)\s*(\S+)\s*$")
 _NUMBER = re.compile(r"^-?[0-9]+(?:\.[0-9]+)?$")
-_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 
 
 class _Strict(BaseModel):
@@ -186,7 +186,7 @@ class Expectation(_Strict):
         return self._comparisons
 
     def facts(self) -> list[str]:
-        placeholders = [p for p in _PLACEHOLDER.findall(self.report or "") if "." not in p]
+        placeholders = [p for p in PLACEHOLDER.findall(self.report or "") if "." not in p]
         return [*self.present, *self.present_any, *self.absent, *placeholders,
                 *(f for c in self.comparisons for f in c.facts())]
 
@@ -217,7 +217,7 @@ class LogTable(_Strict):
             problems += [f"{owner}: unknown predicate {w!r}" for w in when if w.lstrip("!") not in PREDICATES]
         for e in self.expectations:
             refs = [str(o.value) for c in e.comparisons for o in (c.left, c.right) if o.kind == "profile"]
-            refs += [p.removeprefix("profile.") for p in _PLACEHOLDER.findall(e.report or "")
+            refs += [p.removeprefix("profile.") for p in PLACEHOLDER.findall(e.report or "")
                      if p.startswith("profile.")]
             problems += [f"{e.id}: unknown profile field {r!r}" for r in refs if not _profile_path_exists(r)]
         if problems:
