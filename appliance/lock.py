@@ -21,6 +21,8 @@ from appliance.errors import ApplianceError
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]
+# "tools": installed on the test machine beside the engine, never in an image, never checked there.
+PinTarget = Literal["gpu", "cpu", "tools"]
 
 
 class _Strict(BaseModel):
@@ -30,7 +32,7 @@ class _Strict(BaseModel):
 class PackagePin(_Strict):
     name: str
     version: str
-    targets: list[Target]
+    targets: list[PinTarget]
     reason: str
     rule: str | None = None
     extras: list[str] = []

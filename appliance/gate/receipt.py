@@ -1,0 +1,65 @@
+"""The receipt: one JSON document per gate run, rewritten after every check so that an interrupted gate
+still leaves what it measured (`complete: false`), plus a Markdown summary for people."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ApplianceError
+from appliance.gate.result import OK_STATUSES
+
+SCHEMA = "appliance-gate-receipt/1"
+REQUIRED = ("schema", "complete", "verdict", "started_at", "provenance", "engagement", "checks")
+
+
+def verdict(checks: list[dict[str, Any]], complete: bool, engagement: dict[str, Any] | None = None) -> str:
+    """pass = every check passed (or does not apply) AND the serve log's own expectations did not fail."""
+    if not complete:
+        return "incomplete"
+    log_failed = bool(engagement and (engagement.get("verdict") == "fail" or engagement.get("fatal")))
+    return "pass" if all(c["status"] in OK_STATUSES for c in checks) and not log_failed else "fail"
+
+
+def finalize(receipt: dict[str, Any], *, complete: bool, finished_at: str, duration_s: float) -> dict[str, Any]:
+    receipt.update(complete=complete, finished_at=finished_at, duration_s=round(duration_s, 1),
+                   verdict=verdict(receipt["checks"], complete, receipt.get("engagement")))
+    return receipt
+
+
+def write(receipt: dict[str, Any], out_dir: Path) -> Path:
+    """receipt.json (atomically: a reader never sees half a file) and summary.md."""
+    from appliance.gate.summary import render
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "receipt.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(receipt, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    (out_dir / "summary.md").write_text(render(receipt))
+    return path
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A receipt from disk, or ApplianceError saying why it is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ApplianceError(f"cannot read receipt {path}: {exc.strerror or exc}", value=str(path),
+                             fix="give the receipt.json a gate run wrote") from None
+    except ValueError as exc:
+        raise ApplianceError(f"{path} is not JSON: {exc}", value=str(path)) from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ApplianceError(f"{path} is not a gate receipt (schema {SCHEMA!r} expected)", value=str(path),
+                             fix="give the receipt.json written by `appliance gate`")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing or not isinstance(data["checks"], list):
+        raise ApplianceError(f"{path}: malformed receipt, missing {', '.join(missing) or 'a checks list'}",
+                             value=str(path))
+    return data
+
+
+def check(receipt: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((c for c in receipt["checks"] if c.get("name") == name), None)

@@ -1,0 +1,41 @@
+"""One check's outcome as it goes into the receipt."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted"]
+STATUSES: tuple[Status, ...] = ("pass", "fail", "error", "not_applicable", "unavailable", "interrupted")
+OK_STATUSES: frozenset[str] = frozenset({"pass", "not_applicable"})
+"""A gate passes only when every selected check ends in one of these."""
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: Status
+    summary: str
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    started_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "summary": self.summary, "seconds": round(self.seconds, 2),
+                "started_at": self.started_at, "params": self.params, "metrics": self.metrics,
+                "details": self.details}
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class CheckInterrupted(KeyboardInterrupt):
+    """Ctrl-C inside a check that could still save what it measured (llama-benchy's partial table)."""
+
+    def __init__(self, partial: CheckResult) -> None:
+        super().__init__(partial.summary)
+        self.partial = partial

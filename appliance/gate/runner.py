@@ -1,0 +1,76 @@
+"""Run the selected checks in order, rewriting the receipt after each; Ctrl-C (or SIGTERM) ends the gate
+with a receipt marked `complete: false` that holds every check finished so far."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from appliance.gate.context import GateContext
+from appliance.gate.receipt import finalize, write
+from appliance.gate.result import CheckInterrupted, CheckResult, utc_now
+
+MODULES = {name: f"appliance.gate.{name}" for name in ("bench", "recall", "reasoning", "structured", "gsm8k")}
+
+
+def run_check(name: str, ctx: GateContext) -> CheckResult:
+    started, began = utc_now(), time.monotonic()
+    try:
+        return importlib.import_module(MODULES[name]).run(ctx)
+    except CheckInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise CheckInterrupted(CheckResult(name, "interrupted", "interrupted by Ctrl-C before it finished",
+                                           started_at=started, seconds=time.monotonic() - began)) from None
+    except Exception as exc:  # one check's crash is that check's error; the gate goes on to the next
+        return CheckResult(name, "error", f"{type(exc).__name__}: {exc}", started_at=started,
+                           seconds=time.monotonic() - began)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """`docker stop`/`kill` end the gate like Ctrl-C does: with a partial receipt."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_gate(ctx: GateContext, selected: list[str], receipt: dict[str, Any]) -> dict[str, Any]:
+    began = time.monotonic()
+    receipt["checks"] = []
+    write(receipt, ctx.out_dir)
+    complete = False
+    try:
+        with sigterm_as_interrupt():
+            for index, name in enumerate(selected, 1):
+                ctx.progress.begin(name, index, len(selected))
+                try:
+                    result = run_check(name, ctx)
+                except CheckInterrupted as stop:
+                    receipt["checks"].append(stop.partial.to_json())
+                    ctx.progress.end(stop.partial)
+                    raise
+                receipt["checks"].append(result.to_json())
+                ctx.progress.end(result)
+                write(receipt, ctx.out_dir)
+            complete = True
+    except KeyboardInterrupt:
+        ctx.progress.note("interrupted: writing a partial receipt (complete: false)")
+    finally:
+        # A second Ctrl-C must not cut the last write in half.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            finalize(receipt, complete=complete, finished_at=utc_now(), duration_s=time.monotonic() - began)
+            write(receipt, ctx.out_dir)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    return receipt

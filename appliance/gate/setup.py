@@ -1,0 +1,172 @@
+"""From command-line choices to a GateContext and the receipt's provenance, before any check runs.
+
+Bad input (no profile, no serve at the URL, unknown check names) is an ApplianceError: exit 2.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ApplianceError
+from appliance.gate.client import ServeError
+from appliance.gate.context import GateContext
+from appliance.gate.progress import Progress
+from appliance.gate.provenance import engagement, engine_info, exporter_status, hardware, image_labels
+from appliance.gate.receipt import SCHEMA
+from appliance.gate.result import utc_now
+from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS, GateParams, fit, params_for
+from appliance.profile.loader import LoadedProfile
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    url: str | None = None
+    exporter: str | None = None
+    profile: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    env_overrides: list[str] = field(default_factory=list)
+    checks: str | None = None
+    out: Path | None = None
+    tokenizer: str | None = None
+    model_dir: Path | None = None
+    tune: dict[str, Any] = field(default_factory=dict)
+    """Single-value overrides: bench_corpus, bench_runs, recall_concurrency, recall_min, gsm8k_* (see TUNABLE)."""
+
+
+TUNABLE = ("bench_corpus", "bench_runs", "recall_concurrency", "recall_min", "gsm8k_limit", "gsm8k_fewshot",
+           "gsm8k_task", "gsm8k_include")
+
+
+def select(checks: str | None) -> list[str]:
+    if not checks:
+        return list(DEFAULT_CHECKS)
+    names = [c.strip() for c in checks.split(",") if c.strip()]
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown or not names:
+        raise ApplianceError(f"unknown check(s) {', '.join(unknown) or '(none given)'}", field="--checks",
+                             value=checks, fix=f"choose from {', '.join(CHECKS)}, comma-separated")
+    return list(dict.fromkeys(names))
+
+
+def tune(params: GateParams, t: dict[str, Any], max_len: int) -> GateParams:
+    bench, recall, gsm = params.bench, params.recall, params.gsm8k
+    if t.get("bench_corpus"):
+        corpus = t["bench_corpus"]
+        if corpus not in ("builtin", "default") and not Path(corpus).is_file():
+            raise ApplianceError(f"--bench-corpus {corpus}: no such file", field="--bench-corpus", value=corpus,
+                                 fix="give `builtin`, `default` or the path of a text file")
+        bench = replace(bench, corpus=corpus)
+    if t.get("bench_runs"):
+        bench = replace(bench, runs=t["bench_runs"])
+    if t.get("recall_concurrency"):
+        c = t["recall_concurrency"]
+        if c * recall.needles_per_request > 26:
+            raise ApplianceError(f"--recall-concurrency {c}: at most {26 // recall.needles_per_request}",
+                                 field="--recall-concurrency", value=c, fix="one name per needle; 26 names")
+        recall = replace(recall, concurrency=c)
+    if t.get("recall_min") is not None:
+        recall = replace(recall, min_found=t["recall_min"])
+    if t.get("gsm8k_include"):
+        if not Path(t["gsm8k_include"]).is_dir():
+            raise ApplianceError(f"--gsm8k-include {t['gsm8k_include']}: no such folder", field="--gsm8k-include",
+                                 value=t["gsm8k_include"], fix="give a folder of lm-eval task YAML files")
+        gsm = replace(gsm, include_path=str(Path(t["gsm8k_include"]).resolve()))
+    gsm = replace(gsm, limit=t.get("gsm8k_limit") or gsm.limit, task=t.get("gsm8k_task") or gsm.task)
+    if t.get("gsm8k_fewshot") is not None:
+        gsm = replace(gsm, num_fewshot=t["gsm8k_fewshot"])
+    return fit(replace(params, bench=bench, recall=recall, gsm8k=gsm), max_len)
+
+
+def _load(req: GateRequest, exporter_url: str) -> LoadedProfile:
+    from appliance.profile.loader import load_profile
+
+    name = req.profile
+    if not name:  # ask the running serve which profile it runs
+        status, _ = exporter_status(exporter_url)
+        name = ((status or {}).get("profile") or {}).get("name")
+    if not name:
+        raise ApplianceError("no profile given and none could be read from the health exporter",
+                             field="--profile", fix="pass --profile NAME or set APPLIANCE_PROFILE")
+    return load_profile(name, env_overrides=req.env_overrides, cli_overrides=req.overrides)
+
+
+def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) -> str | None:
+    """A local folder holding the tokenizer: --tokenizer, the checkpoint on disk, or the folder vLLM serves."""
+    from appliance.run.model_location import locate
+
+    if req.tokenizer:
+        return req.tokenizer
+    m = loaded.profile.model
+    try:
+        found = locate(m.checkpoint, m.revision, req.model_dir)
+    except ApplianceError:
+        found = None
+    if found:
+        return str(found)
+    root = next((x.get("root") for x in engine["models"] if x.get("root")), None)
+    return root if root and Path(root).is_dir() else None
+
+
+def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str], dict[str, Any]]:
+    from appliance import __version__
+    from appliance.lock import load_lock, lock_digest
+    from appliance.paths import appliance_home
+
+    selected = select(req.checks)
+    loaded = _load(req, req.exporter or "http://127.0.0.1:9400")
+    profile = loaded.profile
+    url = (req.url or f"http://127.0.0.1:{profile.server.port}").rstrip("/")
+    exporter = (req.exporter or f"http://127.0.0.1:{profile.server.health_port}").rstrip("/")
+    try:
+        engine = engine_info(url)
+    except ServeError as exc:
+        raise ApplianceError(f"no serve answers at {url}: {exc}", field="--url", value=url,
+                             fix="start one (appliance run) or point --url at its API server") from None
+    served = [str(m["id"]) for m in engine["models"] if m.get("id")]
+    if not served:
+        raise ApplianceError(f"{url}/v1/models lists no model", field="--url", value=url)
+    name = profile.server.served_model_name
+    model = name if name and name in served else served[0]
+    status, status_error = exporter_status(exporter)
+    params = tune(params_for(profile), req.tune, profile.limits.max_model_len)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out_dir = req.out or appliance_home() / "receipts" / f"{profile.name}-{stamp}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = GateContext(url=url, model=model, checkpoint=profile.model.checkpoint,
+                      tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
+                      progress=progress)
+    eng = engagement(status, status_error)
+    lock = lock_digest()
+    receipt: dict[str, Any] = {
+        "schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": utc_now(), "finished_at": None,
+        "selected": selected, "size": params.size,
+        "target": {"url": url, "exporter": exporter, "model": model, "checkpoint": ctx.checkpoint,
+                   "tokenizer": ctx.tokenizer},
+        "provenance": {
+            "appliance_version": __version__, "lock_digest": lock, "stack": load_lock().stack,
+            "profile": {"name": profile.name, "digest": loaded.digest, "source": str(loaded.source),
+                        "overrides": [*req.env_overrides, *req.overrides]},
+            "engine": engine, "image": image_labels(), "hardware": hardware(profile),
+        },
+        "engagement": eng, "checks": [], "warnings": _warnings(eng, loaded.digest, lock, params),
+    }
+    return ctx, selected, receipt
+
+
+def _warnings(eng: dict[str, Any], digest: str, lock: str, params: GateParams) -> list[str]:
+    out = list(params.notes)
+    if not eng.get("available"):
+        out.append(f"engagement facts not read: the health exporter did not answer ({eng.get('error')})")
+        return out
+    served = (eng.get("profile") or {}).get("digest")
+    if served and served != digest:
+        out.append(f"the serve runs profile digest {served[:12]}, the gate loaded {digest[:12]}: different "
+                   f"overrides? pass the serve's --set/APPLIANCE_SET to the gate")
+    if eng.get("lock_digest") and eng["lock_digest"] != lock:
+        out.append(f"the serve was built from lock {eng['lock_digest'][:12]}, this host has {lock[:12]}")
+    if eng.get("verdict") == "fail":
+        out.append("the health exporter's verdict is FAIL: see engagement.expectations and engagement.fatal")
+    return out

@@ -1,0 +1,132 @@
+"""Each check's settings, sized to the profile: the seed's standard for DeepSeek, seconds-long for cpu-smoke.
+
+A table of values, not logic: `params_for` picks a column by the profile's hardware and clips what
+cannot fit the profile's max_model_len. Command-line options override single values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from appliance.profile.model import Profile
+
+CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured", "gsm8k")
+DEFAULT_CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured")
+"""gsm8k is opt-in: it needs its data set from the hub and takes long on a real serve."""
+
+
+@dataclass(frozen=True)
+class BenchParams:
+    pp: tuple[int, ...]
+    tg: tuple[int, ...]
+    depth: tuple[int, ...]
+    runs: int
+    concurrency: tuple[int, ...] = (1,)
+    prefix_caching: bool = True
+    """llama-benchy --enable-prefix-caching: load the context first (ctx_pp/ctx_tg rows), then the prompt."""
+    corpus: str = "builtin"
+    """`builtin` (offline filler served on loopback), `default` (llama-benchy's own book) or a text file path."""
+    skip_coherence: bool = False
+    timeout_s: float = 7200.0
+
+
+@dataclass(frozen=True)
+class RecallParams:
+    concurrency: int
+    """Requests sent at once (the seed's "arthur c=12")."""
+    needles_per_request: int
+    context_tokens: int
+    """Filler tokens per request, shared as a common prefix by every request (prefix-cache hits race)."""
+    max_tokens: int
+    min_found: float
+    """Pass threshold, as a fraction of all needles."""
+    timeout_s: float = 900.0
+    seed: int = 12
+
+
+@dataclass(frozen=True)
+class ReasoningParams:
+    efforts: tuple[str, ...] = ("none", "low", "high", "max")
+    max_tokens: int = 2048
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class StructuredParams:
+    requests: int
+    temperature: float
+    max_tokens: int
+    top_p: float = 0.95
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Gsm8kParams:
+    num_fewshot: int = 8
+    limit: int | None = None
+    num_concurrent: int = 16
+    min_accuracy: float = 0.93
+    """On the strict-match filter; the seed measured ≈ 0.96 8-shot on a healthy GB10 serve."""
+    task: str = "gsm8k"
+    include_path: str | None = None
+    """lm-eval --include_path: a folder of task YAMLs (a GSM8K-shaped task over local files, e.g. offline)."""
+    timeout_s: float = 14400.0
+
+
+@dataclass(frozen=True)
+class GateParams:
+    size: str
+    """`smoke` or `standard`: which column of the table."""
+    bench: BenchParams
+    recall: RecallParams
+    reasoning: ReasoningParams
+    structured: StructuredParams
+    gsm8k: Gsm8kParams
+    notes: list[str] = field(default_factory=list)
+
+
+def _standard(max_len: int, prefix_caching: bool) -> GateParams:
+    return GateParams(
+        size="standard",
+        bench=BenchParams(pp=(2048,), tg=(128,), depth=(0, 8192, 16384, 32768), runs=3,
+                          prefix_caching=prefix_caching, corpus="default"),
+        recall=RecallParams(concurrency=12, needles_per_request=2, context_tokens=int(max_len * 0.75),
+                            max_tokens=256, min_found=22 / 24),
+        reasoning=ReasoningParams(),
+        structured=StructuredParams(requests=8, temperature=0.8, max_tokens=1024),
+        gsm8k=Gsm8kParams(),
+    )
+
+
+def _smoke(max_len: int, prefix_caching: bool) -> GateParams:
+    return GateParams(
+        size="smoke",
+        # skip_coherence: at its default temperature SmolLM2-135M names Paris only most of the time.
+        bench=BenchParams(pp=(64,), tg=(16,), depth=(0,), runs=1, prefix_caching=prefix_caching,
+                          skip_coherence=True, timeout_s=600.0),
+        # A 135M model finds few needles: the receipt records the score, the threshold asks for none.
+        recall=RecallParams(concurrency=4, needles_per_request=2, context_tokens=int(max_len * 0.5),
+                            max_tokens=40, min_found=0.0, timeout_s=300.0),
+        reasoning=ReasoningParams(max_tokens=64, timeout_s=120.0),
+        structured=StructuredParams(requests=4, temperature=0.9, max_tokens=120, timeout_s=300.0),
+        gsm8k=Gsm8kParams(limit=8, num_concurrent=2, min_accuracy=0.0, timeout_s=1800.0),
+    )
+
+
+def params_for(profile: Profile) -> GateParams:
+    max_len = profile.limits.max_model_len
+    build = _smoke if profile.hardware.gpu == "cpu" else _standard
+    params = build(max_len, profile.cache.prefix_caching)
+    return fit(params, max_len)
+
+
+def fit(params: GateParams, max_len: int) -> GateParams:
+    """Drop bench depths whose request would not fit max_model_len (and say so)."""
+    bench = params.bench
+    room = max_len - max(bench.pp) - max(bench.tg) - 64  # 64: chat template and the context-load probe
+    kept = tuple(d for d in bench.depth if d <= room)
+    notes = list(params.notes)
+    if kept != bench.depth:
+        dropped = ", ".join(str(d) for d in bench.depth if d not in kept)
+        notes.append(f"bench: depth {dropped} dropped: it does not fit max_model_len {max_len}")
+    return replace(params, bench=replace(bench, depth=kept or (0,)), notes=notes)

@@ -1,0 +1,126 @@
+"""Checks run end to end against fake serves (httpx.MockTransport) whose right verdict is known:
+the DeepSeek-only reasoning check, recall on a perfect and on a poisoned serve, structured output."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from appliance.gate import reasoning, recall, structured
+from appliance.gate.context import GateContext
+from appliance.gate.progress import Quiet
+from appliance.gate.sizing import params_for
+from appliance.profile.loader import load_profile
+
+Handler = Callable[[str, dict], dict | tuple[int, dict]]
+
+
+def ctx_for(profile: str, handler: Handler, tmp_path: Path) -> GateContext:
+    def respond(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content or b"{}")
+        out = handler(request.url.path, body)
+        status, payload = out if isinstance(out, tuple) else (200, out)
+        return httpx.Response(status, json=payload)
+
+    p = load_profile(profile).profile
+    return GateContext(url="http://serve", model="m", checkpoint=p.model.checkpoint, tokenizer=None, profile=p,
+                       params=params_for(p), out_dir=tmp_path, progress=Quiet(),
+                       transport=httpx.MockTransport(respond))
+
+
+def chat(content: str | None, **message: object) -> dict:
+    return {"choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content, **message}}]}
+
+
+def deepseek(leak_effort: str | None = None, reject: str | None = None, tool_markup: bool = False) -> Handler:
+    """A DeepSeek-V4-like serve: reasoning split off, tool calls parsed; optionally broken in one way."""
+    def handler(path: str, body: dict) -> dict | tuple[int, dict]:
+        effort = body.get("reasoning_effort") or (body.get("reasoning") or {}).get("effort")
+        if reject and effort == reject:
+            return 400, {"error": {"message": f"reasoning effort {effort!r} is not supported"}}
+        answer = "17 + 25</think>42" if effort == leak_effort else "42"
+        if path == "/v1/responses":
+            return {"output": [{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "add"}]},
+                               {"type": "message", "content": [{"type": "output_text", "text": answer}]}]}
+        if body.get("tools"):
+            if tool_markup:
+                return chat('<｜tool▁calls▁begin｜>get_weather{"city": "Paris"}')
+            return chat(None, tool_calls=[{"id": "1", "type": "function",
+                                           "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}])
+        return chat(answer, reasoning="17 plus 25")
+    return handler
+
+
+def test_reasoning_passes_on_a_healthy_deepseek_serve(tmp_path):
+    result = reasoning.run(ctx_for("gb10-tp2", deepseek(), tmp_path))
+    assert result.status == "pass", result.summary
+    assert result.metrics == {"accepted": 8, "probes": 8, "think_leaks": 0, "tool_call_parsed": True}
+    assert {(r["endpoint"], r["effort"]) for r in result.details["probes"]} == {
+        (s, e) for s in ("chat", "responses") for e in ("none", "low", "high", "max")}
+
+
+def test_reasoning_fails_on_a_bare_think_rejected_effort_or_unparsed_tool_call(tmp_path):
+    leak = reasoning.run(ctx_for("gb10-tp2", deepseek(leak_effort="high"), tmp_path))
+    assert leak.status == "fail" and "think markup in chat:high, responses:high" in leak.summary
+    rejected = reasoning.run(ctx_for("gb10-tp2", deepseek(reject="max"), tmp_path))
+    assert rejected.status == "fail" and "rejected: chat:max, responses:max" in rejected.summary
+    markup = reasoning.run(ctx_for("gb10-tp2", deepseek(tool_markup=True), tmp_path))
+    assert markup.status == "fail" and "tool call NOT parsed" in markup.summary
+
+
+def test_reasoning_is_not_applicable_without_a_reasoning_parser(tmp_path):
+    result = reasoning.run(ctx_for("cpu-smoke", deepseek(), tmp_path))
+    assert result.status == "not_applicable" and "reasoning parser" in result.summary
+
+
+def recaller(poisoned: set[int]) -> Handler:
+    """Answers every secret code in the prompt, except for requests whose index is poisoned."""
+    seen: list[str] = []
+
+    def handler(path: str, body: dict) -> dict:
+        if path == "/tokenize":
+            return {"count": len(body["prompt"]) // 4}
+        prompt = body["messages"][0]["content"]
+        seen.append(prompt)
+        pairs = re.findall(r"The secret code of (\w+) is (\d{6})\.", prompt)
+        bad = (len(seen) - 1) in poisoned
+        return chat("\n".join(f"{name}: {'000000' if bad else code}" for name, code in pairs))
+    return handler
+
+
+def test_recall_scores_24_of_24_on_a_perfect_serve_at_c12(tmp_path):
+    result = recall.run(ctx_for("gb10-tp2", recaller(set()), tmp_path))
+    assert result.status == "pass" and result.metrics["score"] == "24/24"
+    assert result.params["concurrency"] == 12 and result.metrics["context_tokens"] <= 36864
+
+
+def test_recall_fails_a_poisoned_serve_under_the_22_of_24_threshold(tmp_path):
+    result = recall.run(ctx_for("gb10-tp2", recaller(set(range(6))), tmp_path))
+    assert result.status == "fail" and result.metrics["score"] == "12/24" and result.metrics["wrong"] == 12
+    assert "below the threshold" in result.summary
+
+
+def test_recall_records_a_serve_error_as_an_error(tmp_path):
+    def handler(path: str, body: dict) -> tuple[int, dict]:
+        return 500, {"error": {"message": "EngineDeadError"}}
+
+    result = recall.run(ctx_for("cpu-smoke", handler, tmp_path))
+    assert result.status == "error" and "EngineDeadError" in result.summary
+
+
+def test_structured_fails_when_one_sampled_reply_breaks_the_schema(tmp_path):
+    replies = iter(['{"name": "Ada", "age": 36, "colour": "red"}', '{"name": "Bo", "age": 7, "colour": "red"}',
+                    '{"name": "Cy", "age": 1, "colour": "red"}', '{"name": "Di", "age": 2, "colour": "re'])
+
+    def handler(path: str, body: dict) -> dict:
+        assert body["temperature"] > 0 and body["response_format"]["type"] == "json_schema"
+        return chat(next(replies))
+
+    result = structured.run(ctx_for("cpu-smoke", handler, tmp_path))
+    assert result.status == "fail" and result.metrics == {"valid": 3, "total": 4}
+    assert "not JSON" in result.summary

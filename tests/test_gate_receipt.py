@@ -1,0 +1,227 @@
+"""Receipt schema, the parsers of llama-benchy and lm-eval output, sizing per profile, provenance readers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance.cli import main
+from appliance.errors import ApplianceError
+from appliance.gate import bench, gsm8k
+from appliance.gate.context import GateContext
+from appliance.gate.progress import Progress, Quiet
+from appliance.gate.provenance import engagement, image_labels
+from appliance.gate.receipt import REQUIRED, SCHEMA, finalize, load, verdict, write
+from appliance.gate.result import CheckResult
+from appliance.gate.setup import select
+from appliance.gate.sizing import params_for
+from appliance.gate.structured import SCHEMA as PERSON
+from appliance.gate.structured import judge, schema_errors
+from appliance.profile.loader import load_profile
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gate"
+
+
+def context(profile: str, tmp_path: Path, tokenizer: str | None = "/models/tok") -> GateContext:
+    p = load_profile(profile).profile
+    return GateContext(url="http://127.0.0.1:8000", model="deepseek-v4-flash", checkpoint=p.model.checkpoint,
+                       tokenizer=tokenizer, profile=p, params=params_for(p), out_dir=tmp_path, progress=Quiet())
+
+
+def test_deepseek_profiles_get_the_seeds_benchmark_standard_and_recall_shape():
+    params = params_for(load_profile("gb10-tp2").profile)
+    b = params.bench
+    assert (b.pp, b.tg, b.depth, b.runs, b.concurrency) == ((2048,), (128,), (0, 8192, 16384, 32768), 3, (1,))
+    assert params.recall.concurrency == 12 and params.recall.needles_per_request == 2
+    assert params.recall.min_found == pytest.approx(22 / 24)
+    assert params.reasoning.efforts == ("none", "low", "high", "max")
+    assert params.structured.temperature > 0
+
+
+def test_cpu_smoke_gets_tiny_settings_and_a_threshold_that_records_only():
+    params = params_for(load_profile("cpu-smoke").profile)
+    assert (params.bench.pp, params.bench.tg, params.bench.depth, params.bench.runs) == ((64,), (16,), (0,), 1)
+    assert params.bench.corpus == "builtin" and params.recall.min_found == 0
+    assert params.recall.context_tokens < 2048
+
+
+def test_bench_depths_that_do_not_fit_max_model_len_are_dropped_with_a_note():
+    loaded = load_profile("gb10-tp2", cli_overrides=["limits.max_model_len=20000"])
+    params = params_for(loaded.profile)
+    assert params.bench.depth == (0, 8192, 16384)
+    assert any("32768 dropped" in n for n in params.notes)
+
+
+def test_llama_benchy_argv_carries_the_standard_flags(tmp_path):
+    ctx = context("gb10-tp2", tmp_path)
+    argv = bench.argv("llama-benchy", ctx, ctx.params.bench, tmp_path / "r.json", None)
+    text = " ".join(argv)
+    assert "--pp 2048 --tg 128 --depth 0 8192 16384 32768 --runs 3 --concurrency 1" in text
+    assert "--enable-prefix-caching" in argv and "--book-url" not in argv
+    assert argv[argv.index("--base-url") + 1] == "http://127.0.0.1:8000/v1"
+    assert argv[argv.index("--served-model-name") + 1] == "deepseek-v4-flash"
+    assert argv[argv.index("--tokenizer") + 1] == "/models/tok"
+    assert argv[-4:] == ["--format", "json", "--save-result", str(tmp_path / "r.json")]
+
+
+def test_llama_benchy_json_is_parsed_into_rows_named_like_its_table():
+    rows = bench.parse_results(json.loads((FIXTURES / "llama-benchy-cpu-smoke.json").read_text()))
+    assert [r["test"] for r in rows] == ["pp64", "tg16", "ctx_pp @ d256", "ctx_tg @ d256", "pp64 @ d256",
+                                        "tg16 @ d256"]
+    assert [r["kind"] for r in rows] == ["pp", "tg", "ctx_pp", "ctx_tg", "pp", "tg"]
+    assert all(r["t_s"] > 0 and len(r["values"]) == 2 for r in rows)
+    assert rows[0]["ttfr_ms"] > 0 and rows[1]["peak_t_s"] > 0
+    assert "| ctx_pp @ d256 |" in bench.table(rows)
+
+
+def test_llama_benchy_failures_are_classified():
+    assert bench._classify(1, ["Coherence test FAILED: Expected 'Paris'. Got: Lyon"])[0] == "fail"
+    status, why = bench._classify(1, ["Error downloading or processing book: ConnectionError"])
+    assert status == "unavailable" and "--bench-corpus builtin" in why
+
+
+def test_lm_eval_results_json_is_parsed():
+    metrics = gsm8k.parse_results(json.loads((FIXTURES / "lm-eval-gsm8k-results.json").read_text()))
+    assert metrics["strict_match"] == pytest.approx(0.9613, abs=1e-4)
+    assert metrics["flexible_extract"] == pytest.approx(0.9629, abs=1e-4)
+    assert (metrics["num_fewshot"], metrics["samples"], metrics["lm_eval_version"]) == (8, 1319, "0.4.13")
+    params = params_for(load_profile("gb10-tp2").profile).gsm8k
+    assert gsm8k.judge(metrics, params)[0] == "pass"
+    assert gsm8k.judge({**metrics, "strict_match": 0.80}, params)[0] == "fail"
+
+
+def test_a_real_lm_eval_results_file_from_the_cpu_serve_is_parsed():
+    data = json.loads((FIXTURES / "lm-eval-gsm8k-local-cpu-smoke.json").read_text())
+    metrics = gsm8k.parse_results(data, "gsm8k_local")
+    assert (metrics["num_fewshot"], metrics["samples"]) == (2, 3)
+    assert metrics["strict_match"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+def test_lm_eval_output_without_the_task_is_an_error():
+    with pytest.raises(ValueError, match=r"no results\.gsm8k"):
+        gsm8k.parse_results({"results": {"arc_easy": {}}})
+
+
+def test_lm_eval_argv_uses_local_completions_against_the_serve(tmp_path):
+    ctx = context("gb10-tp2", tmp_path)
+    argv = gsm8k.argv("lm_eval", ctx, ctx.params.gsm8k, tmp_path / "out")
+    assert argv[:4] == ["lm_eval", "run", "--model", "local-completions"]
+    args = argv[argv.index("--model_args") + 1]
+    assert "base_url=http://127.0.0.1:8000/v1/completions" in args and "model=deepseek-v4-flash" in args
+    assert "tokenizer=/models/tok" in args
+    assert argv[argv.index("--num_fewshot") + 1] == "8" and "--limit" not in argv
+
+
+def test_gsm8k_offline_without_the_data_set_is_unavailable_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    result = gsm8k.run(context("cpu-smoke", tmp_path))
+    if gsm8k.executable("lm_eval") is None:
+        assert result.status == "unavailable" and "not installed" in result.summary
+    else:
+        assert result.status == "unavailable" and "openai/gsm8k" in result.summary and "hub" in result.summary
+
+
+def test_structured_schema_validation():
+    assert schema_errors({"name": "Ada", "age": 36, "colour": "blue", "tags": ["x"]}, PERSON) == []
+    errors = schema_errors({"name": "A" * 30, "age": -1, "colour": "pink", "extra": 1}, PERSON)
+    assert len(errors) == 4
+    assert schema_errors({"name": "Ada", "age": True, "colour": "red"}, PERSON) == [
+        "$.age: expected an integer, got true"]
+    assert judge('{"name": "Ada", "age": 3', "length")[0].startswith("not JSON (cut by max_tokens)")
+
+
+def test_engagement_reads_the_exporters_status():
+    status = {"state": "ready", "verdict": "pass", "log_ready": True,
+              "profile": {"name": "gb10-tp2", "digest": "d"}, "lock_digest": "l",
+              "facts": {"guard_active": 5, "guard_total": 5, "runner_v2": True, "sm120_decode": True,
+                        "kv_tokens": 401408, "attention_backend": "FLASHINFER_MLA_SPARSE"},
+              "expectations": [{"rule": "K4", "name": "guard-every-manager", "status": "pass", "severity": "error",
+                                "detail": "5/5"}], "fatal": []}
+    e = engagement(status)
+    assert (e["guard"], e["runner"], e["sm120_decode"], e["kv_tokens"]) == ("5/5", "v2", True, 401408)
+    assert e["expectations"] == [{"rule": "K4", "name": "guard-every-manager", "status": "pass", "detail": "5/5"}]
+    assert e["facts"] == status["facts"]
+    v1 = engagement({"log_ready": True, "facts": {}})
+    assert v1["runner"] == "v1" and v1["guard"] is None and v1["sm120_decode"] is False
+    assert engagement(None, "refused") == {"available": False, "error": "refused"}
+
+
+def test_image_labels_from_env_and_labels_file(tmp_path):
+    assert image_labels({}, tmp_path / "absent.json") is None
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"org.opencontainers.image.revision": "abc123"}))
+    got = image_labels({"APPLIANCE_IMAGE_REVISION": "abc123", "PATH": "/bin"}, labels)
+    assert got == {"revision": "abc123", "org.opencontainers.image.revision": "abc123"}
+
+
+def _receipt() -> dict:
+    return {"schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": "t", "finished_at": None,
+            "size": "smoke", "target": {"url": "u", "model": "m", "checkpoint": "c"},
+            "provenance": {"profile": {"name": "cpu-smoke", "digest": "d" * 64}, "lock_digest": "l" * 64,
+                           "engine": {"version": "0.32.0"}, "hardware": {}},
+            "engagement": {"available": False, "error": "x"}, "checks": [], "warnings": []}
+
+
+def test_receipt_round_trips_with_its_summary_and_a_verdict(tmp_path):
+    r = _receipt()
+    r["checks"] = [CheckResult("structured", "pass", "4/4").to_json(),
+                   CheckResult("reasoning", "not_applicable", "no parser").to_json()]
+    finalize(r, complete=True, finished_at="t2", duration_s=1.0)
+    assert r["verdict"] == "pass"
+    path = write(r, tmp_path)
+    assert load(path) == json.loads(path.read_text())
+    assert set(REQUIRED) <= set(load(path))
+    assert "# Gate receipt: cpu-smoke — PASS" in (tmp_path / "summary.md").read_text()
+
+
+def test_failed_checks_or_a_failing_serve_log_fail_the_verdict_and_interruption_makes_it_incomplete():
+    ok, bad = {"status": "pass"}, {"status": "unavailable"}
+    assert verdict([ok, bad], True) == "fail"
+    assert verdict([ok], False) == "incomplete"
+    assert verdict([ok], True, {"available": True, "verdict": "pass", "fatal": []}) == "pass"
+    assert verdict([ok], True, {"available": True, "verdict": "fail", "fatal": []}) == "fail"
+    assert verdict([ok], True, {"available": True, "verdict": "pass", "fatal": [{"id": "engine-dead"}]}) == "fail"
+
+
+def test_loading_something_that_is_not_a_receipt_is_bad_input(tmp_path):
+    (tmp_path / "x.json").write_text("[1]")
+    with pytest.raises(ApplianceError, match="not a gate receipt"):
+        load(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text(json.dumps({"schema": SCHEMA}))
+    with pytest.raises(ApplianceError, match="malformed receipt"):
+        load(tmp_path / "y.json")
+
+
+def test_unknown_check_names_are_refused_with_the_valid_ones():
+    assert select(None) == ["bench", "recall", "reasoning", "structured"]
+    assert select("structured,recall,structured") == ["structured", "recall"]
+    with pytest.raises(ApplianceError) as err:
+        select("bench,speed")
+    assert "speed" in str(err.value) and "gsm8k" in str(err.value)
+
+
+def test_gate_cli_with_no_serve_is_bad_input_with_a_fix(tmp_path, capsys):
+    from tests.conftest import free_port
+
+    code = main(["gate", "--profile", "cpu-smoke", "--url", f"http://127.0.0.1:{free_port()}",
+                 "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no serve answers" in err and "Traceback" not in err
+
+
+def test_progress_prints_one_line_per_event_off_a_terminal():
+    import io
+
+    stream = io.StringIO()
+    progress = Progress(stream, live=False, clock=iter(range(100)).__next__)
+    progress.begin("recall", 2, 4)
+    progress.step("1/4 answered")
+    progress.end(CheckResult("recall", "pass", "3/8 needles found", seconds=9))
+    assert stream.getvalue().splitlines() == ["[gate 2/4] recall ...", "[gate 2/4] recall (1 s) 1/4 answered",
+                                              "[gate 2/4] recall: ok in 9 s: 3/8 needles found"]

@@ -1,0 +1,99 @@
+"""Two `appliance run` processes — head and headless worker of `cpu-smoke-2node` on two loopback
+addresses — each under its own supervisord: the cross-node exchange, vLLM's own mp launcher, the
+rendered argv and engine env on both ranks, and the worker turning unhealthy when its head goes (K22)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from appliance.render.plan import ENGINE_ENV_KEYS
+from tests.conftest import BIN, free_port, http_ok, wait_for
+
+pytestmark = pytest.mark.engine
+
+
+def start_rank(tmp: Path, model: Path, rank: int, host_ip: str, api: int, master: int) -> tuple[subprocess.Popen[bytes],
+                                                                                                  dict[str, str], Path]:
+    env = {**os.environ, "APPLIANCE_PROFILE": "cpu-smoke-2node", "APPLIANCE_MODEL_DIR": str(model),
+           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(tmp / "home"), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "APPLIANCE_SET": f"server.port={api}", "APPLIANCE_NODE_RANK": str(rank),
+           "APPLIANCE_MASTER_ADDR": "127.0.0.1", "APPLIANCE_MASTER_PORT": str(master),
+           "APPLIANCE_HOST_IP": host_ip, "APPLIANCE_HEALTH_PORT": str(free_port())}
+    run_dir = tmp / f"rank{rank}"
+    out = tmp / f"rank{rank}.out"
+    proc = subprocess.Popen([str(BIN / "appliance"), "run", "--run-dir", str(run_dir)], env=env,
+                            stdout=out.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, env, run_dir
+
+
+def ctl(run_dir: Path, *args: str) -> str:
+    return subprocess.run([str(BIN / "supervisorctl"), "-c", str(run_dir / "supervisord.conf"), *args],
+                          capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+
+
+def proc_env(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(kv.split("=", 1) for kv in raw if "=" in kv)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when_the_head_goes(
+        tmp_path: Path, smoke_model_dir: Path) -> None:
+    api, master = free_port(), free_port()
+    # The worker starts first: its rendezvous retries until the head answers.
+    worker, worker_env, worker_dir = start_rank(tmp_path, smoke_model_dir, 1, "127.0.0.2", api, master)
+    time.sleep(3)
+    head, head_env, head_dir = start_rank(tmp_path, smoke_model_dir, 0, "127.0.0.1", api, master)
+    try:
+        up = wait_for(lambda: http_ok(f"http://127.0.0.1:{api}/health"), timeout=420, interval=2)
+        assert up, (tmp_path / "rank0.out").read_text()[-3000:] + (tmp_path / "rank1.out").read_text()[-3000:]
+        assert "RUNNING" in ctl(worker_dir, "status", "vllm")
+
+        # What supervisor runs on each rank is that rank's rendered plan.
+        for env, run_dir, rank in ((head_env, head_dir, 0), (worker_env, worker_dir, 1)):
+            plan = json.loads(subprocess.run([str(BIN / "appliance"), "render", "--format", "json"], env=env,
+                                             capture_output=True, text=True, check=True).stdout)
+            pid = int(ctl(run_dir, "pid", "vllm"))
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+            assert cmdline[-len(plan["argv"]) + 1:] == plan["argv"][1:]
+            assert plan["role"] == ("head" if rank == 0 else "worker")
+            assert ("--headless" in cmdline) is (rank == 1)
+            running = proc_env(pid)
+            assert {k: running.get(k) for k in plan["env"]} == plan["env"]
+        head_engine = {k: v for k, v in proc_env(int(ctl(head_dir, "pid", "vllm"))).items() if k in ENGINE_ENV_KEYS}
+        worker_engine = {k: v for k, v in proc_env(int(ctl(worker_dir, "pid", "vllm"))).items()
+                         if k in ENGINE_ENV_KEYS}
+        assert head_engine == worker_engine and head_engine
+
+        worker_exporter = f"http://127.0.0.1:{worker_env['APPLIANCE_HEALTH_PORT']}"
+        assert wait_for(lambda: http_ok(f"{worker_exporter}/ready"), timeout=60, interval=2), \
+            httpx.get(f"{worker_exporter}/status").text[-2000:]
+
+        stop(head)
+        # K22: the headless worker keeps running without its head; its health must say so.
+        assert wait_for(lambda: not http_ok(f"{worker_exporter}/ready"), timeout=30, interval=1)
+    finally:
+        stop(head)
+        group = subprocess.run(["pgrep", "-s", str(worker.pid)], capture_output=True, text=True).stdout.split()
+        started = time.monotonic()
+        stop(worker)
+        wait_for(lambda: not [p for p in group if Path(f"/proc/{p}").exists()], timeout=60, interval=1)
+        assert [p for p in group if Path(f"/proc/{p}").exists()] == []
+        assert time.monotonic() - started < 90
