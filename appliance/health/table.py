@@ -122,7 +122,7 @@ class FactPattern(Pattern):
     """Casts of named groups; groups not listed are strings."""
     set: dict[str, Scalar] = {}
     """Constant facts set when the line matches."""
-    keep: Literal["last", "first", "sum", "distinct"] = "last"
+    keep: Literal["last", "first", "distinct"] = "last"
     """How repeated matches combine."""
     reset: bool = False
     """The line starts a new engine run: earlier facts and fatal hits are dropped."""
@@ -135,8 +135,6 @@ class FactPattern(Pattern):
         unknown = set(self.types) - groups
         if unknown:
             raise ValueError(f"{self.id}: types name no group of the regex: {', '.join(sorted(unknown))}")
-        if self.keep == "sum" and any(self.types.get(g) not in ("int", "float") for g in groups):
-            raise ValueError(f"{self.id}: keep=sum needs every group typed int or float")
         return self
 
     def produces(self) -> list[str]:
