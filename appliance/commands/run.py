@@ -111,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     exporter = [sys.executable, "-m", "appliance", "exporter", loaded.source.as_posix(), "--log",
-                str(files.engine_log), "--engine-url", f"http://127.0.0.1:{profile.server.port}",
-                "--port", str(settings.health_port or profile.server.health_port), "--node-rank", str(place.node_rank)]
+                str(files.engine_log), "--port", str(settings.health_port or profile.server.health_port),
+                "--node-rank", str(place.node_rank)]
+    if plan.role != "worker":  # a headless worker has no API: its exporter asks the head's (K22)
+        exporter += ["--engine-url", f"http://127.0.0.1:{profile.server.port}"]
     for item in args.overrides:  # APPLIANCE_SET reaches the exporter through the inherited environment
         exporter += ["--set", item]
     conf = render_conf(_resolved(plan), files, env, exporter)

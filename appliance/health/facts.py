@@ -1,15 +1,17 @@
 """Facts from log lines: the table's patterns applied to chunks of whole lines.
 
 Speed: a serve log is mostly lines nobody needs (access log, per-step stats). The prefilter finds
-the lines holding one of the table's literal anchors in one regex pass over a whole chunk; only
-those few lines are decoded and matched against their patterns. Memory: facts are a fixed set of names, fatal hits
-keep one example line and a count, `distinct` facts keep at most MAX_DISTINCT values.
+the lines holding one of the table's literal anchors at C speed; only those are decoded and matched.
+A `keep: last` fact is overwritten by its next line, so within a chunk only its last line is
+matched, and an anchor that turns out frequent (DSpark metrics every few lines) is looked up from
+the chunk's end instead. Memory: facts are a fixed set of names, fatal hits keep one example line
+and a count, `distinct` facts keep at most MAX_DISTINCT values.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,9 @@ from appliance.health.table import FactPattern, FatalPattern, LogTable, Pattern
 
 MAX_DISTINCT = 16
 MAX_TEXT = 400
+DENSE = 64
+"""An anchor seen this often in one chunk whose patterns keep only their last value (a serve at work
+prints DSpark metrics every few lines) is then found from each chunk's end instead of line by line."""
 
 
 @dataclass
@@ -112,38 +117,42 @@ class Extractor:
         quiet = set(table.quiet_after)
         self._last_only = {i for i, c in enumerate(self._compiled) if not c.fatal and not c.reset
                            and c.keep == "last" and not quiet & set(c.pattern.produces())}  # type: ignore[attr-defined]
+        self._dense: set[bytes] = set()
 
-    def feed(self, chunk: bytes, numbers: Sequence[int] | None = None) -> None:
-        """Scan `chunk`, which holds whole lines (the last one may lack its newline). `numbers`, when
-        given, are the log's line numbers of the chunk's lines (a pre-selected subset of the log);
-        the caller then sets `facts.lines_read`."""
+    def feed(self, chunk: bytes) -> None:
+        """Scan `chunk`, which holds whole lines (the last one may lack its newline)."""
         if self._prefilter is None:  # the first chunk tells which bytes are rare in this log
-            self._prefilter = Prefilter(self._anchors, chunk[: 1 << 18])
+            self._prefilter = self._new_prefilter(chunk)
         hits = self._prefilter.lines(chunk)
-        if len(hits) > 1:
-            self._drop_overwritten(chunk, hits)
+        last_reset = self._drop_overwritten(chunk, hits)
+        self._add_dense(chunk, hits, last_reset)
+        if any(n >= DENSE and a not in self._dense and set(self._anchors[a]) <= self._last_only
+               for a, n in self._prefilter.counts.items()):
+            self._dense |= {a for a, n in self._prefilter.counts.items() if n >= DENSE
+                            and set(self._anchors[a]) <= self._last_only}
+            self._prefilter = self._new_prefilter(chunk)
         base, counted, index = self.facts.lines_read, 0, 0
         for start in sorted(hits):
             end, indexes = hits[start]
             index += chunk.count(b"\n", counted, start)
             counted = start
-            line = numbers[index] if numbers is not None else base + index + 1
-            self._apply(chunk[start:end].decode("utf-8", "replace"), line, indexes)
-        if numbers is None:
-            self.facts.lines_read = base + chunk.count(b"\n") + (1 if chunk and not chunk.endswith(b"\n") else 0)
+            self._apply(chunk[start:end].decode("utf-8", "replace"), base + index + 1, indexes)
+        self.facts.lines_read = base + chunk.count(b"\n") + (1 if chunk and not chunk.endswith(b"\n") else 0)
 
-    def _drop_overwritten(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]]) -> None:
+    def _new_prefilter(self, chunk: bytes) -> Prefilter:
+        return Prefilter({a: i for a, i in self._anchors.items() if a not in self._dense}, chunk[: 1 << 18])
+
+    def _drop_overwritten(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]]) -> int:
+        """Keep, of each last-only pattern, only its last matching line after the chunk's last reset
+        (returned: the start of that reset line, 0 if none)."""
         order = sorted(hits)
-        text: dict[int, str] = {}
+        compiled = self._compiled
 
         def line(start: int) -> str:
-            if start not in text:
-                text[start] = chunk[start:hits[start][0]].decode("utf-8", "replace")
-            return text[start]
+            return chunk[start:hits[start][0]].decode("utf-8", "replace")
 
-        compiled = self._compiled
-        last_reset = next((s for s in reversed(order) if any(compiled[i].search(line(s))
-                                                             for i in hits[s][1] & self._resets)), 0)
+        last_reset = next((s for s in reversed(order) if hits[s][1] & self._resets
+                           and any(compiled[i].search(line(s)) for i in hits[s][1] & self._resets)), 0)
         by_pattern: dict[int, list[int]] = {}
         for start in order:
             for i in hits[start][1] & self._last_only:
@@ -158,6 +167,25 @@ class Extractor:
         for start in order:
             if not hits[start][1]:
                 del hits[start]
+        return last_reset
+
+    def _add_dense(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]], last_reset: int) -> None:
+        """For each dense anchor, walk back from the chunk's end to the last line each of its patterns
+        matches (bytes.rfind: a few microseconds where the regex pass would stop at every line)."""
+        for anchor in self._dense:
+            todo, pos = set(self._anchors[anchor]), len(chunk)
+            while todo and (at := chunk.rfind(anchor, 0, pos)) >= 0:
+                start = chunk.rfind(b"\n", 0, at) + 1
+                if start < last_reset:
+                    break
+                end = chunk.find(b"\n", at)
+                end = len(chunk) if end < 0 else end
+                text = chunk[start:end].decode("utf-8", "replace")
+                matched = {i for i in todo if self._compiled[i].search(text)}
+                if matched:
+                    hits.setdefault(start, (end, set()))[1].update(matched)
+                    todo -= matched
+                pos = start
 
     def feed_text(self, text: str) -> None:
         self.feed(text.encode())

@@ -47,7 +47,7 @@ class Operand:
             return cls("string", token[1:-1])
         for kind in ("profile", "lock"):
             if token.startswith(f"{kind}."):
-                return cls(kind, token.removeprefix(f"{kind}."))  # type: ignore[arg-type]
+                return cls(kind, token.removeprefix(f"{kind}."))
         return cls("fact", token)
 
 

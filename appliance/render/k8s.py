@@ -154,7 +154,9 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
                          {"name": "hf-cache", "mountPath": HF_HOME},
                          {"name": "appliance-cache", "mountPath": APPLIANCE_HOME}],
         "startupProbe": _probe("startup", budget.startup_period_s, budget.startup_failures),
-        "readinessProbe": _probe("ready", 10, 3),
+        # The exporter already debounces (progress window, engine polls): one failed probe means not ready,
+        # so traffic leaves a wedged or dead engine within two periods.
+        "readinessProbe": _probe("ready", 10, 1),
         "livenessProbe": _probe("live", 15, 4),
     }
     annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(profile.server.health_port),

@@ -1,0 +1,100 @@
+"""`appliance exporter --profile P --log LOG`: the health exporter in the foreground (a supervisord
+program). Tails the serve log, asks vLLM, serves /live /ready /startup /status /metrics; exits 0 on
+SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from appliance.commands.common import load_from_args
+from appliance.errors import ApplianceError
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("positional_profile", nargs="?", metavar="PROFILE", help="same as --profile")
+    parser.add_argument("--profile", help="profile name or path (default $APPLIANCE_PROFILE)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
+                        help="override one profile field (repeatable)")
+    parser.add_argument("--log", type=Path, help="the serve log to tail (default $APPLIANCE_LOG_DIR/vllm.log)")
+    parser.add_argument("--engine-url", help="vLLM base URL (default http://127.0.0.1:<server.port>; "
+                        "on a worker rank the head's API at $APPLIANCE_MASTER_ADDR)")
+    parser.add_argument("--no-engine", action="store_true", help="judge from the log alone")
+    parser.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, help="port (default the profile's server.health_port)")
+    parser.add_argument("--node-rank", type=int, help="this node's rank (default $APPLIANCE_NODE_RANK or 0)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+    parser.add_argument("--engine-timeout", type=float, default=1.5, help="vLLM HTTP timeout (default 1.5 s)")
+    parser.add_argument("--progress-window", type=float, default=60.0,
+                        help="K18: seconds without engine progress while requests run before not-ready")
+    parser.add_argument("--live-grace", type=float, default=300.0,
+                        help="seconds in `failed` before /live fails (lets supervisord restart the engine)")
+    parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
+
+
+def _engine_url(args: argparse.Namespace, role: str, port: int, master_addr: str | None) -> str | None:
+    if args.no_engine:
+        return None
+    if args.engine_url:
+        return str(args.engine_url)
+    if role == "worker":
+        # A headless rank has no API of its own; it is healthy only while its head serves (K22).
+        return f"http://{master_addr}:{port}" if master_addr else None
+    return f"http://127.0.0.1:{port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from appliance.health.build import HealthContext, lock_versions
+    from appliance.health.engine import EngineProbe
+    from appliance.health.metrics import make_registry
+    from appliance.health.monitor import Identity, Monitor
+    from appliance.health.server import HealthServer, serve
+    from appliance.health.tail import LogTailer
+    from appliance.settings import load_settings
+
+    settings = load_settings()
+    args.profile = args.profile or args.positional_profile
+    loaded = load_from_args(args, settings)
+    log = args.log or (settings.log_dir / "vllm.log" if settings.log_dir else None)
+    if log is None:
+        raise ApplianceError("no serve log given", field="--log",
+                             fix="pass --log PATH (the engine's stdout/stderr file) or set APPLIANCE_LOG_DIR")
+    ctx = HealthContext.load(loaded, args.table)
+    rank = args.node_rank if args.node_rank is not None else settings.node_rank
+    role = ctx.role(rank)
+    profile = loaded.profile
+    url = _engine_url(args, role, profile.server.port, settings.master_addr)
+    identity = Identity(profile=profile.name, profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
+                        stack=ctx.lock.stack, role=role, log=str(log), engine_url=url,
+                        lock_versions=lock_versions(ctx.lock))
+    clock = time.monotonic
+    engine = EngineProbe(url, timeout=args.engine_timeout) if url else None
+    monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
+                      engine=engine, progress_window=args.progress_window)
+    port = args.port or profile.server.health_port
+    try:
+        server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
+                              clock=clock, stale_after=3 * args.interval + 2 * args.engine_timeout + 5,
+                              live_grace=args.live_grace)
+    except OSError as exc:
+        raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,
+                             fix="choose a free port (--port) or stop what holds it") from None
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(f"appliance exporter: {profile.name} ({role}) log {log} engine {url or '-'} on {args.host}:{port}",
+          flush=True)
+    try:
+        serve(monitor, server, interval=args.interval, stop=stop)
+    finally:
+        if engine:
+            engine.close()
+    return 0

@@ -1,0 +1,77 @@
+"""The engine's own HTTP view: vLLM `/health` and the few `/metrics` series readiness needs (K18)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+RUNNING = "vllm:num_requests_running"
+# Any of these moving means the engine steps: decode adds generation tokens, a finished prefill adds
+# prompt tokens, and every scheduler iteration adds one observation to the iteration histogram.
+PROGRESS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:iteration_tokens_total_count")
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    checked: bool
+    """False when no engine URL is configured (log-only judgement)."""
+    healthy: bool = False
+    """/health answered 200."""
+    running: float | None = None
+    """vllm:num_requests_running summed over engines; None when /metrics did not answer."""
+    progress: float | None = None
+    """Sum of the PROGRESS counters."""
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"checked": self.checked, "healthy": self.healthy, "requests_running": self.running,
+                "progress_counter": self.progress, "error": self.error}
+
+
+NOT_CHECKED = EngineSample(checked=False)
+
+
+def parse_metrics(text: str) -> tuple[float | None, float | None]:
+    """(requests running, progress counter) from Prometheus text; a cheap scan, not a full parser."""
+    running: float | None = None
+    progress: float | None = None
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name != RUNNING and name not in PROGRESS:
+            continue
+        try:
+            value = float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if name == RUNNING:
+            running = (running or 0.0) + value
+        else:
+            progress = (progress or 0.0) + value
+    return running, progress
+
+
+class EngineProbe:
+    def __init__(self, base_url: str, *, timeout: float = 2.0, client: httpx.Client | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = client or httpx.Client(timeout=timeout, trust_env=False)
+
+    def sample(self) -> EngineSample:
+        try:
+            health = self._client.get(f"{self.base_url}/health")
+        except httpx.HTTPError as exc:
+            return EngineSample(True, error=f"/health: {type(exc).__name__}: {exc}")
+        if health.status_code != 200:
+            return EngineSample(True, error=f"/health answered {health.status_code}")
+        try:
+            metrics = self._client.get(f"{self.base_url}/metrics")
+            metrics.raise_for_status()
+        except httpx.HTTPError as exc:
+            return EngineSample(True, healthy=True, error=f"/metrics: {type(exc).__name__}: {exc}")
+        running, progress = parse_metrics(metrics.text)
+        return EngineSample(True, healthy=True, running=running, progress=progress)
+
+    def close(self) -> None:
+        self._client.close()

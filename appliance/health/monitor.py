@@ -1,0 +1,134 @@
+"""The exporter's reader: tail the log, keep facts, ask the engine, decide the state.
+
+One thread calls `poll()` every interval; HTTP handlers only read `snapshot`, an immutable value
+swapped in whole, so a probe never waits for a scan or an engine call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.health.engine import NOT_CHECKED, EngineProbe, EngineSample
+from appliance.health.expect import Evaluation, Judge
+from appliance.health.facts import Extractor, FatalHit
+from appliance.health.state import Assessment, State, StateMachine
+from appliance.health.tail import LogTailer
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this exporter speaks for: shown in /status and the info metric."""
+
+    profile: str
+    profile_digest: str
+    lock_digest: str
+    stack: str
+    role: str
+    log: str
+    engine_url: str | None
+    lock_versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    state: State
+    since: float
+    reasons: list[str]
+    ever_ready: bool
+    started: bool
+    """Ready at least once since the exporter started (the startup probe)."""
+    stalled: bool
+    evaluation: Evaluation
+    facts: dict[str, Any]
+    quiet: list[FatalHit]
+    engine: EngineSample
+    runs: int
+    lines_read: int
+    bytes_read: int
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def versions(self, identity: Identity) -> dict[str, Any]:
+        return {
+            "vllm": self.facts.get("vllm_version"),
+            "nccl_vllm": self.facts.get("nccl_version"),
+            "nccl_library": self.facts.get("nccl_lib_version"),
+            "stack": identity.stack,
+            "lock": identity.lock_versions,
+        }
+
+    def to_json(self, identity: Identity, now: float) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "ready": self.ready,
+            "state_for_s": round(now - self.since, 1),
+            "reasons": self.reasons,
+            "verdict": self.evaluation.verdict,
+            "log_ready": self.evaluation.log_ready,
+            "profile": {"name": identity.profile, "digest": identity.profile_digest},
+            "lock_digest": identity.lock_digest,
+            "role": identity.role,
+            "versions": self.versions(identity),
+            "facts": self.facts,
+            "expectations": [r.to_json() for r in self.evaluation.results],
+            "fatal": [h.to_json() for h in self.evaluation.fatal],
+            "fatal_during_shutdown": [h.to_json() for h in self.quiet],
+            "engine": {"url": identity.engine_url, **self.engine.to_json(), "progress_stalled": self.stalled},
+            "log": {"path": identity.log, "runs": self.runs, "lines": self.lines_read, "bytes": self.bytes_read},
+            "age_s": round(now - self.at, 2),
+        }
+
+
+class Monitor:
+    def __init__(self, *, judge: Judge, tailer: LogTailer, identity: Identity, clock: Callable[[], float],
+                 engine: EngineProbe | None = None, progress_window: float = 60.0) -> None:
+        self.judge = judge
+        self.tailer = tailer
+        self.identity = identity
+        self.clock = clock
+        self.engine = engine
+        self.extractor = Extractor(judge.table)
+        self.machine = StateMachine(clock, progress_window)
+        self._started = False
+        self.last_error: str | None = None
+        evaluation = judge.evaluate(self.extractor.facts)
+        first = self.machine.update(run=0, log_started=False, evaluation=evaluation, engine=NOT_CHECKED)
+        self.snapshot = self._snap(evaluation, NOT_CHECKED, first)
+
+    def poll(self) -> Snapshot:
+        for chunk in self.tailer.poll():
+            self.extractor.feed(chunk)
+        facts = self.extractor.facts
+        evaluation = self.judge.evaluate(facts)
+        sample = self.engine.sample() if self.engine else NOT_CHECKED
+        assessment = self.machine.update(run=facts.runs, log_started=facts.lines_read > 0, evaluation=evaluation,
+                                         engine=sample, stopping="shutdown_requested" in facts)
+        self.snapshot = self._snap(evaluation, sample, assessment)
+        return self.snapshot
+
+    def _snap(self, evaluation: Evaluation, sample: EngineSample, a: Assessment) -> Snapshot:
+        facts = self.extractor.facts
+        self._started = self._started or a.ever_ready
+        return Snapshot(
+            at=self.clock(), state=a.state, since=a.since, reasons=a.reasons, ever_ready=a.ever_ready,
+            started=self._started, stalled=a.stalled, evaluation=evaluation, facts=facts.to_json(),
+            quiet=list(facts.quiet.values()), engine=sample, runs=facts.runs, lines_read=facts.lines_read,
+            bytes_read=self.tailer.bytes_read)
+
+    def run(self, stop: threading.Event, interval: float) -> None:
+        """Poll until `stop` is set; an error in one poll is reported in /status, not fatal."""
+        while not stop.is_set():
+            began = self.clock()
+            try:
+                self.poll()
+            except Exception as exc:  # keep serving the last snapshot; /live goes stale if this repeats
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            else:
+                self.last_error = None
+            stop.wait(max(0.0, interval - (self.clock() - began)))

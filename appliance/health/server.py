@@ -1,0 +1,96 @@
+"""The exporter's HTTP side: /live, /ready, /startup, /status, /metrics on a small threaded stdlib
+server. Handlers read the monitor's latest snapshot only, so a probe costs microseconds."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from appliance.health.monitor import Monitor
+
+
+class HealthServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], monitor: Monitor, registry: CollectorRegistry, *,
+                 clock: Callable[[], float], stale_after: float, live_grace: float) -> None:
+        super().__init__(address, _Handler)
+        self.monitor = monitor
+        self.registry = registry
+        self.clock = clock
+        self.stale_after = stale_after
+        """A snapshot older than this means the poll loop is stuck: not live, not ready."""
+        self.live_grace = live_grace
+        """How long `failed` may last before /live fails (time for supervisord to restart the engine)."""
+
+    def verdicts(self) -> dict[str, tuple[bool, dict[str, Any]]]:
+        snap, now = self.monitor.snapshot, self.clock()
+        fresh = now - snap.at <= self.stale_after
+        stale = [] if fresh else [f"exporter poll loop stale for {now - snap.at:.0f} s"]
+        failed_long = snap.state == "failed" and now - snap.since > self.live_grace
+        live_reasons = stale + ([f"failed for {now - snap.since:.0f} s: {snap.reasons[0]}"] if failed_long else [])
+        ready_reasons = stale + (snap.reasons if not snap.ready else [])
+        return {
+            "live": (not live_reasons, {"live": not live_reasons, "state": snap.state, "reasons": live_reasons}),
+            "ready": (not ready_reasons,
+                      {"ready": not ready_reasons, "state": snap.state, "reasons": ready_reasons}),
+            "startup": (snap.started and fresh, {"started": snap.started, "state": snap.state, "reasons": stale}),
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: HealthServer
+    server_version = "appliance-exporter"
+
+    def do_GET(self) -> None:
+        self._respond(head=False)
+
+    def do_HEAD(self) -> None:
+        self._respond(head=True)
+
+    def _respond(self, *, head: bool) -> None:
+        route = self.path.split("?", 1)[0].rstrip("/") or "/"
+        name = route.lstrip("/")
+        if name in ("live", "ready", "startup"):
+            ok, body = self.server.verdicts()[name]
+            self._send(200 if ok else 503, json.dumps(body).encode() + b"\n", "application/json", head)
+        elif route == "/status":
+            snap = self.server.monitor.snapshot
+            body = snap.to_json(self.server.monitor.identity, self.server.clock())
+            body["poll_error"] = self.server.monitor.last_error
+            self._send(200, json.dumps(body, indent=1).encode() + b"\n", "application/json", head)
+        elif route == "/metrics":
+            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST, head)
+        else:
+            self._send(404, b'{"error": "not found", "routes": ["/live", "/ready", "/startup", "/status", '
+                            b'"/metrics"]}\n', "application/json", head)
+
+    def _send(self, code: int, body: bytes, content_type: str, head: bool) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # probes every few seconds would drown the exporter's own log
+
+
+def serve(monitor: Monitor, server: HealthServer, *, interval: float, stop: threading.Event) -> None:
+    """Serve HTTP in a thread and poll in this one until `stop` is set; then close both."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                              name="health-http", daemon=True)
+    thread.start()
+    try:
+        monitor.run(stop, interval)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

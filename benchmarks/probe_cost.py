@@ -1,0 +1,121 @@
+"""Probe cost: healthchecks/probe vs a bare `curl -fsS` against the same running endpoint, same run.
+
+A real `appliance exporter` serves a ready cpu-smoke log (its /ready is 200). Arms, run in blocks
+that alternate their order: bare `curl -fsS -o /dev/null URL/ready`, the shipped probe (POSIX sh +
+curl), and two options the probe could have been (`python3 -I -S` with http.client; `python3` with
+the appliance package importable, i.e. paying for site-packages). Cost = wall time per call and the
+children's CPU time (user + sys), what a kubelet or Docker pays every period.
+
+    .venv/bin/python benchmarks/probe_cost.py [--calls 40] [--blocks 5] [--vllm-url http://127.0.0.1:8000]
+
+With --vllm-url, bare `curl -fsS URL/health` against the running engine is measured in the same run
+as the literal baseline. Target: probe <= 1.5 x bare curl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+LOG = ROOT / "tests" / "fixtures" / "logs" / "cpu-smoke-serve.log"
+PY_PROBE = ("import http.client,sys; c=http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]), timeout=3); "
+            "c.request('GET', '/ready'); sys.exit(c.getresponse().status != 200)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def measure(argv: list[str], calls: int) -> tuple[float, float]:
+    """(wall ms per call, child CPU ms per call); every call must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    for _ in range(calls):
+        rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+        if rc != 0:
+            raise SystemExit(f"{argv} exited {rc}")
+    wall = (time.perf_counter() - start) / calls * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / calls * 1000
+    return wall, cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=40, help="calls per arm per block")
+    parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--vllm-url", help="also time bare curl against this engine's /health")
+    args = parser.parse_args()
+
+    text = LOG.read_text()
+    tmp = Path(tempfile.mkdtemp(prefix="probe-bench-"))
+    log = tmp / "vllm.log"
+    log.write_text(text[: text.index("Application startup complete.") + len("Application startup complete.\n")])
+    port = free_port()
+    exporter = subprocess.Popen([sys.executable, "-m", "appliance", "exporter", "--profile", "cpu-smoke", "--log",
+                                 str(log), "--no-engine", "--host", "127.0.0.1", "--port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise SystemExit("the exporter did not get ready")
+        arms = {
+            "bare curl -fsS /ready": ["curl", "-fsS", "-o", "/dev/null", f"{base}/ready"],
+            "healthchecks/probe ready": [str(ROOT / "healthchecks" / "probe"), "ready", base],
+            "python3 -I -S http.client": [os.path.realpath(sys.executable), "-I", "-S", "-c", PY_PROBE, str(port)],
+            "python3 (site-packages)": [sys.executable, "-c", PY_PROBE, str(port)],
+        }
+        if args.vllm_url:
+            arms["bare curl -fsS vLLM /health"] = ["curl", "-fsS", "-o", "/dev/null", f"{args.vllm_url}/health"]
+        names = list(arms)
+        for name in names:  # warm caches once
+            measure(arms[name], 3)
+        results: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+        for block in range(args.blocks):
+            order = names if block % 2 == 0 else names[::-1]
+            for name in order:
+                results[name].append(measure(arms[name], args.calls))
+        print(f"{args.blocks} blocks x {args.calls} calls per arm, order alternating; median of block means")
+        bare_wall = statistics.median(w for w, _ in results[names[0]])
+        bare_cpu = statistics.median(c for _, c in results[names[0]])
+        for name in names:
+            wall = statistics.median(w for w, _ in results[name])
+            cpu = statistics.median(c for _, c in results[name])
+            print(f"  {name:<28} wall {wall:6.2f} ms ({wall / bare_wall:4.2f}x)   cpu {cpu:6.2f} ms "
+                  f"({cpu / bare_cpu:4.2f}x)")
+        probe_wall = statistics.median(w for w, _ in results[names[1]])
+        probe_cpu = statistics.median(c for _, c in results[names[1]])
+        ratio = max(probe_wall / bare_wall, probe_cpu / bare_cpu)
+        print(f"probe / bare curl: {ratio:.2f}x (target <= 1.5x)")
+        return 0 if ratio <= 1.5 else 1
+    finally:
+        exporter.send_signal(signal.SIGTERM)
+        exporter.wait(10)
+        log.unlink()
+        tmp.rmdir()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""Log-scan throughput: the appliance's scanner vs `grep -E` with the same patterns, same run.
+
+The log is ≥ 1 GiB made of REAL lines: the fixture serve logs (the CPU smoke serve's own output
+and the DeepSeek excerpts) concatenated and repeated. Both sides read the same file from the page
+cache; grep runs with LC_ALL=C (its fastest mode, the strict baseline) and, for information, in the
+machine's locale. Repetitions alternate which side goes first. Each scan is its own process, so its
+max RSS is measured alone (os.wait4): 100 MiB and 1 GiB must need the same memory.
+
+    .venv/bin/python benchmarks/scan_throughput.py [--size-gib 1] [--reps 3]
+
+Two mixes: `serving` (each engine run prints one real start-up, then the real lines of a serve at
+work, restarting every 64 MiB: what a 1 GiB serve log looks like) and `dense` (every fixture log
+whole, over and over: a quarter of all lines are evidence, the scanner's worst case).
+Target: scanner throughput ≥ 0.3 × grep's on the serving mix, RSS independent of the log size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+MIB = 1 << 20
+SCAN = ("import sys; from pathlib import Path; from appliance.health.scan import scan_file; "
+        "from appliance.health.table import load_table; f = scan_file(Path(sys.argv[1]), load_table()); "
+        "print(f.lines_read, f.runs, len(f.fatal))")
+
+
+def _fixtures() -> list[list[bytes]]:
+    return [p.read_bytes().splitlines(keepends=True) for p in sorted(LOGS.rglob("*.log"))]
+
+
+def _serving(lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """(start-up lines up to `Application startup complete.`, the lines printed while serving)."""
+    ready = next((i for i, line in enumerate(lines) if b"Application startup complete" in line), None)
+    if ready is None:
+        return [], []
+    serving = []
+    for line in lines[ready + 1:]:
+        if any(mark in line for mark in (b"[shutdown]", b"ERROR", b"Traceback", b"Shutting down")):
+            break
+        serving.append(line)
+    return lines[: ready + 1], serving
+
+
+def build_log(path: Path, size: int, mix: str) -> int:
+    """dense: every fixture log whole, over and over (a quarter of the lines are evidence: the worst case).
+    serving: a long serve — each engine run prints one real start-up, then the real lines a serve prints
+    while it works (access log, engine stats, DSpark metrics) until the next restart every 64 MiB."""
+    logs = _fixtures()
+    with path.open("wb") as out:
+        written = 0
+        if mix == "dense":
+            block = b"".join(line for lines in logs for line in lines)
+            while written < size:
+                written += out.write(block)
+            return written
+        runs = [(start, b"".join(serve)) for start, serve in map(_serving, logs) if start]
+        serve_block = b"".join(block for _, block in runs)
+        run = 0
+        while written < size:
+            start, _ = runs[run % len(runs)]
+            run += 1
+            written += out.write(b"".join(start))
+            run_end = min(size, written + 64 * MIB)
+            while written < run_end:
+                written += out.write(serve_block)
+    return written
+
+
+def to_ere(regex: str) -> str:
+    """Python regex -> POSIX ERE with the same line-matching meaning (named and non-capturing groups
+    become plain groups, lazy quantifiers greedy, which does not change whether a line matches)."""
+    ere = re.sub(r"\(\?P<\w+>", "(", regex).replace("(?:", "(")
+    ere = ere.replace("*?", "*").replace("+?", "+").replace("??", "?")
+    return ere.replace(r"[^\n]", ".").replace(r"\d", "[0-9]").replace(r"\s", "[[:space:]]")
+
+
+def patterns() -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    from appliance.health.table import load_table
+
+    table = load_table()
+    return [to_ere(p.regex) for p in (*table.facts, *table.fatal)]
+
+
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    """(seconds, max RSS in KiB, stdout) of one process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):  # grep -c exits 1 when nothing matched
+        raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {err[-2000:]}")
+    return elapsed, usage.ru_maxrss, out.strip()
+
+
+def bench(mix: str, size_bytes: int, reps: int, workdir: Path, ere: list[str],
+          env: dict[str, str]) -> tuple[float, int]:
+    """Returns (median throughput ratio scanner/grep, max RSS of the scanner in KiB)."""
+    big = workdir / f"{mix}.log"
+    size = build_log(big, size_bytes, mix)
+    grep = ["grep", "-c", "-E", *[x for p in ere for x in ("-e", p)]]
+    scanner = [sys.executable, "-c", SCAN]
+    print(f"-- {mix}: {size / MIB:,.0f} MiB of real fixture lines, {len(ere)} patterns")
+    subprocess.run(["cat", str(big)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+    grep_t, scan_t, scan_rss = [], [], []
+    for rep in range(reps):
+        for arm in (["grep", "scan"] if rep % 2 == 0 else ["scan", "grep"]):
+            if arm == "grep":
+                t, _, out = run([*grep, str(big)], {**env, "LC_ALL": "C"})
+                grep_t.append(t)
+                print(f"  rep {rep + 1} grep -E (LC_ALL=C): {t:6.2f} s {size / MIB / t:7.1f} MiB/s ({out} lines match)")
+            else:
+                t, rss, out = run([*scanner, str(big)], env)
+                scan_t.append(t)
+                scan_rss.append(rss)
+                print(f"  rep {rep + 1} scanner:            {t:6.2f} s {size / MIB / t:7.1f} MiB/s "
+                      f"max RSS {rss / 1024:.1f} MiB (lines, runs, fatal: {out})")
+    locale = os.environ.get("LC_ALL") or os.environ.get("LANG") or "C.UTF-8"
+    t, _, _ = run([*grep, str(big)], {**env, "LC_ALL": locale})
+    g, s = statistics.median(grep_t), statistics.median(scan_t)
+    print(f"  grep -E in the machine's locale ({locale}): {size / MIB / t:.1f} MiB/s")
+    print(f"  median: grep -E {size / MIB / g:.1f} MiB/s, scanner {size / MIB / s:.1f} MiB/s -> ratio {g / s:.2f}x")
+    big.unlink()
+    return g / s, max(scan_rss)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gib", type=float, default=1.0)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--mix", choices=["serving", "dense", "both"], default="both")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="scan-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ere = patterns()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    small = workdir / "small.log"
+    build_log(small, 100 * MIB, "serving")
+    _, small_rss, _ = run([sys.executable, "-c", SCAN, str(small)], env)
+    small.unlink()
+    results = {mix: bench(mix, int(args.size_gib * 1024 * MIB), args.reps, workdir, ere, env)
+               for mix in (["serving", "dense"] if args.mix == "both" else [args.mix])}
+    if not args.workdir:
+        workdir.rmdir()
+    big_rss = max(rss for _, rss in results.values())
+    print(f"scanner max RSS: 100 MiB log {small_rss / 1024:.1f} MiB, "
+          f"{args.size_gib:g} GiB logs {big_rss / 1024:.1f} MiB")
+    for mix, (ratio, _) in results.items():
+        print(f"ratio {mix}: {ratio:.2f}x (target >= 0.30 on the serving mix)")
+    flat = big_rss <= small_rss * 1.25 + 8 * 1024
+    primary = results.get("serving", next(iter(results.values())))[0]
+    return 0 if primary >= 0.3 and flat else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

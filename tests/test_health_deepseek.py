@@ -1,0 +1,143 @@
+"""DeepSeek-V4-Flash serve logs (excerpts built from vLLM's and the fork's format strings, see
+fixtures/logs/deepseek/README.md), judged for the GB10 TP=2 DSpark profile as an engineer would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from appliance.health.build import lock_versions
+from appliance.health.expect import Evaluation, Judge
+from appliance.health.scan import scan_file
+from appliance.health.table import load_table
+from appliance.lock import load_lock
+from appliance.profile.loader import load_profile
+
+LOGS = Path(__file__).parent / "fixtures" / "logs" / "deepseek"
+TABLE = load_table()
+LOCK = lock_versions(load_lock())
+
+
+def judge(log: str, *overrides: str, profile: str = "gb10-tp2", role: str = "head") -> Evaluation:
+    loaded = load_profile(profile, cli_overrides=list(overrides))
+    return Judge(TABLE, loaded.profile, role, LOCK).evaluate(scan_file(LOGS / log, TABLE))  # type: ignore[arg-type]
+
+
+def result(evaluation: Evaluation, name: str):
+    return next(r for r in evaluation.results if r.name == name)
+
+
+def statuses(evaluation: Evaluation) -> dict[str, str]:
+    return {r.name: r.status for r in evaluation.results}
+
+
+def test_a_healthy_gb10_tp2_dspark_head_passes_every_expectation():
+    ev = judge("gb10-tp2-dspark-head.log")
+    assert ev.verdict == "pass"
+    assert set(statuses(ev).values()) == {"pass"}
+    assert {"guard-every-manager", "runner-v2", "sm120-decode-engaged", "nccl-vllm-matches-lock",
+            "nccl-library-matches-lock", "kv-holds-max-model-len", "spec-decode-accepting"} <= set(statuses(ev))
+
+
+def test_the_healthy_head_reports_kv_concurrency_against_max_num_seqs():
+    detail = result(judge("gb10-tp2-dspark-head.log"), "kv-concurrency").detail
+    assert "21.23x" in detail and "49,152" in detail and "max_num_seqs 64" in detail
+
+
+def test_a_healthy_headless_worker_is_ready_without_an_api_server_line():
+    ev = judge("gb10-tp2-dspark-worker.log", role="worker")
+    assert ev.log_ready and ev.verdict == "pass"
+    facts = scan_file(LOGS / "gb10-tp2-dspark-worker.log", TABLE)
+    assert facts.runs == 1 and facts.get("vllm_version") == "0.27.1.dev412+gaa0d513027"  # its own start line
+    assert "guard-every-manager" not in statuses(ev)  # the guard line comes from the head's scheduler
+    assert statuses(ev)["sm120-decode-engaged"] == "pass"
+
+
+def test_guard_on_two_of_five_managers_fails_k4():
+    r = result(judge("guard-2-of-5.log"), "guard-every-manager")
+    assert (r.rule, r.status, r.severity) == ("K4", "fail", "error")
+    assert "2 vs 5" in r.detail
+    assert judge("guard-2-of-5.log").verdict == "fail"
+
+
+def test_guard_two_of_five_with_guard_explicitly_one_passes_with_the_upstream_semantics_warning():
+    ev = judge("guard-2-of-5.log", "cache.guard=1")
+    r = result(ev, "guard-upstream-semantics")
+    assert r.status == "pass" and "2 of 5" in (r.warning or "")
+    assert ev.verdict == "pass"
+
+
+def test_guard_zero_of_five_fails_k4_when_the_guard_is_left_unset():
+    ev = judge("guard-0-of-5.log")
+    assert result(ev, "guard-every-manager").status == "fail"
+    assert ev.verdict == "fail"
+
+
+def test_guard_zero_of_five_passes_with_a_warning_when_the_guard_is_explicitly_zero():
+    ev = judge("guard-0-of-5.log", "cache.guard=0")
+    r = result(ev, "guard-off-as-set")
+    assert (r.rule, r.status) == ("K4", "pass")
+    assert "off" in (r.warning or "")
+    assert ev.verdict == "pass"
+
+
+def test_guard_explicitly_zero_but_log_shows_it_on_fails():
+    assert result(judge("gb10-tp2-dspark-head.log", "cache.guard=0"), "guard-off-as-set").status == "fail"
+
+
+def test_no_sm120_decode_line_on_an_sm12x_profile_fails_closed_once_ready():
+    ev = judge("no-sm120-decode.log")
+    r = result(ev, "sm120-decode-engaged")
+    assert (r.rule, r.status) == ("K7", "fail")
+    assert "after the log said ready" in r.detail
+    assert ev.verdict == "fail"
+
+
+def test_no_sm120_decode_line_is_fine_when_the_profile_turns_the_path_off():
+    ev = judge("no-sm120-decode.log", "engine.sm120_decode=false")
+    assert "sm120-decode-engaged" not in statuses(ev)
+    assert result(ev, "sm120-decode-off-as-set").status == "pass"
+    assert ev.verdict == "pass"
+
+
+def test_missing_sm120_evidence_is_unknown_before_the_log_says_ready():
+    ev = judge("nccl-mismatch-head.log")  # stops during start-up
+    assert not ev.log_ready
+    assert result(ev, "sm120-decode-engaged").status == "unknown"
+    assert ev.verdict == "unknown"
+
+
+def test_the_num_tokens_gate_is_fatal_k17_at_once():
+    ev = judge("num-tokens-gate.log")
+    assert ev.verdict == "fail"
+    hits = {h.id: h for h in ev.fatal}
+    assert "flashinfer-num-tokens-gate" in hits and hits["flashinfer-num-tokens-gate"].rule == "K17"
+    assert "engine-init-failed" in hits
+    assert not ev.log_ready
+
+
+def test_an_illegal_memory_access_mid_serve_fails_although_every_expectation_passed():
+    ev = judge("illegal-memory-access.log")
+    assert ev.log_ready and all(r.status == "pass" for r in ev.results)
+    assert ev.verdict == "fail"
+    assert [h.id for h in ev.fatal] == ["illegal-memory-access", "engine-dead"]
+
+
+def test_a_worker_on_another_nccl_than_the_lock_fails_k15_even_before_ready():
+    ev = judge("nccl-mismatch-worker.log", role="worker")
+    assert not ev.log_ready
+    for name in ("nccl-vllm-matches-lock", "nccl-library-matches-lock"):
+        r = result(ev, name)
+        assert (r.rule, r.status) == ("K15", "fail")
+        assert "2.27.3 vs 2.30.7" in r.detail
+    assert ev.verdict == "fail"
+
+
+def test_the_head_of_the_mismatched_pair_matches_the_lock_but_never_gets_ready():
+    ev = judge("nccl-mismatch-head.log")
+    assert result(ev, "nccl-vllm-matches-lock").status == "pass"
+    assert ev.verdict == "unknown"
+
+
+def test_nccl_expectations_apply_to_multi_node_gpu_profiles_only():
+    ev = judge("gb10-tp2-dspark-head.log", profile="rtx-pro-6000-tp2")
+    assert "nccl-vllm-matches-lock" not in statuses(ev)

@@ -1,0 +1,269 @@
+"""The exporter's HTTP endpoints against a stub of the engine's HTTP (/health, /metrics) served
+in-process on 127.0.0.1. The stub stands only for vLLM's HTTP surface in these unit tests; the
+end-to-end tests (test_health_engine_e2e.py) use the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from appliance.health.build import HealthContext, lock_versions
+from appliance.health.engine import EngineProbe, parse_metrics
+from appliance.health.metrics import make_registry
+from appliance.health.monitor import Identity, Monitor
+from appliance.health.server import HealthServer, serve
+from appliance.health.tail import LogTailer
+from appliance.profile.loader import load_profile
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+REAL_METRICS = (LOGS / "cpu-smoke-metrics.txt").read_text()
+SERVE_LOG = (LOGS / "cpu-smoke-serve.log").read_text()
+UNTIL_READY = SERVE_LOG[: SERVE_LOG.index("Application startup complete.") + len("Application startup complete.\n")]
+POLL = 0.1
+PROBE_INTERVAL = 1.0
+
+
+class StubEngine(ThreadingHTTPServer):
+    """vLLM's /health and /metrics; /metrics is the real CPU build's text with two values changed."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _StubHandler)
+        self.health = 200
+        self.running = 0.0
+        self.generated = 37.0
+
+    def metrics(self) -> str:
+        text = re.sub(r"^(vllm:num_requests_running\{[^}]*\}) .*$", rf"\g<1> {self.running}", REAL_METRICS, flags=re.M)
+        return re.sub(r"^(vllm:generation_tokens_total\{[^}]*\}) .*$", rf"\g<1> {self.generated}", text, flags=re.M)
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    server: StubEngine
+
+    def do_GET(self) -> None:
+        code, body = (self.server.health, b"") if self.path == "/health" else (200, self.server.metrics().encode())
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@dataclass
+class Exporter:
+    url: str
+    log: Path
+    engine: StubEngine
+    monitor: Monitor
+
+    def get(self, route: str) -> httpx.Response:
+        return httpx.get(f"{self.url}{route}", timeout=5)
+
+    def write(self, text: str) -> None:
+        with self.log.open("a") as f:
+            f.write(text)
+
+    def wait_state(self, state: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.get("/status").json()["state"] != state:
+            assert time.monotonic() < deadline, f"state {state} not reached: {self.get('/status').text[:2000]}"
+            time.sleep(0.05)
+
+    def wait_status(self, route: str, code: int, timeout: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.get(route).status_code == code:
+                return time.monotonic() - start
+            time.sleep(0.05)
+        raise AssertionError(f"{route} did not answer {code} within {timeout} s: {self.get('/status').text[:2000]}")
+
+
+def _start_stub() -> StubEngine:
+    stub = StubEngine()
+    threading.Thread(target=stub.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return stub
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Iterator[Exporter]:
+    stub = _start_stub()
+    log = tmp_path / "vllm.log"
+    loaded = load_profile("cpu-smoke")
+    ctx = HealthContext.load(loaded)
+    url = f"http://127.0.0.1:{stub.server_address[1]}"
+    identity = Identity(profile="cpu-smoke", profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
+                        stack=ctx.lock.stack, role="single", log=str(log), engine_url=url,
+                        lock_versions=lock_versions(ctx.lock))
+    monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(log), identity=identity, clock=time.monotonic,
+                      engine=EngineProbe(url, timeout=0.5), progress_window=1.0)
+    server = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
+                          clock=time.monotonic, stale_after=5, live_grace=1.5)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(monitor, server), kwargs={"interval": POLL, "stop": stop},
+                              daemon=True)
+    thread.start()
+    yield Exporter(f"http://127.0.0.1:{server.server_address[1]}", log, stub, monitor)
+    stop.set()
+    thread.join(10)
+    stub.shutdown()
+    stub.server_close()
+
+
+def test_before_the_log_exists_the_exporter_is_live_but_not_ready(exporter):
+    assert exporter.get("/live").status_code == 200
+    ready = exporter.get("/ready")
+    assert ready.status_code == 503
+    assert ready.json()["state"] == "starting"
+    assert exporter.get("/startup").status_code == 503
+
+
+def test_a_serve_becomes_ready_once_the_log_says_so_and_the_engine_answers(exporter):
+    exporter.write(SERVE_LOG[:2000])
+    exporter.wait_state("loading", 2)
+    assert exporter.get("/ready").status_code == 503
+    exporter.write(UNTIL_READY[2000:])
+    exporter.wait_status("/ready", 200, 5)
+    assert exporter.get("/startup").status_code == 200
+
+
+def test_status_is_json_with_state_identity_versions_facts_expectations_and_engine(exporter):
+    exporter.write(UNTIL_READY)
+    exporter.wait_status("/ready", 200, 5)
+    status = exporter.get("/status").json()
+    assert status["state"] == "ready" and status["ready"] is True
+    assert status["profile"]["name"] == "cpu-smoke" and len(status["profile"]["digest"]) == 64
+    assert len(status["lock_digest"]) == 64
+    assert status["versions"]["vllm"].startswith("0.")
+    assert status["versions"]["lock"]["nvidia-nccl-cu13"]
+    assert status["facts"]["kv_tokens"] >= 2048
+    assert status["expectations"] and all({"rule", "name", "status", "detail"} <= set(e)
+                                          for e in status["expectations"])
+    assert status["fatal"] == []
+    assert status["engine"]["healthy"] is True and status["engine"]["requests_running"] == 0
+
+
+def test_metrics_are_prometheus_text_with_the_appliance_series(exporter):
+    exporter.write(UNTIL_READY)
+    exporter.wait_status("/ready", 200, 5)
+    text = exporter.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("appliance_state", (("state", "ready"),))] == 1.0
+    assert samples[("appliance_ready", ())] == 1.0
+    assert samples[("appliance_kv_cache_tokens", ())] >= 2048
+    assert samples[("appliance_fatal_total", ())] == 0.0
+    assert samples[("appliance_expectation", (("name", "runner-v1"), ("rule", "K5"), ("severity", "error"),
+                                              ("status", "pass")))] == 1.0
+    info = next(labels for (name, labels), _ in samples.items() if name == "appliance_versions_info")
+    assert dict(info)["profile"] == "cpu-smoke"
+    assert all(name.startswith("appliance_") for name, _ in samples)
+
+
+def test_ready_fails_within_two_probe_intervals_when_the_engine_stops_answering(exporter):
+    exporter.write(UNTIL_READY)
+    exporter.wait_status("/ready", 200, 5)
+    exporter.engine.shutdown()
+    exporter.engine.server_close()  # the engine is gone: connections are refused
+    took = exporter.wait_status("/ready", 503, 2 * PROBE_INTERVAL)
+    assert took < 2 * PROBE_INTERVAL
+    assert any("engine" in r for r in exporter.get("/ready").json()["reasons"])
+    assert exporter.get("/live").status_code == 200  # the exporter itself is fine
+
+
+def test_a_wedged_engine_behind_a_green_health_turns_not_ready_and_back(exporter):
+    exporter.write(UNTIL_READY)
+    exporter.wait_status("/ready", 200, 5)
+    exporter.engine.running = 1.0  # a request in flight, counters frozen
+    exporter.wait_status("/ready", 503, 4)
+    assert any(r.startswith("K18") for r in exporter.get("/ready").json()["reasons"])
+    assert exporter.get("/status").json()["engine"]["progress_stalled"] is True
+    exporter.engine.generated += 5  # it moves again
+    exporter.wait_status("/ready", 200, 2)
+
+
+def test_a_fatal_line_fails_ready_at_once_and_live_after_the_grace(exporter):
+    exporter.write(UNTIL_READY)
+    exporter.wait_status("/ready", 200, 5)
+    exporter.write("torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n")
+    exporter.wait_status("/ready", 503, 1)
+    assert exporter.get("/status").json()["state"] == "failed"
+    assert exporter.get("/live").status_code == 200
+    exporter.wait_status("/live", 503, 3)
+    exporter.write(SERVE_LOG[:2000])  # supervisord restarted the engine: a new run
+    exporter.wait_status("/live", 200, 2)
+
+
+def test_an_unknown_route_is_404_with_the_routes(exporter):
+    response = exporter.get("/nope")
+    assert response.status_code == 404 and "/ready" in response.text
+
+
+def test_a_stale_poll_loop_is_neither_live_nor_ready(tmp_path):
+    loaded = load_profile("cpu-smoke")
+    ctx = HealthContext.load(loaded)
+    identity = Identity("cpu-smoke", loaded.digest, ctx.lock_digest, ctx.lock.stack, "single", "x", None)
+    now = [0.0]
+    monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(tmp_path / "x"), identity=identity,
+                      clock=lambda: now[0])
+    server = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
+                          clock=lambda: now[0], stale_after=10, live_grace=60)
+    try:
+        assert server.verdicts()["live"][0]
+        now[0] = 11.0
+        live_ok, body = server.verdicts()["live"]
+        assert not live_ok and "stale" in body["reasons"][0]
+        assert not server.verdicts()["ready"][0]
+    finally:
+        server.server_close()
+
+
+def test_engine_metrics_parse_the_real_cpu_builds_names():
+    running, progress = parse_metrics(REAL_METRICS)
+    assert running == 0.0
+    assert progress and progress >= 37.0  # generation + prompt tokens + iterations
+
+
+def test_the_exporter_command_exits_cleanly_on_sigterm(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(UNTIL_READY)
+    proc = subprocess.Popen([sys.executable, "-m", "appliance", "exporter", "--profile", "cpu-smoke", "--log",
+                             str(log), "--no-engine", "--host", "127.0.0.1", "--port", "0", "--interval", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline().decode()
+        assert "appliance exporter: cpu-smoke (single)" in banner
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_the_exporter_defaults_its_port_and_engine_url_from_the_profile():
+    from appliance.commands import exporter as cmd
+
+    args = type("A", (), {"no_engine": False, "engine_url": None})()
+    assert cmd._engine_url(args, "single", 8000, None) == "http://127.0.0.1:8000"
+    assert cmd._engine_url(args, "worker", 8000, "10.0.0.1") == "http://10.0.0.1:8000"
+    assert cmd._engine_url(args, "worker", 8000, None) is None
+    assert json.loads(json.dumps(load_profile("cpu-smoke").profile.server.health_port)) == 9400

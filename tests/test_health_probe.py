@@ -1,0 +1,106 @@
+"""healthchecks/probe: exit 0/1 from the exporter's answer, with curl or (without it) bare Python."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.health.build import HealthContext
+from appliance.health.metrics import make_registry
+from appliance.health.monitor import Identity, Monitor
+from appliance.health.server import HealthServer, serve
+from appliance.health.tail import LogTailer
+from appliance.profile.loader import load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = ROOT / "healthchecks" / "probe"
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def start_exporter(log: Path) -> tuple[str, threading.Event]:
+    loaded = load_profile("cpu-smoke")
+    ctx = HealthContext.load(loaded)
+    identity = Identity("cpu-smoke", loaded.digest, ctx.lock_digest, ctx.lock.stack, "single", str(log), None)
+    monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(log), identity=identity, clock=time.monotonic)
+    server = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
+                          clock=time.monotonic, stale_after=5, live_grace=60)
+    stop = threading.Event()
+    threading.Thread(target=serve, args=(monitor, server), kwargs={"interval": 0.1, "stop": stop},
+                     daemon=True).start()
+    time.sleep(0.3)
+    return f"http://127.0.0.1:{server.server_address[1]}", stop
+
+
+@pytest.fixture
+def exporters(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(url of a ready serve's exporter, url of one still loading)."""
+    text = (LOGS / "cpu-smoke-serve.log").read_text()
+    ready_log, loading_log = tmp_path / "ready.log", tmp_path / "loading.log"
+    ready_log.write_text(text[: text.index("Application startup complete.") + 40])
+    loading_log.write_text(text[:2000])
+    (ready, stop_a), (loading, stop_b) = start_exporter(ready_log), start_exporter(loading_log)
+    yield ready, loading
+    stop_a.set()
+    stop_b.set()
+
+
+def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(PROBE), *args], capture_output=True, text=True, timeout=20, check=False,
+                          env=env or dict(os.environ))
+
+
+def test_ready_live_and_startup_exit_zero_for_a_ready_serve(exporters):
+    ready, _ = exporters
+    for what in ("ready", "live", "startup"):
+        assert probe(what, ready).returncode == 0, what
+
+
+def test_ready_exits_one_and_prints_why_while_the_serve_loads(exporters):
+    _, loading = exporters
+    result = probe("ready", loading)
+    assert result.returncode == 1
+    assert '"state": "loading"' in result.stdout
+    assert probe("startup", loading).returncode == 1
+    assert probe("live", loading).returncode == 0
+
+
+def test_no_exporter_listening_is_a_failed_probe(exporters):
+    assert probe("ready", "http://127.0.0.1:9").returncode == 1
+
+
+def test_the_base_url_comes_from_the_environment(exporters):
+    ready, _ = exporters
+    assert probe("ready", env={**os.environ, "APPLIANCE_HEALTH_URL": ready}).returncode == 0
+    port = ready.rsplit(":", 1)[1]
+    assert probe("live", env={**os.environ, "APPLIANCE_HEALTH_PORT": port}).returncode == 0
+
+
+def test_an_unknown_probe_kind_is_a_failure_with_usage():
+    result = probe("healthy")
+    assert result.returncode == 1 and "usage" in result.stderr
+
+
+def test_without_curl_the_probe_falls_back_to_isolated_standard_library_python(exporters, tmp_path):
+    ready, loading = exporters
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))  # a real interpreter, not a shim
+    env = {"PATH": str(bin_dir)}
+    assert probe("ready", ready, env=env).returncode == 0
+    slow = probe("ready", loading, env=env)
+    assert slow.returncode == 1 and '"state": "loading"' in slow.stdout
+
+
+def test_the_probe_never_imports_the_appliance_or_pydantic():
+    text = PROBE.read_text()
+    assert text.startswith("#!/bin/sh")
+    assert not re.search(r"import\s+(appliance|pydantic)|from\s+(appliance|pydantic)|-m\s+appliance", text)
+    assert "python3 -I -S" in text  # isolated, no site-packages: pydantic cannot even be found

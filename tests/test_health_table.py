@@ -1,0 +1,88 @@
+"""The log-check table: every example line matches, K12/K17 are covered, bad tables are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from appliance.errors import ApplianceError
+from appliance.health.facts import Extractor
+from appliance.health.table import LogTable, default_table_path, load_table
+
+TABLE = load_table()
+PATTERNS = [*TABLE.facts, *TABLE.fatal]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
+def test_every_pattern_has_an_example_that_matches_and_holds_an_anchor(pattern):
+    assert pattern.examples, f"{pattern.id} needs at least one real example line"
+    for line in pattern.examples:
+        assert pattern.compiled.search(line), line
+        assert any(a in line for a in pattern.anchors), line
+
+
+@pytest.mark.parametrize("pattern", TABLE.facts, ids=lambda p: p.id)
+def test_every_fact_example_yields_its_facts_or_starts_a_run(pattern):
+    for line in pattern.examples:
+        extractor = Extractor(TABLE)
+        extractor.feed_text(line + "\n")
+        assert set(pattern.produces()) & set(extractor.facts.values) or pattern.reset, line
+        assert extractor.facts.runs == (1 if pattern.reset else 0)
+
+
+@pytest.mark.parametrize("pattern", TABLE.fatal, ids=lambda p: p.id)
+def test_every_fatal_example_is_a_fatal_hit(pattern):
+    for line in pattern.examples:
+        extractor = Extractor(TABLE)
+        extractor.feed_text(line + "\n")
+        assert pattern.id in extractor.facts.fatal, line
+
+
+def test_the_table_covers_every_k12_line_and_k17_signature_of_the_knowledge_file():
+    facts = TABLE.fact_names()
+    for name in ("guard_active", "guard_total", "runner_v2", "runner_fallback_reason", "sm120_decode",
+                 "attention_backend", "kv_memory_gib", "kv_tokens", "kv_max_concurrency", "model_load_gib",
+                 "model_load_seconds", "graph_capture_seconds", "cudagraph_mode_fallback", "nccl_version",
+                 "nccl_lib_version", "spec_acceptance_rate", "spec_mean_acceptance_length", "startup_complete"):
+        assert name in facts
+    fatal = {p.id for p in TABLE.fatal}
+    assert {"flashinfer-num-tokens-gate", "illegal-memory-access", "flashinfer-module-missing", "nccl-error",
+            "nccl-timeout", "engine-dead", "out-of-memory"} <= fatal
+    assert all(p.rule == "K17" for p in TABLE.fatal)
+
+
+def test_every_expectation_names_its_k_rule():
+    assert TABLE.expectations
+    assert all(e.rule.startswith("K") for e in TABLE.expectations)
+
+
+def _write(tmp_path: Path, mutate) -> Path:
+    data = yaml.safe_load(default_table_path().read_text())
+    mutate(data)
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda d: d["expectations"][0].update(present=["guard_activ"]), "unknown fact 'guard_activ'"),
+    (lambda d: d["expectations"][0].update(when=["prefix_cachin"]), "unknown predicate 'prefix_cachin'"),
+    (lambda d: d["expectations"][0].update(checks=["guard_active ~ 1"]), "is not `A op B`"),
+    (lambda d: d["expectations"][0].update(checks=["guard_active <= profile.limits.max_len"]),
+     "unknown profile field 'limits.max_len'"),
+    (lambda d: d["facts"][0].update(regex="(unclosed"), "does not compile"),
+    (lambda d: d["facts"][0].update(anchor="x"), "Extra inputs are not permitted"),
+    (lambda d: d["facts"][3].update(types={"nope": "int"}), "types name no group"),
+    (lambda d: d["fatal"].append(dict(d["fatal"][0])), "duplicate ids"),
+], ids=["fact", "predicate", "check", "profile-field", "regex", "unknown-key", "types", "duplicate"])
+def test_a_broken_table_is_refused_with_the_reason(tmp_path, mutate, message):
+    path = _write(tmp_path, mutate)
+    with pytest.raises(ApplianceError) as err:
+        load_table(path)
+    assert message in str(err.value)
+
+
+def test_the_shipped_table_is_strict_yaml():
+    assert isinstance(load_table(default_table_path()), LogTable)
