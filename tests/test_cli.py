@@ -83,3 +83,12 @@ def test_a_bad_environment_variable_is_named_with_exit_2() -> None:
     r = subprocess.run([sys.executable, "-m", "appliance", "render", "cpu-smoke"], capture_output=True, text=True,
                        env={**os.environ, "APPLIANCE_NODE_RANK": "abc"}, check=False)
     assert r.returncode == 2 and "APPLIANCE_NODE_RANK='abc'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fetch_model_offline_says_how_to_get_the_checkpoint_instead_of_a_traceback() -> None:
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "appliance", "fetch-model", "gb10-tp2"], capture_output=True, text=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+    assert r.returncode == 2 and "HF_HUB_OFFLINE=1" in r.stderr and "APPLIANCE_MODEL_DIR" in r.stderr
+    assert "Traceback" not in r.stderr
