@@ -207,6 +207,11 @@ LABEL org.opencontainers.image.title="appliance" \
       appliance.lock.engine.ref="${ENGINE_REF}" \
       appliance.lock.engine.commit="${ENGINE_COMMIT}" \
       appliance.engine="${GPU_ENGINE}"
+# The labels again as env, so processes inside (gate receipts, the cross-node check) can read them.
+ENV APPLIANCE_IMAGE_VERSION="${APPLIANCE_VERSION}" \
+    APPLIANCE_IMAGE_REVISION="${APPLIANCE_REVISION}" \
+    APPLIANCE_IMAGE_LOCK_DIGEST="${APPLIANCE_LOCK_DIGEST}" \
+    APPLIANCE_IMAGE_ENGINE="${GPU_ENGINE}"
 # The last step: any installed package that drifted from versions.json fails the build.
 RUN appliance versions --check --target gpu
 ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]
@@ -317,6 +322,11 @@ LABEL org.opencontainers.image.title="appliance" \
       appliance.lock.engine.ref="${ENGINE_REF}" \
       appliance.lock.engine.commit="${ENGINE_COMMIT}" \
       appliance.engine="${CPU_ENGINE}"
+# The labels again as env, so processes inside (gate receipts, the cross-node check) can read them.
+ENV APPLIANCE_IMAGE_VERSION="${APPLIANCE_VERSION}" \
+    APPLIANCE_IMAGE_REVISION="${APPLIANCE_REVISION}" \
+    APPLIANCE_IMAGE_LOCK_DIGEST="${APPLIANCE_LOCK_DIGEST}" \
+    APPLIANCE_IMAGE_ENGINE="${CPU_ENGINE}"
 # The last step: any installed package that drifted from versions.json fails the build.
 RUN appliance versions --check --target cpu
 ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]

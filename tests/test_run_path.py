@@ -110,7 +110,7 @@ def test_loopback_address_and_unknown_interface() -> None:
         ipv4_of("nosuchif0")
 
 
-def test_the_smoke_model_is_prepared_where_run_looks_for_the_cpu_smoke_checkpoint(monkeypatch) -> None:  # noqa: ANN001
+def test_the_smoke_model_is_prepared_where_run_looks_for_the_cpu_smoke_checkpoint(monkeypatch) -> None:
     from appliance.profile import load_profile
     from appliance.run.model_location import prepared_model_dir
     from appliance.smoke_model import SMOKE_CHECKPOINT, default_smoke_model_dir
@@ -118,3 +118,13 @@ def test_the_smoke_model_is_prepared_where_run_looks_for_the_cpu_smoke_checkpoin
     monkeypatch.delenv("APPLIANCE_MODEL_DIR", raising=False)
     assert load_profile("cpu-smoke").profile.model.checkpoint == SMOKE_CHECKPOINT
     assert default_smoke_model_dir() == prepared_model_dir(SMOKE_CHECKPOINT)
+
+
+def test_cache_key_ignores_ports_and_names_but_not_engine_settings() -> None:
+    from appliance.profile import load_profile
+    from appliance.profile.loader import engine_digest
+
+    base = engine_digest(load_profile("cpu-smoke").profile)
+    moved = load_profile("cpu-smoke", cli_overrides=["server.port=9999", "server.health_port=9998"]).profile
+    assert engine_digest(moved) == base
+    assert engine_digest(load_profile("cpu-smoke", cli_overrides=["limits.max_model_len=1024"]).profile) != base

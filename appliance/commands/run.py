@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
     from appliance.lock import lock_digest
     from appliance.paths import appliance_home
+    from appliance.profile.loader import engine_digest
     from appliance.render import build_plan
     from appliance.rules import context_for, evaluate, has_errors
     from appliance.run.caches import cache_env
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
     files = RunFiles(run_dir, sock)
-    env = plan.env | cache_env(lock_digest(), loaded.digest, home / "cache")
+    env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     exporter = [sys.executable, "-m", "appliance", "exporter", loaded.source.as_posix(), "--log",

@@ -41,6 +41,16 @@ def profile_digest(profile: Profile) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+# What does not change the engine's compiled artefacts: names, ports, parsers, rendezvous.
+_NOT_ENGINE = {"name", "description", "provenance", "server", "distributed"}
+
+
+def engine_digest(profile: Profile) -> str:
+    """Digest of what shapes compiled kernels and graphs; keys the compile caches so a port change reuses them."""
+    data = profile.model_dump(mode="json", exclude=_NOT_ENGINE)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def list_profiles(root: Path | None = None) -> list[str]:
     """Names of the serve profiles (bases/ and the catalogue are not profiles)."""
     root = root or profiles_dir()

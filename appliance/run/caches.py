@@ -1,7 +1,9 @@
-"""Persistent compile/JIT caches under one root, keyed by lock digest + profile digest.
+"""Persistent compile/JIT caches under one root, keyed by lock digest + the profile's engine digest.
 
-A cache written by another stack (other torch/triton/FlashInfer) or another profile (other
-shapes, graph modes) is never reused: the key changes with either. The HF cache is separate
+A cache written by another stack (other torch/triton/FlashInfer) or another engine configuration
+(other model, parallelism, shapes, graph modes) is never reused: the key changes with either.
+Ports, names and parsers are not part of the key, so moving a port keeps a warm cache (vLLM
+also keeps its model-inspection results there: a cold cache costs seconds at every start). The HF cache is separate
 and shared: weights do not depend on the stack.
 """
 
@@ -21,12 +23,12 @@ CACHE_ENV = {
 }
 
 
-def cache_key(lock_digest: str, profile_digest: str) -> str:
-    return f"{lock_digest[:12]}-{profile_digest[:12]}"
+def cache_key(lock_digest: str, engine_digest: str) -> str:
+    return f"{lock_digest[:12]}-{engine_digest[:12]}"
 
 
-def cache_env(lock_digest: str, profile_digest: str, root: Path | None = None) -> dict[str, str]:
-    base = (root or appliance_home() / "cache") / cache_key(lock_digest, profile_digest)
+def cache_env(lock_digest: str, engine_digest: str, root: Path | None = None) -> dict[str, str]:
+    base = (root or appliance_home() / "cache") / cache_key(lock_digest, engine_digest)
     env = {}
     for var, sub in CACHE_ENV.items():
         path = base / sub
