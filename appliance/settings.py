@@ -28,6 +28,8 @@ class ApplianceSettings(BaseSettings):
     health_port: int | None = Field(None, ge=1, le=65535)
     """This node's exporter port, overriding server.health_port without changing the profile (and its digest):
     two ranks on one host need two."""
+    rendezvous_timeout_s: float = Field(900, ge=1, le=86400)
+    """How long a rank waits for the other nodes at the cross-node consistency exchange."""
     model_dir: Path | None = None
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     home: Path | None = None
