@@ -266,6 +266,11 @@ def _head_timeout(exchange: _Exchange, port: int, timeout_s: float) -> Appliance
         reason="K10: every rank rendezvous at the head before the engine starts")
 
 
+class NotRendezvous(ValueError):
+    """An answer that is not ours: a half-read reply under load, or another service on the port.
+    Retried like a refused connection; if it persists, the timeout message names it."""
+
+
 def _post(host: str, port: int, body: bytes, timeout: float, source_ip: str | None) -> tuple[int, object]:
     conn = http.client.HTTPConnection(host, port, timeout=timeout,
                                       source_address=(source_ip, 0) if source_ip else None)
@@ -279,11 +284,8 @@ def _post(host: str, port: int, body: bytes, timeout: float, source_ip: str | No
     try:
         return status, json.loads(raw)
     except ValueError:
-        raise ApplianceError(
-            f"{host}:{port} answered but is not the appliance rendezvous (HTTP {status}, not JSON)",
-            field="APPLIANCE_MASTER_ADDR", value=f"{host}:{port}",
-            fix=f"point APPLIANCE_MASTER_ADDR at the head; the rendezvous uses master port + {RENDEZVOUS_PORT_OFFSET}",
-        ) from None
+        raise NotRendezvous(f"{host}:{port} answered but is not the appliance rendezvous (HTTP {status}, not "
+                            f"JSON); the rendezvous uses master port + {RENDEZVOUS_PORT_OFFSET}") from None
 
 
 def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeout_s: float, *,
@@ -294,17 +296,19 @@ def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeou
                        "identity": identity.to_json()}).encode()
     deadline = time.monotonic() + timeout_s
     delay, attempts, answered = 0.2, 0, False
-    last_error = "none"
+    last_error, foreign = "none", ""
     while (left := deadline - time.monotonic()) > 0:
         attempts += 1
         try:
             status, reply = _post(master_addr, port, body, min(5.0, left), source_ip)
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, NotRendezvous) as exc:
             if source_ip and getattr(exc, "errno", None) == errno.EADDRNOTAVAIL:
                 raise ApplianceError(f"APPLIANCE_HOST_IP={source_ip} is not an address of this machine",
                                      field="APPLIANCE_HOST_IP", value=source_ip,
                                      fix="set it to this node's address on the fabric, or unset it") from None
             last_error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, NotRendezvous):
+                foreign = f"; earlier {exc}"
             time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 1.5, BACKOFF_MAX_S)  # the head may start minutes after its workers
             continue
@@ -331,7 +335,7 @@ def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeou
                 "start of the whole serve", reason="K10: every rank rendezvous at the head before the engine starts")
     raise ApplianceError(
         f"no answer from the head's rendezvous at {where} within {timeout_s:g}s ({attempts} attempts; "
-        f"last error: {last_error})",
+        f"last error: {last_error}{foreign})",
         field="APPLIANCE_MASTER_ADDR", value=master_addr,
         fix=f"start rank 0 (the head) with the same profile, or check APPLIANCE_MASTER_ADDR={master_addr} and that "
             f"port {port} is open on the fabric",
