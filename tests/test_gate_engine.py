@@ -83,8 +83,11 @@ def test_gate_on_the_cpu_serve_writes_a_receipt_whose_facts_match_the_serve(read
 
 def test_ctrl_c_mid_gate_leaves_a_receipt_marked_incomplete(ready: Serve, tmp_path: Path):
     out = tmp_path / "receipt"
+    # A background job of a non-interactive shell (how CI may start us) inherits SIGINT ignored; a user's
+    # terminal does not. Give the gate the terminal's disposition so the Ctrl-C path is what is tested.
     proc = subprocess.Popen(gate_cmd(ready, out, "--checks", "structured,recall,bench"), env=ready.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stderr is not None
         for line in proc.stderr:  # bounded: the gate ends, closing stderr, at the latest after its checks
