@@ -20,9 +20,9 @@ stop() { kill -TERM "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || t
 trap stop EXIT INT TERM
 
 port=$(appliance config --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["values"]["server.port"]["value"])')
-echo "waiting for the serve on :$port ..."
+echo "waiting for the serve on :$port to be ready (the exporter's verdict, as Docker's healthcheck asks it) ..."
 for _ in $(seq 1 180); do
-  if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; then break; fi
+  if healthchecks/probe ready >/dev/null 2>&1; then break; fi
   kill -0 "$serve" 2>/dev/null || { echo "the serve exited" >&2; exit 1; }
   sleep 2
 done

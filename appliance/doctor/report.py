@@ -96,8 +96,9 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
         pid, cmd = engines[0]
         # On a GPU a second engine holds the memory this one needs; on the CPU target it only costs speed.
         status: Status = "warn" if profile.hardware.gpu == "cpu" else "fail"
+        cost = "they compete for the CPU" if status == "warn" else "they hold GPU memory. Stop them first"
         out.append(Check("engine", status, f"{len(engines)} vLLM process(es) already running (pid {pid}: {cmd}); "
-                         f"they hold GPU memory. Stop them first"))
+                         f"{cost}"))
     return out or [Check("engine", "ok", "no vLLM engine running")]
 
 
