@@ -28,9 +28,13 @@ HEAD_ADDR, WORKER_ADDR = "127.0.0.1", "127.0.0.2"
 PROFILE = "cpu-smoke-2node"
 
 
+_NEXT = iter(range(29640, 29699, 2))
+
+
 def master_port() -> int:
-    """A master port in this suite's range (29600-29699) whose rendezvous port (+1) is free."""
-    for port in range(29640, 29699, 2):
+    """A master port in this suite's range (29600-29699) whose rendezvous port (+1) is free, never one an
+    earlier test of this session used: a rank of that test still retrying must not meet this test's ranks."""
+    for port in _NEXT:
         try:
             for p in (port, port + 1):
                 with socket.socket() as s:
