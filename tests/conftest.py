@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -65,7 +65,6 @@ class Serve:
     overrides: list[str]
     env: dict[str, str]
     output: Path
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def url(self) -> str:

@@ -110,13 +110,9 @@ def compose_binary() -> str:
     return str(binary)
 
 
-def docker_env() -> dict[str, str]:
-    return {**os.environ}
-
-
 def docker(*argv: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=timeout, check=check,
-                          env=docker_env())
+                          env=os.environ.copy())
 
 
 def require_daemon() -> str:

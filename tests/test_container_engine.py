@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import openai
 import pytest
 from testcontainers.compose import DockerCompose
 
+from tests.conftest import free_port
 from tests.container_tools import ROOT, docker, require_daemon
 
 pytestmark = pytest.mark.docker
@@ -30,12 +30,6 @@ HF_TOKEN = "hf_fAkEtOkEn0123456789appliancetest"
 API_KEY = "sk-appliance-test-7f3c9e1b2d"
 BUILD_TIMEOUT_S = 3600
 HEALTHY_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

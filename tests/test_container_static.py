@@ -77,8 +77,9 @@ def test_the_schema_check_is_not_a_rubber_stamp(tmp_path: Path) -> None:
     assert out.returncode == 1 and "network_mod" in out.stdout
 
 
-def test_every_script_the_container_path_uses_is_shell_clean() -> None:
-    for script in ["build-cpu-image.sh", "build-args.sh", "dockerd.sh", "make-base-image.sh", "wheelhouse.sh"]:
+def test_every_script_the_container_path_and_ci_use_is_shell_clean() -> None:
+    for script in ["build-cpu-image.sh", "build-args.sh", "dockerd.sh", "make-base-image.sh", "wheelhouse.sh",
+                   "install-engine.sh", "test.sh", "demo.sh"]:
         path = ROOT / "scripts" / script
         assert os.access(path, os.X_OK), f"{path} is not executable"
         subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)

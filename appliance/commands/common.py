@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from appliance.profile.loader import LoadedProfile, load_profile
 from appliance.settings import ApplianceSettings, load_settings
+
+if TYPE_CHECKING:
+    from appliance.render.plan import Placement
 
 
 def add_profile_args(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -35,12 +39,13 @@ def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None 
     return load_profile(name, env_overrides=settings.overrides(), cli_overrides=args.overrides)
 
 
-def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None):
+def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None) -> Placement:
+    """CLI flags win over APPLIANCE_* settings."""
     from appliance.render.plan import Placement
 
     s = settings or load_settings()
 
-    def pick(name: str):
+    def pick(name: str) -> Any:
         value = getattr(args, name, None)
         return value if value is not None else getattr(s, name)
 

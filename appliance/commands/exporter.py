@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     args.profile = args.profile or args.positional_profile
     loaded = load_from_args(args, settings)
-    log = args.log or (settings.log_dir / "vllm.log" if settings.log_dir else None)
+    from appliance.run.supervisord import ENGINE_LOG
+
+    log = args.log or (settings.log_dir / ENGINE_LOG if settings.log_dir else None)
     if log is None:
         raise ApplianceError("no serve log given", field="--log",
                              fix="pass --log PATH (the engine's stdout/stderr file) or set APPLIANCE_LOG_DIR")
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     engine = EngineProbe(url, timeout=args.engine_timeout) if url else None
     monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
                       engine=engine, progress_window=args.progress_window)
-    port = args.port or profile.server.health_port
+    port = args.port or settings.health_port_for(profile.server.health_port)
     try:
         server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
                               clock=clock, stale_after=3 * args.interval + 2 * args.engine_timeout + 5,

@@ -8,12 +8,19 @@ write supervisord.conf -> exec supervisord -n.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import sys
+import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.commands.common import add_placement_args, add_profile_args, load_from_args, placement_from_args
+
+if TYPE_CHECKING:
+    from appliance.render.plan import ServePlan
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -25,10 +32,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="write supervisord.conf and print it; start nothing")
 
 
-def _resolved(plan):
+def _resolved(plan: ServePlan) -> ServePlan:
     """The plan with its program made absolute: supervisord's PATH may not hold this environment's bin/."""
-    from dataclasses import replace
-
     bindir = str(Path(sys.executable).parent)
     exe = shutil.which(plan.argv[0], path=os.pathsep.join([bindir, os.environ.get("PATH", "")]))
     return replace(plan, argv=[exe or plan.argv[0], *plan.argv[1:]])
@@ -48,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.rules import context_for, evaluate, has_errors
     from appliance.run.caches import cache_env
     from appliance.run.model_location import locate, read_facts
-    from appliance.run.netif import ipv4_of
+    from appliance.run.netif import with_host_ip
     from appliance.run.supervisord import RunFiles, render_conf
     from appliance.settings import load_settings
 
@@ -85,34 +90,26 @@ def run(args: argparse.Namespace) -> int:
         if failed:
             return _fail(f"preflight failed ({len(failed)} check(s)); nothing started")
 
-    if place.fabric_ifname and not place.host_ip:
-        from dataclasses import replace
-
-        place = replace(place, host_ip=ipv4_of(place.fabric_ifname))
+    place = with_host_ip(place)
     if model_dir is not None:
-        from dataclasses import replace
-
         place = replace(place, model_dir=model_dir)
     plan = build_plan(profile, place)
 
     if plan.role != "single":
         from appliance.multinode.preflight_hook import cross_node_preflight
 
-        cross_node_preflight(profile, loaded.digest, plan, place)
+        cross_node_preflight(profile, plan, place)
 
     home = settings.home or appliance_home()
     run_dir = args.run_dir or settings.log_dir or home / "run" / profile.name
     run_dir.mkdir(parents=True, exist_ok=True)
-    import hashlib
-    import tempfile
-
     sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
     files = RunFiles(run_dir, sock)
     env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     exporter = [sys.executable, "-m", "appliance", "exporter", loaded.source.as_posix(), "--log",
-                str(files.engine_log), "--port", str(settings.health_port or profile.server.health_port),
+                str(files.engine_log), "--port", str(settings.health_port_for(profile.server.health_port)),
                 "--node-rank", str(place.node_rank)]
     if plan.role != "worker":  # a headless worker has no API: its exporter asks the head's (K22)
         exporter += ["--engine-url", f"http://127.0.0.1:{profile.server.port}"]

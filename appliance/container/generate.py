@@ -161,7 +161,7 @@ x-service: &service
   volumes:
     # A host folder instead of a named volume: APPLIANCE_HF_CACHE=/data/hf (readable by uid 10001).
     - ${{APPLIANCE_HF_CACHE:-hf-cache}}:/var/lib/appliance/hf
-    # torch.compile / Triton / FlashInfer / CUDA JIT caches, keyed by lock + profile digest inside.
+    # torch.compile / Triton / FlashInfer / CUDA JIT caches, keyed by lock + engine digest inside.
     - ${{APPLIANCE_COMPILE_CACHE:-compile-cache}}:/var/lib/appliance/cache
     # Local checkpoint folders: APPLIANCE_MODELS=/data/models and APPLIANCE_MODEL_DIR=/var/lib/appliance/models/NAME.
     - ${{APPLIANCE_MODELS:-models}}:/var/lib/appliance/models

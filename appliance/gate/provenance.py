@@ -102,12 +102,15 @@ def _mem_total_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
 
 
 def hardware(profile: Any) -> dict[str, Any]:
-    """This host and `doctor`'s hardware and version checks (the engine/port checks: a serve is running)."""
-    from appliance.doctor import run_doctor
+    """This host, one GPU probe and `doctor`'s GPU and version checks. Not the pre-start checks (memory
+    floor, stale engine, port): against a running serve they would report the serve itself."""
+    from appliance.catalogue import load_catalogue
     from appliance.doctor.gpu import probe_gpus
+    from appliance.doctor.report import check_gpu, check_versions
 
     probe = probe_gpus()
-    checks = [c.as_dict() for c in run_doctor(profile) if not c.name.startswith("engine")]
+    target = load_catalogue().gpus[profile.hardware.gpu]
+    checks = [c.as_dict() for c in (*check_gpu(profile, target, probe), *check_versions(profile))]
     return {"host": platform.node(), "machine": platform.machine(), "os": platform.platform(),
             "cpus": os.cpu_count(), "mem_total_gib": _mem_total_gib(),
             "gpus": [{"name": g.name, "compute_capability": g.compute_capability, "driver": g.driver,

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Status = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted"]
-STATUSES: tuple[Status, ...] = ("pass", "fail", "error", "not_applicable", "unavailable", "interrupted")
 OK_STATUSES: frozenset[str] = frozenset({"pass", "not_applicable"})
 """A gate passes only when every selected check ends in one of these."""
 

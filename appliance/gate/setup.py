@@ -114,12 +114,16 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     from appliance import __version__
     from appliance.lock import load_lock, lock_digest
     from appliance.paths import appliance_home
+    from appliance.profile.model import Server
+    from appliance.settings import load_settings
 
+    settings = load_settings()
     selected = select(req.checks)
-    loaded = _load(req, req.exporter or "http://127.0.0.1:9400")
+    default_exporter = f"http://127.0.0.1:{settings.health_port_for(Server().health_port)}"
+    loaded = _load(req, req.exporter or default_exporter)
     profile = loaded.profile
     url = (req.url or f"http://127.0.0.1:{profile.server.port}").rstrip("/")
-    exporter = (req.exporter or f"http://127.0.0.1:{profile.server.health_port}").rstrip("/")
+    exporter = (req.exporter or f"http://127.0.0.1:{settings.health_port_for(profile.server.health_port)}").rstrip("/")
     try:
         engine = engine_info(url)
     except ServeError as exc:

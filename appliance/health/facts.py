@@ -212,9 +212,13 @@ class Extractor:
         old = self.facts
         self.facts = Facts(runs=old.runs + 1, run_started_line=line, lines_read=old.lines_read)
 
+    @property
+    def stopping(self) -> bool:
+        """A `quiet_after` fact was seen in this run: the engine is shutting down on request."""
+        return any(name in self.facts.values for name in self._quiet_after)
+
     def _fatal(self, pattern: FatalPattern, text: str, line: int) -> None:
-        quiet = any(name in self.facts.values for name in self._quiet_after)
-        hits = self.facts.quiet if quiet else self.facts.fatal
+        hits = self.facts.quiet if self.stopping else self.facts.fatal
         hit = hits.get(pattern.id)
         if hit is None:
             hits[pattern.id] = FatalHit(pattern.id, pattern.rule, pattern.message, line, text.strip()[:MAX_TEXT])

@@ -108,7 +108,7 @@ class Monitor:
         evaluation = self.judge.evaluate(facts)
         sample = self.engine.sample() if self.engine else NOT_CHECKED
         assessment = self.machine.update(run=facts.runs, log_started=facts.lines_read > 0, evaluation=evaluation,
-                                         engine=sample, stopping="shutdown_requested" in facts)
+                                         engine=sample, stopping=self.extractor.stopping)
         self.snapshot = self._snap(evaluation, sample, assessment)
         return self.snapshot
 

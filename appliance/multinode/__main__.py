@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import replace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,12 +29,11 @@ def main(argv: list[str] | None = None) -> int:
 
         loaded = load_from_args(args)
         place = placement_from_args(args)
-        if place.fabric_ifname and not place.host_ip:
-            from appliance.run.netif import ipv4_of
+        from appliance.run.netif import with_host_ip
 
-            place = replace(place, host_ip=ipv4_of(place.fabric_ifname))
+        place = with_host_ip(place)
         plan = build_plan(loaded.profile, place)
-        cross_node_preflight(loaded.profile, loaded.digest, plan, place, args.timeout)
+        cross_node_preflight(loaded.profile, plan, place, args.timeout)
     except ApplianceError as exc:
         print(f"appliance multinode: refused: {exc}", file=sys.stderr)
         return 2

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from appliance.multinode.identity import local_identity
 from appliance.multinode.rendezvous import preflight
 from appliance.profile.model import Profile
 from appliance.render.plan import Placement, ServePlan
 
 
-def cross_node_preflight(profile: Profile, profile_digest: str, plan: ServePlan, place: Placement,
-                         timeout_s: float | None = None) -> None:
+def cross_node_preflight(profile: Profile, plan: ServePlan, place: Placement, timeout_s: float | None = None) -> None:
     """Exchange identities with the other nodes; ApplianceError (exit 2) when they differ or never come.
 
     The timeout defaults to APPLIANCE_RENDEZVOUS_TIMEOUT_S (settings, 900 s)."""
@@ -19,5 +16,4 @@ def cross_node_preflight(profile: Profile, profile_digest: str, plan: ServePlan,
         from appliance.settings import load_settings
 
         timeout_s = load_settings().rendezvous_timeout_s
-    identity = replace(local_identity(profile), profile_digest=profile_digest)
-    preflight(profile, plan, place, identity, timeout_s)
+    preflight(profile, plan, place, local_identity(profile), timeout_s)

@@ -30,7 +30,7 @@ WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 PER_NODE_ENV = frozenset({"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"})
 SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY")
 HF_HOME = "/var/cache/huggingface"
-APPLIANCE_HOME = "/var/cache/appliance"  # compile/JIT caches (keyed by lock+profile digest) live under it
+APPLIANCE_HOME = "/var/cache/appliance"  # compile/JIT caches (keyed by lock + engine digest) live under it
 CONTAINER = "appliance"
 
 

@@ -17,6 +17,7 @@ from appliance.render.plan import ServePlan
 STOP_WAIT_S = 60
 START_SECS = 10
 START_RETRIES = 3
+ENGINE_LOG = "vllm.log"  # in the run dir; the exporter's default --log is $APPLIANCE_LOG_DIR/ENGINE_LOG
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class RunFiles:
 
     @property
     def engine_log(self) -> Path:
-        return self.run_dir / "vllm.log"
+        return self.run_dir / ENGINE_LOG
 
     @property
     def pidfile(self) -> Path:
