@@ -170,7 +170,8 @@ def test_the_command_prints_yaml_documents_or_a_json_list() -> None:
     listing = json.loads(j.stdout)
     assert listing["kind"] == "List" and [d["kind"] for d in listing["items"]] == ["Deployment", "Service"]
     container = listing["items"][0]["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == f"appliance:{LOCK[:12]}"
+    # The default image is the tag the image build gives the CPU target (scripts/build-cpu-image.sh).
+    assert container["image"] == f"appliance:cpu-{LOCK[:12]}"
     assert {"name": "APPLIANCE_SET", "value": "limits.max_model_len=1024"} in container["env"]
 
 

@@ -22,26 +22,23 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.errors import ApplianceError
+    from appliance.container.lockargs import image_tag, load
     from appliance.lock import lock_digest
+    from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
-    from appliance.rules import context_for, evaluate, has_errors
+    from appliance.rules import context_for, require_valid
     from appliance.settings import load_settings
 
     settings = load_settings()
     loaded = load_from_args(args, settings)
-    findings = evaluate(context_for(loaded.profile))
-    if has_errors(findings):
-        listed = "\n    ".join(f.render() for f in findings if f.severity == "error")
-        raise ApplianceError(f"profile {loaded.profile.name} is invalid; no manifests rendered:\n    {listed}",
-                             fix="correct the fields named above (appliance validate shows every finding)")
-    lock = lock_digest()
+    require_valid(context_for(loaded.profile), "no manifests rendered")
+    target = "cpu" if loaded.profile.hardware.gpu == "cpu" else "gpu"
     opts = K8sOptions(
-        image=args.image or f"appliance:{lock[:12]}",
+        image=args.image or image_tag(load(versions_path()), target),  # the tag the image build gives
         namespace=args.namespace, name=args.name, secret=args.secret,
         hf_cache_claim=args.hf_cache_pvc, appliance_cache_claim=args.cache_pvc,
         fabric_ifname=args.fabric_ifname, shm_size=args.shm_size,
         overrides=(*settings.overrides(), *args.overrides),
     )
-    print(dump(render_manifests(loaded.profile, opts, lock, loaded.digest), args.format), end="")
+    print(dump(render_manifests(loaded.profile, opts, lock_digest(), loaded.digest), args.format), end="")
     return 0

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.paths import appliance_home
     from appliance.profile.loader import engine_digest
     from appliance.render import build_plan
-    from appliance.rules import context_for, evaluate, has_errors
+    from appliance.rules import context_for, require_valid
     from appliance.run.caches import cache_env
     from appliance.run.model_location import locate, read_facts
     from appliance.run.netif import with_host_ip
@@ -66,12 +66,8 @@ def run(args: argparse.Namespace) -> int:
     ctx = context_for(profile)
     if model_dir is not None:
         ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
-    findings = evaluate(ctx)
-    for f in findings:
+    for f in require_valid(ctx, "nothing started"):
         print(f.render(), file=sys.stderr)
-    if has_errors(findings):
-        raise ApplianceError(f"profile {profile.name} is invalid ({ctx.checkpoint.source}); nothing started",
-                             fix="correct the fields named above")
     if model_dir is None and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise ApplianceError(
             f"checkpoint {profile.model.checkpoint} is not on disk and HF_HUB_OFFLINE=1",

@@ -7,7 +7,7 @@ from appliance.profile.model import Profile
 from appliance.rules import cpu, deepseek, hardware  # noqa: F401  (registration)
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext
 
-__all__ = ["REGISTRY", "Finding", "Rule", "RuleContext", "context_for", "evaluate", "has_errors"]
+__all__ = ["REGISTRY", "Finding", "Rule", "RuleContext", "context_for", "evaluate", "has_errors", "require_valid"]
 
 
 def context_for(profile: Profile, checkpoint: CheckpointFacts | None = None) -> RuleContext:
@@ -23,3 +23,17 @@ def evaluate(ctx: RuleContext) -> list[Finding]:
 
 def has_errors(findings: list[Finding]) -> bool:
     return any(f.severity == "error" for f in findings)
+
+
+def require_valid(ctx: RuleContext, consequence: str) -> list[Finding]:
+    """Every finding; raises ApplianceError (exit 2) listing each error when there is one.
+    `consequence` says what was not done, e.g. "nothing started"."""
+    from appliance.errors import ApplianceError
+
+    findings = evaluate(ctx)
+    if has_errors(findings):
+        listed = "\n    ".join(f.render() for f in findings if f.severity == "error")
+        raise ApplianceError(
+            f"profile {ctx.profile.name} is invalid ({ctx.checkpoint.source}); {consequence}:\n    {listed}",
+            fix="correct the fields named above (appliance validate lists every finding)")
+    return findings
