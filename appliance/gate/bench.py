@@ -141,8 +141,9 @@ def corpus(p: BenchParams, out_dir: Path) -> Iterator[tuple[str | None, dict[str
         about = {"corpus": str(path)}
     with tempfile.TemporaryDirectory(prefix="gate-benchy-home-") as home, serve_file(path) as url:
         # llama-benchy caches the corpus under ~/.cache keyed by URL; a loopback URL changes every run.
-        hf_home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-        yield url, {"HOME": home, "HF_HOME": hf_home}, about
+        from appliance.run.model_location import hf_home
+
+        yield url, {"HOME": home, "HF_HOME": str(hf_home())}, about
 
 
 def _classify(rc: int, tail: list[str]) -> tuple[Status, str]:

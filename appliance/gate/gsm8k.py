@@ -36,10 +36,11 @@ def offline() -> bool:
 
 
 def dataset_cached() -> bool:
-    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    hub = Path(os.environ.get("HF_HUB_CACHE") or hf_home / "hub")
-    datasets = Path(os.environ.get("HF_DATASETS_CACHE") or hf_home / "datasets")
-    return (hub / f"datasets--{DATASET.replace('/', '--')}").is_dir() or any(datasets.glob("openai___gsm8k*"))
+    from appliance.run.model_location import hf_home, hf_hub_cache
+
+    datasets = Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets")
+    hub = hf_hub_cache() / f"datasets--{DATASET.replace('/', '--')}"
+    return hub.is_dir() or any(datasets.glob("openai___gsm8k*"))
 
 
 def argv(exe: str, ctx: GateContext, p: Gsm8kParams, out: Path) -> list[str]:

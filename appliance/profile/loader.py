@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ class LoadedProfile:
     source: Path
     origins: dict[str, str] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def digest(self) -> str:
         return profile_digest(self.profile)
 

@@ -16,11 +16,12 @@ from appliance.errors import ApplianceError
 from appliance.paths import appliance_home
 
 
+def hf_home() -> Path:
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
 def hf_hub_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    hf_home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
-    return Path(hf_home) / "hub"
+    return Path(os.environ.get("HF_HUB_CACHE") or hf_home() / "hub")
 
 
 def prepared_model_dir(checkpoint: str) -> Path:
