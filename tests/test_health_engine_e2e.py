@@ -136,19 +136,63 @@ def test_state_goes_from_starting_to_ready_with_the_real_engine(rig: Rig):
     assert status["facts"]["kv_device"] == "CPU"
 
 
+@dataclass
+class StreamedRequest:
+    """A long streamed completion, so the test knows whether tokens still arrive (not just a gauge)."""
+
+    url: str
+    chunks: int = 0
+    last_chunk: float = 0.0
+    done: bool = False
+    error: str | None = None
+
+    def start(self) -> threading.Thread:
+        body = {"model": "smollm2", "prompt": "Count slowly:", "max_tokens": 1900, "ignore_eos": True,
+                "stream": True}
+
+        def consume() -> None:
+            try:
+                with httpx.stream("POST", f"{self.url}/v1/completions", json=body, timeout=600,
+                                  trust_env=False) as response:
+                    for line in response.iter_lines():
+                        if line.startswith("data:"):
+                            self.chunks += 1
+                            self.last_chunk = time.monotonic()
+            except httpx.HTTPError as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.done = True
+
+        thread = threading.Thread(target=consume, daemon=True)
+        thread.start()
+        return thread
+
+
 def test_a_wedged_engine_core_behind_a_green_health_is_not_ready_and_recovers(rig: Rig):
     rig.wait(lambda: rig.ready_code() == 200, 60, "ready before the wedge")
     url = f"http://127.0.0.1:{rig.engine_port}"
-    body = {"model": "smollm2", "prompt": "Count slowly:", "max_tokens": 1500, "ignore_eos": True}
-    request = threading.Thread(target=lambda: httpx.post(f"{url}/v1/completions", json=body, timeout=600),
-                               daemon=True)
-    request.start()
-    rig.wait(lambda: (rig.status()["engine"]["requests_running"] or 0) >= 1, 60, "a request in flight")
+    stream = StreamedRequest(url)
+    thread = stream.start()
+    seen: list[str] = []
+
+    def in_flight() -> bool:
+        engine = rig.status()["engine"]
+        seen.append(f"{stream.chunks} chunks, exporter saw running={engine['requests_running']} "
+                    f"progress={engine['progress_counter']} error={engine['error']}")
+        if stream.done:  # the exporter never saw the request the client saw streaming: say what it saw
+            raise AssertionError(f"request over before the exporter saw it ({stream.error}): {seen}")
+        return stream.chunks >= 10 and (engine["requests_running"] or 0) >= 1
+
+    rig.wait(in_flight, 60, "a request in flight")
     core = rig.engine_core()
     core.suspend()  # SIGSTOP
     try:
-        took = rig.wait(lambda: rig.ready_code() == 503, PROGRESS_WINDOW + 3 * PROBE_INTERVAL, "wedge noticed")
-        assert took <= PROGRESS_WINDOW + 3 * PROBE_INTERVAL
+        time.sleep(2.0)
+        # The precondition of a wedge: the request is still open and its tokens have stopped.
+        assert not stream.done, f"the request ended before the engine core was stopped: {stream.error}; {seen[-5:]}"
+        assert time.monotonic() - stream.last_chunk >= 1.5, "tokens still arrive with the engine core stopped"
+        took = 2.0 + rig.wait(lambda: rig.ready_code() == 503, PROGRESS_WINDOW + 3 * PROBE_INTERVAL - 2.0,
+                              "wedge noticed")
         print(f"wedge noticed {took:.1f} s after SIGSTOP (progress window {PROGRESS_WINDOW:g} s)")
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200  # K18: vLLM still says healthy
         reasons = httpx.get(f"{rig.health}/ready", timeout=5).json()["reasons"]
@@ -157,7 +201,10 @@ def test_a_wedged_engine_core_behind_a_green_health_is_not_ready_and_recovers(ri
         core.resume()  # SIGCONT
     took = rig.wait(lambda: rig.ready_code() == 200, 60, "ready after SIGCONT")
     print(f"ready again {took:.1f} s after SIGCONT")
-    request.join(600)
+    chunks_at_resume = stream.chunks
+    rig.wait(lambda: stream.chunks > chunks_at_resume, 30, "tokens flowing again after SIGCONT")
+    thread.join(600)
+    assert stream.done and stream.error is None, stream.error
 
 
 def test_a_killed_engine_fails_ready_within_two_probe_intervals_and_a_restart_recovers(rig: Rig):
