@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from appliance.health.build import HealthContext, lock_versions
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import Identity, Monitor
+from appliance.health.peers import PeerWatch, compared_facts
 from appliance.health.tail import LogTailer
 from appliance.profile.loader import load_profile
 
@@ -32,8 +34,14 @@ def exporter_series() -> set[str]:
     ctx = HealthContext.load(loaded)
     identity = Identity("gb10-tp2", loaded.digest, ctx.lock_digest, ctx.lock.stack, "head", "x", None,
                         lock_versions(ctx.lock))
+    # A head whose one worker's exporter is not there: the cross-rank series exist (unknown).
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    peers = PeerWatch({1: f"http://127.0.0.1:{free.getsockname()[1]}"}, compared_facts(ctx.table),
+                      clock=time.monotonic, timeout=1)
+    free.close()
     monitor = Monitor(judge=ctx.judge("head"), tailer=LogTailer(LOGS / "deepseek" / "illegal-memory-access.log"),
-                      identity=identity, clock=time.monotonic)
+                      identity=identity, clock=time.monotonic, peers=peers)
     monitor.poll()
     text = generate_latest(make_registry(lambda: monitor.snapshot, identity)).decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}

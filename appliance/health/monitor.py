@@ -14,6 +14,7 @@ from typing import Any
 from appliance.health.engine import NOT_CHECKED, EngineProbe, EngineSample
 from appliance.health.expect import Evaluation, Judge
 from appliance.health.facts import Extractor, FatalHit
+from appliance.health.peers import CrossRank, PeerWatch
 from appliance.health.state import Assessment, State, StateMachine
 from appliance.health.tail import LogTailer
 
@@ -49,6 +50,8 @@ class Snapshot:
     runs: int
     lines_read: int
     bytes_read: int
+    ranks: CrossRank | None = None
+    """The head's comparison with its workers (None on a single node and on workers)."""
 
     @property
     def ready(self) -> bool:
@@ -81,18 +84,21 @@ class Snapshot:
             "fatal_during_shutdown": [h.to_json() for h in self.quiet],
             "engine": {"url": identity.engine_url, **self.engine.to_json(), "progress_stalled": self.stalled},
             "log": {"path": identity.log, "runs": self.runs, "lines": self.lines_read, "bytes": self.bytes_read},
+            "ranks": self.ranks.to_json(now) if self.ranks else None,
             "age_s": round(now - self.at, 2),
         }
 
 
 class Monitor:
     def __init__(self, *, judge: Judge, tailer: LogTailer, identity: Identity, clock: Callable[[], float],
-                 engine: EngineProbe | None = None, progress_window: float = 60.0) -> None:
+                 engine: EngineProbe | None = None, progress_window: float = 60.0,
+                 peers: PeerWatch | None = None) -> None:
         self.judge = judge
         self.tailer = tailer
         self.identity = identity
         self.clock = clock
         self.engine = engine
+        self.peers = peers
         self.extractor = Extractor(judge.table)
         self.machine = StateMachine(clock, progress_window)
         self._started = False
@@ -107,19 +113,22 @@ class Monitor:
         facts = self.extractor.facts
         evaluation = self.judge.evaluate(facts)
         sample = self.engine.sample() if self.engine else NOT_CHECKED
+        ranks = self.peers.check(facts.values) if self.peers else None
         assessment = self.machine.update(run=facts.runs, log_started=facts.lines_read > 0, evaluation=evaluation,
-                                         engine=sample, stopping=self.extractor.stopping)
-        self.snapshot = self._snap(evaluation, sample, assessment)
+                                         engine=sample, stopping=self.extractor.stopping,
+                                         cross_rank=ranks.reasons if ranks else ())
+        self.snapshot = self._snap(evaluation, sample, assessment, ranks)
         return self.snapshot
 
-    def _snap(self, evaluation: Evaluation, sample: EngineSample, a: Assessment) -> Snapshot:
+    def _snap(self, evaluation: Evaluation, sample: EngineSample, a: Assessment,
+              ranks: CrossRank | None = None) -> Snapshot:
         facts = self.extractor.facts
         self._started = self._started or a.ever_ready
         return Snapshot(
             at=self.clock(), state=a.state, since=a.since, reasons=a.reasons, ever_ready=a.ever_ready,
             started=self._started, stalled=a.stalled, evaluation=evaluation, facts=facts.to_json(),
             quiet=list(facts.quiet.values()), engine=sample, runs=facts.runs, lines_read=facts.lines_read,
-            bytes_read=self.tailer.bytes_read)
+            bytes_read=self.tailer.bytes_read, ranks=ranks)
 
     def run(self, stop: threading.Event, interval: float) -> None:
         """Poll until `stop` is set; an error in one poll is reported in /status, not fatal."""

@@ -4,13 +4,14 @@
 - loading:  the engine is starting (log lines, no readiness evidence yet);
 - ready:    the log says ready, every blocking expectation passes, vLLM /health is 200 and, while
             requests run, the engine makes progress (K18: /health stays green behind a wedged engine);
+            on a multi-node head, no worker loaded another NCCL (K15);
 - degraded: started once (or finished starting) but one of those conditions fails now;
 - failed:   a fatal signature (K17); a new engine run in the log starts over at loading.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,13 +65,13 @@ class StateMachine:
         self.run = 0
 
     def update(self, *, run: int, log_started: bool, evaluation: Evaluation, engine: EngineSample,
-               stopping: bool = False) -> Assessment:
+               stopping: bool = False, cross_rank: Sequence[str] = ()) -> Assessment:
         now = self.clock()
         if run != self.run:
             self.run, self.ever_ready = run, False
             self.progress.reset()
         stalled = engine.healthy and self.progress.observe(now, engine.running, engine.progress)
-        reasons = self._reasons(evaluation, engine, stalled, stopping, now)
+        reasons = self._reasons(evaluation, engine, stalled, stopping, now) + list(cross_rank)
         state: State
         if evaluation.fatal:
             state = "failed"

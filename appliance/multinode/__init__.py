@@ -1,7 +1,6 @@
-"""Beyond one machine: this rank's identity, the cross-node rendezvous before any engine starts
-(K15: NCCL hangs instead of failing when nodes differ), and the post-launch cross-rank checks.
+"""Beyond one machine: this rank's identity and the cross-node rendezvous before any engine starts
+(K15: NCCL hangs instead of failing when nodes differ).
 
-Nothing is imported here on purpose: `liveness` is stdlib only, so a probe could use it without paying
-for pydantic. Today a worker's readiness follows its head through the exporter (it asks the head's API,
-K22); `liveness` is the TCP-level check and the cross-rank NCCL comparison, tested but not yet wired.
+After launch, the head's exporter compares the NCCL each rank loaded (`appliance.health.peers`), and a
+worker's readiness follows its head through the exporter, which asks the head's API (K22).
 """

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
         place = with_host_ip(place)
         plan = build_plan(loaded.profile, place)
-        cross_node_preflight(loaded.profile, plan, place, args.timeout)
+        cross_node_preflight(loaded.profile, plan, place, timeout_s=args.timeout)
     except ApplianceError as exc:
         print(f"appliance multinode: refused: {exc}", file=sys.stderr)
         return 2

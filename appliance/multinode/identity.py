@@ -8,7 +8,7 @@ even starts the engine, and the distribution is exactly what K15's failure chang
 reinstalls torch brings back torch's pinned NCCL wheel, and vLLM's pynccl loads `libnccl.so.2` from
 that wheel). When `VLLM_NCCL_SO_PATH` points vLLM at another library, that file is asked directly
 (`ncclGetVersion` through ctypes, no CUDA context). After launch the health check compares what
-the engine really loaded (`vLLM is using nccl==X`) across ranks; see `liveness.nccl_agreement`.
+the engine really loaded (`vLLM is using nccl==X`) across ranks; see `appliance.health.peers`.
 """
 
 from __future__ import annotations

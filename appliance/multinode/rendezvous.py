@@ -87,6 +87,15 @@ class Peer:
     identity: Identity
     address: str
     nonce: str
+    health_port: int | None = None
+    """The worker's exporter port, so the head's exporter can compare what each rank loaded (K15)."""
+
+    @property
+    def health_url(self) -> str | None:
+        if self.health_port is None:
+            return None
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.health_port}"
 
 
 class _Exchange:
@@ -134,7 +143,9 @@ class _Exchange:
                 field="APPLIANCE_NODE_RANK", value=rank,
                 fix=f"give each worker its own APPLIANCE_NODE_RANK from 1 to {self.nodes - 1}"))
             return None
-        self.members[rank] = Peer(identity, address, nonce)  # same host, new nonce: that worker restarted
+        port = data.get("health_port")
+        health_port = port if isinstance(port, int) and 0 < port < 65536 else None
+        self.members[rank] = Peer(identity, address, nonce, health_port)  # same host, new nonce: a restart
         diffs = differences(self.head, identity)
         if diffs:
             self._refuse(refusal(self.head, identity, rank, diffs, address))
@@ -289,11 +300,11 @@ def _post(host: str, port: int, body: bytes, timeout: float, source_ip: str | No
 
 
 def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeout_s: float, *,
-              source_ip: str | None = None) -> Identity:
+              source_ip: str | None = None, health_port: int | None = None) -> Identity:
     """Worker side: join, then wait for the head's verdict. Returns the head's identity on `go`."""
     where = f"{master_addr}:{port}"
     body = json.dumps({"protocol": PROTOCOL, "rank": rank, "nonce": secrets.token_hex(8),
-                       "identity": identity.to_json()}).encode()
+                       "identity": identity.to_json(), "health_port": health_port}).encode()
     deadline = time.monotonic() + timeout_s
     delay, attempts, answered = 0.2, 0, False
     last_error, foreign = "none", ""
@@ -343,16 +354,18 @@ def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeou
 
 
 def preflight(profile: Profile, plan: ServePlan, placement: Placement, identity: Identity,
-              timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Refuse (ApplianceError) unless every node of a multi-node serve agrees; a no-op for single-node."""
+              timeout_s: float = DEFAULT_TIMEOUT_S, health_port: int | None = None) -> dict[int, Peer]:
+    """Refuse (ApplianceError) unless every node of a multi-node serve agrees; a no-op for single-node.
+
+    Returns the workers (rank -> Peer) on the head, nothing elsewhere."""
     if plan.role == "single":
-        return
+        return {}
     if not placement.master_addr:
         raise ApplianceError("a multi-node serve needs the head's fabric address", field="APPLIANCE_MASTER_ADDR",
                              fix="set APPLIANCE_MASTER_ADDR on every node to the head's address on the fabric")
     port = rendezvous_port(profile, placement)
     if plan.role == "head":
-        serve_head(identity, profile.hardware.nodes, port, timeout_s, ipv6=":" in placement.master_addr)
-    else:
-        join_head(identity, placement.node_rank, placement.master_addr, port, timeout_s,
-                  source_ip=placement.host_ip)
+        return serve_head(identity, profile.hardware.nodes, port, timeout_s, ipv6=":" in placement.master_addr)
+    join_head(identity, placement.node_rank, placement.master_addr, port, timeout_s,
+              source_ip=placement.host_ip, health_port=health_port)
+    return {}

@@ -1,0 +1,154 @@
+"""Facts that must be the same on every rank of a multi-node serve (K15), compared across ranks.
+
+Which facts: the log-check table marks them (`same_on_every_rank:`), e.g. `vLLM is using nccl==X`.
+Two readers use the one comparison here:
+- `appliance logscan` on the ranks' logs after the fact;
+- the head's exporter while serving: it asks the workers' exporters (their addresses come from the
+  rendezvous) for their facts. The rendezvous compared the *installed* NCCL before launch; this
+  catches what the engine really loaded (an `LD_LIBRARY_PATH` or a base image's system NCCL can win
+  over the wheel). A disagreement keeps the head from ready: NCCL collectives between different
+  versions hang instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from appliance.errors import ApplianceError
+from appliance.health.expect import show_value
+from appliance.health.table import LogTable
+
+if TYPE_CHECKING:
+    import httpx
+
+Status = Literal["pass", "fail", "unknown"]
+FIX = "run the same image, versions.json and profile on every node (`appliance versions --check` on each)"
+
+
+def compared_facts(table: LogTable) -> dict[str, str]:
+    """fact name -> the rule that wants it equal on every rank."""
+    return {name: p.same_on_every_rank for p in table.facts if p.same_on_every_rank for name in p.produces()}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    rule: str
+    fact: str
+    status: Status
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"rule": self.rule, "fact": self.fact, "status": self.status, "message": self.message}
+
+
+def agreement(rule: str, fact: str, per_rank: Mapping[str, Any]) -> Agreement:
+    """Compare one fact across ranks (label -> value; None = not seen there).
+
+    A rank that has not said is `unknown`, never a silent pass: it may not have reached that point, or
+    its exporter did not answer. Any two different values anywhere are `fail`.
+    """
+    seen = {label: v for label, v in per_rank.items() if v is not None and v != []}
+    unseen = [label for label in per_rank if label not in seen]
+    values = {show_value(one) for v in seen.values() for one in (v if isinstance(v, list) else [v])}
+    listing = ", ".join(f"{label} {show_value(v)}" for label, v in seen.items())
+    if len(values) > 1:
+        return Agreement(rule, fact, "fail", f"{rule} {fact} differs between ranks ({listing}); fix: {FIX}")
+    if not seen:
+        return Agreement(rule, fact, "unknown", f"{rule} no rank reported {fact}")
+    if unseen:
+        return Agreement(rule, fact, "unknown", f"{rule} {fact} not reported by {', '.join(unseen)} ({listing})")
+    return Agreement(rule, fact, "pass", f"{rule} {fact} is {values.pop()} on every rank")
+
+
+def agreements(compared: Mapping[str, str], per_rank: Mapping[str, Mapping[str, Any]]) -> list[Agreement]:
+    """Every compared fact across ranks (label -> that rank's facts)."""
+    return [agreement(rule, fact, {label: facts.get(fact) for label, facts in per_rank.items()})
+            for fact, rule in compared.items()]
+
+
+@dataclass(frozen=True)
+class PeerView:
+    """What one worker's exporter last said (or why it did not)."""
+
+    rank: int
+    url: str
+    state: str | None = None
+    facts: Mapping[str, Any] | None = None
+    error: str | None = None
+    asked_at: float | None = None
+
+    def to_json(self, now: float, compared: Mapping[str, str]) -> dict[str, Any]:
+        said = {name: self.facts.get(name) for name in compared} if self.facts is not None else None
+        return {"rank": self.rank, "url": self.url, "state": self.state, "facts": said, "error": self.error,
+                "age_s": None if self.asked_at is None else round(now - self.asked_at, 1)}
+
+
+@dataclass(frozen=True)
+class CrossRank:
+    agreements: tuple[Agreement, ...]
+    peers: tuple[PeerView, ...]
+    compared: Mapping[str, str]
+
+    @property
+    def reasons(self) -> list[str]:
+        """What keeps the head from ready: only a proven disagreement, never a peer that is slow to say."""
+        return [a.message for a in self.agreements if a.status == "fail"]
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {"agreements": [a.to_json() for a in self.agreements],
+                "peers": [p.to_json(now, self.compared) for p in self.peers]}
+
+
+def parse_peer(text: str) -> tuple[int, str]:
+    """`RANK=URL` (the exporter's --peer) -> (rank, base URL)."""
+    rank, sep, url = text.partition("=")
+    if not sep or not rank.strip().isdigit() or int(rank) < 1 or not url.startswith(("http://", "https://")):
+        raise ApplianceError(f"cannot read --peer {text!r}", field="--peer", value=text,
+                             fix="write RANK=URL with a worker rank >= 1, e.g. --peer 1=http://10.0.0.2:9400",
+                             reason="the head compares what each rank loaded with the workers' exporters (K15)")
+    return int(rank), url.rstrip("/")
+
+
+class PeerWatch:
+    """Asks each worker's exporter for /status at most every `every` seconds; in between, the verdict
+    comes from the last answers, so a slow peer costs the head's poll loop at most one timeout."""
+
+    def __init__(self, peers: Mapping[int, str], compared: Mapping[str, str], *, clock: Callable[[], float],
+                 every: float = 10.0, timeout: float = 1.5, client: httpx.Client | None = None) -> None:
+        self.clock = clock
+        self.every = every
+        self.compared = dict(compared)
+        self._views = {rank: PeerView(rank, url) for rank, url in sorted(peers.items())}
+        import httpx  # here, not at the top: `appliance logscan` compares ranks without HTTP
+
+        self._client = client or httpx.Client(timeout=timeout, trust_env=False)
+        self._asked_at: float | None = None
+
+    def _ask(self, view: PeerView, now: float) -> PeerView:
+        import httpx
+
+        try:
+            reply = self._client.get(f"{view.url}/status")
+            reply.raise_for_status()
+            body = reply.json()
+            facts = body["facts"]
+            if not isinstance(facts, dict):
+                raise ValueError("`facts` is not an object")
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            # Keep what was last heard: a rank's loaded libraries do not change until its engine restarts.
+            return PeerView(view.rank, view.url, None, view.facts, f"{type(exc).__name__}: {exc}", now)
+        return PeerView(view.rank, view.url, body.get("state"), facts, None, now)
+
+    def check(self, own: Mapping[str, Any]) -> CrossRank:
+        now = self.clock()
+        if self._asked_at is None or now - self._asked_at >= self.every:
+            self._asked_at = now
+            self._views = {rank: self._ask(view, now) for rank, view in self._views.items()}
+        per_rank: dict[str, Mapping[str, Any]] = {"rank 0": own}
+        per_rank |= {f"rank {rank}": view.facts or {} for rank, view in self._views.items()}
+        return CrossRank(tuple(agreements(self.compared, per_rank)), tuple(self._views.values()), self.compared)
+
+    def close(self) -> None:
+        self._client.close()

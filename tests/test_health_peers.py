@@ -1,0 +1,136 @@
+"""The head's cross-rank NCCL comparison after launch (K15), with real exporter processes per rank.
+
+The serve logs are DeepSeek excerpts built from vLLM's format strings (fixtures/logs/deepseek/README.md):
+the test double for what only an SM12x pair prints. The exporters, their HTTP exchange and the
+comparison are the real ones. The CPU build loads no NCCL, so the two-rank `appliance run` test
+(test_multinode_appliance_run.py) shows the same wiring ending in `unknown`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.health.peers import agreement, compared_facts, parse_peer
+from appliance.health.table import load_table
+from tests.conftest import free_port, wait_for
+
+LOGS = Path(__file__).parent / "fixtures" / "logs" / "deepseek"
+
+
+def test_the_table_names_the_facts_compared_across_ranks() -> None:
+    assert compared_facts(load_table()) == {"nccl_version": "K15", "nccl_lib_version": "K15", "nccl_cuda": "K15"}
+
+
+def test_a_fact_agrees_only_when_every_rank_reported_the_same_value() -> None:
+    assert agreement("K15", "nccl_version", {"rank 0": "2.30.7", "rank 1": ["2.30.7"]}).status == "pass"
+    fail = agreement("K15", "nccl_version", {"rank 0": "2.30.7", "rank 1": "2.27.3"})
+    assert fail.status == "fail" and "(rank 0 2.30.7, rank 1 2.27.3)" in fail.message and "fix:" in fail.message
+    unknown = agreement("K15", "nccl_version", {"rank 0": "2.30.7", "rank 1": None})
+    assert unknown.status == "unknown" and "not reported by rank 1" in unknown.message  # never a silent pass
+    assert agreement("K15", "nccl_version", {"rank 0": None, "rank 1": []}).status == "unknown"
+    # Two workers of one rank that loaded different NCCLs disagree too.
+    assert agreement("K15", "nccl_version", {"rank 0": ["2.30.7", "2.28.9"], "rank 1": "2.30.7"}).status == "fail"
+
+
+@pytest.mark.parametrize("text", ["1", "0=http://10.0.0.2:9400", "x=http://h:1", "1=10.0.0.2:9400"])
+def test_a_bad_peer_names_the_flag_the_value_and_the_form(text: str) -> None:
+    with pytest.raises(ApplianceError) as err:
+        parse_peer(text)
+    assert err.value.field == "--peer" and err.value.value == text and "RANK=URL" in str(err.value.fix)
+
+
+def test_a_peer_is_a_rank_and_a_base_url() -> None:
+    assert parse_peer("2=http://[fd00::2]:9400/") == (2, "http://[fd00::2]:9400")
+
+
+@contextmanager
+def exporter(log: str, rank: int, *peers: str) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "appliance", "exporter", "gb10-tp2", "--log", str(LOGS / log), "--no-engine",
+            "--host", "127.0.0.1", "--port", str(port), "--node-rank", str(rank), "--interval", "0.3",
+            "--peer-interval", "0.3"]
+    for peer in peers:
+        argv += ["--peer", peer]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: httpx.get(f"{url}/status", timeout=2).status_code == 200, 30, 0.2), \
+            proc.stderr.read().decode() if proc.poll() is not None and proc.stderr else "exporter did not answer"
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def status(url: str) -> dict:
+    return httpx.get(f"{url}/status", timeout=5).json()
+
+
+def nccl(body: dict) -> dict:
+    return next(a for a in body["ranks"]["agreements"] if a["fact"] == "nccl_version")
+
+
+def ranks_settled(url: str, want: str) -> dict:
+    assert wait_for(lambda: nccl(status(url))["status"] == want, 20, 0.2), status(url)["ranks"]
+    return status(url)
+
+
+def test_a_pair_that_loaded_the_same_nccl_passes_and_a_vanished_worker_keeps_its_last_answer() -> None:
+    with ExitStack() as worker_stack:
+        worker = worker_stack.enter_context(exporter("gb10-tp2-dspark-worker.log", 1))
+        with exporter("gb10-tp2-dspark-head.log", 0, f"1={worker}") as head:
+            body = ranks_settled(head, "pass")
+            assert nccl(body)["message"] == "K15 nccl_version is 2.30.7 on every rank"
+            (peer,) = body["ranks"]["peers"]
+            assert (peer["rank"], peer["url"], peer["state"]) == (1, worker, "ready")
+            assert peer["facts"]["nccl_version"] == ["2.30.7"]
+            assert httpx.get(f"{head}/ready", timeout=5).status_code == 200
+            metrics = httpx.get(f"{head}/metrics").text
+            assert 'appliance_ranks_agreement{fact="nccl_version",rule="K15",status="pass"} 1.0' in metrics
+
+            worker_stack.close()  # the worker's exporter goes: the head says so and keeps what it heard
+            assert wait_for(lambda: status(head)["ranks"]["peers"][0]["error"], 20, 0.2)
+            peer = status(head)["ranks"]["peers"][0]
+            assert peer["facts"]["nccl_version"] == ["2.30.7"] and peer["state"] is None
+            assert nccl(status(head))["status"] == "pass"
+
+
+def test_a_worker_that_loaded_another_nccl_keeps_the_head_from_ready_naming_both_versions() -> None:
+    with exporter("nccl-mismatch-worker.log", 1) as worker, \
+            exporter("gb10-tp2-dspark-head.log", 0, f"1={worker}") as head:
+        body = ranks_settled(head, "fail")
+        assert "nccl_version differs between ranks (rank 0 2.30.7, rank 1 2.27.3)" in nccl(body)["message"]
+        assert body["state"] == "degraded"  # the head's own log says ready; the pair does not agree
+        ready = httpx.get(f"{head}/ready", timeout=5)
+        assert ready.status_code == 503
+        assert any(r.startswith("K15 nccl_version differs between ranks") for r in ready.json()["reasons"])
+        metrics = httpx.get(f"{head}/metrics").text
+        assert 'appliance_ranks_agreement{fact="nccl_version",rule="K15",status="fail"} 1.0' in metrics
+
+
+def test_a_worker_exporter_that_never_answers_is_unknown_and_does_not_block_the_head() -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    with exporter("gb10-tp2-dspark-head.log", 0, f"1={closed}") as head:
+        body = ranks_settled(head, "unknown")
+        assert "not reported by rank 1" in nccl(body)["message"]
+        assert body["ranks"]["peers"][0]["error"].startswith("ConnectError")
+        assert httpx.get(f"{head}/ready", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--node-rank", "0", "--peer", "one=http://h:1"], "--peer"),
+    (["--node-rank", "1", "--peer", "2=http://127.0.0.1:1"], "--peer is for the head"),
+])
+def test_the_exporter_refuses_a_bad_peer_with_exit_2_and_no_traceback(argv: list[str], named: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "appliance", "exporter", "gb10-tp2", "--log",
+                        str(LOGS / "gb10-tp2-dspark-head.log"), "--no-engine", "--port", str(free_port()), *argv],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr
