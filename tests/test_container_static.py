@@ -271,6 +271,30 @@ def test_final_stages_are_non_root_labelled_probed_and_check_versions_last(targe
     assert not re.search(r"(TOKEN|SECRET|PASSWORD|API_KEY)", " ".join(stage.args()))
 
 
+def _pairs(instruction: str) -> dict[str, str]:
+    return dict(re.findall(r'([\w.]+)="([^"]*)"', instruction))
+
+
+def test_the_two_final_stages_label_and_identify_themselves_alike() -> None:
+    """Different bases, so the LABEL/ENV block is written per stage; here the two copies are held alike:
+    the same keys, and the same values except where the target itself differs."""
+    per_target = {"org.opencontainers.image.description", "org.opencontainers.image.base.name", "appliance.target",
+                  "appliance.engine"}
+    gpu, cpu = (DOCKERFILE.stage(t) for t in ("gpu", "cpu"))
+    gpu_labels, cpu_labels = _pairs(gpu.last("LABEL")), _pairs(cpu.last("LABEL"))
+    assert gpu_labels.keys() == cpu_labels.keys()
+    differ = {k for k in gpu_labels if gpu_labels[k] != cpu_labels[k]}
+    assert differ == per_target
+    assert (gpu_labels["appliance.target"], cpu_labels["appliance.target"]) == ("gpu", "cpu")
+    identity = [_pairs(s.last("ENV")) for s in (gpu, cpu)]
+    assert identity[0].keys() == identity[1].keys() and identity[0].keys() >= {"APPLIANCE_IMAGE_REVISION",
+                                                                               "APPLIANCE_IMAGE_LOCK_DIGEST"}
+    assert {k for k in identity[0] if identity[0][k] != identity[1][k]} == {"APPLIANCE_IMAGE_ENGINE"}
+    label_args = [{a.split("=")[0] for a in s.args() if f"${{{a.split('=')[0]}}}" in s.last("LABEL")}
+                  for s in (gpu, cpu)]
+    assert label_args[0] - {"GPU_ENGINE", "GPU_RUNTIME_IMAGE"} == label_args[1] - {"CPU_ENGINE", "CPU_BASE_IMAGE"}
+
+
 def test_the_cpu_image_installs_offline_from_the_wheelhouse_and_ships_no_compiler() -> None:
     for name in ("cpu-stack", "cpu-smoke-model", "appliance-wheel-cpu", "cpu"):
         for run in DOCKERFILE.stage(name).runs():

@@ -128,3 +128,14 @@ def test_gsm8k_runs_lm_eval_local_completions_against_the_serve_on_a_local_task(
     assert check["metrics"]["samples"] == 3 and check["metrics"]["num_fewshot"] == 2
     assert 0 <= check["metrics"]["strict_match"] <= 1
     assert check["details"]["argv"][1:4] == ["run", "--model", "local-completions"]
+
+
+def test_without_a_profile_the_gate_asks_the_serves_exporter_which_one_it_runs(ready: Serve, tmp_path: Path):
+    out = tmp_path / "receipt"
+    env = {k: v for k, v in ready.env.items() if k != "APPLIANCE_PROFILE"}
+    done = subprocess.run(gate_cmd(ready, out, "--checks", "structured"), env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    r = load(out / "receipt.json")
+    assert r["provenance"]["profile"]["name"] == "cpu-smoke" and r["engagement"]["profile"]["name"] == "cpu-smoke"
+    assert r["selected"] == ["structured"] and r["verdict"] == "pass"

@@ -80,17 +80,18 @@ def tune(params: GateParams, t: dict[str, Any], max_len: int) -> GateParams:
     return fit(replace(params, bench=bench, recall=recall, gsm8k=gsm), max_len)
 
 
-def _load(req: GateRequest, exporter_url: str) -> LoadedProfile:
+def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str, Any] | None]:
+    """The profile, and the exporter's /status when it had to be asked for the profile's name."""
     from appliance.profile.loader import load_profile
 
-    name = req.profile
+    name, status = req.profile, None
     if not name:  # ask the running serve which profile it runs
         status, _ = exporter_status(exporter_url)
         name = ((status or {}).get("profile") or {}).get("name")
     if not name:
         raise ApplianceError("no profile given and none could be read from the health exporter",
                              field="--profile", fix="pass --profile NAME or set APPLIANCE_PROFILE")
-    return load_profile(name, env_overrides=req.env_overrides, cli_overrides=req.overrides)
+    return load_profile(name, env_overrides=req.env_overrides, cli_overrides=req.overrides), status
 
 
 def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) -> str | None:
@@ -120,7 +121,8 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     settings = load_settings()
     selected = select(req.checks)
     default_exporter = f"http://127.0.0.1:{settings.health_port_for(Server().health_port)}"
-    loaded = _load(req, req.exporter or default_exporter)
+    asked = (req.exporter or default_exporter).rstrip("/")
+    loaded, first_status = _load(req, asked)
     profile = loaded.profile
     url = (req.url or f"http://127.0.0.1:{profile.server.port}").rstrip("/")
     exporter = (req.exporter or f"http://127.0.0.1:{settings.health_port_for(profile.server.health_port)}").rstrip("/")
@@ -134,7 +136,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         raise ApplianceError(f"{url}/v1/models lists no model", field="--url", value=url)
     name = profile.server.served_model_name
     model = name if name and name in served else served[0]
-    status, status_error = exporter_status(exporter)
+    status, status_error = (first_status, None) if first_status and exporter == asked else exporter_status(exporter)
     params = tune(params_for(profile), req.tune, profile.limits.max_model_len)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = req.out or appliance_home() / "receipts" / f"{profile.name}-{stamp}"
