@@ -103,15 +103,19 @@ class Monitor:
         self.machine = StateMachine(clock, progress_window)
         self._started = False
         self.last_error: str | None = None
-        evaluation = judge.evaluate(self.extractor.facts)
+        evaluation = self._evaluation = judge.evaluate(self.extractor.facts)
         first = self.machine.update(run=0, log_started=False, evaluation=evaluation, engine=NOT_CHECKED)
         self.snapshot = self._snap(evaluation, NOT_CHECKED, first)
 
     def poll(self) -> Snapshot:
+        moved = False
         for chunk in self.tailer.poll():
             self.extractor.feed(chunk)
+            moved = True
         facts = self.extractor.facts
-        evaluation = self.judge.evaluate(facts)
+        if moved:  # the verdict is a function of the facts alone: a quiet log keeps the last one
+            self._evaluation = self.judge.evaluate(facts)
+        evaluation = self._evaluation
         sample = self.engine.sample() if self.engine else NOT_CHECKED
         ranks = self.peers.check(facts.values) if self.peers else None
         assessment = self.machine.update(run=facts.runs, log_started=facts.lines_read > 0, evaluation=evaluation,
