@@ -1,8 +1,8 @@
 """`appliance run`: the container entrypoint (also usable natively).
 
 settings (env) -> validate (exit 2 on errors) -> doctor (exit 1 on a failed check) -> locate the
-checkpoint (real facts re-validated) -> render -> [multi-node: consistency exchange] ->
-write supervisord.conf -> exec supervisord -n.
+checkpoint (real facts re-validated) -> render -> [multi-node: consistency exchange; the head's
+exporter gets the workers' exporters] -> write supervisord.conf -> exec supervisord -n.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from appliance.commands.common import add_placement_args, add_profile_args, load_from_args, placement_from_args
 
 if TYPE_CHECKING:
+    from appliance.multinode.rendezvous import Peer
     from appliance.render.plan import ServePlan
 
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     plan = build_plan(profile, place)
 
     health_port = settings.health_port_for(profile.server.health_port)
-    peers = {}
+    peers: dict[int, Peer] = {}
     if plan.role != "single":
         from appliance.multinode.preflight_hook import cross_node_preflight
 
