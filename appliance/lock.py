@@ -14,19 +14,22 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from appliance.container.lockargs import digest as lockargs_digest
+from appliance.container.lockargs import canonical_digest
 from appliance.errors import ApplianceError
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]
 # "tools": installed on the test machine beside the engine, never in an image, never checked there.
 PinTarget = Literal["gpu", "cpu", "tools"]
+NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
+"""The NCCL wheels vLLM may load, the CUDA 13 one first (K15)."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # A misspelt key (`install_lst`) would silently turn a rule (K15: NCCL last) off: unknown keys are errors.
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PackagePin(_Strict):
@@ -46,6 +49,8 @@ class PackagePin(_Strict):
 
 
 class Lock(_Strict):
+    schema_version: int = Field(alias="schema")
+    note: str = ""
     stack: str
     engine_source: dict[str, object]
     python: dict[Target, str]
@@ -76,7 +81,7 @@ def _read(path: Path) -> tuple[Lock, str]:
         lock = Lock.model_validate(data)
     except ValidationError as exc:
         raise ApplianceError(f"{path}: malformed version lock: {exc}", value=str(path)) from None
-    return lock, lockargs_digest(data)  # the image labels use the same function
+    return lock, canonical_digest(data)  # the image labels use the same function
 
 
 def load_lock(path: Path | None = None) -> Lock:

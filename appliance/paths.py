@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -31,3 +33,10 @@ def healthchecks_dir() -> Path:
 def appliance_home() -> Path:
     """Root of the appliance's own state: models it prepared, keyed caches, receipts."""
     return Path(os.environ.get("APPLIANCE_HOME") or Path.home() / ".cache" / "appliance")
+
+
+def venv_executable(name: str) -> str | None:
+    """A console script of this environment (beside the interpreter) first, then PATH: a supervisord or a
+    `vllm` elsewhere on PATH would be another install than the one the lock checked."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)

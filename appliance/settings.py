@@ -32,8 +32,6 @@ class ApplianceSettings(BaseSettings):
     """How long a rank waits for the other nodes at the cross-node consistency exchange."""
     model_dir: Path | None = None
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
-    home: Path | None = None
-    """Root of the appliance's state (caches keyed by lock + engine digest, prepared models)."""
     log_dir: Path | None = None
     """Where the serve log and supervisor files go."""
 

@@ -85,9 +85,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
     from appliance.run.model_location import prepared_model_dir
-    from appliance.smoke_model import prepare_smoke_model
+    from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model
 
-    model = prepare_smoke_model(prepared_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct"))
+    model = prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT))
     times: dict[str, list[float]] = {"bare": [], "appliance": []}
     with tempfile.TemporaryDirectory() as tmp:
         for arm in ("bare", "appliance"):

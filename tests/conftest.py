@@ -31,10 +31,10 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def smoke_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from appliance.run.model_location import prepared_model_dir
-    from appliance.smoke_model import prepare_smoke_model
+    from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model
 
     assert (BIN / "vllm").exists(), "the vLLM CPU engine is not installed: run scripts/install-engine.sh"
-    return prepare_smoke_model(prepared_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct"))
+    return prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT))
 
 
 def wait_for(predicate, timeout: float, interval: float = 1.0) -> bool:

@@ -109,10 +109,10 @@ def test_ctrl_c_mid_gate_leaves_a_receipt_marked_incomplete(ready: Serve, tmp_pa
 def test_gsm8k_runs_lm_eval_local_completions_against_the_serve_on_a_local_task(ready: Serve, tmp_path: Path):
     """The hub's openai/gsm8k cannot be fetched here; a GSM8K-shaped task over three local questions
     drives the same lm-eval invocation and result parsing."""
-    from appliance.gate.bench import executable
+    from appliance.paths import venv_executable
 
     # scripts/install-engine.sh installs lm-eval (versions.json, target "tools"); missing is a failure.
-    assert executable("lm_eval") is not None, "lm-eval is not installed: run scripts/install-engine.sh"
+    assert venv_executable("lm_eval") is not None, "lm-eval is not installed: run scripts/install-engine.sh"
     data = Path(__file__).parent / "fixtures" / "gate" / "gsm8k-local"
     tasks = tmp_path / "tasks"
     tasks.mkdir()

@@ -120,7 +120,7 @@ def test_gsm8k_offline_without_the_data_set_is_unavailable_not_a_crash(tmp_path,
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
     result = gsm8k.run(context("cpu-smoke", tmp_path))
-    if gsm8k.executable("lm_eval") is None:
+    if gsm8k.venv_executable("lm_eval") is None:
         assert result.status == "unavailable" and "not installed" in result.summary
     else:
         assert result.status == "unavailable" and "openai/gsm8k" in result.summary and "hub" in result.summary

@@ -260,10 +260,10 @@ def test_the_exporter_command_exits_cleanly_on_sigterm(tmp_path):
 
 
 def test_the_exporter_defaults_its_port_and_engine_url_from_the_profile():
-    from appliance.commands import exporter as cmd
+    from appliance.render.plan import engine_api_url
 
-    args = type("A", (), {"no_engine": False, "engine_url": None})()
-    assert cmd._engine_url(args, "single", 8000, None) == "http://127.0.0.1:8000"
-    assert cmd._engine_url(args, "worker", 8000, "10.0.0.1") == "http://10.0.0.1:8000"
-    assert cmd._engine_url(args, "worker", 8000, None) is None
+    assert engine_api_url("single", 8000, None) == "http://127.0.0.1:8000"
+    assert engine_api_url("worker", 8000, "10.0.0.1") == "http://10.0.0.1:8000"
+    assert engine_api_url("worker", 8000, None) is None
+    assert engine_api_url("worker", 8000, "fd00::1") == "http://[fd00::1]:8000"
     assert json.loads(json.dumps(load_profile("cpu-smoke").profile.server.health_port)) == 9400

@@ -72,11 +72,16 @@ def _write(tmp_path: Path, mutate) -> Path:
     (lambda d: d["expectations"][0].update(checks=["guard_active ~ 1"]), "is not `A op B`"),
     (lambda d: d["expectations"][0].update(checks=["guard_active <= profile.limits.max_len"]),
      "unknown profile field 'limits.max_len'"),
+    (lambda d: d["expectations"][0].update(report="{profle.limits.max_model_len}"),
+     "unknown fact 'profle.limits.max_model_len'"),
+    (lambda d: d["expectations"][0].update(report="{profile.limits.max_len}"),
+     "unknown profile field 'limits.max_len'"),
     (lambda d: d["facts"][0].update(regex="(unclosed"), "does not compile"),
     (lambda d: d["facts"][0].update(anchor="x"), "Extra inputs are not permitted"),
     (lambda d: d["facts"][3].update(types={"nope": "int"}), "types name no group"),
     (lambda d: d["fatal"].append(dict(d["fatal"][0])), "duplicate ids"),
-], ids=["fact", "predicate", "check", "profile-field", "regex", "unknown-key", "types", "duplicate"])
+], ids=["fact", "predicate", "check", "profile-field", "report-placeholder", "report-profile-field", "regex",
+        "unknown-key", "types", "duplicate"])
 def test_a_broken_table_is_refused_with_the_reason(tmp_path, mutate, message):
     path = _write(tmp_path, mutate)
     with pytest.raises(ApplianceError) as err:

@@ -151,6 +151,11 @@ def test_cache_claims_namespace_and_overrides_are_parameters() -> None:
     assert volumes["appliance-cache"]["persistentVolumeClaim"] == {"claimName": "jit"}
     env = {e["name"]: e.get("value") for e in template["spec"]["containers"][0]["env"]}
     assert env["APPLIANCE_SET"] == "limits.max_model_len=32768" and env["APPLIANCE_FABRIC_IFNAME"] == "enp1s0f0np0"
+    # The fabric's address is read in the pod; a pod-IP APPLIANCE_HOST_IP beside it would win over it.
+    assert "APPLIANCE_HOST_IP" not in env
+    plain = {e["name"]: e for e in pod_templates(manifests("gb10-tp2")[0])[1]["spec"]["containers"][0]["env"]}
+    assert plain["APPLIANCE_HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert "APPLIANCE_FABRIC_IFNAME" not in plain
     assert docs[0]["metadata"]["labels"]["appliance/profile-digest"] != manifests("gb10-tp2")[0]["metadata"][
         "labels"]["appliance/profile-digest"]
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from appliance.errors import ApplianceError
 from appliance.lock import check, load_lock, lock_digest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +55,16 @@ def test_missing_package_is_drift() -> None:
 
 def test_digest_is_stable_hex() -> None:
     assert len(lock_digest()) == 64 and lock_digest() == lock_digest()
+
+
+@pytest.mark.parametrize(("where", "key"), [("pin", "install_lst"), ("top", "packges")])
+def test_a_misspelt_key_in_the_lock_is_an_error_not_a_rule_silently_off(tmp_path: Path, where: str, key: str) -> None:
+    data = json.loads((ROOT / "versions.json").read_text())
+    (data["packages"][0] if where == "pin" else data)[key] = True
+    path = tmp_path / "versions.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ApplianceError, match=rf"(?s)malformed version lock:.*{key}.*not permitted"):
+        load_lock(path)
 
 
 def _tracked_files() -> list[Path]:

@@ -193,3 +193,20 @@ def test_the_check_is_a_no_op_for_a_single_node_profile() -> None:
     r = subprocess.run([sys.executable, "-m", "appliance.multinode", "cpu-smoke", "--timeout", "1"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0 and "nothing to compare" in r.stdout
+
+
+def test_a_worker_placed_by_flags_alone_points_its_exporter_at_the_heads_api(tmp_path: Path) -> None:
+    """`appliance run --node-rank 1 --master-addr …` with no APPLIANCE_* placement in the environment: the
+    worker's exporter still follows its head's API (K22), not nothing."""
+    port = master_port()
+    head = start_rank(0, port, 60)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_") and k != "HF_HUB_OFFLINE"}
+    env |= {"APPLIANCE_HOME": str(tmp_path / "home"), "APPLIANCE_HOST_IP": WORKER_ADDR}
+    run = subprocess.run([sys.executable, "-m", "appliance", "run", PROFILE, "--dry-run", "--skip-doctor",
+                          "--node-rank", "1", "--master-addr", HEAD_ADDR, "--master-port", str(port),
+                          "--run-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    api = load_profile(PROFILE).profile.server.port
+    assert f"--engine-url http://{HEAD_ADDR}:{api}" in run.stdout
+    assert head.result()[0] == 0

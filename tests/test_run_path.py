@@ -128,3 +128,18 @@ def test_cache_key_ignores_ports_and_names_but_not_engine_settings() -> None:
     moved = load_profile("cpu-smoke", cli_overrides=["server.port=9999", "server.health_port=9998"]).profile
     assert engine_digest(moved) == base
     assert engine_digest(load_profile("cpu-smoke", cli_overrides=["limits.max_model_len=1024"]).profile) != base
+
+
+def test_the_engine_and_every_setup_step_run_this_environments_programs() -> None:
+    """supervisord's PATH may lack this environment's bin/: `vllm` and a Ray head's `ray start` are made
+    absolute where this environment has them."""
+    import sys
+
+    from appliance.commands.run import _resolved
+
+    bindir = Path(sys.executable).parent
+    plan = ServePlan(role="head", argv=["vllm", "serve", "m"], env={}, setup=[["supervisorctl", "status"]])
+    resolved = _resolved(plan)
+    assert resolved.argv == [str(bindir / "vllm"), "serve", "m"]
+    assert resolved.setup == [[str(bindir / "supervisorctl"), "status"]]
+    assert _resolved(ServePlan(role="single", argv=["no-such-program-here"], env={})).argv == ["no-such-program-here"]

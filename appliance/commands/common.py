@@ -6,11 +6,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.profile.loader import LoadedProfile, load_profile
-from appliance.settings import ApplianceSettings, load_settings
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the loader and settings pull in pydantic: only a command that loads a profile pays for it
+    from appliance.profile.loader import LoadedProfile
     from appliance.render.plan import Placement
+    from appliance.settings import ApplianceSettings
 
 
 def add_profile_args(parser: argparse.ArgumentParser, *, optional: bool = False, positional: bool = True) -> None:
@@ -36,6 +35,8 @@ def add_placement_args(parser: argparse.ArgumentParser) -> None:
 
 def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None) -> LoadedProfile:
     from appliance.errors import ApplianceError
+    from appliance.profile.loader import load_profile
+    from appliance.settings import load_settings
 
     settings = settings or load_settings()
     given, option = getattr(args, "profile", None), getattr(args, "profile_option", None)
@@ -52,6 +53,7 @@ def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None 
 def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None) -> Placement:
     """CLI flags win over APPLIANCE_* settings."""
     from appliance.render.plan import Placement
+    from appliance.settings import load_settings
 
     s = settings or load_settings()
 

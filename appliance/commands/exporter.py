@@ -38,17 +38,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
 
 
-def _engine_url(args: argparse.Namespace, role: str, port: int, master_addr: str | None) -> str | None:
-    if args.no_engine:
-        return None
-    if args.engine_url:
-        return str(args.engine_url)
-    if role == "worker":
-        # A headless rank has no API of its own; it is healthy only while its head serves (K22).
-        return f"http://{master_addr}:{port}" if master_addr else None
-    return f"http://127.0.0.1:{port}"
-
-
 def run(args: argparse.Namespace) -> int:
     from appliance.health.build import HealthContext, lock_versions
     from appliance.health.engine import EngineProbe
@@ -57,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.health.peers import PeerWatch, compared_facts, parse_peer
     from appliance.health.server import HealthServer, serve
     from appliance.health.tail import LogTailer
+    from appliance.render.plan import engine_api_url
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -71,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     rank = args.node_rank if args.node_rank is not None else settings.node_rank
     role = ctx.role(rank)
     profile = loaded.profile
-    url = _engine_url(args, role, profile.server.port, settings.master_addr)
+    url = None if args.no_engine else args.engine_url or engine_api_url(role, profile.server.port, settings.master_addr)
     identity = Identity(profile=profile.name, profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
                         stack=ctx.lock.stack, role=role, log=str(log), engine_url=url,
                         lock_versions=lock_versions(ctx.lock))

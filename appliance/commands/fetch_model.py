@@ -20,11 +20,12 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from appliance.errors import ApplianceError
+    from appliance.run.model_location import hf_offline
 
     profile = load_from_args(args).profile
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ApplianceError("HF_HUB_OFFLINE=1: this machine is set not to reach the hub",
-                             field="HF_HUB_OFFLINE", value="1",
+    if hf_offline():
+        raise ApplianceError(f"HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']}: this machine is set not to reach the hub",
+                             field="HF_HUB_OFFLINE", value=os.environ.get("HF_HUB_OFFLINE"),
                              fix="unset HF_HUB_OFFLINE on a machine that can reach the hub, or copy the checkpoint "
                                  "and set APPLIANCE_MODEL_DIR")
     try:

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from appliance.commands.common import add_profile_args
 from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS
 
 
@@ -26,10 +27,9 @@ def _positive(text: str) -> int:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="the serve's API server (default http://127.0.0.1:<server.port>)")
-    parser.add_argument("--exporter", help="the health exporter (default http://127.0.0.1:<server.health_port>)")
-    parser.add_argument("--profile", help="serve profile (default $APPLIANCE_PROFILE, else the exporter's)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
-                        help="profile override, as given to the serve (repeatable; after APPLIANCE_SET)")
+    parser.add_argument("--exporter", help="the health exporter (default http://127.0.0.1:<server.health_port>); "
+                                           "without a profile given, the gate asks it which one the serve runs")
+    add_profile_args(parser, positional=False)
     parser.add_argument("--checks", help=f"comma-separated, from {','.join(CHECKS)} "
                                          f"(default {','.join(DEFAULT_CHECKS)})")
     parser.add_argument("--out", type=Path, help="receipt folder (default $APPLIANCE_HOME/receipts/PROFILE-TIME)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import sys
 import tempfile
 from dataclasses import replace
@@ -34,10 +33,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _resolved(plan: ServePlan) -> ServePlan:
-    """The plan with its program made absolute: supervisord's PATH may not hold this environment's bin/."""
-    bindir = str(Path(sys.executable).parent)
-    exe = shutil.which(plan.argv[0], path=os.pathsep.join([bindir, os.environ.get("PATH", "")]))
-    return replace(plan, argv=[exe or plan.argv[0], *plan.argv[1:]])
+    """The plan with its programs (the engine and any setup step, e.g. `ray start`) made absolute:
+    supervisord's PATH may not hold this environment's bin/."""
+    from appliance.paths import venv_executable
+
+    def absolute(argv: list[str]) -> list[str]:
+        return [venv_executable(argv[0]) or argv[0], *argv[1:]]
+
+    return replace(plan, argv=absolute(plan.argv), setup=[absolute(step) for step in plan.setup])
 
 
 def _fail(message: str) -> int:
@@ -48,12 +51,13 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
     from appliance.lock import lock_digest
-    from appliance.paths import appliance_home
+    from appliance.paths import appliance_home, venv_executable
     from appliance.profile.loader import engine_digest
     from appliance.render import build_plan
+    from appliance.render.plan import engine_api_url
     from appliance.rules import context_for, require_valid
     from appliance.run.caches import cache_env
-    from appliance.run.model_location import locate, read_facts
+    from appliance.run.model_location import hf_offline, locate, read_facts
     from appliance.run.netif import with_host_ip
     from appliance.run.supervisord import RunFiles, render_conf
     from appliance.settings import load_settings
@@ -69,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
         ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
     for f in require_valid(ctx, "nothing started"):
         print(f.render(), file=sys.stderr)
-    if model_dir is None and os.environ.get("HF_HUB_OFFLINE") == "1":
+    if model_dir is None and hf_offline():
         raise ApplianceError(
-            f"checkpoint {profile.model.checkpoint} is not on disk and HF_HUB_OFFLINE=1",
+            f"checkpoint {profile.model.checkpoint} is not on disk and HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']}",
             field="APPLIANCE_MODEL_DIR", value=None,
             fix="set APPLIANCE_MODEL_DIR, or run `appliance fetch-model` (or `appliance smoke-model` for cpu-smoke)",
             reason="the engine would fail to load and be restarted in a loop")
@@ -97,9 +101,10 @@ def run(args: argparse.Namespace) -> int:
     if plan.role != "single":
         from appliance.multinode.preflight_hook import cross_node_preflight
 
-        peers = cross_node_preflight(profile, plan, place, health_port=health_port)
+        peers = cross_node_preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s,
+                                     health_port=health_port)
 
-    home = settings.home or appliance_home()
+    home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / profile.name
     run_dir.mkdir(parents=True, exist_ok=True)
     sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
@@ -109,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
         env.setdefault("HF_HUB_OFFLINE", "1")
     exporter = [sys.executable, "-m", "appliance", "exporter", loaded.source.as_posix(), "--log",
                 str(files.engine_log), "--port", str(health_port), "--node-rank", str(place.node_rank)]
-    if plan.role != "worker":  # a headless worker has no API: its exporter asks the head's (K22)
-        exporter += ["--engine-url", f"http://127.0.0.1:{profile.server.port}"]
+    engine_url = engine_api_url(plan.role, profile.server.port, place.master_addr)
+    if engine_url:  # said here, from the placement flags too, not re-derived from the exporter's env
+        exporter += ["--engine-url", engine_url]
     for rank, peer in sorted(peers.items()):  # the head compares the NCCL each worker loaded (K15)
         if peer.health_url:
             exporter += ["--peer", f"{rank}={peer.health_url}"]
@@ -123,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(conf)
         return 0
-    sibling = Path(sys.executable).with_name("supervisord")  # this environment's, not another on PATH
-    supervisord = str(sibling) if sibling.exists() else shutil.which("supervisord") or "supervisord"
+    supervisord = venv_executable("supervisord") or "supervisord"
     print(f"appliance run: {profile.name} as {plan.role}; log {files.engine_log}; exec supervisord", flush=True)
     os.execv(supervisord, [supervisord, "-n", "-c", str(files.conf)])
     return 0  # not reached

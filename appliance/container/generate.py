@@ -26,7 +26,6 @@ HEADER = """\
 """
 PROBE = "/opt/appliance/healthchecks/probe"
 CPU_MODEL_DIR = "/opt/appliance/models/SmolLM2-135M-Instruct"  # where the CPU image holds the smoke model
-HEALTH_PORT_DEFAULT = 9400
 
 
 @dataclass(frozen=True)
@@ -51,9 +50,9 @@ def layouts(profiles_root: Path | None = None) -> list[Layout]:
 
     groups: dict[tuple[str, int, int], list[str]] = {}
     for name in list_profiles(profiles_root):
-        hw = load_profile(name).profile.hardware
+        hw = load_profile(name, root=profiles_root).profile.hardware
         groups.setdefault((hw.gpu, hw.nodes, hw.gpus_per_node), []).append(name)
-    gpus = load_catalogue().gpus
+    gpus = load_catalogue(profiles_root / "catalogue.yaml" if profiles_root else None).gpus
     out = []
     for (gpu, nodes, per_node), names in groups.items():
         if gpu == "cpu" and nodes > 1:
@@ -107,6 +106,7 @@ def _service(lay: Layout, lock: dict) -> str:
 
 
 def compose_yaml(root: Path = ROOT) -> str:
+    from appliance.profile.model import DEFAULT_HEALTH_PORT as HEALTH_PORT_DEFAULT
     from appliance.run.supervisord import STOP_WAIT_S
 
     lock = lockargs.load(root / "versions.json")

@@ -49,9 +49,10 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def digest(lock: dict) -> str:
-    """sha256 of the canonical JSON; the same function as appliance.lock.lock_digest."""
-    return hashlib.sha256(json.dumps(lock, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def canonical_digest(data: object) -> str:
+    """sha256 of canonical JSON (sorted keys, no spaces): the lock digest, the profile and engine digests."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
 
 
 def pins(lock: dict, target: str) -> list[dict]:
@@ -72,7 +73,7 @@ def requirement(p: dict, *, constraint: bool = False) -> str:
 
 
 def image_tag(lock: dict, target: str) -> str:
-    return f"{IMAGE_REPO}:{target}-{digest(lock)[:12]}"
+    return f"{IMAGE_REPO}:{target}-{canonical_digest(lock)[:12]}"
 
 
 def arch_arg(platform: str) -> str:
@@ -91,7 +92,7 @@ def lock_args(lock: dict, target: str) -> dict[str, str]:
     """Every build arg whose value comes from versions.json, for one target ('all' = both)."""
     src = lock["engine_source"]
     args = {
-        "APPLIANCE_LOCK_DIGEST": digest(lock),
+        "APPLIANCE_LOCK_DIGEST": canonical_digest(lock),
         "APPLIANCE_STACK": lock["stack"],
         "ENGINE_REPO": src["repo"],
         "ENGINE_REF": src["ref"],
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             print("lockargs verify: pass the args from `scripts/build-args.sh` or `docker buildx bake` "
                   "(docker-bake.hcl is generated from versions.json)", file=sys.stderr)
             return 1
-        print(f"lockargs verify: {args.target} build args match versions.json ({digest(lock)[:12]})")
+        print(f"lockargs verify: {args.target} build args match versions.json ({canonical_digest(lock)[:12]})")
     return 0
 
 

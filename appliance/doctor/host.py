@@ -42,12 +42,11 @@ def nv_no_memory_lines(log: str) -> list[str]:
 _ENGINE = re.compile(rb"(vllm(\S*)?\s+serve|vllm\.entrypoints|VLLM::EngineCore|EngineCore_)")
 
 
-def running_engines(proc: Path = Path("/proc"), exclude: set[int] | None = None) -> list[tuple[int, str]]:
+def running_engines(proc: Path = Path("/proc")) -> list[tuple[int, str]]:
     """(pid, command) of vLLM processes already running on this machine (or in this container)."""
-    exclude = exclude or {os.getpid()}
     found = []
     for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) in exclude:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmd = (entry / "cmdline").read_bytes()

@@ -14,10 +14,8 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,15 +28,10 @@ from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
 from appliance.gate.result import CheckInterrupted, CheckResult, Status, utc_now
 from appliance.gate.sizing import BenchParams
+from appliance.paths import venv_executable
 
 OFFLINE_CORPUS_CHARS = 300_000
 """About 75k tokens: the deepest standard request (32768 + 2048) fits twice; llama-benchy repeats it if not."""
-
-
-def executable(name: str) -> str | None:
-    """A console script next to this interpreter (the venv) first, then PATH."""
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else shutil.which(name)
 
 
 def argv(exe: str, ctx: GateContext, p: BenchParams, result_file: Path, book_url: str | None) -> list[str]:
@@ -183,7 +176,7 @@ def _summary(rows: list[dict[str, Any]]) -> str:
 def run(ctx: GateContext) -> CheckResult:
     p = ctx.params.bench
     started, began = utc_now(), time.monotonic()
-    exe = executable("llama-benchy")
+    exe = venv_executable("llama-benchy")
     if exe is None:
         return _result("unavailable", "llama-benchy is not installed here (pip install llama-benchy)", p, [], [],
                        {}, None, started, began)

@@ -44,12 +44,10 @@ def api_headers() -> dict[str, str]:
 
 
 class ServeClient:
-    def __init__(self, base_url: str, *, timeout: float, headers: dict[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, base_url: str, *, timeout: float, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, trust_env=False,
-                                         headers=headers if headers is not None else api_headers(),
-                                         transport=transport)
+                                         headers=api_headers(), transport=transport)
 
     async def __aenter__(self) -> ServeClient:
         return self
@@ -58,20 +56,14 @@ class ServeClient:
         await self._client.aclose()
 
     async def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Reply:
-        return await self._send("POST", path, body, timeout)
-
-    async def get(self, path: str, timeout: float | None = None) -> Reply:
-        return await self._send("GET", path, None, timeout)
-
-    async def _send(self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None) -> Reply:
-        kwargs: dict[str, Any] = {"json": body} if body is not None else {}
+        kwargs: dict[str, Any] = {"json": body}
         if timeout is not None:
             kwargs["timeout"] = timeout
         began = time.monotonic()
         try:
-            response = await self._client.request(method, path, **kwargs)
+            response = await self._client.post(path, **kwargs)
         except httpx.HTTPError as exc:
-            raise ServeError(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            raise ServeError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
         try:
             parsed: Any = response.json()
         except ValueError:

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.gate.bench import executable
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, Status, utc_now
 from appliance.gate.sizing import Gsm8kParams
+from appliance.paths import venv_executable
 
 TASK = "gsm8k"
 DATASET = "openai/gsm8k"
@@ -27,12 +27,10 @@ _OFFLINE_SIGNS = ("offline mode", "OfflineModeIsEnabled", "LocalEntryNotFoundErr
                   "couldn't find them in the cached files")
 
 
-def _truthy(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def offline() -> bool:
-    return _truthy("HF_HUB_OFFLINE") or _truthy("HF_DATASETS_OFFLINE")
+    from appliance.run.model_location import hf_offline
+
+    return hf_offline("HF_DATASETS_OFFLINE")
 
 
 def dataset_cached() -> bool:
@@ -99,7 +97,7 @@ def judge(metrics: dict[str, Any], p: Gsm8kParams) -> tuple[Status, str]:
 def run(ctx: GateContext) -> CheckResult:
     p = ctx.params.gsm8k
     started, began = utc_now(), time.monotonic()
-    exe = executable("lm_eval") or executable("lm-eval")
+    exe = venv_executable("lm_eval") or venv_executable("lm-eval")
     if exe is None:
         return _result("unavailable", "lm-eval is not installed here (pip install lm-eval)", p, started, began)
     if p.include_path is None and offline() and not dataset_cached():
@@ -111,9 +109,13 @@ def run(ctx: GateContext) -> CheckResult:
     cmd = argv(exe, ctx, p, out)
     ctx.progress.step(f"lm-eval {p.task} {p.num_fewshot}-shot" + (f", limit {p.limit}" if p.limit else ""))
     log = ctx.out_dir / "lm-eval.log"
+    key = os.environ.get("VLLM_API_KEY")
+    # lm-eval's local-completions reads its key only from OPENAI_API_KEY: through the env, never argv (`ps`).
+    env = {**os.environ, "OPENAI_API_KEY": key} if key else None
     with log.open("w") as sink:
         try:
-            rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False).returncode
+            rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False,
+                                env=env).returncode
         except subprocess.TimeoutExpired:
             return _result("error", f"lm-eval timed out after {p.timeout_s:.0f} s", p, started, began,
                            details={"argv": cmd})

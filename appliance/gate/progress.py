@@ -19,12 +19,11 @@ class Progress:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
         self.clock = clock
-        self._check = ""
         self._began = 0.0
         self._prefix = ""
 
     def begin(self, check: str, index: int, total: int) -> None:
-        self._check, self._began = check, self.clock()
+        self._began = self.clock()
         self._prefix = f"[gate {index}/{total}] {check}"
         self._emit(f"{self._prefix} ...", final=not self.live)
 

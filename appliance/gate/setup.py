@@ -15,9 +15,10 @@ from appliance.gate.client import ServeError
 from appliance.gate.context import GateContext
 from appliance.gate.progress import Progress
 from appliance.gate.provenance import engagement, engine_info, exporter_status, hardware, image_labels
+from appliance.gate.recall import NAMES
 from appliance.gate.receipt import SCHEMA
 from appliance.gate.result import utc_now
-from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS, GateParams, fit, params_for
+from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS, GateParams, params_for
 from appliance.profile.loader import LoadedProfile
 
 
@@ -51,7 +52,8 @@ def select(checks: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def tune(params: GateParams, t: dict[str, Any], max_len: int) -> GateParams:
+def tune(params: GateParams, t: dict[str, Any]) -> GateParams:
+    """Single values from the command line; none of them changes what `fit` already clipped."""
     bench, recall, gsm = params.bench, params.recall, params.gsm8k
     if t.get("bench_corpus"):
         corpus = t["bench_corpus"]
@@ -63,9 +65,9 @@ def tune(params: GateParams, t: dict[str, Any], max_len: int) -> GateParams:
         bench = replace(bench, runs=t["bench_runs"])
     if t.get("recall_concurrency"):
         c = t["recall_concurrency"]
-        if c * recall.needles_per_request > 26:
-            raise ApplianceError(f"--recall-concurrency {c}: at most {26 // recall.needles_per_request}",
-                                 field="--recall-concurrency", value=c, fix="one name per needle; 26 names")
+        if c * recall.needles_per_request > len(NAMES):
+            raise ApplianceError(f"--recall-concurrency {c}: at most {len(NAMES) // recall.needles_per_request}",
+                                 field="--recall-concurrency", value=c, fix=f"one name per needle; {len(NAMES)} names")
         recall = replace(recall, concurrency=c)
     if t.get("recall_min") is not None:
         recall = replace(recall, min_found=t["recall_min"])
@@ -77,7 +79,7 @@ def tune(params: GateParams, t: dict[str, Any], max_len: int) -> GateParams:
     gsm = replace(gsm, limit=t.get("gsm8k_limit") or gsm.limit, task=t.get("gsm8k_task") or gsm.task)
     if t.get("gsm8k_fewshot") is not None:
         gsm = replace(gsm, num_fewshot=t["gsm8k_fewshot"])
-    return fit(replace(params, bench=bench, recall=recall, gsm8k=gsm), max_len)
+    return replace(params, bench=bench, recall=recall, gsm8k=gsm)
 
 
 def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str, Any] | None]:
@@ -115,12 +117,12 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     from appliance import __version__
     from appliance.lock import load_lock, lock_digest
     from appliance.paths import appliance_home
-    from appliance.profile.model import Server
+    from appliance.profile.model import DEFAULT_HEALTH_PORT
     from appliance.settings import load_settings
 
     settings = load_settings()
     selected = select(req.checks)
-    default_exporter = f"http://127.0.0.1:{settings.health_port_for(Server().health_port)}"
+    default_exporter = f"http://127.0.0.1:{settings.health_port_for(DEFAULT_HEALTH_PORT)}"
     asked = (req.exporter or default_exporter).rstrip("/")
     loaded, first_status = _load(req, asked)
     profile = loaded.profile
@@ -137,7 +139,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     name = profile.server.served_model_name
     model = name if name and name in served else served[0]
     status, status_error = (first_status, None) if first_status and exporter == asked else exporter_status(exporter)
-    params = tune(params_for(profile), req.tune, profile.limits.max_model_len)
+    params = tune(params_for(profile), req.tune)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = req.out or appliance_home() / "receipts" / f"{profile.name}-{stamp}"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,10 @@ cannot fit the profile's max_model_len. Command-line options override single val
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from appliance.profile.model import Profile
+if TYPE_CHECKING:  # `appliance gate compare` and --help need no pydantic
+    from appliance.profile.model import Profile
 
 CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured", "gsm8k")
 DEFAULT_CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured")
@@ -127,6 +129,6 @@ def fit(params: GateParams, max_len: int) -> GateParams:
     kept = tuple(d for d in bench.depth if d <= room)
     notes = list(params.notes)
     if kept != bench.depth:
-        dropped = ", ".join(str(d) for d in bench.depth if d not in kept)
+        dropped = ", ".join(str(d) for d in bench.depth if d not in kept and (kept or d != 0))
         notes.append(f"bench: depth {dropped} dropped: it does not fit max_model_len {max_len}")
     return replace(params, bench=replace(bench, depth=kept or (0,)), notes=notes)

@@ -147,8 +147,7 @@ class Judge:
             return ""
 
         def value(m: Any) -> str:
-            key = m[1]
-            got = profile_value(self.profile, key[8:]) if key.startswith("profile.") else facts.get(key)
+            got = self._operand(Operand.parse(m[1]), facts)
             return "?" if got is None else show_value(got)
 
         return PLACEHOLDER.sub(value, e.report)

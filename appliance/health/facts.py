@@ -60,9 +60,6 @@ class Facts:
     def get(self, name: str, default: Any = None) -> Any:
         return self.values.get(name, default)
 
-    def fatal_count(self) -> int:
-        return sum(h.count for h in self.fatal.values())
-
     def to_json(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, list) else v for k, v in sorted(self.values.items())}
 
@@ -102,7 +99,6 @@ class Extractor:
     """Feed chunks of whole lines (as bytes); read `facts`."""
 
     def __init__(self, table: LogTable) -> None:
-        self.table = table
         self._compiled = [_Compiled.of(p) for p in (*table.facts, *table.fatal)]
         self._anchors: dict[bytes, list[int]] = {}
         for index, c in enumerate(self._compiled):

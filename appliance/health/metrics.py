@@ -4,16 +4,18 @@ from the current snapshot (no global registry, no gauges to keep in sync)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from appliance.health.expect import Status
 from appliance.health.monitor import Identity, Snapshot
 from appliance.health.state import STATES
+from appliance.lock import NCCL_DISTRIBUTIONS
 
-STATUS_VALUES = ("pass", "fail", "unknown")
+STATUS_VALUES: tuple[Status, ...] = get_args(Status)
 # fact -> (metric name, help); numeric facts worth a time series.
 NUMERIC_FACTS = {
     "guard_active": ("appliance_guard_active_managers", "KV managers with the same-step ghost-block guard on (K4)"),
@@ -83,7 +85,7 @@ class MonitorCollector(Collector):
             "lock_digest": ident.lock_digest[:12], "stack": ident.stack, "role": ident.role,
             "vllm": _text(versions["vllm"]), "nccl_vllm": _text(versions["nccl_vllm"]),
             "nccl_library": _text(versions["nccl_library"]),
-            "nccl_lock": ident.lock_versions.get("nvidia-nccl-cu13", ""),
+            "nccl_lock": next((ident.lock_versions[d] for d in NCCL_DISTRIBUTIONS if d in ident.lock_versions), ""),
         })
         if snap.ranks:
             ranks = GaugeMetricFamily("appliance_ranks_agreement",

@@ -39,7 +39,6 @@ class Snapshot:
     state: State
     since: float
     reasons: list[str]
-    ever_ready: bool
     started: bool
     """Ready at least once since the exporter started (the startup probe)."""
     stalled: bool
@@ -103,7 +102,7 @@ class Monitor:
         self.machine = StateMachine(clock, progress_window)
         self._started = False
         self.last_error: str | None = None
-        evaluation = self._evaluation = judge.evaluate(self.extractor.facts)
+        evaluation = judge.evaluate(self.extractor.facts)
         first = self.machine.update(run=0, log_started=False, evaluation=evaluation, engine=NOT_CHECKED)
         self.snapshot = self._snap(evaluation, NOT_CHECKED, first)
 
@@ -113,9 +112,8 @@ class Monitor:
             self.extractor.feed(chunk)
             moved = True
         facts = self.extractor.facts
-        if moved:  # the verdict is a function of the facts alone: a quiet log keeps the last one
-            self._evaluation = self.judge.evaluate(facts)
-        evaluation = self._evaluation
+        # The verdict is a function of the facts alone: a quiet log keeps the last one.
+        evaluation = self.judge.evaluate(facts) if moved else self.snapshot.evaluation
         sample = self.engine.sample() if self.engine else NOT_CHECKED
         ranks = self.peers.check(facts.values) if self.peers else None
         assessment = self.machine.update(run=facts.runs, log_started=facts.lines_read > 0, evaluation=evaluation,
@@ -129,7 +127,7 @@ class Monitor:
         facts = self.extractor.facts
         self._started = self._started or a.ever_ready
         return Snapshot(
-            at=self.clock(), state=a.state, since=a.since, reasons=a.reasons, ever_ready=a.ever_ready,
+            at=self.clock(), state=a.state, since=a.since, reasons=a.reasons,
             started=self._started, stalled=a.stalled, evaluation=evaluation, facts=facts.to_json(),
             quiet=list(facts.quiet.values()), engine=sample, runs=facts.runs, lines_read=facts.lines_read,
             bytes_read=self.tailer.bytes_read, ranks=ranks)

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError
-from appliance.health.expect import show_value
+from appliance.health.expect import Status, show_value
 from appliance.health.table import LogTable
 
 if TYPE_CHECKING:
     import httpx
 
-Status = Literal["pass", "fail", "unknown"]
 FIX = "run the same image, versions.json and profile on every node (`appliance versions --check` on each)"
 
 

@@ -183,10 +183,16 @@ class Expectation(_Strict):
     def comparisons(self) -> list[Comparison]:
         return self._comparisons
 
+    def placeholders(self) -> list[Operand]:
+        """The `{…}` of `report`, read like a check's operands (a fact, profile.<path> or lock.<package>)."""
+        return [Operand.parse(p) for p in PLACEHOLDER.findall(self.report or "")]
+
+    def operands(self) -> list[Operand]:
+        return [*(o for c in self.comparisons for o in (c.left, c.right)), *self.placeholders()]
+
     def facts(self) -> list[str]:
-        placeholders = [p for p in PLACEHOLDER.findall(self.report or "") if "." not in p]
-        return [*self.present, *self.present_any, *self.absent, *placeholders,
-                *(f for c in self.comparisons for f in c.facts())]
+        return [*self.present, *self.present_any, *self.absent,
+                *(str(o.value) for o in self.operands() if o.kind == "fact")]
 
 
 class LogTable(_Strict):
@@ -214,9 +220,7 @@ class LogTable(_Strict):
             problems += [f"{owner}: unknown fact {n!r}" for n in names if n not in known]
             problems += [f"{owner}: unknown predicate {w!r}" for w in when if w.lstrip("!") not in PREDICATES]
         for e in self.expectations:
-            refs = [str(o.value) for c in e.comparisons for o in (c.left, c.right) if o.kind == "profile"]
-            refs += [p.removeprefix("profile.") for p in PLACEHOLDER.findall(e.report or "")
-                     if p.startswith("profile.")]
+            refs = [str(o.value) for o in e.operands() if o.kind == "profile"]
             problems += [f"{e.id}: unknown profile field {r!r}" for r in refs if not _profile_path_exists(r)]
         if problems:
             raise ValueError("; ".join(problems))

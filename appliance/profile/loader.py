@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import hashlib
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from appliance.container.lockargs import canonical_digest
 from appliance.errors import ApplianceError
 from appliance.paths import profiles_dir
 from appliance.profile.model import Profile
@@ -38,8 +37,7 @@ class LoadedProfile:
 
 
 def profile_digest(profile: Profile) -> str:
-    data = profile.model_dump(mode="json")
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return canonical_digest(profile.model_dump(mode="json"))
 
 
 # What does not change the engine's compiled artefacts: names, ports, parsers, rendezvous.
@@ -48,8 +46,7 @@ _NOT_ENGINE = {"name", "description", "provenance", "server", "distributed"}
 
 def engine_digest(profile: Profile) -> str:
     """Digest of what shapes compiled kernels and graphs; keys the compile caches so a port change reuses them."""
-    data = profile.model_dump(mode="json", exclude=_NOT_ENGINE)
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return canonical_digest(profile.model_dump(mode="json", exclude=_NOT_ENGINE))
 
 
 def list_profiles(root: Path | None = None) -> list[str]:

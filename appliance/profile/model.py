@@ -12,6 +12,7 @@ CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 # The engine's own default at -O2/-O3: not rendered, so the reference command stays flag for flag.
 DEFAULT_CUDAGRAPH_MODE: CudagraphMode = "FULL_AND_PIECEWISE"
 DEFAULT_PORT = 8000
+DEFAULT_HEALTH_PORT = 9400
 
 
 class Section(BaseModel):
@@ -104,7 +105,7 @@ class Limits(Section):
 class Server(Section):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     """The OpenAI-compatible API port (rank 0)."""
-    health_port: int = Field(9400, ge=1, le=65535)
+    health_port: int = Field(DEFAULT_HEALTH_PORT, ge=1, le=65535)
     """Port of the appliance's health exporter (/live, /ready, /status, /metrics)."""
     host: str | None = None
     """Bind address; null = the engine's default (all interfaces)."""

@@ -39,10 +39,6 @@ class ProbeBudget:
     startup_period_s: int
     startup_failures: int
 
-    @property
-    def startup_s(self) -> int:
-        return self.startup_period_s * self.startup_failures
-
 
 # A ~160 GB DeepSeek checkpoint loads for many minutes before graph capture; the tiny CPU model ~1 min.
 GPU_BUDGET = ProbeBudget(startup_period_s=10, startup_failures=240)  # 40 min
@@ -103,10 +99,11 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
             _value("APPLIANCE_NODE_RANK", "0" if plan.role == "head" else WORKER_INDEX),
             _value("APPLIANCE_MASTER_ADDR", LEADER_ADDRESS),
             _value("APPLIANCE_MASTER_PORT", str(master_port)),
-            {"name": "APPLIANCE_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ]
-        if opts.fabric_ifname:
-            env.append(_value("APPLIANCE_FABRIC_IFNAME", opts.fabric_ifname))
+        # A named fabric gives each rank its address there (run-time, in the pod); without one, the pod's IP.
+        # Never both: a given host IP wins, and VLLM_HOST_IP would then miss the fabric NCCL uses.
+        env.append(_value("APPLIANCE_FABRIC_IFNAME", opts.fabric_ifname) if opts.fabric_ifname else
+                   {"name": "APPLIANCE_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     env += [_value(k, v) for k, v in sorted(plan.env.items()) if k not in PER_NODE_ENV]
     env += [_value("HF_HOME", HF_HOME), _value("APPLIANCE_HOME", APPLIANCE_HOME),
             _value("APPLIANCE_HEALTH_PORT", str(profile.server.health_port))]  # where the probe asks

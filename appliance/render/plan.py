@@ -58,6 +58,19 @@ def _compact(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def http_url(host: str, port: int) -> str:
+    """http://HOST:PORT, an IPv6 literal in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def engine_api_url(role: Role, port: int, master_addr: str | None) -> str | None:
+    """Where a rank's exporter asks vLLM: its own API server, or on a headless worker (no API of its own)
+    the head's, so the worker is healthy only while its head serves (K22)."""
+    if role == "worker":
+        return http_url(master_addr, port) if master_addr else None
+    return http_url("127.0.0.1", port)
+
+
 def role_for(profile: Profile, node_rank: int) -> Role:
     if profile.hardware.nodes == 1:
         if node_rank != 0:

@@ -37,7 +37,8 @@ class RuleContext:
         return self.checkpoint.family == "deepseek-v4"
 
 
-Check = Callable[[RuleContext], list[Finding]]
+Check = Callable[[RuleContext, "Rule"], list[Finding]]
+"""fn(ctx, rule): the rule passes itself, so a finding carries its id and reason."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Rule:
     check: Check
 
     def __call__(self, ctx: RuleContext) -> list[Finding]:
-        return self.check(ctx) if self.applies(ctx) else []
+        return self.check(ctx, self) if self.applies(ctx) else []
 
     def finding(self, severity: Severity, path: str, value: object, message: str, fix: str) -> Finding:
         return Finding(self.id, severity, path, value, message, fix, self.reason)
@@ -61,16 +62,13 @@ REGISTRY: dict[str, Rule] = {}
 def rule(rule_id: str, title: str, reason: str, applies: Callable[[RuleContext], bool]) -> Callable[[Check], Rule]:
     """Register ``fn(ctx, rule) -> findings`` under a stable id; the id appears once in the code base."""
 
-    def wrap(fn: Callable[[RuleContext, Rule], list[Finding]]) -> Rule:  # type: ignore[type-arg]
+    def wrap(fn: Check) -> Rule:
         if rule_id in REGISTRY:
             raise RuntimeError(f"rule id {rule_id} registered twice")
-        holder: list[Rule] = []
-        made = Rule(rule_id, title, reason, applies, lambda ctx: fn(ctx, holder[0]))
-        holder.append(made)
-        REGISTRY[rule_id] = made
+        made = REGISTRY[rule_id] = Rule(rule_id, title, reason, applies, fn)
         return made
 
-    return wrap  # type: ignore[return-value]
+    return wrap
 
 
 def deepseek(ctx: RuleContext) -> bool:

@@ -41,16 +41,14 @@ def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
     if gpu.memory_gib is None:
         return []
     ranks = p.parallel.tensor * p.parallel.pipeline
-    per_gpu = ck.size_gib / ranks
-    if p.model.quantization == "nvfp4" and gpu.is_sm12x:
-        per_gpu += NVFP4_SM12X_OVERHEAD_GIB
+    overhead = NVFP4_SM12X_OVERHEAD_GIB if p.model.quantization == "nvfp4" and gpu.is_sm12x else 0.0
+    per_gpu = ck.size_gib / ranks + overhead
     util = p.limits.gpu_memory_utilization or ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION
     budget = util * gpu.memory_gib
     headroom = budget - per_gpu
     where = f"{ck.size_gib:.1f} GiB ({ck.source}) over {ranks} GPU(s) = {per_gpu:.1f} GiB/GPU"
     if headroom <= 0:
-        need = int(-(-ck.size_gib // (budget - (NVFP4_SM12X_OVERHEAD_GIB if p.model.quantization == "nvfp4"
-                                                 else 0) - MIN_KV_HEADROOM_GIB)))
+        need = int(-(-ck.size_gib // (budget - overhead - MIN_KV_HEADROOM_GIB)))
         return [r.finding("error", "parallel.tensor", p.parallel.tensor,
                           f"weights {where} exceed {util} x {gpu.memory_gib} GiB = {budget:.1f} GiB per GPU: "
                           f"the model cannot load", f"spread the weights over at least {need} GPUs")]

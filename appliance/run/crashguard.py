@@ -68,8 +68,8 @@ def give_up(reason: str, log: Path, pidfile: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--program", required=True)
-    ap.add_argument("--limit", type=int, default=5)
-    ap.add_argument("--window", type=float, default=600)
+    ap.add_argument("--limit", type=int, required=True)
+    ap.add_argument("--window", type=float, required=True)
     ap.add_argument("--log", type=Path, required=True)
     ap.add_argument("--pidfile", type=Path, required=True)
     args = ap.parse_args(argv)

@@ -20,6 +20,11 @@ def hf_home() -> Path:
     return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
 
 
+def hf_offline(*names: str) -> bool:
+    """Whether HF_HUB_OFFLINE (or another of `names`) is set the way huggingface_hub reads it: 1/true/yes/on."""
+    return any(os.environ.get(n, "").strip().lower() in ("1", "true", "yes", "on") for n in ("HF_HUB_OFFLINE", *names))
+
+
 def hf_hub_cache() -> Path:
     return Path(os.environ.get("HF_HUB_CACHE") or hf_home() / "hub")
 

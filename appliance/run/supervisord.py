@@ -17,6 +17,7 @@ from appliance.render.plan import ServePlan
 STOP_WAIT_S = 60
 START_SECS = 10
 START_RETRIES = 3
+CRASH_LIMIT, CRASH_WINDOW_S = 5, 600  # more engine crashes than this in the window stop the serve (crashguard)
 ENGINE_LOG = "vllm.log"  # in the run dir; the exporter's default --log is $APPLIANCE_LOG_DIR/ENGINE_LOG
 
 
@@ -58,7 +59,7 @@ def _program(name: str, argv: list[str], env: dict[str, str], *, kind: str = "pr
 
 
 def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str],
-                *, crash_limit: int = 5, crash_window_s: int = 600) -> str:
+                *, crash_limit: int = CRASH_LIMIT, crash_window_s: int = CRASH_WINDOW_S) -> str:
     """The whole config. `engine_env` = plan env + caches; secrets are inherited, never written here."""
     log = str(files.engine_log)
     sections = [
