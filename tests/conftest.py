@@ -75,23 +75,31 @@ class Serve:
         return f"http://127.0.0.1:{self.health_port}"
 
     def ctl(self, *args: str) -> str:
-        return subprocess.run([str(BIN / "supervisorctl"), "-c", str(self.run_dir / "supervisord.conf"), *args],
-                              capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+        return supervisorctl(self.run_dir, *args)
 
     def program_pid(self, name: str = "vllm") -> int:
         return int(self.ctl("pid", name))
 
     def stop(self, timeout: float = 90) -> float:
-        """SIGTERM supervisord; returns seconds to exit; SIGKILLs the group if it does not."""
-        start = time.monotonic()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        return time.monotonic() - start
+        return stop_supervisord(self.proc, timeout)
+
+
+def supervisorctl(run_dir: Path, *args: str) -> str:
+    return subprocess.run([str(BIN / "supervisorctl"), "-c", str(run_dir / "supervisord.conf"), *args],
+                          capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+
+
+def stop_supervisord(proc: subprocess.Popen[bytes], timeout: float = 90) -> float:
+    """SIGTERM an `appliance run` (supervisord); returns seconds to exit; SIGKILLs its group if it does not."""
+    start = time.monotonic()
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return time.monotonic() - start
 
 
 def start_serve(run_dir: Path, model_dir: Path, *overrides: str, env: dict[str, str] | None = None,

@@ -124,3 +124,23 @@ def test_structured_fails_when_one_sampled_reply_breaks_the_schema(tmp_path):
     result = structured.run(ctx_for("cpu-smoke", handler, tmp_path))
     assert result.status == "fail" and result.metrics == {"valid": 3, "total": 4}
     assert "not JSON" in result.summary
+
+
+def test_the_bench_corpus_server_shows_llama_benchy_the_book_and_nothing_beside_it(tmp_path: Path):
+    from dataclasses import replace
+
+    from appliance.gate.bench import corpus
+
+    mine = tmp_path / "my texts"
+    mine.mkdir()
+    (mine / "book #1.txt").write_text("a book of my own\n")
+    (mine / "private.txt").write_text("not for the benchmark\n")
+    base = params_for(load_profile("cpu-smoke").profile).bench
+    with corpus(replace(base, corpus=str(mine / "book #1.txt"))) as (url, env, about):
+        assert url and httpx.get(url, trust_env=False).text == "a book of my own\n"
+        root = url.rsplit("/", 1)[0]
+        assert "private" not in httpx.get(f"{root}/", trust_env=False).text
+        assert httpx.get(f"{root}/private.txt", trust_env=False).status_code == 404
+        assert about == {"corpus": str(mine / "book #1.txt")} and env["HOME"] != str(Path.home())
+    with corpus(base) as (url, _, about):
+        assert url and len(httpx.get(url, trust_env=False).text) > 100_000 and "builtin" in about["corpus"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from appliance.render.plan import ENGINE_ENV_KEYS
-from tests.conftest import BIN, free_port, http_ok, wait_for
+from tests.conftest import BIN, free_port, http_ok, stop_supervisord, supervisorctl, wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -34,24 +33,9 @@ def start_rank(tmp: Path, model: Path, rank: int, host_ip: str, api: int, master
     return proc, env, run_dir
 
 
-def ctl(run_dir: Path, *args: str) -> str:
-    return subprocess.run([str(BIN / "supervisorctl"), "-c", str(run_dir / "supervisord.conf"), *args],
-                          capture_output=True, text=True, timeout=30, check=False).stdout.strip()
-
-
 def proc_env(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
     return dict(kv.split("=", 1) for kv in raw if "=" in kv)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
 
 
 def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when_the_head_goes(
@@ -64,21 +48,22 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
     try:
         up = wait_for(lambda: http_ok(f"http://127.0.0.1:{api}/health"), timeout=420, interval=2)
         assert up, (tmp_path / "rank0.out").read_text()[-3000:] + (tmp_path / "rank1.out").read_text()[-3000:]
-        assert "RUNNING" in ctl(worker_dir, "status", "vllm")
+        assert "RUNNING" in supervisorctl(worker_dir, "status", "vllm")
 
         # What supervisor runs on each rank is that rank's rendered plan.
         for env, run_dir, rank in ((head_env, head_dir, 0), (worker_env, worker_dir, 1)):
             plan = json.loads(subprocess.run([str(BIN / "appliance"), "render", "--format", "json"], env=env,
                                              capture_output=True, text=True, check=True).stdout)
-            pid = int(ctl(run_dir, "pid", "vllm"))
+            pid = int(supervisorctl(run_dir, "pid", "vllm"))
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
             assert cmdline[-len(plan["argv"]) + 1:] == plan["argv"][1:]
             assert plan["role"] == ("head" if rank == 0 else "worker")
             assert ("--headless" in cmdline) is (rank == 1)
             running = proc_env(pid)
             assert {k: running.get(k) for k in plan["env"]} == plan["env"]
-        head_engine = {k: v for k, v in proc_env(int(ctl(head_dir, "pid", "vllm"))).items() if k in ENGINE_ENV_KEYS}
-        worker_engine = {k: v for k, v in proc_env(int(ctl(worker_dir, "pid", "vllm"))).items()
+        head_engine = {k: v for k, v in proc_env(int(supervisorctl(head_dir, "pid", "vllm"))).items()
+                       if k in ENGINE_ENV_KEYS}
+        worker_engine = {k: v for k, v in proc_env(int(supervisorctl(worker_dir, "pid", "vllm"))).items()
                          if k in ENGINE_ENV_KEYS}
         assert head_engine == worker_engine and head_engine
 
@@ -98,14 +83,14 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
         nccl = next(a for a in ranks["agreements"] if a["fact"] == "nccl_version")
         assert (nccl["status"], nccl["message"]) == ("unknown", "K15 no rank reported nccl_version")
 
-        stop(head)
+        stop_supervisord(head)
         # K22: the headless worker keeps running without its head; its health must say so.
         assert wait_for(lambda: not http_ok(f"{worker_exporter}/ready"), timeout=30, interval=1)
     finally:
-        stop(head)
+        stop_supervisord(head)
         group = subprocess.run(["pgrep", "-s", str(worker.pid)], capture_output=True, text=True).stdout.split()
         started = time.monotonic()
-        stop(worker)
+        stop_supervisord(worker)
         wait_for(lambda: not [p for p in group if Path(f"/proc/{p}").exists()], timeout=60, interval=1)
         assert [p for p in group if Path(f"/proc/{p}").exists()] == []
         assert time.monotonic() - started < 90

@@ -199,14 +199,15 @@ def test_a_worker_placed_by_flags_alone_points_its_exporter_at_the_heads_api(tmp
     """`appliance run --node-rank 1 --master-addr …` with no APPLIANCE_* placement in the environment: the
     worker's exporter still follows its head's API (K22), not nothing."""
     port = master_port()
-    head = start_rank(0, port, 60)
+    head = start_rank(0, port, 120)
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_") and k != "HF_HUB_OFFLINE"}
-    env |= {"APPLIANCE_HOME": str(tmp_path / "home"), "APPLIANCE_HOST_IP": WORKER_ADDR}
+    env |= {"APPLIANCE_HOME": str(tmp_path / "home"), "APPLIANCE_HOST_IP": WORKER_ADDR,
+            "APPLIANCE_RENDEZVOUS_TIMEOUT_S": "120"}
     run = subprocess.run([sys.executable, "-m", "appliance", "run", PROFILE, "--dry-run", "--skip-doctor",
                           "--node-rank", "1", "--master-addr", HEAD_ADDR, "--master-port", str(port),
-                          "--run-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=120,
+                          "--run-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=240,
                          check=False)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 0, run.stderr + head.result()[2]
     api = load_profile(PROFILE).profile.server.port
     assert f"--engine-url http://{HEAD_ADDR}:{api}" in run.stdout
     assert head.result()[0] == 0

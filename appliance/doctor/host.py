@@ -12,14 +12,19 @@ from pathlib import Path
 GIB = 1024**3
 
 
-def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+def meminfo_gib(key: str, meminfo: Path = Path("/proc/meminfo")) -> float | None:
+    """One /proc/meminfo line (`MemAvailable`, `MemTotal`) in GiB; None where it cannot be read."""
     try:
         for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) * 1024 / GIB
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+    return meminfo_gib("MemAvailable", meminfo)
 
 
 def kernel_log_this_boot() -> str | None:

@@ -14,6 +14,7 @@ import functools
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -102,7 +103,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 @contextlib.contextmanager
 def serve_file(path: Path) -> Iterator[str]:
-    """A loopback HTTP server for one file, for llama-benchy's --book-url; yields the URL."""
+    """A loopback HTTP server for llama-benchy's --book-url; yields the URL. It serves the file's whole
+    folder: give it a folder holding only that file."""
     handler = functools.partial(_Quiet, directory=str(path.parent))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, name="gate-corpus", daemon=True)
@@ -120,23 +122,26 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def corpus(p: BenchParams, out_dir: Path) -> Iterator[tuple[str | None, dict[str, str], dict[str, Any]]]:
+def corpus(p: BenchParams) -> Iterator[tuple[str | None, dict[str, str], dict[str, Any]]]:
     """(book URL or None for llama-benchy's own, env overrides, provenance of the corpus)."""
     if p.corpus == "default":
         yield None, {}, {"corpus": "llama-benchy default book"}
         return
-    if p.corpus == "builtin":
-        path = out_dir / "bench-corpus.txt"
-        path.write_text(filler(OFFLINE_CORPUS_CHARS))
-        about = {"corpus": "builtin filler (appliance.gate.corpus)"}
-    else:
-        path = Path(p.corpus)
-        about = {"corpus": str(path)}
-    with tempfile.TemporaryDirectory(prefix="gate-benchy-home-") as home, serve_file(path) as url:
+    with tempfile.TemporaryDirectory(prefix="gate-benchy-home-") as home:
+        # Served from a folder of its own, never the user's folder nor the receipt's.
+        book = Path(home) / "corpus" / "book.txt"
+        book.parent.mkdir()
+        if p.corpus == "builtin":
+            book.write_text(filler(OFFLINE_CORPUS_CHARS))
+            about = {"corpus": "builtin filler (appliance.gate.corpus)"}
+        else:
+            shutil.copyfile(p.corpus, book)
+            about = {"corpus": str(Path(p.corpus))}
         # llama-benchy caches the corpus under ~/.cache keyed by URL; a loopback URL changes every run.
         from appliance.run.model_location import hf_home
 
-        yield url, {"HOME": home, "HF_HOME": str(hf_home())}, about
+        with serve_file(book) as url:
+            yield url, {"HOME": home, "HF_HOME": str(hf_home())}, about
 
 
 def _classify(rc: int, tail: list[str]) -> tuple[Status, str]:
@@ -183,7 +188,7 @@ def run(ctx: GateContext) -> CheckResult:
     result_file = ctx.out_dir / "llama-benchy.json"
     result_file.unlink(missing_ok=True)
     log = ctx.out_dir / "llama-benchy.log"
-    with corpus(p, ctx.out_dir) as (url, env_extra, about):
+    with corpus(p) as (url, env_extra, about):
         cmd = argv(exe, ctx, p, result_file, url)
         if os.environ.get("VLLM_API_KEY"):
             cmd[1:1] = ["--api-key", os.environ["VLLM_API_KEY"]]

@@ -91,14 +91,8 @@ def engagement(status: dict[str, Any] | None, error: str | None = None) -> dict[
     }
 
 
-def _mem_total_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024**2, 1)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def _round(gib: float | None) -> float | None:
+    return None if gib is None else round(gib, 1)
 
 
 def hardware(profile: Any) -> dict[str, Any]:
@@ -106,13 +100,14 @@ def hardware(profile: Any) -> dict[str, Any]:
     floor, stale engine, port): against a running serve they would report the serve itself."""
     from appliance.catalogue import load_catalogue
     from appliance.doctor.gpu import probe_gpus
+    from appliance.doctor.host import meminfo_gib
     from appliance.doctor.report import check_gpu, check_versions
 
     probe = probe_gpus()
     target = load_catalogue().gpus[profile.hardware.gpu]
     checks = [c.as_dict() for c in (*check_gpu(profile, target, probe), *check_versions(profile))]
     return {"host": platform.node(), "machine": platform.machine(), "os": platform.platform(),
-            "cpus": os.cpu_count(), "mem_total_gib": _mem_total_gib(),
+            "cpus": os.cpu_count(), "mem_total_gib": _round(meminfo_gib("MemTotal")),
             "gpus": [{"name": g.name, "compute_capability": g.compute_capability, "driver": g.driver,
                       "memory_gib": g.memory_gib} for g in probe.gpus],
             "doctor": checks}

@@ -8,22 +8,17 @@ that should have been printed during start-up and was not means the feature is n
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from appliance.health.facts import Facts, FatalHit
 from appliance.health.predicates import holds
-from appliance.health.table import PLACEHOLDER, Comparison, Expectation, LogTable, Operand, Role
+from appliance.health.table import COMPARE, PLACEHOLDER, Comparison, Expectation, LogTable, Operand, Role
 from appliance.profile.model import Profile
 
 Status = Literal["pass", "fail", "unknown"]
-Verdict = Literal["pass", "fail", "unknown"]
 
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
-}
 
 
 @dataclass(frozen=True)
@@ -57,7 +52,7 @@ class Evaluation:
     fatal: list[FatalHit]
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> Status:
         if self.fatal or any(r.blocking for r in self.results):
             return "fail"
         return "pass" if self.log_ready else "unknown"
@@ -106,7 +101,7 @@ class Judge:
 
     def _holds(self, c: Comparison, left: Any, right: Any) -> bool:
         lefts = left if isinstance(left, list) else [left]  # a `distinct` fact: every value must hold
-        compare = _COMPARE[c.op]
+        compare = COMPARE[c.op]
         try:
             return bool(lefts) and all(compare(_num(v, right), right) for v in lefts)
         except TypeError:

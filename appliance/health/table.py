@@ -3,11 +3,13 @@ names, unknown predicates, bad regexes and unparsable checks are errors at load 
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -15,17 +17,20 @@ from appliance.errors import ApplianceError
 from appliance.health.predicates import PREDICATES
 from appliance.paths import healthchecks_dir
 from appliance.profile.model import Profile
+from appliance.render.plan import Role
 from appliance.yamlstrict import load_file
 
-Role = Literal["head", "worker", "single"]
-ROLES: tuple[Role, ...] = ("head", "worker", "single")
+ROLES: tuple[Role, ...] = get_args(Role)
 FactType = Literal["str", "int", "float"]
 Scalar = str | int | float | bool
 
 _ID = r"^[a-z0-9][a-z0-9-]*$"
 _RULE = r"^K[0-9]+$"
-_OPS = ("==", "!=", ">=", "<=", ">", "<")
-_CHECK = re.compile(r"^\s*(\S+)\s*(==|!=|>=|<=|>|<)\s*(\S+)\s*$")
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {  # two-character operators first: the regex tries in order
+    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
+}
+_OPS = tuple(COMPARE)
+_CHECK = re.compile(rf"^\s*(\S+)\s*({'|'.join(map(re.escape, _OPS))})\s*(\S+)\s*$")
 _NUMBER = re.compile(r"^-?[0-9]+(?:\.[0-9]+)?$")
 PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 
