@@ -142,6 +142,8 @@ class StreamedRequest:
 
     url: str
     chunks: int = 0
+    started: float = 0.0
+    first_chunk: float = 0.0
     last_chunk: float = 0.0
     done: bool = False
     error: str | None = None
@@ -158,47 +160,96 @@ class StreamedRequest:
                         if line.startswith("data:"):
                             self.chunks += 1
                             self.last_chunk = time.monotonic()
+                            self.first_chunk = self.first_chunk or self.last_chunk
             except httpx.HTTPError as exc:
                 self.error = f"{type(exc).__name__}: {exc}"
             finally:
                 self.done = True
 
+        self.started = time.monotonic()
         thread = threading.Thread(target=consume, daemon=True)
         thread.start()
         return thread
 
+    def stalled(self, quiet_s: float) -> bool:
+        return not self.done and time.monotonic() - self.last_chunk >= quiet_s
+
+
+class Wedge:
+    """SIGSTOP of the engine core and the workers under it: the engine process tree hangs (as on a stuck
+    collective) while the API server, its /health and its /metrics keep answering. The client's stream
+    says whether it took: the request stays open and its tokens stop."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig, self.timeline = rig, []  # what happened when, for a failure message
+        self.t0 = time.monotonic()
+        self.stopped: list = []  # psutil.Process
+        self.stopped_at = 0.0
+
+    def note(self, what: str) -> None:
+        self.timeline.append(f"+{time.monotonic() - self.t0:.2f}s {what}")
+
+    def suspend(self) -> None:
+        core = self.rig.engine_core()
+        self.stopped = [core, *core.children(recursive=True)]
+        for proc in self.stopped:  # the scheduler first: nothing new is handed to a worker after it
+            proc.suspend()
+        self.stopped_at = time.monotonic()
+        self.note(f"SIGSTOP {[p.pid for p in self.stopped]}")
+
+    def resume(self) -> None:
+        for proc in reversed(self.stopped):
+            proc.resume()
+        self.note("SIGCONT")
+        self.stopped = []
+
+    def take(self, attempts: int = 3) -> tuple[StreamedRequest, threading.Thread]:
+        """A request in flight, seen running by the exporter, then the wedge; retried when the request
+        finished before the stop took (a setup race, not the exporter's), failed when tokens keep coming."""
+        url = f"http://127.0.0.1:{self.rig.engine_port}"
+        for attempt in range(1, attempts + 1):
+            stream = StreamedRequest(url)
+            thread = stream.start()
+            self.note(f"attempt {attempt}: request sent")
+
+            def in_flight(stream: StreamedRequest = stream) -> bool:
+                engine = self.rig.status()["engine"]
+                self.note(f"{stream.chunks} chunks; exporter: running={engine['requests_running']} "
+                          f"progress={engine['progress_counter']} error={engine['error']}")
+                if stream.done:
+                    raise AssertionError(f"the request ended before it was seen in flight: {self.timeline}")
+                return stream.chunks >= 10 and (engine["requests_running"] or 0) >= 1
+
+            self.rig.wait(in_flight, 60, "a request in flight")
+            self.suspend()
+            chunks = stream.chunks
+            deadline = time.monotonic() + 6.0
+            while time.monotonic() < deadline and not stream.done and not stream.stalled(1.5):
+                time.sleep(0.1)
+            self.note(f"{stream.chunks - chunks} chunks after SIGSTOP; done={stream.done} error={stream.error}")
+            if stream.stalled(1.5):
+                return stream, thread
+            self.resume()
+            assert stream.done, f"tokens still arrive with the engine core stopped: {self.timeline}"
+            thread.join(5)
+        raise AssertionError(f"the request ended before the wedge took, {attempts} times: {self.timeline}")
+
 
 def test_a_wedged_engine_core_behind_a_green_health_is_not_ready_and_recovers(rig: Rig):
     rig.wait(lambda: rig.ready_code() == 200, 60, "ready before the wedge")
-    url = f"http://127.0.0.1:{rig.engine_port}"
-    stream = StreamedRequest(url)
-    thread = stream.start()
-    seen: list[str] = []
-
-    def in_flight() -> bool:
-        engine = rig.status()["engine"]
-        seen.append(f"{stream.chunks} chunks, exporter saw running={engine['requests_running']} "
-                    f"progress={engine['progress_counter']} error={engine['error']}")
-        if stream.done:  # the exporter never saw the request the client saw streaming: say what it saw
-            raise AssertionError(f"request over before the exporter saw it ({stream.error}): {seen}")
-        return stream.chunks >= 10 and (engine["requests_running"] or 0) >= 1
-
-    rig.wait(in_flight, 60, "a request in flight")
-    core = rig.engine_core()
-    core.suspend()  # SIGSTOP
+    wedge = Wedge(rig)
+    stream, thread = wedge.take()
     try:
-        time.sleep(2.0)
-        # The precondition of a wedge: the request is still open and its tokens have stopped.
-        assert not stream.done, f"the request ended before the engine core was stopped: {stream.error}; {seen[-5:]}"
-        assert time.monotonic() - stream.last_chunk >= 1.5, "tokens still arrive with the engine core stopped"
-        took = 2.0 + rig.wait(lambda: rig.ready_code() == 503, PROGRESS_WINDOW + 3 * PROBE_INTERVAL - 2.0,
-                              "wedge noticed")
-        print(f"wedge noticed {took:.1f} s after SIGSTOP (progress window {PROGRESS_WINDOW:g} s)")
-        assert httpx.get(f"{url}/health", timeout=5).status_code == 200  # K18: vLLM still says healthy
+        budget = PROGRESS_WINDOW + 3 * PROBE_INTERVAL - (time.monotonic() - wedge.stopped_at)
+        rig.wait(lambda: rig.ready_code() == 503, budget, "wedge noticed")
+        took = time.monotonic() - wedge.stopped_at
+        print(f"wedge noticed {took:.1f} s after SIGSTOP (progress window {PROGRESS_WINDOW:g} s); {wedge.timeline}")
+        assert stream.stalled(1.0), f"the request moved during the wedge: {wedge.timeline}"
+        assert httpx.get(f"http://127.0.0.1:{rig.engine_port}/health", timeout=5).status_code == 200  # K18
         reasons = httpx.get(f"{rig.health}/ready", timeout=5).json()["reasons"]
         assert any(r.startswith("K18") for r in reasons), reasons
     finally:
-        core.resume()  # SIGCONT
+        wedge.resume()
     took = rig.wait(lambda: rig.ready_code() == 200, 60, "ready after SIGCONT")
     print(f"ready again {took:.1f} s after SIGCONT")
     chunks_at_resume = stream.chunks

@@ -19,6 +19,7 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.lock import lock_digest
+from appliance.multinode import rendezvous
 from appliance.multinode.identity import local_identity
 from appliance.multinode.rendezvous import join_head
 from appliance.paths import data_root
@@ -166,6 +167,32 @@ def test_a_node_claiming_a_rank_outside_the_serve_stops_every_node() -> None:
     w_rc, _, w_err = worker.result()
     assert (h_rc, w_rc) == (2, 2)
     assert "joined as rank 3, outside 1..1" in h_err and "joined as rank 3" in w_err
+
+
+def test_the_head_stops_answering_only_after_the_verdict_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head returns (and `appliance run` goes on to exec the engine) only once each worker's `go` is on
+    the wire. Counted at the decision instead, a head process could end mid-reply: the worker then reads half
+    an answer and polls a closed port until its timeout, while the head serves alone."""
+    identity = local_identity(load_profile(PROFILE).profile)
+    written = threading.Event()
+    original = rendezvous._Handler._reply
+
+    def slow_reply(self: rendezvous._Handler, code: int, payload: dict[str, object]) -> None:
+        if payload.get("state") == "go":
+            time.sleep(0.5)  # a slow fabric, or a loaded head
+        original(self, code, payload)
+        if payload.get("state") == "go":
+            written.set()
+
+    monkeypatch.setattr(rendezvous._Handler, "_reply", slow_reply)
+    port = master_port() + 1
+    joined: list[object] = []
+    worker = threading.Thread(target=lambda: joined.append(join_head(identity, 1, HEAD_ADDR, port, 30)))
+    worker.start()
+    members = rendezvous.serve_head(identity, 2, port, 30)
+    assert written.is_set(), "the head stopped before its `go` was written"
+    worker.join(30)
+    assert list(members) == [1] and joined == [identity]
 
 
 def test_a_port_that_is_not_the_rendezvous_is_named_as_such() -> None:

@@ -30,6 +30,7 @@ import json
 import logging
 import secrets
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -147,16 +148,24 @@ class _Exchange:
             self._refuse(refusal(self.head, identity, rank, diffs, address))
         return rank
 
-    def join(self, data: object, address: str) -> tuple[int, dict[str, object]]:
+    def join(self, data: object, address: str) -> tuple[int, dict[str, object], int | None]:
+        """(HTTP code, reply, the rank this reply tells the verdict to, if any)."""
         if not isinstance(data, dict):
-            return 400, {"protocol": PROTOCOL, "state": "error", "message": "expected a JSON object"}
+            return 400, {"protocol": PROTOCOL, "state": "error", "message": "expected a JSON object"}, None
         with self.cond:
             rank = self._admit(data, address)
             state = self.state()
-            if rank is not None and state != "waiting":
-                self.told.add(rank)
             self.cond.notify_all()
-            return (409 if state == "refused" else 200), self.view()
+            verdict_for = rank if rank is not None and state != "waiting" else None
+            return (409 if state == "refused" else 200), self.view(), verdict_for
+
+    def delivered(self, rank: int) -> None:
+        """The verdict's bytes are written to `rank`'s connection. Only now may the head stop answering:
+        marked before the write, the head's process could exit mid-reply and leave that worker polling a
+        closed port with half an answer."""
+        with self.cond:
+            self.told.add(rank)
+            self.cond.notify_all()
 
     def view(self) -> dict[str, object]:
         return {"protocol": PROTOCOL, "state": self.state(), "head": self.head.to_json(),
@@ -188,8 +197,12 @@ class _Handler(BaseHTTPRequestHandler):
             data = json.loads(self.rfile.read(length))
         except ValueError:
             return self._reply(400, {"message": "the body is not JSON"})
-        code, payload = self.server.exchange.join(data, self.client_address[0])
-        return self._reply(code, payload)
+        code, payload, verdict_for = self.server.exchange.join(data, self.client_address[0])
+        self._reply(code, payload)
+        self.wfile.flush()
+        if verdict_for is not None:
+            self.server.exchange.delivered(verdict_for)
+        return None
 
     def do_GET(self) -> None:
         if self.path != STATE_PATH:
@@ -204,6 +217,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     exchange: _Exchange
+
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
+        # A worker that hung up mid-reply asks again (or times out and says so): a line, not a traceback.
+        log.warning("rendezvous: answering %s failed: %s", client_address[0], sys.exc_info()[1])
 
 
 class _Server6(_Server):
