@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -34,6 +34,12 @@ class ApplianceSettings(BaseSettings):
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     log_dir: Path | None = None
     """Where the serve log and supervisor files go."""
+
+    @field_validator("model_dir", "log_dir")
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        # A compose .env or a shell rc often says `~/models/...`; no shell expands it on the way in.
+        return value.expanduser() if value is not None else None
 
     def health_port_for(self, server_health_port: int) -> int:
         """This node's exporter port: APPLIANCE_HEALTH_PORT, else the profile's server.health_port.

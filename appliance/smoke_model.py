@@ -29,10 +29,9 @@ _WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
 
 def default_smoke_model_dir() -> Path:
     """`$APPLIANCE_MODEL_DIR` if set, else `$APPLIANCE_HOME/models/SmolLM2-135M-Instruct`."""
-    env = os.environ.get("APPLIANCE_MODEL_DIR")
-    if env:
-        return Path(env).expanduser()
-    return prepared_model_dir(SMOKE_CHECKPOINT).expanduser()
+    from appliance.settings import load_settings
+
+    return load_settings().model_dir or prepared_model_dir(SMOKE_CHECKPOINT).expanduser()
 
 
 def locate_gguf() -> Path:

@@ -72,12 +72,12 @@ def test_responses_output_text_and_reasoning_are_kept_apart():
 
 
 def test_effort_rejected_by_the_server_is_not_accepted():
-    row = judge_effort("responses", "max", Reply(400, {"error": {"message": "invalid effort 'max'"}}, 0.1), None)
+    row = judge_effort("responses", "max", Reply(400, {"error": {"message": "invalid effort 'max'"}}), None)
     assert row["accepted"] is False and "invalid effort" in row["problems"][0]
 
 
 def test_effort_accepted_with_a_leak_in_the_answer_is_reported():
-    row = judge_effort("chat", "high", Reply(200, chat("17 plus 25</think>42", reasoning="17+25"), 0.1), None)
+    row = judge_effort("chat", "high", Reply(200, chat("17 plus 25</think>42", reasoning="17+25")), None)
     assert row["accepted"] is True and row["problems"][0].startswith("bare </think>")
-    clean = judge_effort("chat", "none", Reply(200, chat("42"), 0.1), None)
+    clean = judge_effort("chat", "none", Reply(200, chat("42")), None)
     assert clean["accepted"] is True and clean["problems"] == []

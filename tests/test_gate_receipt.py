@@ -151,12 +151,10 @@ def test_engagement_reads_the_exporters_status():
     assert engagement(None, "refused") == {"available": False, "error": "refused"}
 
 
-def test_image_labels_from_env_and_labels_file(tmp_path):
-    assert image_labels({}, tmp_path / "absent.json") is None
-    labels = tmp_path / "labels.json"
-    labels.write_text(json.dumps({"org.opencontainers.image.revision": "abc123"}))
-    got = image_labels({"APPLIANCE_IMAGE_REVISION": "abc123", "PATH": "/bin"}, labels)
-    assert got == {"revision": "abc123", "org.opencontainers.image.revision": "abc123"}
+def test_image_labels_come_from_the_images_environment():
+    assert image_labels({"PATH": "/bin"}) is None
+    got = image_labels({"APPLIANCE_IMAGE_REVISION": "abc123", "APPLIANCE_IMAGE_LOCK_DIGEST": "", "PATH": "/bin"})
+    assert got == {"revision": "abc123"}
 
 
 def _receipt() -> dict:

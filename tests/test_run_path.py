@@ -120,6 +120,17 @@ def test_the_smoke_model_is_prepared_where_run_looks_for_the_cpu_smoke_checkpoin
     assert default_smoke_model_dir() == prepared_model_dir(SMOKE_CHECKPOINT)
 
 
+def test_a_model_dir_under_home_is_the_same_folder_for_run_and_smoke_model(monkeypatch) -> None:
+    from appliance.settings import load_settings
+    from appliance.smoke_model import default_smoke_model_dir
+
+    monkeypatch.setenv("APPLIANCE_MODEL_DIR", "~/models/smol")
+    monkeypatch.setenv("APPLIANCE_LOG_DIR", "~/logs")
+    settings = load_settings()
+    assert settings.model_dir == default_smoke_model_dir() == Path.home() / "models" / "smol"
+    assert settings.log_dir == Path.home() / "logs"
+
+
 def test_cache_key_ignores_ports_and_names_but_not_engine_settings() -> None:
     from appliance.profile import load_profile
     from appliance.profile.loader import engine_digest

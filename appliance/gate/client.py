@@ -7,7 +7,6 @@ requests in flight instead of waiting for them in worker threads.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,6 @@ class Reply:
     status: int
     body: Any
     """Parsed JSON, or the text when the body is not JSON."""
-    seconds: float
 
     @property
     def ok(self) -> bool:
@@ -59,7 +57,6 @@ class ServeClient:
         kwargs: dict[str, Any] = {"json": body}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        began = time.monotonic()
         try:
             response = await self._client.post(path, **kwargs)
         except httpx.HTTPError as exc:
@@ -68,7 +65,7 @@ class ServeClient:
             parsed: Any = response.json()
         except ValueError:
             parsed = response.text
-        return Reply(response.status_code, parsed, time.monotonic() - began)
+        return Reply(response.status_code, parsed)
 
 
 def get_json(url: str, timeout: float = 10.0) -> dict[str, Any]:

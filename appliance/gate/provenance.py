@@ -7,31 +7,21 @@ receipt says what the engine printed, never what the profile asked for.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
 from appliance.gate.client import ServeError, get_json
 
-LABELS_FILE = Path("/etc/appliance/labels.json")
 IMAGE_ENV_PREFIX = "APPLIANCE_IMAGE_"
 
 
-def image_labels(environ: dict[str, str] | None = None, labels_file: Path = LABELS_FILE) -> dict[str, Any] | None:
-    """Labels the image exposes: APPLIANCE_IMAGE_* variables and /etc/appliance/labels.json; None outside one."""
+def image_labels(environ: dict[str, str] | None = None) -> dict[str, str] | None:
+    """The labels the image exposes as APPLIANCE_IMAGE_* variables (its Dockerfile sets them beside its OCI
+    labels, which a process inside cannot read); None outside an image."""
     env = os.environ if environ is None else environ
-    labels: dict[str, Any] = {k[len(IMAGE_ENV_PREFIX):].lower(): v for k, v in sorted(env.items())
-                              if k.startswith(IMAGE_ENV_PREFIX) and v}
-    if labels_file.is_file():
-        try:
-            data = json.loads(labels_file.read_text())
-        except (OSError, ValueError) as exc:
-            labels["labels_file_error"] = f"{labels_file}: {exc}"
-        else:
-            if isinstance(data, dict):
-                labels |= {str(k): v for k, v in data.items()}
+    labels = {k[len(IMAGE_ENV_PREFIX):].lower(): v for k, v in sorted(env.items())
+              if k.startswith(IMAGE_ENV_PREFIX) and v}
     return labels or None
 
 
