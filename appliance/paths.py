@@ -32,7 +32,7 @@ def healthchecks_dir() -> Path:
 
 def appliance_home() -> Path:
     """Root of the appliance's own state: models it prepared, keyed caches, receipts."""
-    return Path(os.environ.get("APPLIANCE_HOME") or Path.home() / ".cache" / "appliance")
+    return Path(os.environ.get("APPLIANCE_HOME") or Path.home() / ".cache" / "appliance").expanduser()
 
 
 def venv_executable(name: str) -> str | None:

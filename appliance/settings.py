@@ -29,7 +29,8 @@ class ApplianceSettings(BaseSettings):
     """This node's exporter port, overriding server.health_port without changing the profile (and its digest):
     two ranks on one host need two."""
     rendezvous_timeout_s: float = Field(900, ge=1, le=86400)
-    """How long a rank waits for the other nodes at the cross-node consistency exchange."""
+    """How long a rank waits for the other nodes at the cross-node consistency exchange: long, because pulls
+    of a ~20 GB engine image can start nodes minutes apart."""
     model_dir: Path | None = None
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     log_dir: Path | None = None

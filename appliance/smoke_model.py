@@ -31,7 +31,7 @@ def default_smoke_model_dir() -> Path:
     """`$APPLIANCE_MODEL_DIR` if set, else `$APPLIANCE_HOME/models/SmolLM2-135M-Instruct`."""
     from appliance.settings import load_settings
 
-    return load_settings().model_dir or prepared_model_dir(SMOKE_CHECKPOINT).expanduser()
+    return load_settings().model_dir or prepared_model_dir(SMOKE_CHECKPOINT)
 
 
 def locate_gguf() -> Path:

@@ -52,6 +52,11 @@ def test_bench_depths_that_do_not_fit_max_model_len_are_dropped_with_a_note():
     params = params_for(loaded.profile)
     assert params.bench.depth == (0, 8192, 16384)
     assert any("32768 dropped" in n for n in params.notes)
+    tiny = params_for(load_profile("gb10-tp2", cli_overrides=["limits.max_model_len=1024"]).profile)
+    assert tiny.bench.depth == (0,)  # nothing fits: depth 0 stays, and both facts are said, with the numbers
+    assert any(n.startswith("bench: depth 8192, 16384, 32768 dropped") for n in tiny.notes), tiny.notes
+    assert any("even depth 0" in n and "max_model_len 1024" in n for n in tiny.notes), tiny.notes
+    assert all("depth  dropped" not in n for n in tiny.notes)
 
 
 def test_llama_benchy_argv_carries_the_standard_flags(tmp_path):
@@ -213,6 +218,17 @@ def test_gate_cli_with_no_serve_is_bad_input_with_a_fix(tmp_path, capsys):
     assert "no serve answers" in err and "Traceback" not in err
 
 
+def test_gate_cli_without_a_profile_names_the_exporter_it_asked_and_why(tmp_path, capsys, monkeypatch):
+    from tests.conftest import free_port
+
+    monkeypatch.delenv("APPLIANCE_PROFILE", raising=False)
+    exporter = f"http://127.0.0.1:{free_port()}"
+    code = main(["gate", "--url", f"http://127.0.0.1:{free_port()}", "--exporter", exporter, "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"health exporter at {exporter}" in err and "ConnectError" in err and "--profile" in err
+
+
 def test_progress_prints_one_line_per_event_off_a_terminal():
     import io
 
@@ -223,3 +239,11 @@ def test_progress_prints_one_line_per_event_off_a_terminal():
     progress.end(CheckResult("recall", "pass", "3/8 needles found", seconds=9))
     assert stream.getvalue().splitlines() == ["[gate 2/4] recall ...", "[gate 2/4] recall (1 s) 1/4 answered",
                                               "[gate 2/4] recall: ok in 9 s: 3/8 needles found"]
+
+
+def test_lm_eval_gets_the_serves_key_and_never_the_users_openai_key():
+    from appliance.gate.gsm8k import lm_eval_env
+
+    assert lm_eval_env({"VLLM_API_KEY": "serve", "OPENAI_API_KEY": "user", "A": "1"}) == {
+        "VLLM_API_KEY": "serve", "OPENAI_API_KEY": "serve", "A": "1"}
+    assert lm_eval_env({"OPENAI_API_KEY": "user", "A": "1"}) == {"A": "1"}

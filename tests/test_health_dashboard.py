@@ -42,7 +42,10 @@ def exporter_series() -> set[str]:
     free.close()
     monitor = Monitor(judge=ctx.judge("head"), tailer=LogTailer(LOGS / "deepseek" / "illegal-memory-access.log"),
                       identity=identity, clock=time.monotonic, peers=peers)
-    monitor.poll()
+    try:
+        monitor.poll()
+    finally:
+        peers.close()
     text = generate_latest(make_registry(lambda: monitor.snapshot, identity)).decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 

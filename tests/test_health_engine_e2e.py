@@ -142,8 +142,6 @@ class StreamedRequest:
 
     url: str
     chunks: int = 0
-    started: float = 0.0
-    first_chunk: float = 0.0
     last_chunk: float = 0.0
     done: bool = False
     error: str | None = None
@@ -160,13 +158,11 @@ class StreamedRequest:
                         if line.startswith("data:"):
                             self.chunks += 1
                             self.last_chunk = time.monotonic()
-                            self.first_chunk = self.first_chunk or self.last_chunk
             except httpx.HTTPError as exc:
                 self.error = f"{type(exc).__name__}: {exc}"
             finally:
                 self.done = True
 
-        self.started = time.monotonic()
         thread = threading.Thread(target=consume, daemon=True)
         thread.start()
         return thread

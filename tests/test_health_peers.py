@@ -134,3 +134,44 @@ def test_the_exporter_refuses_a_bad_peer_with_exit_2_and_no_traceback(argv: list
                         str(LOGS / "gb10-tp2-dspark-head.log"), "--no-engine", "--port", str(free_port()), *argv],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_head_asks_its_workers_all_at_once_so_dead_hosts_do_not_add_up() -> None:
+    """Every worker's exporter answers only once all four requests are in flight together (a barrier): asked
+    one after another, each would wait out its timeout and the head's poll loop would grow with the node count."""
+    import http.server
+    import json
+    import threading
+    import time
+
+    from appliance.health.peers import PeerWatch
+
+    together = threading.Barrier(4, timeout=5)
+
+    class Worker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            try:
+                together.wait()
+                body = json.dumps({"state": "ready", "facts": {"nccl_version": "2.30.7"}}).encode()
+                self.send_response(200)
+            except threading.BrokenBarrierError:
+                body = b"{}"
+                self.send_response(504)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Worker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    watch = PeerWatch({rank: url for rank in range(1, 5)}, {"nccl_version": "K15"}, clock=time.monotonic, timeout=10)
+    try:
+        cross = watch.check({"nccl_version": "2.30.7"})
+    finally:
+        watch.close()
+        server.shutdown()
+    assert [p.error for p in cross.peers] == [None] * 4 and [p.state for p in cross.peers] == ["ready"] * 4
+    assert [a.status for a in cross.agreements] == ["pass"]

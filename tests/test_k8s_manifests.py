@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from copy import deepcopy
@@ -178,6 +179,17 @@ def test_the_command_prints_yaml_documents_or_a_json_list() -> None:
     # The default image is the tag the image build gives the CPU target (scripts/build-cpu-image.sh).
     assert container["image"] == f"appliance:cpu-{LOCK[:12]}"
     assert {"name": "APPLIANCE_SET", "value": "limits.max_model_len=1024"} in container["env"]
+
+
+def test_the_profile_may_come_as_an_option_or_from_the_environment_like_every_command() -> None:
+    by_option = cli("--profile", "cpu-smoke")
+    assert by_option.returncode == 0, by_option.stderr
+    by_env = subprocess.run([sys.executable, "-m", "appliance", "k8s"], capture_output=True, text=True, timeout=120,
+                            check=False, env={**os.environ, "APPLIANCE_PROFILE": "cpu-smoke"})
+    assert by_env.returncode == 0 and by_env.stdout == by_option.stdout, by_env.stderr
+    none = subprocess.run([sys.executable, "-m", "appliance", "k8s"], capture_output=True, text=True, timeout=120,
+                          check=False, env={k: v for k, v in os.environ.items() if k != "APPLIANCE_PROFILE"})
+    assert none.returncode == 2 and "no profile given" in none.stderr and "Traceback" not in none.stderr
 
 
 def test_the_command_refuses_an_invalid_profile_with_exit_2() -> None:

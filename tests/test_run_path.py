@@ -129,6 +129,13 @@ def test_a_model_dir_under_home_is_the_same_folder_for_run_and_smoke_model(monke
     settings = load_settings()
     assert settings.model_dir == default_smoke_model_dir() == Path.home() / "models" / "smol"
     assert settings.log_dir == Path.home() / "logs"
+    monkeypatch.delenv("APPLIANCE_MODEL_DIR")
+    monkeypatch.setenv("APPLIANCE_HOME", "~/ahome")  # where smoke-model prepares it is where run looks
+    from appliance.run.model_location import prepared_model_dir
+    from appliance.smoke_model import SMOKE_CHECKPOINT
+
+    assert default_smoke_model_dir() == prepared_model_dir(SMOKE_CHECKPOINT)
+    assert prepared_model_dir(SMOKE_CHECKPOINT).is_relative_to(Path.home() / "ahome")
 
 
 def test_cache_key_ignores_ports_and_names_but_not_engine_settings() -> None:

@@ -12,11 +12,11 @@ if TYPE_CHECKING:  # the loader and settings pull in pydantic: only a command th
     from appliance.settings import ApplianceSettings
 
 
-def add_profile_args(parser: argparse.ArgumentParser, *, optional: bool = False, positional: bool = True) -> None:
-    """PROFILE (positional, and as --profile) and --set; `positional=False` where the positionals are other
-    things (logscan's logs)."""
+def add_profile_args(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:
+    """PROFILE (positional, and as --profile; else $APPLIANCE_PROFILE) and --set; `positional=False` where the
+    positionals are other things (logscan's logs)."""
     if positional:
-        parser.add_argument("profile", nargs="?" if optional else None,
+        parser.add_argument("profile", nargs="?",
                             help="profile name (profiles/NAME.yaml) or path; default $APPLIANCE_PROFILE")
     parser.add_argument("--profile", dest="profile_option" if positional else "profile", metavar="PROFILE",
                         help="same as PROFILE" if positional else

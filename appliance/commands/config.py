@@ -21,7 +21,7 @@ def _flatten(data: object, prefix: str = "") -> dict[str, object]:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    add_profile_args(parser, optional=True)
+    add_profile_args(parser)
     parser.add_argument("--json", action="store_true", help="as JSON: {path: {value, origin}}")
 
 

@@ -9,7 +9,7 @@ from appliance.commands.common import add_profile_args, load_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    add_profile_args(parser, optional=True)
+    add_profile_args(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 

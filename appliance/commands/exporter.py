@@ -16,13 +16,14 @@ from appliance.errors import ApplianceError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    add_profile_args(parser, optional=True)
-    parser.add_argument("--log", type=Path, help="the serve log to tail (default $APPLIANCE_LOG_DIR/vllm.log)")
+    add_profile_args(parser)
+    parser.add_argument("--log", type=Path, help="the serve log to tail (default: the engine's, in $APPLIANCE_LOG_DIR)")
     parser.add_argument("--engine-url", help="vLLM base URL (default http://127.0.0.1:<server.port>; "
                         "on a worker rank the head's API at $APPLIANCE_MASTER_ADDR)")
     parser.add_argument("--no-engine", action="store_true", help="judge from the log alone")
     parser.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, help="port (default the profile's server.health_port)")
+    parser.add_argument("--port", type=int,
+                        help="port (default $APPLIANCE_HEALTH_PORT, else the profile's server.health_port)")
     parser.add_argument("--node-rank", type=int, help="this node's rank (default $APPLIANCE_NODE_RANK or 0)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
     parser.add_argument("--engine-timeout", type=float, default=1.5, help="vLLM HTTP timeout (default 1.5 s)")

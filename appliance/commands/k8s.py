@@ -9,7 +9,7 @@ from appliance.commands.common import add_profile_args, load_from_args
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
-    parser.add_argument("--image", help="container image (default appliance:LOCK12, the lock digest's first 12 hex)")
+    parser.add_argument("--image", help="container image (default appliance:TARGET-LOCK12, as the image build tags it)")
     parser.add_argument("--namespace", help="namespace of every resource (default: none, kubectl's current)")
     parser.add_argument("--format", choices=["yaml", "json"], default="yaml", help="yaml documents or a json List")
     parser.add_argument("--name", help="resource name (default appliance-PROFILE)")
@@ -22,8 +22,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.container.lockargs import image_tag, load
-    from appliance.lock import lock_digest
+    from appliance.container.lockargs import canonical_digest, image_tag, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
     from appliance.rules import context_for, require_valid
@@ -32,13 +31,13 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     loaded = load_from_args(args, settings)
     require_valid(context_for(loaded.profile), "no manifests rendered")
-    target = "cpu" if loaded.profile.hardware.gpu == "cpu" else "gpu"
+    lock = load(versions_path())
     opts = K8sOptions(
-        image=args.image or image_tag(load(versions_path()), target),  # the tag the image build gives
+        image=args.image or image_tag(lock, loaded.profile.hardware.target),  # the tag the image build gives
         namespace=args.namespace, name=args.name, secret=args.secret,
         hf_cache_claim=args.hf_cache_pvc, appliance_cache_claim=args.cache_pvc,
         fabric_ifname=args.fabric_ifname, shm_size=args.shm_size,
         overrides=(*settings.overrides(), *args.overrides),
     )
-    print(dump(render_manifests(loaded.profile, opts, lock_digest(), loaded.digest), args.format), end="")
+    print(dump(render_manifests(loaded.profile, opts, canonical_digest(lock), loaded.digest), args.format), end="")
     return 0

@@ -15,7 +15,7 @@ from appliance.commands.common import (
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    add_profile_args(parser, optional=True)
+    add_profile_args(parser)
     add_placement_args(parser)
     parser.add_argument("--format", choices=["shell", "json"], default="shell")
     parser.add_argument("--force", action="store_true", help="render even when the profile has rule errors")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    add_profile_args(parser, optional=True)
+    add_profile_args(parser)
     add_placement_args(parser)
     parser.add_argument("--run-dir", type=Path, help="supervisor files and the serve log (default $APPLIANCE_LOG_DIR"
                         " or $APPLIANCE_HOME/run/PROFILE)")
@@ -99,10 +99,9 @@ def run(args: argparse.Namespace) -> int:
     health_port = settings.health_port_for(profile.server.health_port)
     peers: dict[int, Peer] = {}
     if plan.role != "single":
-        from appliance.multinode.preflight_hook import cross_node_preflight
+        from appliance.multinode.rendezvous import preflight
 
-        peers = cross_node_preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s,
-                                     health_port=health_port)
+        peers = preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s, health_port=health_port)
 
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / profile.name

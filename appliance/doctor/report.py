@@ -105,7 +105,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
 def check_versions(profile: Profile) -> list[Check]:
     from appliance.lock import check, load_lock
 
-    target = "cpu" if profile.hardware.gpu == "cpu" else "gpu"
+    target = profile.hardware.target
     drifts = check(load_lock(), target)
     if not drifts:
         return [Check("versions", "ok", f"installed {target} stack matches versions.json")]

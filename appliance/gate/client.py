@@ -68,10 +68,11 @@ class ServeClient:
         return Reply(response.status_code, parsed)
 
 
-def get_json(url: str, timeout: float = 10.0) -> dict[str, Any]:
-    """One synchronous GET for provenance (version, models, /status); raises ServeError."""
+def get_json(url: str, timeout: float = 10.0, *, to_serve: bool = True) -> dict[str, Any]:
+    """One synchronous GET for provenance (version, models, /status); raises ServeError. The serve's key goes
+    only to the serve (`to_serve`), never to the health exporter, which neither needs nor checks it."""
     try:
-        response = httpx.get(url, timeout=timeout, trust_env=False, headers=api_headers())
+        response = httpx.get(url, timeout=timeout, trust_env=False, headers=api_headers() if to_serve else None)
         response.raise_for_status()
         data = response.json()
     except (httpx.HTTPError, ValueError) as exc:

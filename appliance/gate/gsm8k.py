@@ -94,6 +94,16 @@ def judge(metrics: dict[str, Any], p: Gsm8kParams) -> tuple[Status, str]:
     return "pass", text
 
 
+def lm_eval_env(environ: dict[str, str]) -> dict[str, str]:
+    """lm-eval's local-completions reads its key only from OPENAI_API_KEY: the serve's key goes there (the env,
+    never argv, where `ps` shows it). Without VLLM_API_KEY it gets none: a user's own OpenAI key is never sent
+    to the serve."""
+    env = {k: v for k, v in environ.items() if k != "OPENAI_API_KEY"}
+    if environ.get("VLLM_API_KEY"):
+        env["OPENAI_API_KEY"] = environ["VLLM_API_KEY"]
+    return env
+
+
 def run(ctx: GateContext) -> CheckResult:
     p = ctx.params.gsm8k
     started, began = utc_now(), time.monotonic()
@@ -109,9 +119,7 @@ def run(ctx: GateContext) -> CheckResult:
     cmd = argv(exe, ctx, p, out)
     ctx.progress.step(f"lm-eval {p.task} {p.num_fewshot}-shot" + (f", limit {p.limit}" if p.limit else ""))
     log = ctx.out_dir / "lm-eval.log"
-    key = os.environ.get("VLLM_API_KEY")
-    # lm-eval's local-completions reads its key only from OPENAI_API_KEY: through the env, never argv (`ps`).
-    env = {**os.environ, "OPENAI_API_KEY": key} if key else None
+    env = lm_eval_env(dict(os.environ))
     with log.open("w") as sink:
         try:
             rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False,

@@ -42,7 +42,7 @@ def exporter_status(url: str | None) -> tuple[dict[str, Any] | None, str | None]
     if not url:
         return None, "no exporter URL"
     try:
-        return get_json(f"{url.rstrip('/')}/status"), None
+        return get_json(f"{url.rstrip('/')}/status", to_serve=False), None
     except ServeError as exc:
         return None, str(exc)
 

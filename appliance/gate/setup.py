@@ -86,13 +86,15 @@ def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str,
     """The profile, and the exporter's /status when it had to be asked for the profile's name."""
     from appliance.profile.loader import load_profile
 
-    name, status = req.profile, None
+    name, status, why = req.profile, None, ""
     if not name:  # ask the running serve which profile it runs
-        status, _ = exporter_status(exporter_url)
+        status, error = exporter_status(exporter_url)
         name = ((status or {}).get("profile") or {}).get("name")
+        why = error or "its /status names no profile"
     if not name:
-        raise ApplianceError("no profile given and none could be read from the health exporter",
-                             field="--profile", fix="pass --profile NAME or set APPLIANCE_PROFILE")
+        raise ApplianceError(f"no profile given and none could be read from the health exporter at {exporter_url} "
+                             f"({why})", field="--profile",
+                             fix="pass --profile NAME (or set APPLIANCE_PROFILE), or point --exporter at the serve's")
     return load_profile(name, env_overrides=req.env_overrides, cli_overrides=req.overrides), status
 
 

@@ -126,9 +126,12 @@ def fit(params: GateParams, max_len: int) -> GateParams:
     """Drop bench depths whose request would not fit max_model_len (and say so)."""
     bench = params.bench
     room = max_len - max(bench.pp) - max(bench.tg) - 64  # 64: chat template and the context-load probe
-    kept = tuple(d for d in bench.depth if d <= room)
+    depth = tuple(d for d in bench.depth if d <= room) or (0,)
     notes = list(params.notes)
-    if kept != bench.depth:
-        dropped = ", ".join(str(d) for d in bench.depth if d not in kept and (kept or d != 0))
-        notes.append(f"bench: depth {dropped} dropped: it does not fit max_model_len {max_len}")
-    return replace(params, bench=replace(bench, depth=kept or (0,)), notes=notes)
+    dropped = [str(d) for d in bench.depth if d not in depth]
+    if dropped:
+        notes.append(f"bench: depth {', '.join(dropped)} dropped: it does not fit max_model_len {max_len}")
+    if room < 0:
+        notes.append(f"bench: even depth 0 (pp {max(bench.pp)} + tg {max(bench.tg)}) exceeds max_model_len {max_len}: "
+                     "expect its requests to be refused")
+    return replace(params, bench=replace(bench, depth=depth), notes=notes)

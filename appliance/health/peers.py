@@ -12,7 +12,8 @@ Two readers use the one comparison here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +79,7 @@ class PeerView:
     error: str | None = None
     asked_at: float | None = None
 
-    def to_json(self, now: float, compared: Mapping[str, str]) -> dict[str, Any]:
+    def to_json(self, now: float, compared: Iterable[str]) -> dict[str, Any]:
         said = {name: self.facts.get(name) for name in compared} if self.facts is not None else None
         return {"rank": self.rank, "url": self.url, "state": self.state, "facts": said, "error": self.error,
                 "age_s": None if self.asked_at is None else round(now - self.asked_at, 1)}
@@ -88,7 +89,6 @@ class PeerView:
 class CrossRank:
     agreements: tuple[Agreement, ...]
     peers: tuple[PeerView, ...]
-    compared: Mapping[str, str]
 
     @property
     def reasons(self) -> list[str]:
@@ -97,7 +97,7 @@ class CrossRank:
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {"agreements": [a.to_json() for a in self.agreements],
-                "peers": [p.to_json(now, self.compared) for p in self.peers]}
+                "peers": [p.to_json(now, [a.fact for a in self.agreements]) for p in self.peers]}
 
 
 def parse_peer(text: str) -> tuple[int, str]:
@@ -111,8 +111,9 @@ def parse_peer(text: str) -> tuple[int, str]:
 
 
 class PeerWatch:
-    """Asks each worker's exporter for /status at most every `every` seconds; in between, the verdict
-    comes from the last answers, so a slow peer costs the head's poll loop at most one timeout."""
+    """Asks the workers' exporters for /status at most every `every` seconds, all at once; in between, the
+    verdict comes from the last answers. So slow or dead peers, however many, cost the head's poll loop at most
+    one request timeout, and its /live never goes stale because a worker host is down."""
 
     def __init__(self, peers: Mapping[int, str], compared: Mapping[str, str], *, clock: Callable[[], float],
                  every: float = 10.0, timeout: float = 1.5, client: httpx.Client | None = None) -> None:
@@ -123,6 +124,7 @@ class PeerWatch:
         import httpx  # here, not at the top: `appliance logscan` compares ranks without HTTP
 
         self._client = client or httpx.Client(timeout=timeout, trust_env=False)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._views)), thread_name_prefix="peer")
         self._asked_at: float | None = None
 
     def _ask(self, view: PeerView, now: float) -> PeerView:
@@ -144,10 +146,12 @@ class PeerWatch:
         now = self.clock()
         if self._asked_at is None or now - self._asked_at >= self.every:
             self._asked_at = now
-            self._views = {rank: self._ask(view, now) for rank, view in self._views.items()}
+            asked = self._pool.map(lambda view: self._ask(view, now), self._views.values())
+            self._views = {view.rank: view for view in asked}
         per_rank: dict[str, Mapping[str, Any]] = {"rank 0": own}
         per_rank |= {f"rank {rank}": view.facts or {} for rank, view in self._views.items()}
-        return CrossRank(tuple(agreements(self.compared, per_rank)), tuple(self._views.values()), self.compared)
+        return CrossRank(tuple(agreements(self.compared, per_rank)), tuple(self._views.values()))
 
     def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self._client.close()

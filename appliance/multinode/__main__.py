@@ -17,14 +17,14 @@ def main(argv: list[str] | None = None) -> int:
     from appliance.errors import ApplianceError
 
     parser = argparse.ArgumentParser(prog="python -m appliance.multinode", description=__doc__.splitlines()[0])
-    add_profile_args(parser, optional=True)
+    add_profile_args(parser)
     add_placement_args(parser)
     parser.add_argument("--timeout", type=float, help="seconds to wait for the other nodes "
                         "(default $APPLIANCE_RENDEZVOUS_TIMEOUT_S)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        from appliance.multinode.preflight_hook import cross_node_preflight
+        from appliance.multinode.rendezvous import preflight
         from appliance.render.plan import build_plan
         from appliance.run.netif import with_host_ip
         from appliance.settings import load_settings
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_from_args(args, settings)
         place = with_host_ip(placement_from_args(args, settings))
         plan = build_plan(loaded.profile, place)
-        cross_node_preflight(loaded.profile, plan, place, timeout_s=args.timeout or settings.rendezvous_timeout_s)
+        preflight(loaded.profile, plan, place, timeout_s=args.timeout or settings.rendezvous_timeout_s)
     except ApplianceError as exc:
         print(f"appliance multinode: refused: {exc}", file=sys.stderr)
         return 2

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from appliance.errors import ApplianceError
-from appliance.multinode.identity import Difference, Identity, differences
+from appliance.multinode.identity import Difference, Identity, differences, local_identity
 from appliance.profile.model import Profile
 from appliance.render.plan import Placement, ServePlan, http_url
 
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 PROTOCOL = 1
 RENDEZVOUS_PORT_OFFSET = 1
-"""Image pulls of a ~20 GB engine image can start nodes minutes apart."""
 POLL_S = 0.5
 BACKOFF_MAX_S = 2.0
 REFUSAL_GRACE_S = 15.0
@@ -220,7 +219,12 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
         # A worker that hung up mid-reply asks again (or times out and says so): a line, not a traceback.
-        log.warning("rendezvous: answering %s failed: %s", client_address[0], sys.exc_info()[1])
+        # Anything else is a bug of ours and keeps its traceback.
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.warning("rendezvous: answering %s failed: %s", client_address[0], error)
+        else:
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _Server6(_Server):
@@ -366,17 +370,19 @@ def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeou
         reason="K10: every rank rendezvous at the head before the engine starts")
 
 
-def preflight(profile: Profile, plan: ServePlan, placement: Placement, identity: Identity,
-              timeout_s: float, health_port: int | None = None) -> dict[int, Peer]:
-    """Refuse (ApplianceError) unless every node of a multi-node serve agrees; a no-op for single-node.
+def preflight(profile: Profile, plan: ServePlan, placement: Placement, *, timeout_s: float,
+              health_port: int | None = None) -> dict[int, Peer]:
+    """The call `appliance run` makes between render and supervisord: exchange this node's identity with the
+    other nodes; ApplianceError (exit 2) when they differ or never come; a no-op for single-node.
 
-    Returns the workers (rank -> Peer) on the head, nothing elsewhere."""
+    A worker tells the head its exporter's `health_port`; the head gets back its workers (rank -> Peer)."""
     if plan.role == "single":
         return {}
     if not placement.master_addr:
         raise ApplianceError("a multi-node serve needs the head's fabric address", field="APPLIANCE_MASTER_ADDR",
                              fix="set APPLIANCE_MASTER_ADDR on every node to the head's address on the fabric")
     port = rendezvous_port(profile, placement)
+    identity = local_identity(profile)
     if plan.role == "head":
         return serve_head(identity, profile.hardware.nodes, port, timeout_s, ipv6=":" in placement.master_addr)
     join_head(identity, placement.node_rank, placement.master_addr, port, timeout_s,

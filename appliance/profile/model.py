@@ -27,6 +27,11 @@ class Hardware(Section):
     gpus_per_node: int = Field(1, ge=1, le=8)
     """GPUs used on each machine (engine ranks per node on the cpu target)."""
 
+    @property
+    def target(self) -> Literal["gpu", "cpu"]:
+        """The image and stack this hardware runs (versions.json targets)."""
+        return "cpu" if self.gpu == "cpu" else "gpu"
+
 
 class Model(Section):
     checkpoint: str = Field(min_length=1)

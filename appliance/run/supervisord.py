@@ -58,8 +58,7 @@ def _program(name: str, argv: list[str], env: dict[str, str], *, kind: str = "pr
     return "\n".join(lines)
 
 
-def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str],
-                *, crash_limit: int = CRASH_LIMIT, crash_window_s: int = CRASH_WINDOW_S) -> str:
+def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str]) -> str:
     """The whole config. `engine_env` = plan env + caches; secrets are inherited, never written here."""
     log = str(files.engine_log)
     sections = [
@@ -93,7 +92,7 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
     ))
     sections.append(_program(
         "crashguard", [sys.executable, "-m", "appliance.run.crashguard", "--program", "vllm", "--limit",
-                       str(crash_limit), "--window", str(crash_window_s), "--log", log,
+                       str(CRASH_LIMIT), "--window", str(CRASH_WINDOW_S), "--log", log,
                        "--pidfile", str(files.pidfile)],
         {}, kind="eventlistener", events="PROCESS_STATE_EXITED,PROCESS_STATE_FATAL", autorestart=True,
         stdout_logfile="NONE", stderr_logfile="/dev/stderr", stderr_logfile_maxbytes=0,
