@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from appliance.catalogue import CheckpointFacts, GpuFacts
 from appliance.profile.model import Profile
+from appliance.rules.engine_pin import EnginePin, pinned_engine
 
 Severity = Literal["error", "warning"]
 
@@ -31,6 +32,8 @@ class RuleContext:
     profile: Profile
     checkpoint: CheckpointFacts
     gpu: GpuFacts
+    engine: EnginePin = field(default_factory=pinned_engine)
+    """The engine the lock pins: some rules' severity depends on what it does (K5)."""
 
     @property
     def is_deepseek(self) -> bool:
