@@ -99,10 +99,10 @@ def test_recall_scores_24_of_24_on_a_perfect_serve_at_c12(tmp_path):
     assert result.params["concurrency"] == 12 and result.metrics["context_tokens"] <= 36864
 
 
-def test_recall_fails_a_poisoned_serve_under_the_22_of_24_threshold(tmp_path):
+def test_recall_fails_a_poisoned_serve_in_the_poisoned_band(tmp_path):
     result = recall.run(ctx_for("gb10-tp2", recaller(set(range(6))), tmp_path))
     assert result.status == "fail" and result.metrics["score"] == "12/24" and result.metrics["wrong"] == 12
-    assert "below the threshold" in result.summary
+    assert "poisoned band" in result.summary
 
 
 def test_recall_records_a_serve_error_as_an_error(tmp_path):

@@ -35,15 +35,15 @@ def test_deepseek_profiles_get_the_seeds_benchmark_standard_and_recall_shape():
     b = params.bench
     assert (b.pp, b.tg, b.depth, b.runs, b.concurrency) == ((2048,), (128,), (0, 8192, 16384, 32768), 3, (1,))
     assert params.recall.concurrency == 12 and params.recall.needles_per_request == 2
-    assert params.recall.min_found == pytest.approx(22 / 24)
+    assert params.recall.min_found == pytest.approx(18 / 24)  # the seed's healthy single runs go down to 19/24
     assert params.reasoning.efforts == ("none", "low", "high", "max")
     assert params.structured.temperature > 0
 
 
-def test_cpu_smoke_gets_tiny_settings_and_a_threshold_that_records_only():
+def test_cpu_smoke_gets_tiny_settings_with_repeated_bench_runs():
     params = params_for(load_profile("cpu-smoke").profile)
-    assert (params.bench.pp, params.bench.tg, params.bench.depth, params.bench.runs) == ((64,), (16,), (0,), 1)
-    assert params.bench.corpus == "builtin" and params.recall.min_found == 0
+    assert (params.bench.pp, params.bench.tg, params.bench.depth, params.bench.runs) == ((64,), (16,), (0,), 3)
+    assert params.bench.corpus == "builtin"
     assert params.recall.context_tokens < 2048
 
 

@@ -39,7 +39,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                                                "or a text file")
     parser.add_argument("--bench-runs", type=_positive, help="llama-benchy --runs")
     parser.add_argument("--recall-concurrency", type=_positive, help="recall requests sent at once")
-    parser.add_argument("--recall-min", type=_fraction, help="recall pass threshold, fraction of needles found")
+    parser.add_argument("--recall-min", type=_fraction, help="recall pass line, fraction of needles found")
+    parser.add_argument("--recall-runs", type=_positive, help="recall runs on this serve (the seed: 3 on each of "
+                                                              "4 fresh serves; see `gate serves`)")
     parser.add_argument("--gsm8k-limit", type=_positive, help="lm-eval --limit")
     parser.add_argument("--gsm8k-fewshot", type=int, help="lm-eval --num_fewshot (default 8)")
     parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
@@ -49,6 +51,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
     cmp.add_argument("--json", action="store_true", help="machine-readable findings")
+    srv = sub.add_parser("serves", help="judge recall over receipts of several fresh serves (the seed's design)")
+    srv.add_argument("receipts", type=Path, nargs="+", help="one receipt.json per fresh serve")
+    srv.add_argument("--json", action="store_true", help="machine-readable verdict")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -61,9 +66,24 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if result.regressions else 0
 
 
+def _serves(args: argparse.Namespace) -> int:
+    from appliance.gate.receipt import load
+    from appliance.gate.serves import judge_receipts, render
+
+    result = judge_receipts([(str(p), load(p)) for p in args.receipts])
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return EXIT[result["verdict"]]
+
+
+EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
+"""`gate` and `gate serves`: inconclusive (recall between its bands) is neither a pass nor a failure."""
+
+
 def run(args: argparse.Namespace) -> int:
     if args.gate_action == "compare":
         return _compare(args)
+    if args.gate_action == "serves":
+        return _serves(args)
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
     from appliance.gate.setup import TUNABLE, GateRequest, prepare
@@ -84,4 +104,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {c['name']:<10} {c['status']:<14} {c['summary']}")
     if not receipt["complete"]:
         return 130
-    return 0 if receipt["verdict"] == "pass" else 1
+    return EXIT.get(receipt["verdict"], 1)

@@ -1,29 +1,36 @@
 """`gate compare A B`: what changed between two receipts, judged by the seed's noise rules.
 
-The `±` inside one llama-benchy invocation is 5-30x smaller than the spread between builds, so it
-cannot tell a real change from noise. From single runs, differences under ~15 % on decode (tg) or
-~2 % on prefill (pp, ctx_pp) are NOT resolvable: they are reported as noise with the way to resolve
-them, never as a regression. Correctness signals have their own rules: structured output and think
-leaks allow no failure at all; recall uses a two-standard-error band on the found fraction.
+Seed: "the ± in a benchy row is the spread within one invocation; it runs 5–30× smaller than the
+build-to-build spread", and "anything under ~15% on tg or ~2% on ctx_pp is not resolvable this way".
+Those bands were measured on GB10; a receipt also carries its own repeated-run spread (llama-benchy's
+per-run values), and a bench difference is called a regression only beyond BOTH the seed's band and
+SPREAD_FACTOR x that spread. Anything less is "unresolved" with the seed's way to resolve it: blocked,
+paired runs with an exact sign-flip permutation test, Holm-corrected. Recall is judged by its bands
+(recall_bands): a score between the healthy and the poisoned band is inconclusive, never a regression.
+Structured output and think leaks allow no failure at all.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from appliance.gate.recall_bands import MORE_SERVES, PASS_LINE, POISONED_CEILING, Bands
 from appliance.gate.receipt import check
 
 TG_NOISE = 0.15
 PP_NOISE = 0.02
-BLOCKS = 5
-PAIRED = (f"within noise; to resolve, run blocked, paired runs (both builds alternated, ≥ {BLOCKS} blocks) "
-          f"and compare with a paired test")
-RECALL_FLOOR = 2 / 24
-"""A healthy serve scores 22-24/24: two needles of spread are normal."""
+SPREAD_FACTOR = 5.0
+"""The seed's lower bound: build-to-build spread is 5-30x the spread inside one invocation."""
+BLOCKS = 10
+PAIRED = (f"unresolved: run blocked, paired runs — {BLOCKS} blocks, both builds inside each block on the same "
+          f"machines, order alternated — then an exact sign-flip permutation test on the per-block differences, "
+          f"Holm-corrected across the cells compared (the seed's design)")
 
-Verdict = Literal["regression", "improvement", "noise", "same", "changed", "not comparable"]
+Verdict = Literal["regression", "improvement", "noise", "unresolved", "inconclusive", "same", "changed",
+                  "not comparable"]
 
 
 @dataclass(frozen=True)
@@ -55,36 +62,54 @@ def _pct(a: float, b: float) -> str:
     return f"{(b - a) / a * 100:+.1f} %" if a else ""
 
 
-def bench_finding(test: str, kind: str, a: float, b: float) -> Finding:
-    """One llama-benchy row: noise unless the relative change passes the seed's single-run band."""
-    tol = TG_NOISE if kind in ("tg", "ctx_tg") else PP_NOISE
+def run_spread(values: Sequence[float]) -> float | None:
+    """(max - min) / mean of one row's repeated runs; None without at least two runs."""
+    if len(values) < 2 or not sum(values):
+        return None
+    return (max(values) - min(values)) / (sum(values) / len(values))
+
+
+def bench_finding(test: str, kind: str, a: float, b: float, values_a: Sequence[float] = (),
+                  values_b: Sequence[float] = ()) -> Finding:
+    """One llama-benchy row: a regression (or improvement) only beyond the seed's single-run band AND
+    SPREAD_FACTOR x the larger repeated-run spread of the two receipts; else unresolved."""
+    band = TG_NOISE if kind in ("tg", "ctx_tg") else PP_NOISE
     rel = (b - a) / a if a else 0.0
-    band = f"the ~{tol * 100:.0f} % single-run band on {'tg' if tol == TG_NOISE else 'prefill'}"
     if a == b:
         return Finding("bench", test, a, b, "same")
+    spreads = [x for x in (run_spread(values_a), run_spread(values_b)) if x is not None]
+    if len(spreads) < 2:
+        return Finding("bench", test, a, b, "unresolved",
+                       f"a receipt carries no repeated-run spread for this row (runs < 2); {PAIRED}", _pct(a, b))
+    tol = max(band, SPREAD_FACTOR * max(spreads))
+    why = (f"the ~{band * 100:.0f} % seed band on {'tg' if band == TG_NOISE else 'prefill'}"
+           if tol == band else f"{SPREAD_FACTOR:.0f} x this machine's run spread ({max(spreads) * 100:.1f} %)")
     if abs(rel) < tol:
-        return Finding("bench", test, a, b, "noise", PAIRED, _pct(a, b))
+        return Finding("bench", test, a, b, "unresolved", f"within ±{tol * 100:.1f} % ({why}); {PAIRED}", _pct(a, b))
     if rel < 0:
-        return Finding("bench", test, a, b, "regression", f"slower beyond {band}", _pct(a, b))
-    return Finding("bench", test, a, b, "improvement", f"faster beyond {band}", _pct(a, b))
+        return Finding("bench", test, a, b, "regression", f"slower beyond ±{tol * 100:.1f} % ({why})", _pct(a, b))
+    return Finding("bench", test, a, b, "improvement", f"faster beyond ±{tol * 100:.1f} % ({why})", _pct(a, b))
 
 
-def recall_finding(fa: int, na: int, fb: int, nb: int, min_b: float | None) -> Finding:
-    """Found fractions differ beyond max(2/24, two standard errors of the difference) = real; or B falls
-    under its own pass threshold while A was at or above it."""
+def recall_finding(fa: int, na: int, fb: int, nb: int, min_b: float | None = None,
+                   poisoned_b: float | None = None) -> Finding:
+    """Judged by B's bands: B in the poisoned band while A was not = regression; B between the bands =
+    inconclusive (run more serves); B at or above its pass line = no regression."""
+    bands = Bands(PASS_LINE if min_b is None else min_b,
+                  min(POISONED_CEILING if poisoned_b is None else poisoned_b, PASS_LINE if min_b is None else min_b))
     pa, pb = fa / na, fb / nb
-    pooled = (fa + fb) / (na + nb)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / na + 1 / nb))
-    tol = max(RECALL_FLOOR, 2 * se)
+    ja, jb = bands.judge(pa), bands.judge(pb)
     a, b = f"{fa}/{na}", f"{fb}/{nb}"
-    crossed = min_b is not None and pb < min_b <= pa
-    if pa - pb > tol or crossed:
-        why = f"fell under the pass threshold {min_b:.2f}" if crossed else f"drop beyond the ±{tol:.2f} band"
-        return Finding("recall", "needles found", a, b, "regression", why)
-    if pb - pa > tol:
-        return Finding("recall", "needles found", a, b, "improvement", f"gain beyond the ±{tol:.2f} band")
-    return Finding("recall", "needles found", a, b, "same" if pa == pb else "noise",
-                   "" if pa == pb else f"within ±{tol:.2f} (two standard errors, at least 2/24)")
+    line = f"pass line {bands.pass_line * nb:.1f}/{nb}, poisoned band <= {bands.poisoned_ceiling * nb:.1f}/{nb}"
+    if jb == "fail" and ja != "fail":
+        return Finding("recall", "needles found", a, b, "regression", f"fell into the poisoned band ({line})")
+    if jb == "inconclusive":
+        return Finding("recall", "needles found", a, b, "inconclusive", f"{line}; {MORE_SERVES}")
+    if jb == "pass" and ja != "pass":
+        return Finding("recall", "needles found", a, b, "improvement", f"back at or above the pass line ({line})")
+    if pa == pb:
+        return Finding("recall", "needles found", a, b, "same")
+    return Finding("recall", "needles found", a, b, "noise", f"both in the same band ({line})")
 
 
 def _guard(value: Any) -> tuple[int, int] | None:
@@ -141,12 +166,14 @@ def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[Finding]:
         rows_b = {r["test"]: r for r in mb.get("rows") or [] if r.get("t_s")}
         for test, ra in rows_a.items():
             if test in rows_b:
-                out.append(bench_finding(test, ra["kind"], ra["t_s"], rows_b[test]["t_s"]))
+                out.append(bench_finding(test, ra["kind"], ra["t_s"], rows_b[test]["t_s"], ra.get("values") or (),
+                                         rows_b[test].get("values") or ()))
             else:
                 out.append(Finding("bench", test, ra["t_s"], None, "not comparable", "row missing in B"))
     elif name == "recall" and ma.get("total") and mb.get("total"):
-        out.append(recall_finding(ma["found"], ma["total"], mb["found"], mb["total"],
-                                  (cb.get("params") or {}).get("min_found")))
+        pb = cb.get("params") or {}
+        out.append(recall_finding(ma["found"], ma["total"], mb["found"], mb["total"], pb.get("min_found"),
+                                  pb.get("poisoned_max")))
     elif name == "structured" and ma.get("total") and mb.get("total"):
         bad_a, bad_b = ma["total"] - ma["valid"], mb["total"] - mb["valid"]
         v: Verdict = "regression" if bad_b and not bad_a else "improvement" if bad_a and not bad_b else "same"

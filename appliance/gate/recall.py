@@ -3,7 +3,7 @@ text, `c` requests sent at once, score = codes found / needles planted (the seed
 
 Every request carries the SAME filler with its own needles, so concurrent requests share a long
 prefix: the prefix-cache race behind K4 (a block hash published before its KV is written) is what
-made a healthy 22-24/24 serve fall to 11.5/24, and only shared prefixes under concurrency reach it.
+made healthy serves (means 20.7-23.0/24) fall to 11.5/24, and only shared prefixes under concurrency reach it.
 Planting and scoring are pure functions, tested on answers whose right result is known.
 """
 
@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from appliance.gate.client import ServeClient, ServeError, chat_text, count_tokens
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
+from appliance.gate.recall_bands import MORE_SERVES, Bands
 from appliance.gate.result import CheckResult, Status, utc_now
 from appliance.gate.sizing import RecallParams
 
@@ -151,44 +152,64 @@ async def _ask(client: ServeClient, ctx: GateContext, case: RecallCase, p: Recal
     return f"{content}\n{reasoning}".strip(), None
 
 
-async def _run(ctx: GateContext, p: RecallParams) -> CheckResult:
-    started, began = utc_now(), time.monotonic()
-    async with ServeClient(ctx.url, timeout=p.timeout_s, transport=ctx.transport) as client:
-        hay, hay_tokens = await _hay(client, ctx.model, p.context_tokens, p.seed)
-        cases = build_cases(hay, p.concurrency, p.needles_per_request, p.seed)
-        ctx.progress.step(f"{len(cases)} requests at once, ~{hay_tokens or p.context_tokens} tokens each")
-        done = 0
+async def _one_run(client: ServeClient, ctx: GateContext, p: RecallParams, hay: str, hay_tokens: int | None,
+                   run: int) -> tuple[list[RecallCase], list[CaseScore], list[str]]:
+    cases = build_cases(hay, p.concurrency, p.needles_per_request, p.seed + run)
+    label = f"run {run + 1}/{p.runs}: " if p.runs > 1 else ""
+    ctx.progress.step(f"{label}{len(cases)} requests at once, ~{hay_tokens or p.context_tokens} tokens each")
+    done = 0
 
-        async def one(case: RecallCase) -> tuple[str, str | None]:
-            nonlocal done
-            answer = await _ask(client, ctx, case, p)
-            done += 1
-            ctx.progress.step(f"{done}/{len(cases)} answered")
-            return answer
+    async def one(case: RecallCase) -> tuple[str, str | None]:
+        nonlocal done
+        answer = await _ask(client, ctx, case, p)
+        done += 1
+        ctx.progress.step(f"{label}{done}/{len(cases)} answered")
+        return answer
 
-        answers = await asyncio.gather(*(one(c) for c in cases))
+    answers = await asyncio.gather(*(one(c) for c in cases))
     scores = []
     for case, (text, error) in zip(cases, answers, strict=True):
         s = score(case, text)
         scores.append(CaseScore(s.index, s.found, s.missing, s.wrong, error))
-    found, needles = total(scores, cases)
-    errors = [s for s in scores if s.error]
-    need = p.min_found * needles
-    status: Status = "error" if errors else ("pass" if found >= need else "fail")
-    summary = f"{found}/{needles} needles found ({p.concurrency} concurrent requests, ~{hay_tokens} tokens)"
+    return cases, scores, [text for text, _ in answers]
+
+
+async def _run(ctx: GateContext, p: RecallParams) -> CheckResult:
+    started, began = utc_now(), time.monotonic()
+    bands = Bands(p.min_found, min(p.poisoned_max, p.min_found))
+    per_run: list[tuple[list[RecallCase], list[CaseScore], list[str]]] = []
+    async with ServeClient(ctx.url, timeout=p.timeout_s, transport=ctx.transport) as client:
+        hay, hay_tokens = await _hay(client, ctx.model, p.context_tokens, p.seed)
+        for run in range(p.runs):  # one after another: each run's requests race each other, not the last run's
+            per_run.append(await _one_run(client, ctx, p, hay, hay_tokens, run))
+    runs_found = [total(scores, cases)[0] for cases, scores, _ in per_run]
+    needles = sum(len(c.needles) for c in per_run[0][0])
+    found = sum(runs_found)
+    errors = [s for _, scores, _ in per_run for s in scores if s.error]
+    mean = found / (needles * p.runs)
+    status: Status = "error" if errors else bands.judge(mean)
+    each = f" (runs {', '.join(map(str, runs_found))}; mean {mean * needles:.1f}/{needles})" if p.runs > 1 else ""
+    summary = (f"{found}/{needles * p.runs} needles found{each} ({p.concurrency} concurrent requests, "
+               f"~{hay_tokens} tokens)")
     if errors:
         summary += f"; {len(errors)} request(s) failed: {errors[0].error}"
     elif status == "fail":
-        summary += f"; below the threshold {need:.1f}/{needles}"
+        summary += f"; in the poisoned band (<= {bands.poisoned_ceiling * needles:.1f}/{needles})"
+    elif status == "inconclusive":
+        summary += (f"; between the poisoned band (<= {bands.poisoned_ceiling * needles:.1f}) and the pass line "
+                    f"({bands.pass_line * needles:.1f}): {MORE_SERVES}")
     return CheckResult(
         "recall", status, summary, started_at=started, seconds=time.monotonic() - began,
         params={"concurrency": p.concurrency, "needles_per_request": p.needles_per_request,
                 "context_tokens": p.context_tokens, "max_tokens": p.max_tokens, "min_found": round(p.min_found, 4),
-                "seed": p.seed},
-        metrics={"found": found, "total": needles, "score": f"{found}/{needles}", "context_tokens": hay_tokens,
-                 "wrong": sum(len(s.wrong) for s in scores)},
-        details={"cases": [{**asdict(s), "depths": [n.depth for n in c.needles], "answer": text[:300]}
-                           for s, c, (text, _) in zip(scores, cases, answers, strict=True)]},
+                "poisoned_max": round(bands.poisoned_ceiling, 4), "runs": p.runs, "seed": p.seed},
+        metrics={"found": found, "total": needles * p.runs, "score": f"{found}/{needles * p.runs}",
+                 "context_tokens": hay_tokens, "runs_found": runs_found, "needles_per_run": needles,
+                 "serve_mean": round(mean, 4),
+                 "wrong": sum(len(s.wrong) for _, scores, _ in per_run for s in scores)},
+        details={"cases": [{**asdict(s), "run": run, "depths": [n.depth for n in c.needles], "answer": text[:300]}
+                           for run, (cases, scores, texts) in enumerate(per_run)
+                           for s, c, text in zip(scores, cases, texts, strict=True)]},
     )
 
 

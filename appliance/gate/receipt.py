@@ -16,11 +16,14 @@ REQUIRED = ("schema", "complete", "verdict", "started_at", "provenance", "engage
 
 
 def verdict(checks: list[dict[str, Any]], complete: bool, engagement: dict[str, Any] | None = None) -> str:
-    """pass = every check passed (or does not apply) AND the serve log's own expectations did not fail."""
+    """pass = every check passed (or does not apply) AND the serve log's own expectations did not fail;
+    inconclusive = nothing failed but a check could not decide (recall between its bands: run more serves)."""
     if not complete:
         return "incomplete"
     log_failed = bool(engagement and (engagement.get("verdict") == "fail" or engagement.get("fatal")))
-    return "pass" if all(c["status"] in OK_STATUSES for c in checks) and not log_failed else "fail"
+    if log_failed or any(c["status"] not in (*OK_STATUSES, "inconclusive") for c in checks):
+        return "fail"
+    return "inconclusive" if any(c["status"] == "inconclusive" for c in checks) else "pass"
 
 
 def finalize(receipt: dict[str, Any], *, complete: bool, finished_at: str, duration_s: float) -> dict[str, Any]:

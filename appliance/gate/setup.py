@@ -37,8 +37,8 @@ class GateRequest:
     """Single-value overrides: bench_corpus, bench_runs, recall_concurrency, recall_min, gsm8k_* (see TUNABLE)."""
 
 
-TUNABLE = ("bench_corpus", "bench_runs", "recall_concurrency", "recall_min", "gsm8k_limit", "gsm8k_fewshot",
-           "gsm8k_task", "gsm8k_include")
+TUNABLE = ("bench_corpus", "bench_runs", "recall_concurrency", "recall_min", "recall_runs", "gsm8k_limit",
+           "gsm8k_fewshot", "gsm8k_task", "gsm8k_include")
 
 
 def select(checks: str | None) -> list[str]:
@@ -70,7 +70,9 @@ def tune(params: GateParams, t: dict[str, Any]) -> GateParams:
                                  field="--recall-concurrency", value=c, fix=f"one name per needle; {len(NAMES)} names")
         recall = replace(recall, concurrency=c)
     if t.get("recall_min") is not None:
-        recall = replace(recall, min_found=t["recall_min"])
+        recall = replace(recall, min_found=t["recall_min"], poisoned_max=min(recall.poisoned_max, t["recall_min"]))
+    if t.get("recall_runs"):
+        recall = replace(recall, runs=t["recall_runs"])
     if t.get("gsm8k_include"):
         if not Path(t["gsm8k_include"]).is_dir():
             raise ApplianceError(f"--gsm8k-include {t['gsm8k_include']}: no such folder", field="--gsm8k-include",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING
+
 if TYPE_CHECKING:  # `appliance gate compare` and --help need no pydantic
     from appliance.profile.model import Profile
 
@@ -41,7 +43,12 @@ class RecallParams:
     """Filler tokens per request, shared as a common prefix by every request (prefix-cache hits race)."""
     max_tokens: int
     min_found: float
-    """Pass threshold, as a fraction of all needles."""
+    """Pass line, as a fraction of all needles (recall_bands.PASS_LINE on DeepSeek)."""
+    poisoned_max: float = 0.0
+    """At or below this fraction the score is in the poisoned band (fail); between it and min_found the result
+    is inconclusive (recall_bands)."""
+    runs: int = 1
+    """Recall runs on this serve; the seed's design is a few runs on each of several fresh serves."""
     timeout_s: float = 900.0
     seed: int = 12
 
@@ -93,7 +100,7 @@ def _standard(max_len: int, prefix_caching: bool) -> GateParams:
         bench=BenchParams(pp=(2048,), tg=(128,), depth=(0, 8192, 16384, 32768), runs=3,
                           prefix_caching=prefix_caching, corpus="default"),
         recall=RecallParams(concurrency=12, needles_per_request=2, context_tokens=int(max_len * 0.75),
-                            max_tokens=256, min_found=22 / 24),
+                            max_tokens=256, min_found=PASS_LINE, poisoned_max=POISONED_CEILING),
         reasoning=ReasoningParams(),
         structured=StructuredParams(requests=8, temperature=0.8, max_tokens=1024),
         gsm8k=Gsm8kParams(),
@@ -104,7 +111,8 @@ def _smoke(max_len: int, prefix_caching: bool) -> GateParams:
     return GateParams(
         size="smoke",
         # skip_coherence: at its default temperature SmolLM2-135M names Paris only most of the time.
-        bench=BenchParams(pp=(64,), tg=(16,), depth=(0,), runs=1, prefix_caching=prefix_caching,
+        # runs=3: the receipt then carries its own run-to-run spread, which `gate compare` judges by.
+        bench=BenchParams(pp=(64,), tg=(16,), depth=(0,), runs=3, prefix_caching=prefix_caching,
                           skip_coherence=True, timeout_s=600.0),
         # A 135M model finds few needles: the receipt records the score, the threshold asks for none.
         recall=RecallParams(concurrency=4, needles_per_request=2, context_tokens=int(max_len * 0.5),

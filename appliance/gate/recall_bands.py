@@ -1,0 +1,67 @@
+"""What a recall score means: the seed's healthy and poisoned bands, and the inconclusive gap between them.
+
+Seed figures (GB10 2-node TP=2, 0731, DSpark, "arthur c=12", 24 needles):
+- healthy guarded serves: "V1 serve means 22.3 / 21.7 / 21.7 / 21.0 gate mean 21.67 min 19",
+  "V2 serve means 22.0 / 20.7 / 22.7 / 22.7 gate mean 22.00 min 20";
+- poisoned serves: "measured at arthur c=12 mean 11.5, 3 of 4 serves degraded, floor 3/24" and, V2 unguarded,
+  "V2 mean 10.50 [6,13]".
+A pass line of 18/24 sits under every healthy single run (19) and a poisoned ceiling of 13/24 at the highest
+poisoned run; a score between the two is evidence of neither: "inconclusive: run more serves".
+Because "a single clean serve proves nothing at ~50% incidence", the seed's design is several fresh serves
+with a few runs each ("4 fresh serves per arm ... 3 arthur c=12 runs each"): `judge_serves` reads that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+PASS_LINE = 18 / 24
+"""At or above: healthy. Under the lowest healthy single run the seed saw (19/24)."""
+POISONED_CEILING = 13 / 24
+"""At or below: the poisoned band (the highest poisoned run the seed reports is 13/24)."""
+SEED_SERVES = 4
+"""Fresh serves per arm in the seed's design."""
+SEED_RUNS_PER_SERVE = 3
+"""Recall runs per serve in the seed's design."""
+MORE_SERVES = (f"inconclusive: run more serves — the seed's design is {SEED_SERVES} fresh serves x "
+               f"{SEED_RUNS_PER_SERVE} runs each (appliance gate --recall-runs {SEED_RUNS_PER_SERVE} on each fresh "
+               f"serve, then appliance gate serves RECEIPT...)")
+
+Band = Literal["pass", "inconclusive", "fail"]
+
+
+@dataclass(frozen=True)
+class Bands:
+    pass_line: float = PASS_LINE
+    poisoned_ceiling: float = POISONED_CEILING
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.poisoned_ceiling <= self.pass_line <= 1:
+            raise ValueError(f"recall bands: need 0 <= poisoned ceiling {self.poisoned_ceiling:.3f} <= pass line "
+                             f"{self.pass_line:.3f} <= 1")
+
+    def judge(self, fraction: float) -> Band:
+        if fraction >= self.pass_line:
+            return "pass"
+        if fraction <= self.poisoned_ceiling:
+            return "fail"
+        return "inconclusive"
+
+
+def judge_serves(serve_means: list[float], bands: Bands) -> tuple[Band, str]:
+    """Several fresh serves, each a mean of its runs (fractions): any serve in the poisoned band fails the
+    build (a poisoned serve keeps its poisoned blocks for life); every serve healthy passes; else inconclusive."""
+    if not serve_means:
+        return "inconclusive", "no serve measured"
+    shown = ", ".join(f"{m:.3f}" for m in serve_means)
+    poisoned = [m for m in serve_means if bands.judge(m) == "fail"]
+    if poisoned:
+        return "fail", (f"{len(poisoned)} of {len(serve_means)} serve(s) in the poisoned band "
+                        f"(<= {bands.poisoned_ceiling:.3f}): serve means {shown}")
+    if all(bands.judge(m) == "pass" for m in serve_means):
+        enough = "" if len(serve_means) >= SEED_SERVES else (
+            f"; only {len(serve_means)} fresh serve(s): at ~50 % incidence the seed used {SEED_SERVES}")
+        return ("pass" if not enough else "inconclusive",
+                f"every serve mean >= {bands.pass_line:.3f}: {shown}{enough}")
+    return "inconclusive", f"serve means {shown} between the bands; {MORE_SERVES}"

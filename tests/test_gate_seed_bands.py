@@ -1,0 +1,97 @@
+"""The gate's recall bands and compare's noise rules, held to the seed's figures (issue 15 items 3, 11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance.cli import main
+from appliance.gate.compare import bench_finding
+from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING, Bands, judge_serves
+from appliance.gate.receipt import SCHEMA, verdict
+from appliance.gate.sizing import params_for
+from appliance.profile import load_profile
+
+SEED = Bands()
+
+
+def test_standard_recall_pass_line_is_18_of_24_with_a_poisoned_ceiling_of_13():
+    # Seed: healthy "gate mean 21.67 min 19" / "gate mean 22.00 min 20"; poisoned "mean 11.5 ... floor 3/24",
+    # V2 unguarded "mean 10.50 [6,13]".
+    r = params_for(load_profile("gb10-tp2").profile).recall
+    assert r.min_found * 24 == pytest.approx(18) and r.poisoned_max * 24 == pytest.approx(13)
+    assert (PASS_LINE, POISONED_CEILING) == (18 / 24, 13 / 24)
+
+
+@pytest.mark.parametrize(("found", "band"), [(24, "pass"), (19, "pass"), (18, "pass"), (17, "inconclusive"),
+                                             (14, "inconclusive"), (13, "fail"), (11.5, "fail"), (3, "fail")])
+def test_a_single_score_falls_into_the_seeds_bands(found: float, band: str):
+    assert SEED.judge(found / 24) == band
+
+
+def test_serves_design_every_healthy_serve_passes_one_poisoned_serve_fails_between_is_inconclusive():
+    healthy = [22.3 / 24, 21.7 / 24, 21.7 / 24, 21.0 / 24]  # the seed's V1 serve means
+    assert judge_serves(healthy, SEED)[0] == "pass"
+    assert judge_serves([*healthy[:3], 11.5 / 24], SEED)[0] == "fail"
+    assert judge_serves([*healthy[:3], 16 / 24], SEED)[0] == "inconclusive"
+    # "a single clean serve proves nothing at ~50% incidence"
+    assert judge_serves(healthy[:1], SEED)[0] == "inconclusive"
+
+
+def test_receipt_verdict_is_inconclusive_when_recall_sits_between_the_bands():
+    checks = [{"name": "bench", "status": "pass"}, {"name": "recall", "status": "inconclusive"}]
+    assert verdict(checks, complete=True) == "inconclusive"
+    assert verdict([*checks, {"name": "structured", "status": "fail"}], complete=True) == "fail"
+
+
+def _receipt(tmp_path: Path, name: str, runs_found: list[int]) -> str:
+    found = sum(runs_found)
+    data = {"schema": SCHEMA, "complete": True, "verdict": "pass", "started_at": "x", "provenance": {},
+            "engagement": {}, "checks": [{"name": "recall", "status": "pass", "summary": "",
+                                          "params": {"min_found": 18 / 24, "poisoned_max": 13 / 24, "runs": 3},
+                                          "metrics": {"found": found, "total": 24 * len(runs_found),
+                                                      "runs_found": runs_found, "needles_per_run": 24}}]}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_gate_serves_exit_codes_pass_fail_inconclusive(tmp_path: Path, capsys):
+    good = [_receipt(tmp_path, f"s{i}", [22, 21, 23]) for i in range(4)]
+    assert main(["gate", "serves", *good]) == 0
+    poisoned = _receipt(tmp_path, "bad", [12, 11, 3])
+    assert main(["gate", "serves", *good[:3], poisoned]) == 1
+    middle = _receipt(tmp_path, "mid", [16, 15, 17])
+    assert main(["gate", "serves", *good[:3], middle]) == 3
+    assert "run more serves" in capsys.readouterr().out
+
+
+def test_same_build_gated_twice_on_a_noisy_machine_is_unresolved_not_a_regression():
+    # Issue 15 item 11: `pp64 60.59 -> 56.38 (-6.9 %)` was called a REGRESSION on the CPU serve; that machine's
+    # own run-to-run spread (here 3 % inside each receipt) explains it: 5 x 3 % > 6.9 %.
+    noisy_a, noisy_b = [59.7, 60.59, 61.5], [55.5, 56.38, 57.2]
+    f = bench_finding("pp64", "pp", 60.59, 56.38, noisy_a, noisy_b)
+    assert f.verdict == "unresolved" and "blocked, paired runs" in f.note
+
+
+def test_a_receipt_without_repeated_runs_cannot_call_a_regression():
+    assert bench_finding("pp64", "pp", 60.59, 50.0).verdict == "unresolved"
+
+
+def test_a_drop_beyond_both_the_band_and_the_spread_is_a_regression():
+    assert bench_finding("pp64", "pp", 60.59, 50.0, [60.4, 60.59, 60.8], [49.9, 50.0, 50.1]).verdict == "regression"
+
+
+def test_cpu_smoke_bench_repeats_its_runs_so_receipts_carry_a_spread():
+    assert params_for(load_profile("cpu-smoke").profile).bench.runs >= 3
+
+
+def test_recall_on_a_fake_serve_18_of_24_passes_16_is_inconclusive(tmp_path: Path):
+    from appliance.gate import recall
+    from tests.test_gate_checks import ctx_for, recaller
+
+    assert recall.run(ctx_for("gb10-tp2", recaller({0, 1, 2}), tmp_path)).status == "pass"  # 18/24
+    middle = recall.run(ctx_for("gb10-tp2", recaller({0, 1, 2, 3}), tmp_path))  # 16/24
+    assert middle.status == "inconclusive" and "run more serves" in middle.summary
