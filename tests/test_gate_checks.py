@@ -37,31 +37,47 @@ def chat(content: str | None, **message: object) -> dict:
                          "message": {"role": "assistant", "content": content, **message}}]}
 
 
-def deepseek(leak_effort: str | None = None, reject: str | None = None, tool_markup: bool = False) -> Handler:
-    """A DeepSeek-V4-like serve: reasoning split off, tool calls parsed; optionally broken in one way."""
+SHORT, LONG = "17 plus 25", "17 plus 25: 17 + 20 = 37, 37 + 5 = 42, checked twice"
+
+
+def deepseek(leak_effort: str | None = None, reject: str | None = None, tool_markup: bool = False,
+             omitted_leaks: bool = False, none_thinks: bool = False, flat_effort: bool = False) -> Handler:
+    """A DeepSeek-V4-like serve (a test double: the DeepSeek reasoning parser needs the real model): reasoning
+    split off, tool calls parsed, `none` not thinking, high reasoning more than low; optionally broken in one way.
+    `omitted_leaks` is the seed's K19 failure: with no reasoning field the reasoning, with a bare </think>,
+    comes back inside the answer."""
     def handler(path: str, body: dict) -> dict | tuple[int, dict]:
+        omitted = "reasoning_effort" not in body and "reasoning" not in body
         effort = body.get("reasoning_effort") or (body.get("reasoning") or {}).get("effort")
         if reject and effort == reject:
             return 400, {"error": {"message": f"reasoning effort {effort!r} is not supported"}}
-        answer = "17 + 25</think>42" if effort == leak_effort else "42"
+        thought = "" if effort == "none" and not none_thinks else (
+            LONG if effort in (None, "high", "xhigh", "max") and not flat_effort else SHORT)
+        answer = "17 + 25</think>42" if effort == leak_effort and effort else "42"
+        if omitted and omitted_leaks:
+            thought, answer = "", f"{LONG}</think>42"
         if path == "/v1/responses":
-            return {"output": [{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "add"}]},
-                               {"type": "message", "content": [{"type": "output_text", "text": answer}]}]}
+            output = [{"type": "message", "content": [{"type": "output_text", "text": answer}]}]
+            if thought:
+                output.insert(0, {"type": "reasoning", "content": [{"type": "reasoning_text", "text": thought}]})
+            return {"output": output}
         if body.get("tools"):
             if tool_markup:
                 return chat('<｜tool▁calls▁begin｜>get_weather{"city": "Paris"}')
             return chat(None, tool_calls=[{"id": "1", "type": "function",
                                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}])
-        return chat(answer, reasoning="17 plus 25")
+        return chat(answer, reasoning=thought or None)
     return handler
 
 
 def test_reasoning_passes_on_a_healthy_deepseek_serve(tmp_path):
     result = reasoning.run(ctx_for("gb10-tp2", deepseek(), tmp_path))
     assert result.status == "pass", result.summary
-    assert result.metrics == {"accepted": 8, "probes": 8, "think_leaks": 0, "tool_call_parsed": True}
+    assert result.metrics == {"accepted": 16, "probes": 16, "think_leaks": 0, "effort_problems": 0,
+                              "tool_call_parsed": True}
+    efforts = ("omitted", "none", "minimal", "low", "medium", "high", "xhigh", "max")
     assert {(r["endpoint"], r["effort"]) for r in result.details["probes"]} == {
-        (s, e) for s in ("chat", "responses") for e in ("none", "low", "high", "max")}
+        (s, e) for s in ("chat", "responses") for e in efforts}
 
 
 def test_reasoning_fails_on_a_bare_think_rejected_effort_or_unparsed_tool_call(tmp_path):

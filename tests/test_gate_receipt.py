@@ -36,7 +36,7 @@ def test_deepseek_profiles_get_the_seeds_benchmark_standard_and_recall_shape():
     assert (b.pp, b.tg, b.depth, b.runs, b.concurrency) == ((2048,), (128,), (0, 8192, 16384, 32768), 3, (1,))
     assert params.recall.concurrency == 12 and params.recall.needles_per_request == 2
     assert params.recall.min_found == pytest.approx(18 / 24)  # the seed's healthy single runs go down to 19/24
-    assert params.reasoning.efforts == ("none", "low", "high", "max")
+    assert params.reasoning.efforts == ("none", "minimal", "low", "medium", "high", "xhigh", "max")
     assert params.structured.temperature > 0
 
 

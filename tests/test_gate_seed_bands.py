@@ -95,3 +95,39 @@ def test_recall_on_a_fake_serve_18_of_24_passes_16_is_inconclusive(tmp_path: Pat
     assert recall.run(ctx_for("gb10-tp2", recaller({0, 1, 2}), tmp_path)).status == "pass"  # 18/24
     middle = recall.run(ctx_for("gb10-tp2", recaller({0, 1, 2, 3}), tmp_path))  # 16/24
     assert middle.status == "inconclusive" and "run more serves" in middle.summary
+
+
+# --- K19 (issue 15 item 4) -------------------------------------------------------------------------------------
+# Seed: "whenever a request omitted `reasoning`, which is exactly what a stock OpenAI SDK sends";
+# "both endpoints accept the same seven spellings"; "`effort: none` disables thinking"; "`high` reasons deeper
+# than `low`".
+
+def _reasoning(tmp_path: Path, **broken: bool):
+    from appliance.gate import reasoning
+    from tests.test_gate_checks import ctx_for, deepseek
+
+    return reasoning.run(ctx_for("gb10-tp2", deepseek(**broken), tmp_path))
+
+
+def test_k19_probes_a_request_that_omits_the_reasoning_field_on_both_endpoints(tmp_path: Path):
+    result = _reasoning(tmp_path, omitted_leaks=True)
+    assert result.status == "fail"
+    assert "think markup in chat:omitted, responses:omitted" in result.summary
+    sent = {r["effort"] for r in result.details["probes"]}
+    assert "omitted" in sent
+
+
+def test_k19_sends_all_seven_effort_spellings_on_both_endpoints():
+    from appliance.gate.sizing import ReasoningParams
+
+    assert ReasoningParams().efforts == ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+def test_k19_effort_none_that_still_thinks_fails(tmp_path: Path):
+    result = _reasoning(tmp_path, none_thinks=True)
+    assert result.status == "fail" and "effort none still reasoned" in result.summary
+
+
+def test_k19_high_that_reasons_no_more_than_low_fails(tmp_path: Path):
+    result = _reasoning(tmp_path, flat_effort=True)
+    assert result.status == "fail" and "high reasoned no more than low" in result.summary

@@ -180,7 +180,8 @@ def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[Finding]:
         out.append(Finding("structured", "valid replies", f"{ma['valid']}/{ma['total']}",
                            f"{mb['valid']}/{mb['total']}", v, "any invalid reply is the sampler bug class"))
     elif name == "reasoning" and ma and mb:
-        for key, label in (("accepted", "efforts accepted"), ("think_leaks", "answers with </think>")):
+        for key, label in (("accepted", "efforts accepted"), ("think_leaks", "answers with </think>"),
+                           ("effort_problems", "effort not honoured")):
             worse = mb.get(key, 0) < ma.get(key, 0) if key == "accepted" else mb.get(key, 0) > ma.get(key, 0)
             if ma.get(key) != mb.get(key):
                 out.append(Finding("reasoning", label, ma.get(key), mb.get(key), "regression" if worse else "changed"))

@@ -1,6 +1,10 @@
 """K19 reasoning and tool calls: every effort accepted on /v1/chat/completions and /v1/responses, no
 `</think>` left in any answer text, and a tool call parsed into `tool_calls`.
 
+The seed's K19 failure happened "whenever a request omitted `reasoning`, which is exactly what a stock
+OpenAI SDK sends", so both endpoints are also asked with no reasoning field at all. And as the seed
+measured: "`effort: none` disables thinking" and "`high` reasons deeper than `low`".
+
 Applies where the profile names a reasoning parser (DeepSeek-V4); elsewhere `not_applicable`. The
 detectors are pure functions over response bodies, unit-tested on crafted replies.
 """
@@ -118,16 +122,23 @@ def judge_effort(surface: str, effort: str, reply: Reply | None, error: str | No
             "reasoning_chars": len(reasoning)}
 
 
+OMITTED = "omitted"
+"""The probe that sends no reasoning field at all (a stock OpenAI SDK request)."""
+
+
 async def _probe(client: ServeClient, ctx: GateContext, surface: str, effort: str,
                  p: ReasoningParams) -> dict[str, Any]:
     if surface == "chat":
         path = "/v1/chat/completions"
         body: dict[str, Any] = {"model": ctx.model, "messages": [{"role": "user", "content": PROMPT}],
-                                "max_tokens": p.max_tokens, "reasoning_effort": effort}
+                                "max_tokens": p.max_tokens}
+        if effort != OMITTED:
+            body["reasoning_effort"] = effort
     else:
         path = "/v1/responses"
-        body = {"model": ctx.model, "input": PROMPT, "max_output_tokens": p.max_tokens,
-                "reasoning": {"effort": effort}}
+        body = {"model": ctx.model, "input": PROMPT, "max_output_tokens": p.max_tokens}
+        if effort != OMITTED:
+            body["reasoning"] = {"effort": effort}
     try:
         reply = await client.post(path, body, timeout=p.timeout_s)
     except ServeError as exc:
@@ -153,29 +164,48 @@ async def _tool(client: ServeClient, ctx: GateContext, p: ReasoningParams) -> di
             "calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls]}
 
 
+def effort_problems(rows: list[dict[str, Any]]) -> list[str]:
+    """What the accepted probes say about effort itself: `none` must not think; `high` must reason more than
+    `low` (by reasoning characters), per endpoint."""
+    out = []
+    by = {(r["endpoint"], r["effort"]): r for r in rows if r["accepted"]}
+    for surface in ("chat", "responses"):
+        none, low, high = (by.get((surface, e)) for e in ("none", "low", "high"))
+        if none and none.get("reasoning_chars", 0) > 0:
+            out.append(f"{surface}: effort none still reasoned ({none['reasoning_chars']} chars)")
+        if low and high and high.get("reasoning_chars", 0) <= low.get("reasoning_chars", 0):
+            out.append(f"{surface}: high reasoned no more than low ({high.get('reasoning_chars', 0)} vs "
+                       f"{low.get('reasoning_chars', 0)} chars)")
+    return out
+
+
 async def _run(ctx: GateContext, p: ReasoningParams) -> CheckResult:
     started, began = utc_now(), time.monotonic()
     rows = []
     async with ServeClient(ctx.url, timeout=p.timeout_s, transport=ctx.transport) as client:
         for surface in ("chat", "responses"):
-            for effort in p.efforts:
+            for effort in (OMITTED, *p.efforts):
                 ctx.progress.step(f"{surface} effort={effort}")
                 rows.append(await _probe(client, ctx, surface, effort, p))
         ctx.progress.step("tool call")
         tool = await _tool(client, ctx, p)
     rejected = [f"{r['endpoint']}:{r['effort']}" for r in rows if not r["accepted"]]
     leaks = [f"{r['endpoint']}:{r['effort']}" for r in rows if r["accepted"] and r["problems"]]
-    ok = not rejected and not leaks and tool["parsed"]
-    parts = [f"{len(rows) - len(rejected)}/{len(rows)} effort probes accepted",
+    efforts = effort_problems(rows)
+    ok = not rejected and not leaks and not efforts and tool["parsed"]
+    parts = [f"{len(rows) - len(rejected)}/{len(rows)} effort probes accepted (reasoning omitted included)",
              "no </think> in answers" if not leaks else f"think markup in {', '.join(leaks)}",
              "tool call parsed" if tool["parsed"] else f"tool call NOT parsed ({'; '.join(tool['problems'])[:160]})"]
     if rejected:
         parts.insert(1, f"rejected: {', '.join(rejected)}")
+    if efforts:
+        parts.insert(2, "; ".join(efforts))
     return CheckResult("reasoning", "pass" if ok else "fail", "; ".join(parts), started_at=started,
                        seconds=time.monotonic() - began,
-                       params={"efforts": list(p.efforts), "max_tokens": p.max_tokens},
+                       params={"efforts": list(p.efforts), "omitted_probe": True, "max_tokens": p.max_tokens},
                        metrics={"accepted": len(rows) - len(rejected), "probes": len(rows),
-                                "think_leaks": len(leaks), "tool_call_parsed": tool["parsed"]},
+                                "think_leaks": len(leaks), "effort_problems": len(efforts),
+                                "tool_call_parsed": tool["parsed"]},
                        details={"probes": rows, "tool_call": tool})
 
 

@@ -55,7 +55,8 @@ class RecallParams:
 
 @dataclass(frozen=True)
 class ReasoningParams:
-    efforts: tuple[str, ...] = ("none", "low", "high", "max")
+    efforts: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+    """The seed: "both endpoints accept the same seven spellings"."""
     max_tokens: int = 2048
     timeout_s: float = 600.0
 
