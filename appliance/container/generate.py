@@ -124,8 +124,9 @@ def compose_yaml(root: Path = ROOT) -> str:
 name: appliance
 
 x-env: &env
-  # The exporter's port moves with APPLIANCE_HEALTH_PORT; the probe (HEALTHCHECK) reads the same variable.
-  APPLIANCE_SET: "server.health_port=${{APPLIANCE_HEALTH_PORT:-{HEALTH_PORT_DEFAULT}}};${{APPLIANCE_SET:-}}"
+  # The exporter's port moves with APPLIANCE_HEALTH_PORT (settings, not the profile: the profile digest must
+  # stay equal on nodes whose exporters listen on different ports); the probe reads the same variable.
+  APPLIANCE_SET: "${{APPLIANCE_SET:-}}"
   APPLIANCE_HEALTH_PORT: "${{APPLIANCE_HEALTH_PORT:-{HEALTH_PORT_DEFAULT}}}"
   # Passed through only when set in the caller's environment (or .env). A bare name that is unset
   # there is removed from the container's environment, image ENV included: only names the images

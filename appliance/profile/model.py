@@ -132,7 +132,8 @@ class Distributed(Section):
     nccl_ib_hca: str | None = None
     """NCCL_IB_HCA (e.g. the ConnectX device); null = NCCL's choice."""
     nccl_ib_disable: bool = False
-    """NCCL_IB_DISABLE; the seed measured 15.1 vs 21.9 tok/s with IB disabled."""
+    """NCCL_IB_DISABLE; keep IB on: the seed's harness baselines on GB10 (not a figure of the seed itself) give
+    15.1 vs 21.9 tok/s decode with IB disabled."""
 
 
 class Provenance(Section):
