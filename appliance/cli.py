@@ -14,6 +14,7 @@ from appliance import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "profiles": ("appliance.commands.profiles", "table of serve profiles"),
     "validate": ("appliance.commands.validate", "check a profile against every known pitfall"),
+    "rules": ("appliance.commands.rules", "every rule id (K1...): why, fix, and where it is enforced"),
     "config": ("appliance.commands.config", "effective config with each value's origin"),
     "render": ("appliance.commands.render", "the exact serve command (shell or json)"),
     "versions": ("appliance.commands.versions", "the version lock; --check compares installed packages"),

@@ -23,6 +23,9 @@ from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, utc_now
 from appliance.gate.sizing import ReasoningParams
 
+RULES = ("K19",)
+"""The rule ids this check is evidence for (`appliance rules`)."""
+
 PROMPT = "What is 17 + 25? Answer with the number only."
 WEATHER_TOOL = {
     "type": "function",

@@ -22,6 +22,9 @@ from appliance.gate.recall_bands import MORE_SERVES, Bands
 from appliance.gate.result import CheckResult, Status, utc_now
 from appliance.gate.sizing import RecallParams
 
+RULES = ("K4",)
+"""The rule ids this check is evidence for (`appliance rules`)."""
+
 NAMES = ("Arthur", "Beatrice", "Cedric", "Dorothea", "Edmund", "Fenella", "Gideon", "Harriet", "Ignatius",
          "Josephine", "Kenneth", "Lavinia", "Montague", "Nerissa", "Oswald", "Philippa", "Quentin", "Rosalind",
          "Sebastian", "Theodora", "Ulric", "Verity", "Wilfred", "Ximena", "Yorick", "Zenobia")

@@ -51,6 +51,8 @@ class Rule:
     reason: str
     applies: Callable[[RuleContext], bool]
     check: Check
+    fix: str = ""
+    """What a user does about it, in general (each finding says it for the case at hand)."""
 
     def __call__(self, ctx: RuleContext) -> list[Finding]:
         return self.check(ctx, self) if self.applies(ctx) else []
@@ -62,13 +64,14 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}
 
 
-def rule(rule_id: str, title: str, reason: str, applies: Callable[[RuleContext], bool]) -> Callable[[Check], Rule]:
+def rule(rule_id: str, title: str, reason: str, applies: Callable[[RuleContext], bool],
+         fix: str = "") -> Callable[[Check], Rule]:
     """Register ``fn(ctx, rule) -> findings`` under a stable id; the id appears once in the code base."""
 
     def wrap(fn: Check) -> Rule:
         if rule_id in REGISTRY:
             raise RuntimeError(f"rule id {rule_id} registered twice")
-        made = REGISTRY[rule_id] = Rule(rule_id, title, reason, applies, fn)
+        made = REGISTRY[rule_id] = Rule(rule_id, title, reason, applies, fn, fix)
         return made
 
     return wrap

@@ -7,7 +7,8 @@ from appliance.rules.base import Finding, Rule, RuleContext, on_cpu, rule
 
 @rule("C1", "the CPU build runs Model Runner V1",
       "the CPU build prints 'Model Runner V2 requires Triton; using the V1 model runner instead'",
-      on_cpu)
+      on_cpu,
+      fix="set engine.runner: v1 on the cpu target")
 def c1_cpu_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
     if ctx.profile.engine.runner == "v1":
         return []
@@ -18,7 +19,8 @@ def c1_cpu_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("C2", "the CPU build starts eager",
       "torch.compile on 2 cores takes ~110 s and its cache failed to reload on the next start",
-      on_cpu)
+      on_cpu,
+      fix="set engine.enforce_eager: true")
 def c2_cpu_eager(ctx: RuleContext, r: Rule) -> list[Finding]:
     if ctx.profile.engine.enforce_eager:
         return []
@@ -29,7 +31,8 @@ def c2_cpu_eager(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("C3", "DeepSeek-V4-Flash is not a CPU model",
       "284B parameters need SM12x GPUs; the cpu target serves the tiny smoke model",
-      on_cpu)
+      on_cpu,
+      fix="choose an SM12x profile for DeepSeek-V4-Flash; the cpu target serves the smoke model")
 def c3_cpu_model(ctx: RuleContext, r: Rule) -> list[Finding]:
     if not ctx.is_deepseek:
         return []

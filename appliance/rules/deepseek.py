@@ -9,7 +9,8 @@ from appliance.rules.base import Finding, Rule, RuleContext, deepseek, deepseek_
 
 @rule("K1", "fp8 KV cache is mandatory",
       "DSv4's fp8_ds_mla attention asserts an fp8 KV layout; --kv-cache-dtype auto fails at model construction",
-      deepseek)
+      deepseek,
+      fix="set cache.kv_dtype: fp8")
 def k1_fp8_kv(ctx: RuleContext, r: Rule) -> list[Finding]:
     kv = ctx.profile.cache.kv_dtype
     if kv in ("fp8", "fp8_ds_mla"):
@@ -20,7 +21,8 @@ def k1_fp8_kv(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("K2", "DSpark speculative tokens equal the checkpoint's dspark_block_size",
       "below the block size DSpark garbles output; above it the extra slots are drafted but never accepted",
-      deepseek)
+      deepseek,
+      fix="set speculative.num_tokens to the checkpoint's dspark_block_size (5 on 0731)")
 def k2_dspark_block(ctx: RuleContext, r: Rule) -> list[Finding]:
     spec, block = ctx.profile.speculative, ctx.checkpoint.dspark_block_size
     if spec is None or spec.method != "dspark" or block is None:
@@ -39,7 +41,8 @@ def k2_dspark_block(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("K3", "speculative method matches the checkpoint's draft weights",
       "DSpark needs DSpark weights (0731, nvfp4-DSpark); MTP needs MTP heads, which DSpark checkpoints lack",
-      deepseek)
+      deepseek,
+      fix="use method dspark on DSpark checkpoints (0731), mtp only on checkpoints with MTP heads")
 def k3_method_vs_checkpoint(ctx: RuleContext, r: Rule) -> list[Finding]:
     spec, ck, name = ctx.profile.speculative, ctx.checkpoint, ctx.profile.model.checkpoint
     if spec is None:
@@ -60,7 +63,8 @@ def k3_method_vs_checkpoint(ctx: RuleContext, r: Rule) -> list[Finding]:
 @rule("K4", "same-step ghost-block guard stays on with prefix caching + speculative decoding",
       "a block hash can be published before its KV is written; a serve that loses the race serves poisoned "
       "blocks for its life (recall fell to mean 11.5/24, floor 3/24)",
-      deepseek)
+      deepseek,
+      fix="leave cache.guard: auto (the engine guards every KV manager)")
 def k4_guard(ctx: RuleContext, r: Rule) -> list[Finding]:
     p = ctx.profile
     exposed = p.cache.prefix_caching and p.speculative is not None
@@ -80,7 +84,8 @@ def k4_guard(ctx: RuleContext, r: Rule) -> list[Finding]:
 @rule("K5", "V1 runner needs a cudagraph mode without PIECEWISE on engines that carry upstream #51768",
       "engines with #51768 reject DSv4 under Model Runner V1 with PIECEWISE cudagraphs at config time; the "
       "accepted pin predates it, where VLLM_USE_V2_MODEL_RUNNER=0 alone gave V1 and passed",
-      deepseek_on_gpu)
+      deepseek_on_gpu,
+      fix="with engine.runner: v1 use cudagraph_mode FULL_DECODE_ONLY, FULL or NONE (or enforce_eager), or stay on v2")
 def k5_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
     e = ctx.profile.engine
     if e.runner == "v2" or e.enforce_eager or "PIECEWISE" not in e.cudagraph_mode:
@@ -100,7 +105,8 @@ def k5_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("K6", "eager scratch pool stays off",
       "enabling it corrupted output under concurrent mixed prefill+decode in 7 of 7 rounds",
-      deepseek)
+      deepseek,
+      fix="keep engine.eager_scratch_pool: false")
 def k6_scratch_pool(ctx: RuleContext, r: Rule) -> list[Finding]:
     e = ctx.profile.engine
     if not e.eager_scratch_pool:
@@ -117,7 +123,8 @@ def k6_scratch_pool(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("K7", "FlashInfer SM120 paths are engaged, not assumed",
       "both paths are availability-gated and fall back silently; prefill is only active when decode is",
-      deepseek_on_gpu)
+      deepseek_on_gpu,
+      fix="keep engine.sm120_decode and sm120_prefill on and let the log confirm engagement")
 def k7_sm120_paths(ctx: RuleContext, r: Rule) -> list[Finding]:
     e = ctx.profile.engine
     if e.sm120_prefill and not e.sm120_decode:
@@ -134,7 +141,8 @@ def k7_sm120_paths(ctx: RuleContext, r: Rule) -> list[Finding]:
 @rule("K8", "NVFP4 runs plain tensor parallel",
       "the NVFP4 checkpoint auto-selects the FlashInfer CUTLASS MoE backend; expert parallel is not the "
       "supported path",
-      deepseek)
+      deepseek,
+      fix="set parallel.expert: false with NVFP4")
 def k8_nvfp4_ep(ctx: RuleContext, r: Rule) -> list[Finding]:
     if ctx.profile.model.quantization == "nvfp4" and ctx.profile.parallel.expert:
         return [r.finding("error", "parallel.expert", True, "expert parallel with NVFP4 is unsupported on SM12x",
@@ -144,7 +152,8 @@ def k8_nvfp4_ep(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("K9", "block size is a multiple of 64",
       "the DSv4 packed KV cache is laid out in 64-token pages independent of vLLM's logical block size",
-      deepseek)
+      deepseek,
+      fix="use a multiple of 64 for cache.block_size (256 is validated)")
 def k9_block_size(ctx: RuleContext, r: Rule) -> list[Finding]:
     bs = ctx.profile.cache.block_size
     if bs is None or bs % 64 == 0:
@@ -155,7 +164,8 @@ def k9_block_size(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("K11", "KV offload is opt-in",
       "kv_offloading_size had a memory-safety defect with the canonical layout and several writers",
-      deepseek)
+      deepseek,
+      fix="set engine.kv_offload_gib: 0 unless testing offload")
 def k11_kv_offload(ctx: RuleContext, r: Rule) -> list[Finding]:
     gib = ctx.profile.engine.kv_offload_gib
     if gib <= 0:
@@ -167,7 +177,8 @@ def k11_kv_offload(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("K21", "no FP4 indexer cache on SM12x",
       "use_fp4_indexer_cache still depends on DeepGEMM kernels that SM12x lacks",
-      deepseek_on_gpu)
+      deepseek_on_gpu,
+      fix="set engine.fp4_indexer_cache: false on SM12x")
 def k21_fp4_indexer(ctx: RuleContext, r: Rule) -> list[Finding]:
     if not ctx.profile.engine.fp4_indexer_cache or not ctx.gpu.is_sm12x:
         return []

@@ -12,7 +12,8 @@ MIN_KV_HEADROOM_GIB = 2.0
 
 @rule("K10", "parallelism matches the hardware",
       "tensor x pipeline ranks must equal the GPUs of all nodes; GB10 has one GPU per node",
-      always)
+      always,
+      fix="make parallel.tensor x parallel.pipeline equal nodes x GPUs per node")
 def k10_parallel(ctx: RuleContext, r: Rule) -> list[Finding]:
     p, hw = ctx.profile.parallel, ctx.profile.hardware
     ranks, gpus = p.tensor * p.pipeline, hw.gpus_per_node * hw.nodes
@@ -35,7 +36,8 @@ def k10_parallel(ctx: RuleContext, r: Rule) -> list[Finding]:
 @rule("K20", "weights fit with room for KV",
       "weights per GPU ~ checkpoint bytes / ranks (+ ~4 GiB/GPU for NVFP4 on SM12x) must fit inside "
       "gpu_memory_utilization x GPU memory, leaving room for the KV cache",
-      on_gpu)
+      on_gpu,
+      fix="add GPUs, lower max_model_len or raise gpu_memory_utilization so weights leave room for KV")
 def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
     p, gpu, ck = ctx.profile, ctx.gpu, ctx.checkpoint
     if gpu.memory_gib is None:

@@ -1,0 +1,146 @@
+"""Every rule id (K…, C…, P…) with its title, reason, fix and where it is enforced, built from the registries
+themselves: the validate registry (rules/), the version lock's pins (versions.json), the log-check table
+(healthchecks/logchecks.yaml) and the gate's checks (each check module's RULES). `appliance rules` prints it
+and docs/rules.md is rendered from it, so a user who meets "K15" anywhere can look it up offline.
+
+Ids enforced nowhere in validate carry their title and reason in DEFINED_HERE: the one place they are stated.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from appliance.rules import REGISTRY
+
+DEFINED_HERE: dict[str, tuple[str, str, str]] = {
+    # id: (title, reason, fix)
+    "K12": ("engagement is read back from the serve log, never assumed",
+            "features are availability-gated and fall back silently; only the engine's own log line proves them",
+            "read `appliance logscan` / the exporter's /status; each expectation names its fix"),
+    "K13": ("flashinfer-python and flashinfer-cubin are the same version",
+            "FlashInfer rejects a python/cubin mismatch at import",
+            "install both at the locked version (appliance versions --check)"),
+    "K14": ("apache-tvm-ffi stays at the locked version",
+            "later releases satisfy FlashInfer's range but are ABI-incompatible with the tilelang build "
+            "(double-registration abort); an unpinned resolve takes one",
+            "reinstall the locked apache-tvm-ffi after everything else"),
+    "K15": ("the locked NCCL on every node",
+            "a rebuild silently reverts NCCL to torch's bundled one, and a per-node mismatch hangs the NCCL "
+            "handshake without an error",
+            "install nvidia-nccl-cu13 at the locked version last, on every node"),
+    "K16": ("versions.json is the only place a version is written",
+            "the seed's authors kept FlashInfer's version in three places that had to move together, and "
+            "half-moves happened", "change versions.json and regenerate; never restate a version"),
+    "K17": ("fatal log signatures turn the serve unhealthy at once",
+            "these lines mean the engine cannot serve (or is about to hang): waiting for /health to notice loses "
+            "minutes", "read the matched line and its message; the root cause is usually above it"),
+    "K18": ("/health can be green while the engine is stuck",
+            "the API server answers while the engine core is dead or wedged in NCCL; readiness also needs "
+            "engine progress under load", "the exporter's /ready says why; restart the serve"),
+    "K19": ("reasoning efforts and </think> handling on both endpoints",
+            "with no reasoning field the tokenizer thought while the parser did not, so reasoning with a bare "
+            "</think> came back as the answer — on the default path of a stock OpenAI SDK",
+            "run the engine the lock pins (it carries the fix); the gate's reasoning check shows the failure"),
+    "K22": ("a worker rank notices that its head is gone",
+            "observed on the CPU build: the headless worker kept running after the head died and ignored "
+            "SIGTERM", "stop a rank with a group kill and a SIGKILL fallback; worker readiness follows its head"),
+}
+
+Where = str
+"""validate | lock | log | gate | health"""
+
+
+@dataclass
+class Enforcement:
+    where: Where
+    what: str
+
+
+@dataclass
+class RuleEntry:
+    id: str
+    title: str
+    reason: str
+    fix: str
+    enforced: list[Enforcement] = field(default_factory=list)
+
+
+def _key(rule_id: str) -> tuple[str, int]:
+    m = re.match(r"([A-Z]+)(\d+)", rule_id)
+    return (m[1], int(m[2])) if m else (rule_id, 0)
+
+
+def build() -> list[RuleEntry]:
+    from appliance.gate.sizing import CHECKS
+    from appliance.health.table import load_table
+    from appliance.lock import load_lock
+
+    entries: dict[str, RuleEntry] = {}
+
+    def entry(rule_id: str) -> RuleEntry:
+        if rule_id not in entries:
+            if rule_id in REGISTRY:
+                r = REGISTRY[rule_id]
+                entries[rule_id] = RuleEntry(rule_id, r.title, r.reason, r.fix)
+            elif rule_id in DEFINED_HERE:
+                entries[rule_id] = RuleEntry(rule_id, *DEFINED_HERE[rule_id])
+            else:
+                raise KeyError(f"rule {rule_id} is cited but defined nowhere (add it to rules/reference.py)")
+        return entries[rule_id]
+
+    for rule_id in REGISTRY:
+        entry(rule_id).enforced.append(Enforcement("validate", "appliance validate / run refuse or warn"))
+    for pin in load_lock().packages:
+        if pin.rule:
+            # The name only: a version is written in versions.json and nowhere else (K16).
+            entry(pin.rule).enforced.append(Enforcement("lock", f"versions --check / doctor: {pin.name} as locked"))
+    table = load_table()
+    for fact in table.facts:
+        if fact.rule:
+            entry(fact.rule).enforced.append(Enforcement("log", f"fact {fact.id}: {', '.join(fact.produces())}"))
+        if fact.same_on_every_rank:
+            entry(fact.same_on_every_rank).enforced.append(
+                Enforcement("log", f"fact {fact.id} must agree on every rank"))
+    for fatal in table.fatal:
+        entry(fatal.rule).enforced.append(Enforcement("log", f"fatal {fatal.id}: {fatal.message}"))
+    for e in table.expectations:
+        sev = "" if e.severity == "error" else f" ({e.severity})"
+        entry(e.rule).enforced.append(Enforcement("log", f"expectation {e.id}{sev}" + (f": {e.fix}" if e.fix else "")))
+    for name in CHECKS:
+        for rule_id in getattr(importlib.import_module(f"appliance.gate.{name}"), "RULES", ()):
+            entry(rule_id).enforced.append(Enforcement("gate", f"appliance gate --checks {name}"))
+    for rule_id in DEFINED_HERE:
+        entry(rule_id)
+    entry("K18").enforced.append(Enforcement("health", "the exporter's /ready: engine progress while requests run"))
+    entry("K22").enforced.append(Enforcement("health", "a worker's readiness follows its head's API"))
+    entry("K16").enforced.append(Enforcement("lock", "compose, bake, Dockerfile args generated from versions.json"))
+    return sorted(entries.values(), key=lambda r: _key(r.id))
+
+
+def to_json(entries: list[RuleEntry]) -> list[dict[str, Any]]:
+    return [asdict(e) for e in entries]
+
+
+def render_text(entries: list[RuleEntry]) -> str:
+    lines = []
+    for e in entries:
+        wheres = ", ".join(dict.fromkeys(x.where for x in e.enforced))
+        lines += [f"{e.id:<4} {e.title}  [{wheres}]", f"     why: {e.reason}", f"     fix: {e.fix}"]
+    return "\n".join(lines)
+
+
+def render_markdown(entries: list[RuleEntry]) -> str:
+    out = ["# Rules", "",
+           "<!-- GENERATED by `appliance rules --markdown > docs/rules.md`; tests/test_rules_reference.py fails "
+           "when it is stale. -->", "",
+           "Every rule id the appliance cites, where it is enforced (validate = `appliance validate`/`run`, "
+           "lock = `appliance versions --check`/doctor, log = the health exporter reading the serve log, "
+           "gate = `appliance gate`, health = the exporter's readiness), why, and what to do.", ""]
+    for e in entries:
+        out += [f"## {e.id}: {e.title}", "", f"- why: {e.reason}", f"- fix: {e.fix}", "- enforced:"]
+        out += [f"  - {x.where}: {x.what}" for x in e.enforced]
+        out.append("")
+    return "\n".join(out)
