@@ -73,8 +73,11 @@ def test_gate_on_the_cpu_serve_writes_a_receipt_whose_facts_match_the_serve(read
     assert all(row["t_s"] > 0 for row in bench["metrics"]["rows"])
     assert bench["details"]["llama_benchy_version"] == metadata.version("llama-benchy")
     recall = checks["recall"]
-    assert recall["status"] == "pass" and recall["metrics"]["total"] == 8
-    assert 0 <= recall["metrics"]["found"] <= 8 and recall["metrics"]["context_tokens"] > 500
+    # Calibrated bands: a healthy SmolLM2 serve passes its 3-run mean of 8 needles (a poisoned one would not).
+    assert recall["status"] == "pass", recall["summary"]
+    assert recall["metrics"]["needles_per_run"] == 8 and len(recall["metrics"]["runs_found"]) == 3
+    assert recall["metrics"]["serve_mean"] >= 6 / 8 and recall["metrics"]["context_tokens"] > 400
+    assert all(len(row["values"]) == 3 for row in bench["metrics"]["rows"])  # the receipt's own run spread
     assert checks["reasoning"]["status"] == "not_applicable"
     assert checks["structured"]["status"] == "pass" and checks["structured"]["metrics"] == {"valid": 4, "total": 4}
     assert "# Gate receipt: cpu-smoke — PASS" in (out / "summary.md").read_text()

