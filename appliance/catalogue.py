@@ -42,6 +42,13 @@ class GpuFacts(BaseModel):
     names: list[str]
     unified_memory: bool = False
     min_mem_available_gib: float | None = None
+    engine_memory_gib: float | None = None
+    """The memory gpu_memory_utilization is a fraction of, where it is not memory_gib (GB10: the OS shares the
+    128 GB); calibrated from a KV measurement of the seed (rule K20)."""
+
+    @property
+    def budget_base_gib(self) -> float | None:
+        return self.engine_memory_gib or self.memory_gib
 
     @property
     def is_sm12x(self) -> bool:

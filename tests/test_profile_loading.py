@@ -98,4 +98,4 @@ def test_every_profile_states_provenance_and_only_seed_runs_claim_validated() ->
         prov = load_profile(name).profile.provenance
         assert prov.source
         if prov.status == "validated":
-            assert "seed" in prov.source and prov.date is not None, name
+            assert "seed" in prov.source and prov.date is not None and prov.measured is not None, name

@@ -34,6 +34,8 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "K11": ("gb10-tp2", ("engine.kv_offload_gib=16",), "warning", "engine.kv_offload_gib"),
     "K20": ("rtx-5090-tp8", ("hardware.gpus_per_node=4", "parallel.tensor=4"), "error", "parallel.tensor"),
     "K21": ("rtx-pro-6000-tp2", ("engine.fp4_indexer_cache=true",), "error", "engine.fp4_indexer_cache"),
+    "M1": ("rtx-pro-6000-tp2-nvfp4", ("model.quantization=mxfp4",), "error", "model.quantization"),
+    "P1": ("gb10-tp2", ("engine.runner=v1", "engine.cudagraph_mode=FULL_DECODE_ONLY"), "warning", "engine.runner"),
     "C1": ("cpu-smoke", ("engine.runner=v2",), "error", "engine.runner"),
     "C2": ("cpu-smoke", ("engine.enforce_eager=false",), "warning", "engine.enforce_eager"),
     "C3": ("cpu-smoke", ("model.checkpoint=deepseek-ai/DeepSeek-V4-Flash-0731", "model.quantization=mxfp4",
@@ -53,12 +55,16 @@ def test_rule_fires_on_its_pitfall_with_field_fix_and_reason(rule_id: str) -> No
     assert hits[0].severity == severity
     assert hits[0].path == field
     assert hits[0].fix and hits[0].reason == REGISTRY[rule_id].reason
-    assert rule_id not in {f.rule for f in findings(profile)}, f"{rule_id} fires on the untouched {profile}"
+    untouched = {(f.rule, f.path) for f in findings(profile)}
+    assert (rule_id, field) not in untouched, f"{rule_id} fires on the untouched {profile}"
 
 
 @pytest.mark.parametrize("name", list_profiles())
-def test_every_shipped_profile_passes_without_errors_or_warnings(name: str) -> None:
-    assert findings(name) == []
+def test_every_shipped_profile_passes_without_errors_and_warns_only_what_the_seed_says(name: str) -> None:
+    # The seed's advice is kept: NVFP4 "is not a memory or throughput win" on SM12x (K8), and a runner the seed
+    # did not measure on that hardware (P1). Nothing else may fire on a shipped profile.
+    advice = {("K8", "model.quantization"), ("P1", "engine.runner")}
+    assert [(f.rule, f.path) for f in findings(name) if (f.rule, f.path) not in advice] == []
 
 
 def test_dspark_above_the_block_size_is_a_warning_not_an_error() -> None:
@@ -97,7 +103,8 @@ def test_guard_zero_without_speculative_decoding_is_not_a_finding() -> None:
 
 
 def test_v1_runner_with_a_full_decode_only_graph_mode_is_accepted() -> None:
-    assert not findings("gb10-tp2", "engine.runner=v1", "engine.cudagraph_mode=FULL_DECODE_ONLY")
+    hits = findings("gb10-tp2", "engine.runner=v1", "engine.cudagraph_mode=FULL_DECODE_ONLY")
+    assert [f.rule for f in hits] == ["P1"]  # accepted; the seed measured gb10-tp2 on V2
 
 
 def test_scratch_pool_acknowledged_is_downgraded_to_a_warning() -> None:
@@ -118,13 +125,18 @@ def test_weights_fit_over_eight_5090s_but_not_four_and_the_fix_names_the_gpu_cou
 
 def test_weights_fit_uses_the_real_index_total_size_when_present() -> None:
     hits = findings("rtx-pro-6000-tp2", checkpoint_facts={"size_bytes": 200 * 10**9, "source": "index.json"})
-    assert [f.rule for f in hits] == ["K20"]
+    assert [f.rule for f in hits if f.rule != "P1"] == ["K20"]
 
 
-def test_nvfp4_dspark_checkpoint_does_not_fit_two_rtx_pro_6000_at_085() -> None:
-    # Why there is no rtx-pro-6000-tp2-nvfp4-dspark profile: the NVFP4 overhead leaves no KV room.
+def test_nvfp4_dspark_checkpoint_loads_on_two_rtx_pro_6000_with_little_kv_room() -> None:
+    # Recalibrated on the seed's 6.25 GiB: NVFP4's ~4 GiB/GPU leaves ~2.2 GiB of KV at 0.85 — a warning (a third
+    # of what the seed validated), not the "cannot load" the uncalibrated estimate concluded.
     hits = findings("rtx-pro-6000-tp2-nvfp4", "model.checkpoint=nvidia/DeepSeek-V4-Flash-nvfp4-DSpark")
-    assert [f.rule for f in hits] == ["K20"]
+    k20 = [f for f in hits if f.rule == "K20"]
+    assert [(f.severity, f.path) for f in k20] == [("warning", "limits.gpu_memory_utilization")]
+    assert "~2.2 GiB" in k20[0].message
+    assert not [f for f in findings("rtx-pro-6000-tp2-nvfp4", "model.checkpoint=nvidia/DeepSeek-V4-Flash-nvfp4-DSpark",
+                                    "limits.gpu_memory_utilization=0.9") if f.rule == "K20"]
 
 
 def test_deepseek_rules_never_fire_on_the_cpu_smoke_model_and_cpu_rules_never_on_deepseek() -> None:

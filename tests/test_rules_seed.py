@@ -31,3 +31,118 @@ def test_k5_v1_with_piecewise_is_an_error_on_an_engine_that_carries_51768() -> N
     ctx = replace(_ctx("rtx-pro-6000-tp2", "engine.runner=v1"), engine=later)
     hits = _hits(ctx, "K5")
     assert [h.severity for h in hits] == ["error"] and "fails to boot" in hits[0].message
+
+
+# --- item 1: provenance says what was validated, on what ----------------------------------------------------
+# Seed: "This is the first head validated on both SM121 and SM120" (0f59188db1, tag ...-20260804, V1 the default);
+# "The default now applies to every DSpark config, including shapes not measured here — ... single-node setups";
+# "if you ... see something worse, VLLM_USE_V2_MODEL_RUNNER=0 returns you to V1".
+
+def test_v2_on_sm120_single_node_warns_that_the_seed_measured_v1_and_names_the_fallback() -> None:
+    hits = _hits(_ctx("rtx-pro-6000-tp2"), "P1")
+    assert [h.severity for h in hits] == ["warning"]
+    assert "0f59188db1" in hits[0].message and "runner v1" in hits[0].message and "guard existed" in hits[0].message
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in hits[0].fix
+    assert not _hits(_ctx("gb10-tp2"), "P1")  # the seed's acceptance ran V2 on GB10
+
+
+def test_profiles_show_head_runner_and_checks(capsys) -> None:
+    import json
+
+    from appliance.cli import main
+
+    assert main(["profiles"]) == 0
+    table = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "0f59188db1; runner v1; no guard" in table["rtx-pro-6000-tp2"]
+    assert "d44e224ab9; runner v2; mml 131072" in table["gb10-tp2"]
+    assert " partial " in table["rtx-pro-6000-tp2-nvfp4"] and "gsm8k" in table["rtx-pro-6000-tp2-nvfp4"]
+    assert main(["profiles", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["rtx-pro-6000-tp2"]["provenance"]["measured"]["tag"] == "sm120-pr-41834-stable-preview-20260804"
+    # Seed: "Running without speculation is also fully supported and validated."
+    nospec = rows["rtx-pro-6000-tp2-nospec"]["provenance"]
+    assert nospec["status"] == "validated" and "fully supported and validated" in nospec["measured"]["quote"]
+    assert "ctx_tg (tg128 at depth)" in rows["gb10-tp2"]["provenance"]["measured"]["figures"]
+
+
+# --- item 6: NVFP4 advice and the MoE backend in the log ----------------------------------------------------
+# Seed: "The NVFP4 MoE auto-selects the FlashInfer CUTLASS backend"; "MXFP4 remains the better practical choice on
+# consumer Blackwell".
+
+def test_nvfp4_on_sm12x_is_advised_against_with_the_seeds_reasons() -> None:
+    hits = [h for h in _hits(_ctx("gb10-tp2-nvfp4"), "K8") if h.path == "model.quantization"]
+    assert [h.severity for h in hits] == ["warning"]
+    assert "~4 GiB/GPU larger" in hits[0].message and "MXFP4" in hits[0].fix
+
+
+def _logscan(tmp_path, backend: str):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    head = Path(__file__).parent / "fixtures" / "logs" / "deepseek" / "gb10-tp2-dspark-head.log"
+    log = tmp_path / "nvfp4.log"
+    moe = (f"(EngineCore pid=187) INFO 05-01 19:55:54 [nvfp4.py:243] Using '{backend}' NvFp4 MoE backend out of "
+           f"potential backends: ['FLASHINFER_CUTLASS', 'MARLIN'].")
+    log.write_text(head.read_text() + moe + "\n")
+    out = subprocess.run([sys.executable, "-m", "appliance", "logscan", str(log), "--profile", "gb10-tp2-nvfp4",
+                          "--json"], capture_output=True, text=True, timeout=60, check=False)
+    findings = json.loads(out.stdout)["findings"]
+    return next(f for f in findings if f["name"] == "nvfp4-moe-backend")
+
+
+def test_nvfp4_serve_log_must_name_the_flashinfer_cutlass_moe_backend(tmp_path) -> None:
+    assert _logscan(tmp_path, "FLASHINFER_CUTLASS")["status"] == "pass"
+    other = _logscan(tmp_path, "MARLIN")
+    assert other["status"] == "fail" and other["severity"] == "warning" and other["rule"] == "K8"
+
+
+# --- item 7: what the checkpoint owns is derived; K20 calibrated on the seed's KV -----------------------------
+# Seed: "a 3× smaller KV cache (6.25 GiB vs ~18.5 GiB)"; "The new checkpoint ships no MTP heads — enorm, hnorm,
+# e_proj, h_proj and shared_head are absent from the weight index".
+
+def test_k20_reproduces_the_seeds_two_kv_measurements() -> None:
+    from appliance.rules.hardware import predicted_kv_gib
+
+    assert abs(predicted_kv_gib(_ctx("rtx-pro-6000-tp2"))[0] - 6.25) < 0.1
+    assert abs(predicted_kv_gib(_ctx("gb10-tp2"))[0] - 18.5) < 0.2
+
+
+def test_a_quantization_that_contradicts_the_checkpoint_is_refused_and_k8_judges_the_checkpoint() -> None:
+    hits = evaluate(_ctx("rtx-pro-6000-tp2-nvfp4", "model.quantization=mxfp4", "parallel.expert=true"))
+    assert ("M1", "error") in {(h.rule, h.severity) for h in hits}
+    assert ("K8", "parallel.expert") in {(h.rule, h.path) for h in hits}  # still an NVFP4 checkpoint
+
+
+def test_mtp_heads_come_from_the_weight_index_not_config_json(tmp_path) -> None:
+    import json
+
+    from appliance.catalogue import load_catalogue
+    from appliance.profile.checkpoint_facts import mtp_heads_from_index
+    from appliance.run.model_location import read_facts
+
+    dspark_0731 = ["mtp.0.main_norm.weight", "mtp.0.main_proj.weight", "mtp.1.main_proj.weight", "layers.0.x"]
+    original = ["mtp.0.enorm.weight", "mtp.0.hnorm.weight", "mtp.0.e_proj.weight", "mtp.0.shared_head.head.weight"]
+    assert mtp_heads_from_index(dspark_0731) == 0 and mtp_heads_from_index(original) == 1
+    # A config that claims a next-n layer, over an index without head weights: no MTP heads, so K3 refuses mtp.
+    (tmp_path / "config.json").write_text(json.dumps({"num_nextn_predict_layers": 1}))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 160 * 10**9}, "weight_map": dict.fromkeys(dspark_0731, "a.safetensors")}))
+    facts = read_facts(tmp_path, load_catalogue().checkpoint("nvidia/DeepSeek-V4-Flash-NVFP4"))
+    assert facts.mtp_heads == 0
+    p = load_profile("rtx-pro-6000-tp2-nvfp4-mtp").profile
+    assert any(f.rule == "K3" and f.severity == "error" for f in evaluate(context_for(p, facts)))
+
+
+def test_quantization_comes_from_the_checkpoints_config_when_it_says(tmp_path) -> None:
+    import json
+
+    from appliance.catalogue import load_catalogue
+    from appliance.run.model_location import read_facts
+
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"quant_algo": "NVFP4"}}))
+    facts = read_facts(tmp_path, load_catalogue().checkpoint("deepseek-ai/DeepSeek-V4-Flash-0731"))
+    assert facts.quantization == "nvfp4"
+    p = load_profile("rtx-pro-6000-tp2").profile
+    assert any(f.rule == "M1" for f in evaluate(context_for(p, facts)))

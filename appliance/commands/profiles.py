@@ -4,16 +4,33 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from appliance.profile.model import Measured
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable list")
 
 
+def measured_cell(m: Measured | None) -> str:
+    """What the seed ran, in one cell: head, runner, guard, checks; `-` where the seed names nothing."""
+    if m is None:
+        return "-"
+    parts = [m.head or "head ?", f"runner {m.runner}" if m.runner else "runner ?"]
+    if m.guard == "absent":
+        parts.append("no guard")
+    if m.max_model_len:
+        parts.append(f"mml {m.max_model_len}")
+    parts.append(", ".join(m.checks) if m.checks else "checks not listed")
+    return "; ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     from appliance.profile import list_profiles, load_profile
 
-    rows = []
+    rows, details = [], []
     for name in list_profiles():
         p = load_profile(name).profile
         spec = f"{p.speculative.method}:{p.speculative.num_tokens}" if p.speculative else "off"
@@ -21,10 +38,11 @@ def run(args: argparse.Namespace) -> int:
             "name": p.name, "hardware": p.hardware.gpu,
             "nodes_x_gpus": f"{p.hardware.nodes}x{p.hardware.gpus_per_node}",
             "checkpoint": p.model.checkpoint, "quant": p.model.quantization, "speculative": spec,
-            "provenance": p.provenance.status,
+            "provenance": p.provenance.status, "measured": measured_cell(p.provenance.measured),
         })
+        details.append(p.provenance.model_dump(mode="json"))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([{**r, "provenance": d} for r, d in zip(rows, details, strict=True)], indent=2))
         return 0
     headers = list(rows[0]) if rows else []
     widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in headers}

@@ -136,15 +136,38 @@ class Distributed(Section):
     15.1 vs 21.9 tok/s decode with IB disabled."""
 
 
+class Measured(Section):
+    """What the seed actually ran for this claim: which engine head, which runner, which checks."""
+    quote: str = Field(min_length=1)
+    """The seed's own line the claim rests on."""
+    head: str | None = None
+    """Engine commit (short SHA) the checks ran on; null = the seed does not say."""
+    tag: str | None = None
+    """The fork's tag for that head, where the seed names one."""
+    runner: Literal["v1", "v2"] | None = None
+    """Model runner of that measurement; null = the seed does not say."""
+    guard: Literal["absent", "on"] | None = None
+    """Whether the same-step ghost-block guard existed and was on (K4)."""
+    checks: list[str] = []
+    """Which checks ran (gsm8k, recall, bench, reasoning, tests/v1/core, ...); empty = the seed does not list them."""
+    max_model_len: int | None = Field(None, ge=16)
+    """max_model_len of the measurement, where it differs from what the profile serves."""
+    figures: str | None = None
+    """The measured figures, named as the seed names them."""
+
+
 class Provenance(Section):
-    status: Literal["validated", "community", "unvalidated", "test"]
-    """validated = the seed's battery passed on this hardware; community = reports only."""
+    status: Literal["validated", "partial", "community", "unvalidated", "test"]
+    """validated = the seed's battery passed on this hardware; partial = only measured.checks ran;
+    community = reports only."""
     hardware: str | None = None
     """The hardware the status refers to."""
     source: str
     """Where the claim comes from."""
     date: dt.date | None = None
     """When it was validated."""
+    measured: Measured | None = None
+    """Structured: head, runner, checks. `appliance validate` warns when the profile runs what this did not (P1)."""
 
 
 class Profile(Section):

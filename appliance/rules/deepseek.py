@@ -144,10 +144,21 @@ def k7_sm120_paths(ctx: RuleContext, r: Rule) -> list[Finding]:
       deepseek,
       fix="set parallel.expert: false with NVFP4")
 def k8_nvfp4_ep(ctx: RuleContext, r: Rule) -> list[Finding]:
-    if ctx.profile.model.quantization == "nvfp4" and ctx.profile.parallel.expert:
+    if ctx.checkpoint.quantization != "nvfp4":  # what the checkpoint is, not what the profile says (M1)
+        return []
+    if ctx.profile.parallel.expert:
         return [r.finding("error", "parallel.expert", True, "expert parallel with NVFP4 is unsupported on SM12x",
                           "set parallel.expert: false (plain TP)")]
-    return []
+    if not ctx.gpu.is_sm12x:
+        return []
+    # Seed: "On SM12x NVFP4 is not a memory or throughput win versus MXFP4 ... MXFP4 remains the better practical
+    # choice on consumer Blackwell."
+    return [r.finding("warning", "model.quantization", "nvfp4",
+                      "on SM12x NVFP4 is not a memory or throughput win: weights are ~4 GiB/GPU larger than MXFP4 "
+                      "(less KV room), single-stream prefill marginally faster, aggregate decode marginally slower; "
+                      "the MoE auto-selects the FlashInfer CUTLASS backend (the log must say so)",
+                      "prefer the MXFP4 checkpoint (deepseek-ai/DeepSeek-V4-Flash-0731) unless you need NVFP4 for "
+                      "checkpoint parity with the SM100 datacenter path")]
 
 
 @rule("K9", "block size is a multiple of 64",

@@ -7,7 +7,28 @@ from appliance.rules.base import Finding, Rule, RuleContext, always, on_gpu, rul
 # The engine's own default when the profile leaves gpu_memory_utilization unset.
 ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 NVFP4_SM12X_OVERHEAD_GIB = 4.0
-MIN_KV_HEADROOM_GIB = 2.0
+"""Seed: "NVFP4 weights are ~4 GiB/GPU larger, leaving less KV-cache room"."""
+RESIDENT_PER_CHECKPOINT_GIB = 0.9646
+"""Engine memory outside the KV cache (weights, activation peak, CUDA graphs) per GiB of checkpoint per rank,
+fitted to the seed's 2 x RTX PRO 6000 serve of 0731 at 0.85 ("6.25 GiB vs ~18.5 GiB"): 0.85 x 95.6 - 6.25 =
+75.01 GiB per GPU for 155.5 GiB of checkpoint over 2 ranks. With GB10's engine_memory_gib fitted to the other
+figure, K20 reproduces both (tests/test_rules_seed.py)."""
+SEED_VALIDATED_KV_GIB = 6.25
+"""The smallest KV cache the seed validated a serve with (2 x RTX PRO 6000, 0731, 0.85)."""
+MIN_KV_GIB = SEED_VALIDATED_KV_GIB / 2
+"""Under half the smallest validated KV: warn (the serve may not hold max_model_len; the log's K20 expectation
+kv-holds-max-model-len says for sure)."""
+
+
+def predicted_kv_gib(ctx: RuleContext) -> tuple[float, float, float]:
+    """(KV GiB per GPU, budget GiB, non-KV GiB per GPU) as the calibrated K20 model predicts them."""
+    p, gpu, ck = ctx.profile, ctx.gpu, ctx.checkpoint
+    ranks = p.parallel.tensor * p.parallel.pipeline
+    overhead = NVFP4_SM12X_OVERHEAD_GIB if ck.quantization == "nvfp4" and gpu.is_sm12x else 0.0
+    resident = RESIDENT_PER_CHECKPOINT_GIB * ck.size_gib / ranks + overhead
+    util = p.limits.gpu_memory_utilization or ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION
+    budget = util * (gpu.budget_base_gib or 0.0)
+    return budget - resident, budget, resident
 
 
 @rule("K10", "parallelism matches the hardware",
@@ -34,28 +55,30 @@ def k10_parallel(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 
 @rule("K20", "weights fit with room for KV",
-      "weights per GPU ~ checkpoint bytes / ranks (+ ~4 GiB/GPU for NVFP4 on SM12x) must fit inside "
-      "gpu_memory_utilization x GPU memory, leaving room for the KV cache",
+      "engine memory outside the KV cache, calibrated on the seed's two KV measurements (6.25 GiB on 2 x RTX PRO "
+      "6000 at 0.85, ~18.5 GiB on GB10), must fit inside gpu_memory_utilization x GPU memory with room for KV",
       on_gpu,
       fix="add GPUs, lower max_model_len or raise gpu_memory_utilization so weights leave room for KV")
 def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
     p, gpu, ck = ctx.profile, ctx.gpu, ctx.checkpoint
-    if gpu.memory_gib is None:
+    if gpu.budget_base_gib is None:
         return []
     ranks = p.parallel.tensor * p.parallel.pipeline
-    overhead = NVFP4_SM12X_OVERHEAD_GIB if p.model.quantization == "nvfp4" and gpu.is_sm12x else 0.0
-    per_gpu = ck.size_gib / ranks + overhead
+    kv, budget, resident = predicted_kv_gib(ctx)
     util = p.limits.gpu_memory_utilization or ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION
-    budget = util * gpu.memory_gib
-    headroom = budget - per_gpu
-    where = f"{ck.size_gib:.1f} GiB ({ck.source}) over {ranks} GPU(s) = {per_gpu:.1f} GiB/GPU"
-    if headroom <= 0:
-        need = int(-(-ck.size_gib // (budget - overhead - MIN_KV_HEADROOM_GIB)))
+    where = (f"{ck.size_gib:.1f} GiB of checkpoint ({ck.source}) over {ranks} GPU(s) ~ {resident:.1f} GiB/GPU "
+             f"outside the KV cache")
+    if kv <= 0:
+        per_rank = budget - MIN_KV_GIB - (resident - RESIDENT_PER_CHECKPOINT_GIB * ck.size_gib / ranks)
+        need = int(-(-RESIDENT_PER_CHECKPOINT_GIB * ck.size_gib // per_rank)) if per_rank > 0 else None
         return [r.finding("error", "parallel.tensor", p.parallel.tensor,
-                          f"weights {where} exceed {util} x {gpu.memory_gib} GiB = {budget:.1f} GiB per GPU: "
-                          f"the model cannot load", f"spread the weights over at least {need} GPUs")]
-    if headroom < MIN_KV_HEADROOM_GIB:
+                          f"{where} exceed {util} x {gpu.budget_base_gib} GiB = {budget:.1f} GiB per GPU: "
+                          f"the model cannot load",
+                          f"spread the weights over at least {need} GPUs" if need else "use a larger GPU")]
+    if kv < MIN_KV_GIB:
         return [r.finding("warning", "limits.gpu_memory_utilization", util,
-                          f"weights {where} leave {headroom:.1f} GiB of {budget:.1f} GiB for KV and activations",
-                          "raise limits.gpu_memory_utilization a little or add GPUs")]
+                          f"{where} leave ~{kv:.1f} GiB per GPU for the KV cache, under half the "
+                          f"{SEED_VALIDATED_KV_GIB} GiB the seed validated a serve with",
+                          "raise limits.gpu_memory_utilization a little or add GPUs; the log's "
+                          "kv-holds-max-model-len expectation says whether max_model_len fits")]
     return []

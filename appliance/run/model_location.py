@@ -75,19 +75,24 @@ def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     except (OSError, ValueError) as exc:
         raise ApplianceError(f"{model_dir}/config.json is unreadable: {exc}", field="model_dir",
                              value=str(model_dir), fix="re-download the checkpoint") from None
+    from appliance.profile.checkpoint_facts import mtp_heads_from_index, quantization_from_config
+
     block = config.get("dspark_block_size")
-    # A DSpark checkpoint keeps its draft in mtp.* weights but has no MTP heads to speculate with (K3).
+    # Without a weight index: a DSpark checkpoint keeps its draft in mtp.* weights but has no MTP heads (K3).
     mtp = 0 if block else int(config.get("num_nextn_predict_layers") or 0)
     size = fallback.size_bytes
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            size = int(json.loads(index.read_text())["metadata"]["total_size"])
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            data = json.loads(index.read_text())
+            size = int(data["metadata"]["total_size"])
+            mtp = mtp_heads_from_index(data["weight_map"].keys())  # the seed's evidence, not config.json
     else:
         weights = list(model_dir.glob("*.safetensors"))
         if weights:
             size = sum(w.stat().st_size for w in weights)
     return fallback.model_copy(update={
         "dspark_block_size": block, "mtp_heads": mtp, "size_bytes": size,
+        "quantization": quantization_from_config(config) or fallback.quantization,
         "source": f"config.json at {model_dir}",
     })
