@@ -146,3 +146,35 @@ def test_quantization_comes_from_the_checkpoints_config_when_it_says(tmp_path) -
     assert facts.quantization == "nvfp4"
     p = load_profile("rtx-pro-6000-tp2").profile
     assert any(f.rule == "M1" for f in evaluate(context_for(p, facts)))
+
+
+# --- item 5: DSpark acceptance against the seed's reference ---------------------------------------------------
+# Seed: "2.772 (V1) vs 2.710 (V2) on the same formula and sample size"; "the 7th draft position accepted 0.000".
+
+def _spec_logscan(tmp_path, mean: float, positions: str):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    head = Path(__file__).parent / "fixtures" / "logs" / "deepseek" / "gb10-tp2-dspark-head.log"
+    line = (f"(APIServer pid=211) INFO 08-09 10:20:00 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
+            f"{mean}, Accepted throughput: 9.0 tokens/s, Drafted throughput: 20.0 tokens/s, Accepted: 900 tokens, "
+            f"Drafted: 2000 tokens, Per-position acceptance rate: {positions}, Avg Draft acceptance rate: 35.5%")
+    log = tmp_path / "spec.log"
+    log.write_text(head.read_text() + line + "\n")
+    out = json.loads(subprocess.run([sys.executable, "-m", "appliance", "logscan", str(log), "--profile", "gb10-tp2",
+                                     "--json"], capture_output=True, text=True, timeout=60, check=False).stdout)
+    return out["logs"][0]["facts"], next(f for f in out["findings"] if f["name"] == "dspark-acceptance-reference")
+
+
+def test_dspark_acceptance_near_the_seeds_reference_passes_with_each_position_read(tmp_path) -> None:
+    facts, finding = _spec_logscan(tmp_path, 2.71, "0.700, 0.450, 0.300, 0.160, 0.100")
+    assert finding["status"] == "pass" and "per position 0.7, 0.45, 0.3, 0.16, 0.1" in finding["detail"]
+    assert facts["spec_pos1_rate"] == 0.7 and facts["spec_pos5_rate"] == 0.1 and "spec_pos6_rate" not in facts
+
+
+def test_dspark_acceptance_far_below_the_reference_warns(tmp_path) -> None:
+    _, finding = _spec_logscan(tmp_path, 1.2, "0.150, 0.040, 0.010, 0.000, 0.000")
+    assert finding["status"] == "fail" and finding["severity"] == "warning" and finding["rule"] == "K2"
+    assert "2.71-2.77" in finding["detail"]
