@@ -78,6 +78,10 @@ def test_gate_on_the_cpu_serve_writes_a_receipt_whose_facts_match_the_serve(read
     assert recall["metrics"]["needles_per_run"] == 8 and len(recall["metrics"]["runs_found"]) == 3
     assert recall["metrics"]["serve_mean"] >= 6 / 8 and recall["metrics"]["context_tokens"] > 400
     assert all(len(row["values"]) == 3 for row in bench["metrics"]["rows"])  # the receipt's own run spread
+    # No draft on this serve: acceptance is not recorded and decode steps/s equal tok/s.
+    assert bench["metrics"]["spec_decode"] is None
+    assert [r["verify_steps_s"] for r in bench["metrics"]["rows"] if r["kind"] == "tg"] == [
+        r["t_s"] for r in bench["metrics"]["rows"] if r["kind"] == "tg"]
     assert checks["reasoning"]["status"] == "not_applicable"
     assert checks["structured"]["status"] == "pass" and checks["structured"]["metrics"] == {"valid": 4, "total": 4}
     assert "# Gate receipt: cpu-smoke — PASS" in (out / "summary.md").read_text()

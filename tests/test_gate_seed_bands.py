@@ -144,3 +144,41 @@ def test_cpu_smoke_recall_has_a_pass_line_a_poisoned_serve_cannot_meet(tmp_path:
     assert healthy.status == "pass" and healthy.metrics["runs_found"] == [8, 8, 8]
     poisoned = recall.run(ctx_for("cpu-smoke", recaller(set(range(24))), tmp_path))
     assert poisoned.status == "fail" and "poisoned band" in poisoned.summary
+
+
+# --- item 10: compare engines on what the engine does ----------------------------------------------------------
+
+METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 1000.0
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 5000.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 1710.0
+"""
+
+
+def test_bench_reads_mean_acceptance_length_and_verify_steps_from_the_engines_counters():
+    from appliance.gate.engine_steps import acceptance, spec_counters, with_verify_steps
+
+    spec = acceptance({}, spec_counters(METRICS))
+    assert spec == {"drafts": 1000, "accepted_tokens": 1710, "mean_acceptance_length": 2.71}  # the seed's V2 figure
+    rows = with_verify_steps([{"test": "tg128", "kind": "tg", "t_s": 40.65}, {"test": "pp2048", "kind": "pp",
+                                                                            "t_s": 2077.0}], 2.71)
+    assert rows[0]["verify_steps_s"] == 15.0 and "verify_steps_s" not in rows[1]
+    assert acceptance(spec_counters(""), spec_counters("")) is None  # no speculative decoding
+
+
+def test_compare_says_a_decode_difference_comes_from_acceptance_not_the_engine():
+    from tests.test_gate_compare import compare, receipt
+
+    a, b = receipt(tg=40.65), receipt(tg=30.0)
+    a["checks"][0]["metrics"]["spec_decode"] = {"mean_acceptance_length": 2.71}
+    b["checks"][0]["metrics"]["spec_decode"] = {"mean_acceptance_length": 2.0}
+    tg = next(f for f in compare(a, b).findings if f.metric == "tg128")
+    assert "verify steps/s 15.0 -> 15.0" in tg.note and "comes from acceptance" in tg.note
+    b["checks"][0]["metrics"]["spec_decode"] = {"mean_acceptance_length": 2.71}
+    tg = next(f for f in compare(a, b).findings if f.metric == "tg128")
+    assert "comes from the engine" in tg.note

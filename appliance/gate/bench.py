@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from appliance.gate import engine_steps
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
 from appliance.gate.result import CheckInterrupted, CheckResult, Status, utc_now
@@ -188,8 +189,9 @@ def _result(status: Status, summary: str, p: BenchParams, cmd: list[str], rows: 
             about: dict[str, Any], raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
     return CheckResult("bench", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"pp": list(p.pp), "tg": list(p.tg), "depth": list(p.depth), "runs": p.runs,
-                               "concurrency": list(p.concurrency), "prefix_caching": p.prefix_caching, **about},
-                       metrics={"rows": rows},
+                               "concurrency": list(p.concurrency), "prefix_caching": p.prefix_caching,
+                               **{k: v for k, v in about.items() if k != "spec_decode"}},
+                       metrics={"rows": rows, "spec_decode": about.get("spec_decode")},
                        details={"argv": cmd, "llama_benchy_version": (raw or {}).get("version"),
                                 "latency_mode": (raw or {}).get("latency_mode"),
                                 "latency_ms": (raw or {}).get("latency_ms")})
@@ -213,12 +215,16 @@ def run(ctx: GateContext) -> CheckResult:
     result_file = ctx.out_dir / "llama-benchy.json"
     result_file.unlink(missing_ok=True)
     log = ctx.out_dir / "llama-benchy.log"
+    before = engine_steps.scrape(ctx.url)
     with corpus(p) as (url, env_extra, about):
         cmd = argv(exe, ctx, p, result_file, url)
         env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
         rc, tail, interrupted = _drive(launch(cmd), env, log, ctx, p.timeout_s)
+    spec = engine_steps.acceptance(before, engine_steps.scrape(ctx.url))
+    about = {**about, "spec_decode": spec}
     raw = json.loads(result_file.read_text()) if result_file.is_file() else None
     rows = parse_results(raw) if raw else []
+    rows = engine_steps.with_verify_steps(rows, spec["mean_acceptance_length"] if spec else None)
     if interrupted:
         raise CheckInterrupted(_result("interrupted", f"interrupted; {len(rows)} row(s) measured before Ctrl-C",
                                        p, cmd, rows, about, raw, started, began))

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from appliance.gate.engine_steps import attribution
 from appliance.gate.recall_bands import MORE_SERVES, PASS_LINE, POISONED_CEILING, Bands
 from appliance.gate.receipt import check
 
@@ -152,6 +153,12 @@ def engagement_findings(a: dict[str, Any], b: dict[str, Any]) -> list[Finding]:
     return out
 
 
+def _acceptance_length(metrics: dict[str, Any]) -> float | None:
+    spec = metrics.get("spec_decode") or {}
+    value = spec.get("mean_acceptance_length")
+    return float(value) if isinstance(value, int | float) and value >= 1 else None
+
+
 def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[Finding]:
     name, out = ca["name"], []
     ok = ("pass", "not_applicable")
@@ -164,10 +171,15 @@ def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[Finding]:
     if name == "bench":
         rows_a = {r["test"]: r for r in ma.get("rows") or [] if r.get("t_s")}
         rows_b = {r["test"]: r for r in mb.get("rows") or [] if r.get("t_s")}
+        len_a, len_b = _acceptance_length(ma), _acceptance_length(mb)
         for test, ra in rows_a.items():
             if test in rows_b:
-                out.append(bench_finding(test, ra["kind"], ra["t_s"], rows_b[test]["t_s"], ra.get("values") or (),
-                                         rows_b[test].get("values") or ()))
+                f = bench_finding(test, ra["kind"], ra["t_s"], rows_b[test]["t_s"], ra.get("values") or (),
+                                  rows_b[test].get("values") or ())
+                if ra["kind"] in ("tg", "ctx_tg") and len_a and len_b and f.verdict != "same":
+                    why = attribution(ra["t_s"], rows_b[test]["t_s"], len_a, len_b)
+                    f = replace(f, note=f"{f.note}; {why}" if f.note else why)
+                out.append(f)
             else:
                 out.append(Finding("bench", test, ra["t_s"], None, "not comparable", "row missing in B"))
     elif name == "recall" and ma.get("total") and mb.get("total"):
