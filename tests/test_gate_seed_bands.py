@@ -182,3 +182,33 @@ def test_compare_says_a_decode_difference_comes_from_acceptance_not_the_engine()
     b["checks"][0]["metrics"]["spec_decode"] = {"mean_acceptance_length": 2.71}
     tg = next(f for f in compare(a, b).findings if f.metric == "tg128")
     assert "comes from the engine" in tg.note
+
+
+# --- the seed's blocked design, runnable: `gate paired` ------------------------------------------------------
+# Seed: "10 blocks, both arms inside each node pair, exact sign-flip permutation test, Holm-corrected across the
+# six prefill cells".
+
+def test_exact_sign_flip_p_and_holm_match_hand_computed_values():
+    from appliance.gate.paired import holm, sign_flip_p
+
+    assert sign_flip_p([0.01] * 10) == 2 / 1024          # only all-plus and all-minus are as extreme
+    assert sign_flip_p([0.01, -0.01]) == 1.0
+    assert holm([0.01, 0.04, 0.03]) == [0.03, 0.06, 0.06]
+
+
+def test_gate_paired_finds_a_small_consistent_slowdown_a_range_screen_would_miss(tmp_path: Path, capsys):
+    from tests.test_gate_compare import receipt
+
+    pairs = []
+    for i in range(10):  # block-to-block drift of +-3 %, B always 1 % slower than A inside its block
+        drift = 1 + 0.03 * (-1) ** i * (i % 3)
+        a, b = receipt(pp=2000.0 * drift), receipt(pp=1980.0 * drift)
+        pa, pb = tmp_path / f"a{i}.json", tmp_path / f"b{i}.json"
+        pa.write_text(json.dumps(a))
+        pb.write_text(json.dumps(b))
+        pairs.append(f"{pa}:{pb}")
+    assert main(["gate", "paired", *pairs, "--json"]) == 1
+    cells = {c["cell"]: c for c in json.loads(capsys.readouterr().out)["cells"]}
+    assert cells["pp2048"]["verdict"] == "regression" and cells["pp2048"]["p_holm"] < 0.05
+    assert cells["tg128"]["verdict"] == "no measurable difference"
+    assert main(["gate", "paired", "only-one.json"]) == 2

@@ -46,11 +46,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gsm8k-fewshot", type=int, help="lm-eval --num_fewshot (default 8)")
     parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
     parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
-    sub = parser.add_subparsers(dest="gate_action", metavar="[compare]")
+    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves]")
     cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
     cmp.add_argument("--json", action="store_true", help="machine-readable findings")
+    par = sub.add_parser("paired", help="blocked, paired builds: exact sign-flip test per bench cell, Holm-corrected")
+    par.add_argument("blocks", nargs="+", metavar="A.json:B.json", help="one pair of receipts per block")
+    par.add_argument("--json", action="store_true", help="machine-readable result")
     srv = sub.add_parser("serves", help="judge recall over receipts of several fresh serves (the seed's design)")
     srv.add_argument("receipts", type=Path, nargs="+", help="one receipt.json per fresh serve")
     srv.add_argument("--json", action="store_true", help="machine-readable verdict")
@@ -75,6 +78,23 @@ def _serves(args: argparse.Namespace) -> int:
     return EXIT[result["verdict"]]
 
 
+def _paired(args: argparse.Namespace) -> int:
+    from appliance.errors import ApplianceError
+    from appliance.gate.paired import judge_blocks, render
+    from appliance.gate.receipt import load
+
+    blocks = []
+    for pair in args.blocks:
+        a, sep, b = pair.partition(":")
+        if not sep or not a or not b:
+            raise ApplianceError(f"block {pair!r} is not A.json:B.json", field="blocks", value=pair,
+                                 fix="give each block as the A receipt and the B receipt joined by ':'")
+        blocks.append((load(Path(a)), load(Path(b))))
+    result = judge_blocks(blocks)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return 1 if any(c["verdict"] == "regression" for c in result["cells"]) else 0
+
+
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
 """`gate` and `gate serves`: inconclusive (recall between its bands) is neither a pass nor a failure."""
 
@@ -84,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         return _compare(args)
     if args.gate_action == "serves":
         return _serves(args)
+    if args.gate_action == "paired":
+        return _paired(args)
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
     from appliance.gate.setup import TUNABLE, GateRequest, prepare

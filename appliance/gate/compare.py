@@ -28,7 +28,7 @@ SPREAD_FACTOR = 5.0
 BLOCKS = 10
 PAIRED = (f"unresolved: run blocked, paired runs — {BLOCKS} blocks, both builds inside each block on the same "
           f"machines, order alternated — then an exact sign-flip permutation test on the per-block differences, "
-          f"Holm-corrected across the cells compared (the seed's design)")
+          f"Holm-corrected across the cells compared (the seed's design: appliance gate paired A1:B1 A2:B2 ...)")
 
 Verdict = Literal["regression", "improvement", "noise", "unresolved", "inconclusive", "same", "changed",
                   "not comparable"]
