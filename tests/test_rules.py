@@ -117,7 +117,7 @@ def test_no_shipped_profile_enables_the_scratch_pool() -> None:
 
 
 def test_weights_fit_over_eight_5090s_but_not_four_and_the_fix_names_the_gpu_count() -> None:
-    assert not findings("rtx-5090-tp8")
+    assert not [f for f in findings("rtx-5090-tp8") if f.rule == "K20"]
     hit = next(f for f in findings("rtx-5090-tp8", "hardware.gpus_per_node=4", "parallel.tensor=4")
                if f.rule == "K20")
     assert "cannot load" in hit.message and "at least" in hit.fix

@@ -178,3 +178,13 @@ def test_dspark_acceptance_far_below_the_reference_warns(tmp_path) -> None:
     _, finding = _spec_logscan(tmp_path, 1.2, "0.150, 0.040, 0.010, 0.000, 0.000")
     assert finding["status"] == "fail" and finding["severity"] == "warning" and finding["rule"] == "K2"
     assert "2.71-2.77" in finding["detail"]
+
+
+def test_v2_dspark_on_a_shape_the_seed_did_not_measure_warns_with_the_fallback() -> None:
+    # Seed: "The default now applies to every DSpark config, including shapes not measured here — TP=4, other
+    # context lengths, the NVFP4 checkpoint, single-node setups."
+    for name in ("gb10-tp2-nvfp4-dspark", "rtx-5090-tp8"):
+        hits = _hits(_ctx(name), "P1")
+        assert [h.severity for h in hits] == ["warning"], name
+        assert "VLLM_USE_V2_MODEL_RUNNER=0" in hits[0].fix
+    assert not _hits(_ctx("gb10-tp2-nvfp4-dspark", "engine.runner=v1"), "P1")

@@ -18,6 +18,14 @@ from appliance.rules.base import Finding, Rule, RuleContext, deepseek_on_gpu, ru
 def p1_measured(ctx: RuleContext, r: Rule) -> list[Finding]:
     m = ctx.profile.provenance.measured
     runner = ctx.profile.engine.runner
+    spec = ctx.profile.speculative
+    if (m is None or m.runner is None) and runner == "v2" and spec is not None and spec.method == "dspark":
+        return [r.finding("warning", "engine.runner", runner,
+                          "V2 with DSpark was measured by the seed on one configuration only (GB10 2-node TP=2, 0731); "
+                          "the seed lists TP=4, other context lengths, the NVFP4 checkpoint and single-node setups "
+                          "as not measured",
+                          "gate this serve (appliance gate); if it is worse, the seed's fallback is "
+                          "VLLM_USE_V2_MODEL_RUNNER=0: set engine.runner: v1")]
     if m is None or m.runner is None or m.runner == runner:
         return []
     on = f"head {m.head}" + (f" ({m.tag})" if m.tag else "") if m.head else "the seed's head"
