@@ -212,3 +212,12 @@ def test_gate_paired_finds_a_small_consistent_slowdown_a_range_screen_would_miss
     assert cells["pp2048"]["verdict"] == "regression" and cells["pp2048"]["p_holm"] < 0.05
     assert cells["tg128"]["verdict"] == "no measurable difference"
     assert main(["gate", "paired", "only-one.json"]) == 2
+
+
+def test_gate_serves_reads_receipts_written_before_the_bands_existed(tmp_path: Path, capsys):
+    old = json.loads(Path(_receipt(tmp_path, "old", [3])).read_text())
+    old["checks"][0]["params"] = {"min_found": 0.0}  # the cpu-smoke receipts of before: no poisoned_max, no runs
+    del old["checks"][0]["metrics"]["runs_found"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    assert main(["gate", "serves", str(path)]) == 3  # one serve proves nothing; and no traceback

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.gate.recall_bands import POISONED_CEILING, Bands, judge_serves
+from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING, Bands, judge_serves
 from appliance.gate.receipt import check
 
 
@@ -19,7 +19,8 @@ def judge_receipts(receipts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]
         if not c or not m.get("total"):
             raise ApplianceError(f"{label}: no recall result in this receipt", value=label,
                                  fix="run `appliance gate --checks recall --recall-runs 3` on each fresh serve")
-        these = Bands(float(p.get("min_found", 0.0)), float(p.get("poisoned_max", POISONED_CEILING)))
+        line = float(p.get("min_found", PASS_LINE))
+        these = Bands(line, min(float(p.get("poisoned_max", POISONED_CEILING)), line))  # older receipts: no ceiling
         if bands is not None and these != bands:
             raise ApplianceError(f"{label}: recall bands {these} differ from the first receipt's {bands}",
                                  value=label, fix="judge receipts of one profile and gate size together")
