@@ -44,7 +44,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && "python${GPU_PYTHON}" -m venv /opt/venv
 COPY versions.json pyproject.toml /opt/appliance/
-COPY appliance/container/lockargs.py /opt/appliance/lock/lockargs.py
+COPY appliance/container/lockcli.py /opt/appliance/lock/lockcli.py
 ARG APPLIANCE_LOCK_DIGEST
 ARG APPLIANCE_STACK
 ARG ENGINE_REPO
@@ -55,8 +55,8 @@ ARG GPU_RUNTIME_IMAGE
 ARG GPU_ENGINE
 ARG TORCH_CUDA_ARCH_LIST_AMD64
 ARG TORCH_CUDA_ARCH_LIST_ARM64
-RUN python /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json verify --target gpu \
-    && python /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json lock-files --target gpu \
+RUN python /opt/appliance/lock/lockcli.py --versions /opt/appliance/versions.json verify --target gpu \
+    && python /opt/appliance/lock/lockcli.py --versions /opt/appliance/versions.json lock-files --target gpu \
         --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
     && test "$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${GPU_PYTHON}"
 
@@ -228,7 +228,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 COPY versions.json pyproject.toml /opt/appliance/
-COPY appliance/container/lockargs.py /opt/appliance/lock/lockargs.py
+COPY appliance/container/lockcli.py /opt/appliance/lock/lockcli.py
 ARG APPLIANCE_LOCK_DIGEST
 ARG APPLIANCE_STACK
 ARG ENGINE_REPO
@@ -237,8 +237,8 @@ ARG ENGINE_COMMIT
 ARG CPU_BASE_IMAGE
 ARG CPU_ENGINE
 ARG TARGETPLATFORM
-RUN python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json verify --target cpu \
-    && python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json lock-files --target cpu \
+RUN python3 /opt/appliance/lock/lockcli.py --versions /opt/appliance/versions.json verify --target cpu \
+    && python3 /opt/appliance/lock/lockcli.py --versions /opt/appliance/versions.json lock-files --target cpu \
         --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
     && test "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${CPU_PYTHON}" \
     && test "${TARGETPLATFORM:-linux/amd64}" = linux/amd64
@@ -250,7 +250,7 @@ RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
     && pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
         -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt \
     && pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/no-deps.txt \
-    && python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json cpu-engine-fixup \
+    && python3 /opt/appliance/lock/lockcli.py --versions /opt/appliance/versions.json cpu-engine-fixup \
         --python /opt/venv/bin/python3 --installer appliance-dockerfile
 
 # The smoke model converted once, at build time (gguf is a build-only tool: not in the image).

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from appliance.container.lockargs import canonical_digest
+from appliance.container.lockcli import canonical_digest
 from appliance.errors import ApplianceError
 from appliance.paths import versions_path
 

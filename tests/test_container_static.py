@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from appliance.container import generate, lockargs
+from appliance.container import generate
+from appliance.container import lockcli as lockargs
 from appliance.lock import load_lock, lock_digest
 from appliance.profile import list_profiles, load_profile
 from tests.container_tools import ROOT, compose_binary, parse_dockerfile, tool

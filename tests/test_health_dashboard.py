@@ -11,7 +11,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.health.build import HealthContext, lock_versions
+from appliance.health.context import HealthContext, lock_versions
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import Identity, Monitor
 from appliance.health.peers import PeerWatch, compared_facts

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.health.build import HealthContext, lock_versions
+from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe, parse_metrics
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import Identity, Monitor

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.health.build import HealthContext
+from appliance.health.context import HealthContext
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import Identity, Monitor
 from appliance.health.server import HealthServer, serve

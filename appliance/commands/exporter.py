@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from appliance.commands.common import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args
 from appliance.errors import ApplianceError
 
 
@@ -40,7 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.health.build import HealthContext, lock_versions
+    from appliance.health.context import HealthContext, lock_versions
     from appliance.health.engine import EngineProbe
     from appliance.health.metrics import make_registry
     from appliance.health.monitor import Identity, Monitor
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     loaded = load_from_args(args, settings)
-    from appliance.run.supervisord import ENGINE_LOG
+    from appliance.render.supervisord import ENGINE_LOG
 
     log = args.log or (settings.log_dir / ENGINE_LOG if settings.log_dir else None)
     if log is None:

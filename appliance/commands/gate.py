@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from appliance.commands.common import add_profile_args
+from appliance.cliargs import add_profile_args
 from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS
 
 
@@ -64,9 +64,9 @@ def _compare(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.gate_action == "compare":
         return _compare(args)
+    from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
-    from appliance.gate.setup import TUNABLE, GateRequest, prepare
     from appliance.settings import load_settings
 
     settings = load_settings()

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from appliance.commands.common import add_profile_args, load_from_args
-from appliance.health.build import HealthContext
+from appliance.cliargs import add_profile_args, load_from_args
+from appliance.health.context import HealthContext
 from appliance.health.expect import Evaluation, show_value
 from appliance.health.facts import Facts
 from appliance.health.peers import agreements, compared_facts

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from appliance.commands.common import add_placement_args, add_profile_args, load_from_args, placement_from_args
+from appliance.cliargs import add_placement_args, add_profile_args, load_from_args, placement_from_args
 
 if TYPE_CHECKING:
     from appliance.multinode.rendezvous import Peer
@@ -51,15 +51,15 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
     from appliance.lock import lock_digest
+    from appliance.multinode.netif import with_host_ip
     from appliance.paths import appliance_home, venv_executable
     from appliance.profile.loader import engine_digest
     from appliance.render import build_plan
     from appliance.render.plan import engine_api_url
+    from appliance.render.supervisord import RunFiles, render_conf
     from appliance.rules import context_for, require_valid
     from appliance.run.caches import cache_env
     from appliance.run.model_location import hf_offline, locate, read_facts
-    from appliance.run.netif import with_host_ip
-    from appliance.run.supervisord import RunFiles, render_conf
     from appliance.settings import load_settings
 
     settings = load_settings()

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.container import lockargs
+from appliance.container import lockcli as lockargs
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = """\
@@ -107,7 +107,7 @@ def _service(lay: Layout, lock: dict) -> str:
 
 def compose_yaml(root: Path = ROOT) -> str:
     from appliance.profile.model import DEFAULT_HEALTH_PORT as HEALTH_PORT_DEFAULT
-    from appliance.run.supervisord import STOP_WAIT_S
+    from appliance.render.supervisord import STOP_WAIT_S
 
     lock = lockargs.load(root / "versions.json")
     lays = layouts(root / "profiles")

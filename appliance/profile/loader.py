@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from appliance.container.lockargs import canonical_digest
+from appliance.container.lockcli import canonical_digest
 from appliance.errors import ApplianceError
 from appliance.paths import profiles_dir
 from appliance.profile.model import Profile
