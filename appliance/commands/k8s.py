@@ -22,7 +22,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.container.lockcli import canonical_digest, image_tag, load
+    from appliance.container.buildargs import image_tag
+    from appliance.lockfile import canonical_digest, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
     from appliance.rules import context_for, require_valid

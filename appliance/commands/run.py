@@ -81,13 +81,13 @@ def run(args: argparse.Namespace) -> int:
             reason="the engine would fail to load and be restarted in a loop")
 
     if not args.skip_doctor:
-        from appliance.commands.doctor import print_checks
-        from appliance.doctor import run_doctor
-        from appliance.render.plan import role_for
+        from appliance.doctor import checks_text, run_doctor
+        from appliance.profile.topology import role_for
 
         checks = run_doctor(profile, role_for(profile, place.node_rank))
         failed = [c for c in checks if c.status == "fail"]
-        print_checks(checks, False, profile.name)
+        if checks:
+            print(checks_text(checks, False, profile.name))
         if failed:
             return _fail(f"preflight failed ({len(failed)} check(s)); nothing started")
 

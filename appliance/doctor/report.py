@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -27,6 +28,14 @@ class Check:
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
+
+
+def checks_text(checks: list[Check], as_json: bool, profile: str) -> str:
+    """The report as `doctor` and `run` print it: one line per check, or one JSON document."""
+    if as_json:
+        return json.dumps({"profile": profile, "ok": not any(c.status == "fail" for c in checks),
+                           "checks": [c.as_dict() for c in checks]}, indent=2)
+    return "\n".join(f"{c.status.upper():<5} {c.name:<11} {c.detail}" for c in checks)
 
 
 def check_gpu(profile: Profile, target: GpuFacts, probe: GpuProbe) -> list[Check]:

@@ -17,7 +17,7 @@ from appliance.errors import ApplianceError
 from appliance.health.predicates import PREDICATES
 from appliance.paths import healthchecks_dir
 from appliance.profile.model import Profile
-from appliance.render.plan import Role
+from appliance.profile.topology import Role
 from appliance.yamlstrict import load_file
 
 ROLES: tuple[Role, ...] = get_args(Role)

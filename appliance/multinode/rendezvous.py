@@ -39,12 +39,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, Identity, differences, local_identity
 from appliance.profile.model import Profile
-from appliance.render.plan import Placement, ServePlan, http_url
+from appliance.render.serveplan import RENDEZVOUS_PORT_OFFSET, Placement, ServePlan, http_url, rendezvous_port
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = 1
-RENDEZVOUS_PORT_OFFSET = 1
 POLL_S = 0.5
 BACKOFF_MAX_S = 2.0
 REFUSAL_GRACE_S = 15.0
@@ -57,10 +56,6 @@ K15_REASON = ("K15: nodes with different NCCL (or engine, lock, profile) hang in
               "instead of failing, so the serve is refused before any engine starts")
 SAME_EVERYWHERE = ("run the same image, versions.json and profile (with the same APPLIANCE_SET) on every node; "
                    "`appliance versions --check` on each node shows its drift")
-
-
-def rendezvous_port(profile: Profile, placement: Placement) -> int:
-    return (placement.master_port or profile.distributed.master_port) + RENDEZVOUS_PORT_OFFSET
 
 
 def _show(field: str, value: str) -> str:
