@@ -153,7 +153,7 @@ def test_the_engine_and_every_setup_step_run_this_environments_programs() -> Non
     absolute where this environment has them."""
     import sys
 
-    from appliance.commands.run import _resolved
+    from appliance.run.launch import absolute_programs as _resolved
 
     bindir = Path(sys.executable).parent
     plan = ServePlan(role="head", argv=["vllm", "serve", "m"], env={}, setup=[["supervisorctl", "status"]])

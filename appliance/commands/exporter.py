@@ -10,13 +10,19 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from appliance.cliargs import add_profile_args, load_from_args
 from appliance.errors import ApplianceError
 
+if TYPE_CHECKING:
+    from appliance.profile.loader import LoadedProfile
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
+    parser.add_argument("--launch", type=Path, help="RUN_DIR/launch.json of `appliance run`: the profile the engine "
+                        "was started with and this exporter's arguments, instead of a profile and flags")
     parser.add_argument("--log", type=Path, help="the serve log to tail (default: the engine's, in $APPLIANCE_LOG_DIR)")
     parser.add_argument("--engine-url", help="vLLM base URL (default http://127.0.0.1:<server.port>; "
                         "on a worker rank the head's API at $APPLIANCE_MASTER_ADDR)")
@@ -51,7 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from appliance.settings import load_settings
 
     settings = load_settings()
-    loaded = load_from_args(args, settings)
+    if args.launch:
+        args, loaded = _from_launch(args.launch)
+    else:
+        loaded = load_from_args(args, settings)
     from appliance.render.supervisord import ENGINE_LOG
 
     log = args.log or (settings.log_dir / ENGINE_LOG if settings.log_dir else None)
@@ -101,3 +110,25 @@ def run(args: argparse.Namespace) -> int:
         if peers:
             peers.close()
     return 0
+
+
+def _from_launch(path: Path) -> tuple[argparse.Namespace, LoadedProfile]:
+    """The arguments and the resolved profile `appliance run` wrote: a profile YAML edited mid-serve does not
+    change what this exporter judges."""
+    from appliance.profile.loader import LoadedProfile
+    from appliance.profile.model import Profile
+    from appliance.run.launchfile import LaunchFileError, read_launch
+
+    try:
+        launch = read_launch(path)
+    except LaunchFileError as exc:
+        raise ApplianceError(str(exc), field="--launch", value=str(path),
+                             fix="pass the launch.json `appliance run` wrote into its run folder") from None
+    parser = argparse.ArgumentParser(prog="appliance exporter")
+    register(parser)
+    loaded = LoadedProfile(Profile.model_validate(launch.profile), Path(launch.profile_source))
+    if loaded.digest != launch.profile_digest:
+        raise ApplianceError(f"{path}: the stored profile's digest is {loaded.digest[:12]}, the file says "
+                             f"{launch.profile_digest[:12]}", field="--launch", value=str(path),
+                             fix="run `appliance run` again to rewrite it")
+    return parser.parse_args(launch.exporter_args), loaded
