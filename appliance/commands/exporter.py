@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-import time
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -46,14 +45,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.health.context import HealthContext, lock_versions
-    from appliance.health.engine import EngineProbe
-    from appliance.health.metrics import make_registry
-    from appliance.health.monitor import Identity, Monitor
-    from appliance.health.peers import PeerWatch, compared_facts, parse_peer
-    from appliance.health.server import HealthServer, serve
-    from appliance.health.tail import LogTailer
-    from appliance.render.plan import engine_api_url
+    from appliance.health.exporter import ExporterConfig, build_exporter
+    from appliance.health.peers import parse_peer
+    from appliance.profile.topology import role_for
+    from appliance.render.serveplan import engine_api_url
+    from appliance.render.supervisord import ENGINE_LOG
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -61,35 +57,24 @@ def run(args: argparse.Namespace) -> int:
         args, loaded = _from_launch(args.launch)
     else:
         loaded = load_from_args(args, settings)
-    from appliance.render.supervisord import ENGINE_LOG
-
     log = args.log or (settings.log_dir / ENGINE_LOG if settings.log_dir else None)
     if log is None:
         raise ApplianceError("no serve log given", field="--log",
                              fix="pass --log PATH (the engine's stdout/stderr file) or set APPLIANCE_LOG_DIR")
-    ctx = HealthContext.load(loaded, args.table)
-    rank = args.node_rank if args.node_rank is not None else settings.node_rank
-    role = ctx.role(rank)
     profile = loaded.profile
+    role = role_for(profile, args.node_rank if args.node_rank is not None else settings.node_rank)
     url = None if args.no_engine else args.engine_url or engine_api_url(role, profile.server.port, settings.master_addr)
-    identity = Identity(profile=profile.name, profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
-                        stack=ctx.lock.stack, role=role, log=str(log), engine_url=url,
-                        lock_versions=lock_versions(ctx.lock))
-    clock = time.monotonic
     peer_urls = dict(parse_peer(p) for p in args.peers)
     if peer_urls and role != "head":
         raise ApplianceError(f"--peer is for the head's exporter; this one speaks for a {role}", field="--peer",
                              value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
-    engine = EngineProbe(url, timeout=args.engine_timeout) if url else None
-    peers = PeerWatch(peer_urls, compared_facts(ctx.table), clock=clock, every=args.peer_interval,
-                      timeout=args.engine_timeout) if peer_urls else None
-    monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
-                      engine=engine, progress_window=args.progress_window, peers=peers)
     port = args.port or settings.health_port_for(profile.server.health_port)
+    config = ExporterConfig(loaded=loaded, log=log, role=role, engine_url=url, peers=peer_urls, host=args.host,
+                            port=port, interval=args.interval, engine_timeout=args.engine_timeout,
+                            progress_window=args.progress_window, live_grace=args.live_grace,
+                            peer_interval=args.peer_interval, table=args.table)
     try:
-        server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
-                              clock=clock, stale_after=3 * args.interval + 2 * args.engine_timeout + 5,
-                              live_grace=args.live_grace)
+        exporter = build_exporter(config)
     except OSError as exc:
         raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,
                              fix="choose a free port (--port) or stop what holds it") from None
@@ -102,13 +87,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     print(f"appliance exporter: {profile.name} ({role}) log {log} engine {url or '-'} on {args.host}:{port}",
           flush=True)
-    try:
-        serve(monitor, server, interval=args.interval, stop=stop)
-    finally:
-        if engine:
-            engine.close()
-        if peers:
-            peers.close()
+    exporter.serve(stop)
     return 0
 
 
