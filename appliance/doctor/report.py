@@ -17,13 +17,13 @@ from appliance.doctor.host import (
 )
 from appliance.profile.model import Profile
 
-Status = Literal["ok", "warn", "fail", "skip"]
+CheckStatus = Literal["ok", "warn", "fail", "skip"]
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: Status
+    status: CheckStatus
     detail: str
 
     def as_dict(self) -> dict[str, str]:
@@ -104,7 +104,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
     if engines:
         pid, cmd = engines[0]
         # On a GPU a second engine holds the memory this one needs; on the CPU target it only costs speed.
-        status: Status = "warn" if profile.hardware.gpu == "cpu" else "fail"
+        status: CheckStatus = "warn" if profile.hardware.gpu == "cpu" else "fail"
         cost = "they compete for the CPU" if status == "warn" else "they hold GPU memory. Stop them first"
         out.append(Check("engine", status, f"{len(engines)} vLLM process(es) already running (pid {pid}: {cmd}); "
                          f"{cost}"))

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from appliance.gate.client import ServeClient, ServeError, chat_text, count_tokens
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
-from appliance.gate.result import CheckResult, Status, utc_now
+from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import RecallParams
 
 NAMES = ("Arthur", "Beatrice", "Cedric", "Dorothea", "Edmund", "Fenella", "Gideon", "Harriet", "Ignatius",
@@ -174,7 +174,7 @@ async def _run(ctx: GateContext, p: RecallParams) -> CheckResult:
     found, needles = total(scores, cases)
     errors = [s for s in scores if s.error]
     need = p.min_found * needles
-    status: Status = "error" if errors else ("pass" if found >= need else "fail")
+    status: GateStatus = "error" if errors else ("pass" if found >= need else "fail")
     summary = f"{found}/{needles} needles found ({p.concurrency} concurrent requests, ~{hay_tokens} tokens)"
     if errors:
         summary += f"; {len(errors)} request(s) failed: {errors[0].error}"

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Status = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted"]
+GateStatus = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted"]
 OK_STATUSES: frozenset[str] = frozenset({"pass", "not_applicable"})
 """A gate passes only when every selected check ends in one of these."""
 
@@ -14,7 +14,7 @@ OK_STATUSES: frozenset[str] = frozenset({"pass", "not_applicable"})
 @dataclass
 class CheckResult:
     name: str
-    status: Status
+    status: GateStatus
     summary: str
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)

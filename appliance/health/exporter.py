@@ -12,7 +12,7 @@ from pathlib import Path
 from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe
 from appliance.health.metrics import make_registry
-from appliance.health.monitor import Identity, Monitor
+from appliance.health.monitor import ExporterIdentity, Monitor
 from appliance.health.peers import PeerWatch, compared_facts
 from appliance.health.server import HealthServer, serve
 from appliance.health.tail import LogTailer
@@ -46,7 +46,7 @@ class ExporterConfig:
 class Exporter:
     config: ExporterConfig
     context: HealthContext
-    identity: Identity
+    identity: ExporterIdentity
     monitor: Monitor
     server: HealthServer
     engine: EngineProbe | None
@@ -77,7 +77,7 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     """Raises OSError when the port cannot be bound (the command names the port)."""
     ctx = context or HealthContext.load(config.loaded, config.table)
     profile = config.loaded.profile
-    identity = Identity(profile=profile.name, profile_digest=config.loaded.digest, lock_digest=ctx.lock_digest,
+    identity = ExporterIdentity(profile=profile.name, profile_digest=config.loaded.digest, lock_digest=ctx.lock_digest,
                         stack=ctx.lock.stack, role=config.role, log=str(config.log), engine_url=config.engine_url,
                         lock_versions=lock_versions(ctx.lock))
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None

@@ -11,12 +11,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from appliance.health.expect import Status
-from appliance.health.monitor import Identity, Snapshot
+from appliance.health.expect import ExpectationStatus
+from appliance.health.monitor import ExporterIdentity, Snapshot
 from appliance.health.state import STATES
 from appliance.lock import NCCL_DISTRIBUTIONS
 
-STATUS_VALUES: tuple[Status, ...] = get_args(Status)
+STATUS_VALUES: tuple[ExpectationStatus, ...] = get_args(ExpectationStatus)
 GIB = 1024**3
 # fact -> (metric name, help, scale to the base unit); numeric facts worth a time series. Base units only:
 # bytes (the log says GiB), ratios 0-1 (the log says percent), seconds.
@@ -49,7 +49,7 @@ def _text(value: Any) -> str:
 class _SnapshotCollector(Collector):
     """Builds its metrics at scrape time from the monitor's latest snapshot."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], identity: Identity) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], identity: ExporterIdentity) -> None:
         self._snapshot = snapshot
         self._identity = identity
 
@@ -134,7 +134,7 @@ class IdentityCollector(_SnapshotCollector):
 COLLECTORS = (StateCollector, VerdictCollector, LogFactsCollector, IdentityCollector)
 
 
-def make_registry(snapshot: Callable[[], Snapshot], identity: Identity) -> CollectorRegistry:
+def make_registry(snapshot: Callable[[], Snapshot], identity: ExporterIdentity) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     for collector in COLLECTORS:
         registry.register(collector(snapshot, identity))

@@ -20,7 +20,7 @@ from appliance.health.tail import LogTailer
 
 
 @dataclass(frozen=True)
-class Identity:
+class ExporterIdentity:
     """Who this exporter speaks for: shown in /status and the info metric."""
 
     profile: str
@@ -56,7 +56,7 @@ class Snapshot:
     def ready(self) -> bool:
         return self.state == "ready"
 
-    def versions(self, identity: Identity) -> dict[str, Any]:
+    def versions(self, identity: ExporterIdentity) -> dict[str, Any]:
         return {
             "vllm": self.facts.get("vllm_version"),
             "nccl_vllm": self.facts.get("nccl_version"),
@@ -65,7 +65,7 @@ class Snapshot:
             "lock": identity.lock_versions,
         }
 
-    def to_json(self, identity: Identity, now: float) -> dict[str, Any]:
+    def to_json(self, identity: ExporterIdentity, now: float) -> dict[str, Any]:
         return {
             "state": self.state,
             "ready": self.ready,
@@ -89,7 +89,7 @@ class Snapshot:
 
 
 class Monitor:
-    def __init__(self, *, judge: Judge, tailer: LogTailer, identity: Identity, clock: Callable[[], float],
+    def __init__(self, *, judge: Judge, tailer: LogTailer, identity: ExporterIdentity, clock: Callable[[], float],
                  engine: EngineProbe | None = None, progress_window: float = 60.0,
                  peers: PeerWatch | None = None) -> None:
         self.judge = judge
