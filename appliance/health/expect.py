@@ -53,9 +53,15 @@ class Evaluation:
 
     @property
     def verdict(self) -> ExpectationStatus:
-        if self.fatal or any(r.blocking for r in self.results):
-            return "fail"
-        return "pass" if self.log_ready else "unknown"
+        return verdict(bool(self.fatal) or any(r.blocking for r in self.results), self.log_ready)
+
+
+def verdict(blocked: bool, log_ready: bool) -> ExpectationStatus:
+    """The one verdict rule: any blocking failure (an error expectation failed, a fatal line) fails; else the
+    log passes once it said ready, and is `unknown` before (health.report.LogReport says it for every reader)."""
+    if blocked:
+        return "fail"
+    return "pass" if log_ready else "unknown"
 
 
 def profile_value(profile: Profile, path: str) -> Any:
