@@ -183,19 +183,21 @@ def supervisord_conf(launch: Launch) -> str:
 
 
 def write_launch(launch: Launch) -> str:
-    """launch.json, then supervisord.conf, each atomically; the config is read back with supervisor's own
-    loader and must define exactly the planned programs, or neither file is left behind."""
+    """launch.json and supervisord.conf: both written aside, the config read back with supervisor's own loader
+    (it must define exactly the planned programs), then both put in place; on a refusal neither is touched."""
     conf = supervisord_conf(launch)
-    launch_file(launch).write(launch.launch_file)
-    tmp = launch.files.conf.with_suffix(".tmp")
-    tmp.write_text(conf)
+    launch_tmp = launch.launch_file.with_suffix(".tmp")
+    conf_tmp = launch.files.conf.with_suffix(".tmp")
     try:
-        verify_conf(tmp, launch.supervised() | {"logtail": None, "crashguard": None})
-    except ApplianceError:
-        tmp.unlink(missing_ok=True)
-        launch.launch_file.unlink(missing_ok=True)
+        launch_file(launch).write(launch_tmp)
+        conf_tmp.write_text(conf)
+        verify_conf(conf_tmp, launch.supervised() | {"logtail": None, "crashguard": None})
+    except BaseException:
+        launch_tmp.unlink(missing_ok=True)
+        conf_tmp.unlink(missing_ok=True)
         raise
-    tmp.replace(launch.files.conf)
+    launch_tmp.replace(launch.launch_file)
+    conf_tmp.replace(launch.files.conf)
     return conf
 
 

@@ -52,10 +52,8 @@ class LaunchFile:
         }
 
     def write(self, path: Path) -> None:
-        """Atomically: a program (re)started mid-write never reads half a file."""
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        tmp.replace(path)
+        """The caller writes it aside and renames it into place: a program (re)started then never reads half."""
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
 class LaunchFileError(ValueError):
