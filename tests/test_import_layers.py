@@ -129,3 +129,10 @@ def test_no_two_modules_import_each_other_even_through_others():
 
 def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_command_imports_another_command():
+    """Commands parse and delegate: what two commands share lives below them (cliargs, doctor, run, …)."""
+    shared = [(m, t) for m, targets in GRAPH.items() if m.startswith("appliance.commands.")
+              for t in targets if t.startswith("appliance.commands")]
+    assert shared == []
