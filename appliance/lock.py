@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from appliance.container.lockargs import canonical_digest
 from appliance.errors import ApplianceError
+from appliance.lockfile import canonical_digest
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]

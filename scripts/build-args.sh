@@ -11,7 +11,7 @@
 # APPLIANCE_REVISION / APPLIANCE_SOURCE in the environment override what git says.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-LOCKARGS="$HERE/../appliance/container/lockargs.py"
+LOCKARGS="$HERE/../appliance/container/lockcli.py"
 if [ "${1:-}" = "--tag" ]; then
     exec python3 "$LOCKARGS" image-tag --target "${2:?usage: $0 --tag gpu|cpu}"
 fi

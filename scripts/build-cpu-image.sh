@@ -17,7 +17,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"
-LOCKARGS=(python3 "$REPO/appliance/container/lockargs.py" --versions "$REPO/versions.json")
+LOCKARGS=(python3 "$REPO/appliance/container/lockcli.py" --versions "$REPO/versions.json")
 TIMEOUT="${APPLIANCE_BUILD_TIMEOUT:-3600}"
 T0=$SECONDS
 

@@ -12,7 +12,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
 VERSIONS="$REPO/versions.json"
-LOCKARGS=(python3 "$REPO/appliance/container/lockargs.py" --versions "$VERSIONS")
+LOCKARGS=(python3 "$REPO/appliance/container/lockcli.py" --versions "$VERSIONS")
 # The CPU stack's Python comes from the lock too (versions.json "python"."cpu").
 PYTHON="${APPLIANCE_PYTHON:-python$("${LOCKARGS[@]}" get python.cpu)}"
 command -v "$PYTHON" >/dev/null || { echo "install-engine: $PYTHON not found (versions.json python.cpu); install it or set APPLIANCE_PYTHON" >&2; exit 2; }

@@ -14,7 +14,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-LOCKARGS=(python3 "$HERE/../appliance/container/lockargs.py" --versions "$HERE/../versions.json")
+LOCKARGS=(python3 "$HERE/../appliance/container/lockcli.py" --versions "$HERE/../versions.json")
 NAME="${1:-$("${LOCKARGS[@]}" get images.cpu.base)}"
 SUITE="$("${LOCKARGS[@]}" get images.cpu.suite)"
 VARIANT=minbase

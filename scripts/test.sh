@@ -9,6 +9,11 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
 scripts/install-engine.sh
+# promtool (Debian's prometheus package) lints the exporter's /metrics (tests/test_health_metrics_lint.py).
+if ! command -v promtool >/dev/null 2>&1; then
+  sudo_=""; [[ $(id -u) == 0 ]] || sudo_=sudo
+  $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends prometheus
+fi
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
 
 started_docker=0

@@ -26,7 +26,7 @@ VERSIONS="${APPLIANCE_VERSIONS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # the image build uses; env overrides them.
 lock() {
     [ -s "$VERSIONS" ] || die "$VERSIONS not found: set APPLIANCE_TORCH, APPLIANCE_PY and APPLIANCE_GLIBC instead"
-    "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/../appliance/container/lockargs.py" --versions "$VERSIONS" "$@"
+    "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/../appliance/container/lockcli.py" --versions "$VERSIONS" "$@"
 }
 TORCH="${APPLIANCE_TORCH:-$(lock version torch)+cpu}"
 PY="${APPLIANCE_PY:-$(lock get python.cpu)}"

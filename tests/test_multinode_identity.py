@@ -13,7 +13,7 @@ from appliance.lock import lock_digest
 from appliance.multinode.identity import (
     COMPARED,
     NONE,
-    Identity,
+    NodeIdentity,
     differences,
     library_nccl_version,
     local_identity,
@@ -55,8 +55,8 @@ def test_an_identity_from_another_appliance_version_is_refused_not_guessed() -> 
     head = local_identity(PROFILE, env={}, lookup=VERSIONS.get)
     data = head.to_json() | {"new_field": "x"}
     with pytest.raises(ApplianceError, match="cannot read"):
-        Identity.from_json(data, peer="rank 1")
-    assert Identity.from_json(head.to_json(), peer="rank 1") == head
+        NodeIdentity.from_json(data, peer="rank 1")
+    assert NodeIdentity.from_json(head.to_json(), peer="rank 1") == head
 
 
 def test_vllm_nccl_so_path_is_asked_directly_and_a_bad_one_is_a_clear_error(tmp_path: Path) -> None:

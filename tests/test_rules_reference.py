@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from appliance.cli import main
+from appliance.rulebook import build, render_markdown
 from appliance.rules import REGISTRY
-from appliance.rules.reference import build, render_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from appliance.run.supervisord import STOP_WAIT_S
+from appliance.render.supervisord import STOP_WAIT_S
 from tests.conftest import Serve, http_ok, render_json, start_serve, wait_for
 
 pytestmark = pytest.mark.engine

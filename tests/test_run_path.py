@@ -11,12 +11,12 @@ import pytest
 
 from appliance.catalogue import load_catalogue
 from appliance.errors import ApplianceError
+from appliance.multinode.netif import ipv4_of
 from appliance.render.plan import ServePlan
+from appliance.render.supervisord import STOP_WAIT_S, RunFiles, render_conf
 from appliance.run.caches import cache_env
 from appliance.run.crashguard import CrashPolicy
 from appliance.run.model_location import in_hf_cache, locate, read_facts
-from appliance.run.netif import ipv4_of
-from appliance.run.supervisord import STOP_WAIT_S, RunFiles, render_conf
 
 
 def conf_for(plan: ServePlan, tmp_path: Path, env: dict[str, str] | None = None) -> configparser.RawConfigParser:
@@ -153,7 +153,7 @@ def test_the_engine_and_every_setup_step_run_this_environments_programs() -> Non
     absolute where this environment has them."""
     import sys
 
-    from appliance.commands.run import _resolved
+    from appliance.run.launch import absolute_programs as _resolved
 
     bindir = Path(sys.executable).parent
     plan = ServePlan(role="head", argv=["vllm", "serve", "m"], env={}, setup=[["supervisorctl", "status"]])

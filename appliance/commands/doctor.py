@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from appliance.commands.common import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -13,19 +12,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable report")
 
 
-def print_checks(checks: list, as_json: bool, profile: str) -> None:
-    if as_json:
-        print(json.dumps({"profile": profile, "ok": not any(c.status == "fail" for c in checks),
-                          "checks": [c.as_dict() for c in checks]}, indent=2))
-        return
-    for c in checks:
-        print(f"{c.status.upper():<5} {c.name:<11} {c.detail}")
-
-
 def run(args: argparse.Namespace) -> int:
-    from appliance.doctor import run_doctor
+    from appliance.doctor import checks_text, run_doctor
 
     loaded = load_from_args(args)
     checks = run_doctor(loaded.profile)
-    print_checks(checks, args.json, loaded.profile.name)
+    text = checks_text(checks, args.json, loaded.profile.name)
+    if text:
+        print(text)
     return 1 if any(c.status == "fail" for c in checks) else 0

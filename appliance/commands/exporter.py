@@ -7,16 +7,21 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from appliance.commands.common import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args
 from appliance.errors import ApplianceError
+
+if TYPE_CHECKING:
+    from appliance.profile.loader import LoadedProfile
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
+    parser.add_argument("--launch", type=Path, help="RUN_DIR/launch.json of `appliance run`: the profile the engine "
+                        "was started with and this exporter's arguments, instead of a profile and flags")
     parser.add_argument("--log", type=Path, help="the serve log to tail (default: the engine's, in $APPLIANCE_LOG_DIR)")
     parser.add_argument("--engine-url", help="vLLM base URL (default http://127.0.0.1:<server.port>; "
                         "on a worker rank the head's API at $APPLIANCE_MASTER_ADDR)")
@@ -40,47 +45,36 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.health.build import HealthContext, lock_versions
-    from appliance.health.engine import EngineProbe
-    from appliance.health.metrics import make_registry
-    from appliance.health.monitor import Identity, Monitor
-    from appliance.health.peers import PeerWatch, compared_facts, parse_peer
-    from appliance.health.server import HealthServer, serve
-    from appliance.health.tail import LogTailer
-    from appliance.render.plan import engine_api_url
+    from appliance.health.exporter import ExporterConfig, build_exporter
+    from appliance.health.peers import parse_peer
+    from appliance.profile.topology import role_for
+    from appliance.render.serveplan import engine_api_url
+    from appliance.render.supervisord import ENGINE_LOG
     from appliance.settings import load_settings
 
     settings = load_settings()
-    loaded = load_from_args(args, settings)
-    from appliance.run.supervisord import ENGINE_LOG
-
+    if args.launch:
+        args, loaded = _from_launch(args.launch)
+    else:
+        loaded = load_from_args(args, settings)
     log = args.log or (settings.log_dir / ENGINE_LOG if settings.log_dir else None)
     if log is None:
         raise ApplianceError("no serve log given", field="--log",
                              fix="pass --log PATH (the engine's stdout/stderr file) or set APPLIANCE_LOG_DIR")
-    ctx = HealthContext.load(loaded, args.table)
-    rank = args.node_rank if args.node_rank is not None else settings.node_rank
-    role = ctx.role(rank)
     profile = loaded.profile
+    role = role_for(profile, args.node_rank if args.node_rank is not None else settings.node_rank)
     url = None if args.no_engine else args.engine_url or engine_api_url(role, profile.server.port, settings.master_addr)
-    identity = Identity(profile=profile.name, profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
-                        stack=ctx.lock.stack, role=role, log=str(log), engine_url=url,
-                        lock_versions=lock_versions(ctx.lock))
-    clock = time.monotonic
     peer_urls = dict(parse_peer(p) for p in args.peers)
     if peer_urls and role != "head":
         raise ApplianceError(f"--peer is for the head's exporter; this one speaks for a {role}", field="--peer",
                              value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
-    engine = EngineProbe(url, timeout=args.engine_timeout) if url else None
-    peers = PeerWatch(peer_urls, compared_facts(ctx.table), clock=clock, every=args.peer_interval,
-                      timeout=args.engine_timeout) if peer_urls else None
-    monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
-                      engine=engine, progress_window=args.progress_window, peers=peers)
     port = args.port or settings.health_port_for(profile.server.health_port)
+    config = ExporterConfig(loaded=loaded, log=log, role=role, engine_url=url, peers=peer_urls, host=args.host,
+                            port=port, interval=args.interval, engine_timeout=args.engine_timeout,
+                            progress_window=args.progress_window, live_grace=args.live_grace,
+                            peer_interval=args.peer_interval, table=args.table)
     try:
-        server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
-                              clock=clock, stale_after=3 * args.interval + 2 * args.engine_timeout + 5,
-                              live_grace=args.live_grace)
+        exporter = build_exporter(config)
     except OSError as exc:
         raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,
                              fix="choose a free port (--port) or stop what holds it") from None
@@ -93,11 +87,27 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     print(f"appliance exporter: {profile.name} ({role}) log {log} engine {url or '-'} on {args.host}:{port}",
           flush=True)
-    try:
-        serve(monitor, server, interval=args.interval, stop=stop)
-    finally:
-        if engine:
-            engine.close()
-        if peers:
-            peers.close()
+    exporter.serve(stop)
     return 0
+
+
+def _from_launch(path: Path) -> tuple[argparse.Namespace, LoadedProfile]:
+    """The arguments and the resolved profile `appliance run` wrote: a profile YAML edited mid-serve does not
+    change what this exporter judges."""
+    from appliance.profile.loader import LoadedProfile
+    from appliance.profile.model import Profile
+    from appliance.run.launchfile import LaunchFileError, read_launch
+
+    try:
+        launch = read_launch(path)
+    except LaunchFileError as exc:
+        raise ApplianceError(str(exc), field="--launch", value=str(path),
+                             fix="pass the launch.json `appliance run` wrote into its run folder") from None
+    parser = argparse.ArgumentParser(prog="appliance exporter")
+    register(parser)
+    loaded = LoadedProfile(Profile.model_validate(launch.profile), Path(launch.profile_source))
+    if loaded.digest != launch.profile_digest:
+        raise ApplianceError(f"{path}: the stored profile's digest is {loaded.digest[:12]}, the file says "
+                             f"{launch.profile_digest[:12]}", field="--launch", value=str(path),
+                             fix="run `appliance run` again to rewrite it")
+    return parser.parse_args(launch.exporter_args), loaded

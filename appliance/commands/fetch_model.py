@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from appliance.commands.common import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from appliance.commands.common import add_profile_args
+from appliance.cliargs import add_profile_args
 from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS
 
 
@@ -106,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
         return _serves(args)
     if args.gate_action == "paired":
         return _paired(args)
+    from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
-    from appliance.gate.setup import TUNABLE, GateRequest, prepare
     from appliance.settings import load_settings
 
     settings = load_settings()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from appliance.commands.common import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.container.lockargs import canonical_digest, image_tag, load
+    from appliance.container.buildargs import image_tag
+    from appliance.lockfile import canonical_digest, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
     from appliance.rules import context_for, require_valid

@@ -6,7 +6,7 @@ import argparse
 import json
 import shlex
 
-from appliance.commands.common import (
+from appliance.cliargs import (
     add_placement_args,
     add_profile_args,
     load_from_args,

@@ -15,7 +15,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
-    from appliance.rules.reference import build, render_markdown, render_text, to_json
+    from appliance.rulebook import build, render_markdown, render_text, to_json
 
     entries = build()
     if args.rule:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from appliance.commands.common import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:

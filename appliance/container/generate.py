@@ -17,7 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.container import lockargs
+from appliance import lockfile
+from appliance.container import buildargs
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = """\
@@ -73,7 +74,7 @@ def _q(value: str) -> str:
 
 def _service(lay: Layout, lock: dict) -> str:
     image_var = "APPLIANCE_GPU_IMAGE" if lay.target == "gpu" else "APPLIANCE_CPU_IMAGE"
-    tag = lockargs.image_tag(lock, lay.target)
+    tag = buildargs.image_tag(lock, lay.target)
     lines = [
         f"  {lay.name}:",
         f"    <<: *{lay.target}-service",
@@ -107,9 +108,9 @@ def _service(lay: Layout, lock: dict) -> str:
 
 def compose_yaml(root: Path = ROOT) -> str:
     from appliance.profile.model import DEFAULT_HEALTH_PORT as HEALTH_PORT_DEFAULT
-    from appliance.run.supervisord import STOP_WAIT_S
+    from appliance.render.supervisord import STOP_WAIT_S
 
-    lock = lockargs.load(root / "versions.json")
+    lock = lockfile.load(root / "versions.json")
     lays = layouts(root / "profiles")
     names = ", ".join(lay.name for lay in lays)
     head = HEADER.format(sources="profiles/ and versions.json")
@@ -218,8 +219,8 @@ def _hcl_map(args: dict[str, str], indent: str) -> str:
 
 
 def bake_hcl(root: Path = ROOT) -> str:
-    lock = lockargs.load(root / "versions.json")
-    fixed = lockargs.lock_args(lock, "all") | {"APPLIANCE_VERSION": lockargs.appliance_version(root)}
+    lock = lockfile.load(root / "versions.json")
+    fixed = buildargs.lock_args(lock, "all") | {"APPLIANCE_VERSION": buildargs.appliance_version(root)}
     fixed |= {"APPLIANCE_REVISION": "${APPLIANCE_REVISION}", "APPLIANCE_SOURCE": "${APPLIANCE_SOURCE}"}
     gpu = lock["images"]["gpu"]["platforms"]
     cpu = lock["images"]["cpu"]["platforms"]
@@ -227,7 +228,7 @@ def bake_hcl(root: Path = ROOT) -> str:
     return f"""\
 {head}#
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's cu130 wheel index> \\
-#     docker buildx bake gpu --push            both platforms -> {lockargs.image_tag(lock, "gpu")}
+#     docker buildx bake gpu --push            both platforms -> {buildargs.image_tag(lock, "gpu")}
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse of both platforms -> build/wheelhouse-gpu/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
 #   scripts/build-cpu-image.sh                 the CPU image (it prepares build/wheelhouse-cpu, then target cpu)
@@ -245,10 +246,10 @@ variable "TORCH_INDEX_URL" {{
   default = ""
 }}
 variable "GPU_TAG" {{
-  default = "{lockargs.image_tag(lock, "gpu")}"
+  default = "{buildargs.image_tag(lock, "gpu")}"
 }}
 variable "CPU_TAG" {{
-  default = "{lockargs.image_tag(lock, "cpu")}"
+  default = "{buildargs.image_tag(lock, "cpu")}"
 }}
 variable "GPU_WHEELHOUSE" {{
   default = "build/wheelhouse-gpu"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -16,17 +17,25 @@ from appliance.doctor.host import (
 )
 from appliance.profile.model import Profile
 
-Status = Literal["ok", "warn", "fail", "skip"]
+CheckStatus = Literal["ok", "warn", "fail", "skip"]
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: Status
+    status: CheckStatus
     detail: str
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
+
+
+def checks_text(checks: list[Check], as_json: bool, profile: str) -> str:
+    """The report as `doctor` and `run` print it: one line per check, or one JSON document."""
+    if as_json:
+        return json.dumps({"profile": profile, "ok": not any(c.status == "fail" for c in checks),
+                           "checks": [c.as_dict() for c in checks]}, indent=2)
+    return "\n".join(f"{c.status.upper():<5} {c.name:<11} {c.detail}" for c in checks)
 
 
 def check_gpu(profile: Profile, target: GpuFacts, probe: GpuProbe) -> list[Check]:
@@ -95,7 +104,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
     if engines:
         pid, cmd = engines[0]
         # On a GPU a second engine holds the memory this one needs; on the CPU target it only costs speed.
-        status: Status = "warn" if profile.hardware.gpu == "cpu" else "fail"
+        status: CheckStatus = "warn" if profile.hardware.gpu == "cpu" else "fail"
         cost = "they compete for the CPU" if status == "warn" else "they hold GPU memory. Stop them first"
         out.append(Check("engine", status, f"{len(engines)} vLLM process(es) already running (pid {pid}: {cmd}); "
                          f"{cost}"))

@@ -29,7 +29,7 @@ from typing import Any
 from appliance.gate import engine_steps
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
-from appliance.gate.result import CheckInterrupted, CheckResult, Status, utc_now
+from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
 from appliance.paths import venv_executable
 
@@ -171,7 +171,7 @@ def corpus(p: BenchParams) -> Iterator[tuple[str | None, dict[str, str], dict[st
             yield url, {"HOME": home, "HF_HOME": str(hf_home())}, about
 
 
-def _classify(rc: int, tail: list[str]) -> tuple[Status, str]:
+def _classify(rc: int, tail: list[str]) -> tuple[GateStatus, str]:
     text = "\n".join(tail)
     if "Coherence test FAILED" in text:
         line = next(line for line in tail if "Coherence test FAILED" in line)
@@ -185,7 +185,7 @@ def _classify(rc: int, tail: list[str]) -> tuple[Status, str]:
     return "error", f"llama-benchy exited {rc}: {last.strip()[:200]}"
 
 
-def _result(status: Status, summary: str, p: BenchParams, cmd: list[str], rows: list[dict[str, Any]],
+def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], rows: list[dict[str, Any]],
             about: dict[str, Any], raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
     return CheckResult("bench", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"pp": list(p.pp), "tg": list(p.tg), "depth": list(p.depth), "runs": p.runs,

@@ -35,7 +35,7 @@ Verdict = Literal["regression", "improvement", "noise", "unresolved", "inconclus
 
 
 @dataclass(frozen=True)
-class Finding:
+class ReceiptDelta:
     area: str
     metric: str
     a: Any
@@ -46,12 +46,12 @@ class Finding:
 
 
 @dataclass
-class Comparison:
+class ReceiptComparison:
     warnings: list[str] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[ReceiptDelta] = field(default_factory=list)
 
     @property
-    def regressions(self) -> list[Finding]:
+    def regressions(self) -> list[ReceiptDelta]:
         return [f for f in self.findings if f.verdict == "regression"]
 
     def to_json(self) -> dict[str, Any]:
@@ -71,29 +71,30 @@ def run_spread(values: Sequence[float]) -> float | None:
 
 
 def bench_finding(test: str, kind: str, a: float, b: float, values_a: Sequence[float] = (),
-                  values_b: Sequence[float] = ()) -> Finding:
+                  values_b: Sequence[float] = ()) -> ReceiptDelta:
     """One llama-benchy row: a regression (or improvement) only beyond the seed's single-run band AND
     SPREAD_FACTOR x the larger repeated-run spread of the two receipts; else unresolved."""
     band = TG_NOISE if kind in ("tg", "ctx_tg") else PP_NOISE
     rel = (b - a) / a if a else 0.0
     if a == b:
-        return Finding("bench", test, a, b, "same")
+        return ReceiptDelta("bench", test, a, b, "same")
     spreads = [x for x in (run_spread(values_a), run_spread(values_b)) if x is not None]
     if len(spreads) < 2:
-        return Finding("bench", test, a, b, "unresolved",
+        return ReceiptDelta("bench", test, a, b, "unresolved",
                        f"a receipt carries no repeated-run spread for this row (runs < 2); {PAIRED}", _pct(a, b))
     tol = max(band, SPREAD_FACTOR * max(spreads))
     why = (f"the ~{band * 100:.0f} % seed band on {'tg' if band == TG_NOISE else 'prefill'}"
            if tol == band else f"{SPREAD_FACTOR:.0f} x this machine's run spread ({max(spreads) * 100:.1f} %)")
     if abs(rel) < tol:
-        return Finding("bench", test, a, b, "unresolved", f"within ±{tol * 100:.1f} % ({why}); {PAIRED}", _pct(a, b))
+        return ReceiptDelta("bench", test, a, b, "unresolved", f"within ±{tol * 100:.1f} % ({why}); {PAIRED}",
+                            _pct(a, b))
     if rel < 0:
-        return Finding("bench", test, a, b, "regression", f"slower beyond ±{tol * 100:.1f} % ({why})", _pct(a, b))
-    return Finding("bench", test, a, b, "improvement", f"faster beyond ±{tol * 100:.1f} % ({why})", _pct(a, b))
+        return ReceiptDelta("bench", test, a, b, "regression", f"slower beyond ±{tol * 100:.1f} % ({why})", _pct(a, b))
+    return ReceiptDelta("bench", test, a, b, "improvement", f"faster beyond ±{tol * 100:.1f} % ({why})", _pct(a, b))
 
 
 def recall_finding(fa: int, na: int, fb: int, nb: int, min_b: float | None = None,
-                   poisoned_b: float | None = None) -> Finding:
+                   poisoned_b: float | None = None) -> ReceiptDelta:
     """Judged by B's bands: B in the poisoned band while A was not = regression; B between the bands =
     inconclusive (run more serves); B at or above its pass line = no regression."""
     bands = Bands(PASS_LINE if min_b is None else min_b,
@@ -103,14 +104,14 @@ def recall_finding(fa: int, na: int, fb: int, nb: int, min_b: float | None = Non
     a, b = f"{fa}/{na}", f"{fb}/{nb}"
     line = f"pass line {bands.pass_line * nb:.1f}/{nb}, poisoned band <= {bands.poisoned_ceiling * nb:.1f}/{nb}"
     if jb == "fail" and ja != "fail":
-        return Finding("recall", "needles found", a, b, "regression", f"fell into the poisoned band ({line})")
+        return ReceiptDelta("recall", "needles found", a, b, "regression", f"fell into the poisoned band ({line})")
     if jb == "inconclusive":
-        return Finding("recall", "needles found", a, b, "inconclusive", f"{line}; {MORE_SERVES}")
+        return ReceiptDelta("recall", "needles found", a, b, "inconclusive", f"{line}; {MORE_SERVES}")
     if jb == "pass" and ja != "pass":
-        return Finding("recall", "needles found", a, b, "improvement", f"back at or above the pass line ({line})")
+        return ReceiptDelta("recall", "needles found", a, b, "improvement", f"back at or above the pass line ({line})")
     if pa == pb:
-        return Finding("recall", "needles found", a, b, "same")
-    return Finding("recall", "needles found", a, b, "noise", f"both in the same band ({line})")
+        return ReceiptDelta("recall", "needles found", a, b, "same")
+    return ReceiptDelta("recall", "needles found", a, b, "noise", f"both in the same band ({line})")
 
 
 def _guard(value: Any) -> tuple[int, int] | None:
@@ -121,35 +122,35 @@ def _guard(value: Any) -> tuple[int, int] | None:
         return None
 
 
-def engagement_findings(a: dict[str, Any], b: dict[str, Any]) -> list[Finding]:
-    out: list[Finding] = []
+def engagement_findings(a: dict[str, Any], b: dict[str, Any]) -> list[ReceiptDelta]:
+    out: list[ReceiptDelta] = []
     if not (a.get("available") and b.get("available")):
         return out
     ga, gb = _guard(a.get("guard")), _guard(b.get("guard"))
     if a.get("guard") != b.get("guard"):
         worse = ga is not None and (gb is None or gb[0] < ga[0])
-        out.append(Finding("engagement", "K4 guard managers active", a.get("guard"), b.get("guard"),
+        out.append(ReceiptDelta("engagement", "K4 guard managers active", a.get("guard"), b.get("guard"),
                            "regression" if worse else "changed",
                            "fewer KV managers guarded: the recall-poisoning race is open again" if worse else ""))
     if a.get("runner") != b.get("runner"):
         worse = a.get("runner") == "v2"
-        out.append(Finding("engagement", "K5 model runner", a.get("runner"), b.get("runner"),
+        out.append(ReceiptDelta("engagement", "K5 model runner", a.get("runner"), b.get("runner"),
                            "regression" if worse else "changed"))
     if a.get("sm120_decode") and not b.get("sm120_decode"):
-        out.append(Finding("engagement", "K7 SM120 decode", True, False, "regression",
+        out.append(ReceiptDelta("engagement", "K7 SM120 decode", True, False, "regression",
                            "the FlashInfer SM120 decode kernel is no longer engaged (silent fallback)"))
     before = {(e["rule"], e["name"]): e["status"] for e in a.get("expectations") or []}
     for e in b.get("expectations") or []:
         was = before.get((e["rule"], e["name"]))
         if was == "pass" and e["status"] == "fail":
-            out.append(Finding("engagement", f"{e['rule']} {e['name']}", was, e["status"], "regression",
+            out.append(ReceiptDelta("engagement", f"{e['rule']} {e['name']}", was, e["status"], "regression",
                                str(e.get("detail") or "")))
         elif was == "fail" and e["status"] == "pass":
-            out.append(Finding("engagement", f"{e['rule']} {e['name']}", was, e["status"], "improvement"))
+            out.append(ReceiptDelta("engagement", f"{e['rule']} {e['name']}", was, e["status"], "improvement"))
     fa, fb = len(a.get("fatal") or []), len(b.get("fatal") or [])
     if fb > fa:
         ids = ", ".join(str(h.get("id")) for h in b.get("fatal") or [])
-        out.append(Finding("engagement", "fatal signatures", fa, fb, "regression", ids))
+        out.append(ReceiptDelta("engagement", "fatal signatures", fa, fb, "regression", ids))
     return out
 
 
@@ -159,14 +160,14 @@ def _acceptance_length(metrics: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, int | float) and value >= 1 else None
 
 
-def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[Finding]:
+def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[ReceiptDelta]:
     name, out = ca["name"], []
     ok = ("pass", "not_applicable")
     if ca["status"] != cb["status"]:
         verdict: Verdict = ("regression" if ca["status"] in ok and cb["status"] in ("fail", "error")
                             else "improvement" if cb["status"] in ok and ca["status"] in ("fail", "error")
                             else "changed")
-        out.append(Finding("check", f"{name} status", ca["status"], cb["status"], verdict, cb["summary"][:160]))
+        out.append(ReceiptDelta("check", f"{name} status", ca["status"], cb["status"], verdict, cb["summary"][:160]))
     ma, mb = ca.get("metrics") or {}, cb.get("metrics") or {}
     if name == "bench":
         rows_a = {r["test"]: r for r in ma.get("rows") or [] if r.get("t_s")}
@@ -181,7 +182,7 @@ def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[Finding]:
                     f = replace(f, note=f"{f.note}; {why}" if f.note else why)
                 out.append(f)
             else:
-                out.append(Finding("bench", test, ra["t_s"], None, "not comparable", "row missing in B"))
+                out.append(ReceiptDelta("bench", test, ra["t_s"], None, "not comparable", "row missing in B"))
     elif name == "recall" and ma.get("total") and mb.get("total"):
         pb = cb.get("params") or {}
         out.append(recall_finding(ma["found"], ma["total"], mb["found"], mb["total"], pb.get("min_found"),
@@ -189,21 +190,22 @@ def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[Finding]:
     elif name == "structured" and ma.get("total") and mb.get("total"):
         bad_a, bad_b = ma["total"] - ma["valid"], mb["total"] - mb["valid"]
         v: Verdict = "regression" if bad_b and not bad_a else "improvement" if bad_a and not bad_b else "same"
-        out.append(Finding("structured", "valid replies", f"{ma['valid']}/{ma['total']}",
+        out.append(ReceiptDelta("structured", "valid replies", f"{ma['valid']}/{ma['total']}",
                            f"{mb['valid']}/{mb['total']}", v, "any invalid reply is the sampler bug class"))
     elif name == "reasoning" and ma and mb:
         for key, label in (("accepted", "efforts accepted"), ("think_leaks", "answers with </think>"),
                            ("effort_problems", "effort not honoured")):
             worse = mb.get(key, 0) < ma.get(key, 0) if key == "accepted" else mb.get(key, 0) > ma.get(key, 0)
             if ma.get(key) != mb.get(key):
-                out.append(Finding("reasoning", label, ma.get(key), mb.get(key), "regression" if worse else "changed"))
+                out.append(ReceiptDelta("reasoning", label, ma.get(key), mb.get(key),
+                                        "regression" if worse else "changed"))
         if ma.get("tool_call_parsed") and not mb.get("tool_call_parsed"):
-            out.append(Finding("reasoning", "tool call parsed", True, False, "regression"))
+            out.append(ReceiptDelta("reasoning", "tool call parsed", True, False, "regression"))
     elif name == "gsm8k" and ma.get("strict_match") is not None and mb.get("strict_match") is not None:
         a, b = ma["strict_match"], mb["strict_match"]
         se = math.sqrt((ma.get("strict_match_stderr") or 0) ** 2 + (mb.get("strict_match_stderr") or 0) ** 2)
         v = "regression" if a - b > 2 * se else "improvement" if b - a > 2 * se else "noise"
-        out.append(Finding("gsm8k", "strict-match accuracy", a, b, v, f"two standard errors = {2 * se:.3f}"))
+        out.append(ReceiptDelta("gsm8k", "strict-match accuracy", a, b, v, f"two standard errors = {2 * se:.3f}"))
     return out
 
 
@@ -228,25 +230,26 @@ def _like_for_like(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return out
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
-    result = Comparison(warnings=_like_for_like(a, b))
+def compare(a: dict[str, Any], b: dict[str, Any]) -> ReceiptComparison:
+    result = ReceiptComparison(warnings=_like_for_like(a, b))
     va = ((a["provenance"].get("engine") or {}).get("version"))
     vb = ((b["provenance"].get("engine") or {}).get("version"))
     if va != vb:
-        result.findings.append(Finding("provenance", "engine version", va, vb, "changed"))
+        result.findings.append(ReceiptDelta("provenance", "engine version", va, vb, "changed"))
     result.findings += engagement_findings(a["engagement"], b["engagement"])
     for ca in a["checks"]:
         cb = check(b, ca["name"])
         if cb is None:
-            result.findings.append(Finding("check", ca["name"], ca["status"], None, "not comparable", "not run in B"))
+            result.findings.append(ReceiptDelta("check", ca["name"], ca["status"], None, "not comparable",
+                                                "not run in B"))
             continue
         result.findings += _check_findings(ca, cb)
     if a.get("verdict") == "pass" and b.get("verdict") == "fail":
-        result.findings.append(Finding("receipt", "verdict", "pass", "fail", "regression"))
+        result.findings.append(ReceiptDelta("receipt", "verdict", "pass", "fail", "regression"))
     return result
 
 
-def render(result: Comparison, a_label: str, b_label: str) -> str:
+def render(result: ReceiptComparison, a_label: str, b_label: str) -> str:
     lines = [f"A: {a_label}", f"B: {b_label}", ""]
     lines += [f"warning: {w}" for w in result.warnings]
     if result.warnings:

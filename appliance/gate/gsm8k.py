@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.gate.context import GateContext
-from appliance.gate.result import CheckResult, Status, utc_now
+from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import Gsm8kParams
 from appliance.paths import venv_executable
 
@@ -76,14 +76,14 @@ def latest_results(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _result(status: Status, summary: str, p: Gsm8kParams, started: str, began: float, **more: Any) -> CheckResult:
+def _result(status: GateStatus, summary: str, p: Gsm8kParams, started: str, began: float, **more: Any) -> CheckResult:
     return CheckResult("gsm8k", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"task": p.task, "num_fewshot": p.num_fewshot, "limit": p.limit,
                                "num_concurrent": p.num_concurrent, "min_accuracy": p.min_accuracy,
                                "model": "local-completions", "include_path": p.include_path}, **more)
 
 
-def judge(metrics: dict[str, Any], p: Gsm8kParams) -> tuple[Status, str]:
+def judge(metrics: dict[str, Any], p: Gsm8kParams) -> tuple[GateStatus, str]:
     strict = metrics.get("strict_match")
     if strict is None:
         return "error", "lm-eval wrote no strict-match accuracy"

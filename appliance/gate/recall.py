@@ -19,7 +19,7 @@ from appliance.gate.client import ServeClient, ServeError, chat_text, count_toke
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
 from appliance.gate.recall_bands import MORE_SERVES, Bands
-from appliance.gate.result import CheckResult, Status, utc_now
+from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import RecallParams
 
 RULES = ("K4",)
@@ -190,7 +190,7 @@ async def _run(ctx: GateContext, p: RecallParams) -> CheckResult:
     found = sum(runs_found)
     errors = [s for _, scores, _ in per_run for s in scores if s.error]
     mean = found / (needles * p.runs)
-    status: Status = "error" if errors else bands.judge(mean)
+    status: GateStatus = "error" if errors else bands.judge(mean)
     each = f" (runs {', '.join(map(str, runs_found))}; mean {mean * needles:.1f}/{needles})" if p.runs > 1 else ""
     summary = (f"{found}/{needles * p.runs} needles found{each} ({p.concurrency} concurrent requests, "
                f"~{hay_tokens} tokens)")

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Status = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted", "inconclusive"]
+GateStatus = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted", "inconclusive"]
 """`inconclusive`: the measurement sits between a healthy and a failing band (recall): neither pass nor fail."""
 OK_STATUSES: frozenset[str] = frozenset({"pass", "not_applicable"})
 """A gate passes only when every selected check ends in one of these."""
@@ -15,7 +15,7 @@ OK_STATUSES: frozenset[str] = frozenset({"pass", "not_applicable"})
 @dataclass
 class CheckResult:
     name: str
-    status: Status
+    status: GateStatus
     summary: str
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)

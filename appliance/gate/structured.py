@@ -14,7 +14,7 @@ from typing import Any
 
 from appliance.gate.client import ServeClient, ServeError, chat_text
 from appliance.gate.context import GateContext
-from appliance.gate.result import CheckResult, Status, utc_now
+from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import StructuredParams
 
 SCHEMA: dict[str, Any] = {
@@ -99,7 +99,7 @@ async def _run(ctx: GateContext, p: StructuredParams) -> CheckResult:
         rows = await asyncio.gather(*(_one(client, ctx, p, seed) for seed in range(1, p.requests + 1)))
     valid = sum(r["valid"] for r in rows)
     errors = [r for r in rows if r.get("error")]
-    status: Status = "error" if errors else ("pass" if valid == len(rows) else "fail")
+    status: GateStatus = "error" if errors else ("pass" if valid == len(rows) else "fail")
     summary = f"{valid}/{len(rows)} sampled replies parse and match the schema (temperature {p.temperature})"
     bad = next((r for r in rows if not r["valid"]), None)
     if bad:

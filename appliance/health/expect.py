@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from appliance.health.facts import Facts, FatalHit
 from appliance.health.predicates import holds
-from appliance.health.table import COMPARE, PLACEHOLDER, Comparison, Expectation, LogTable, Operand, Role
+from appliance.health.table import COMPARE, PLACEHOLDER, Expectation, FactCheck, LogTable, Operand, Role
 from appliance.profile.model import Profile
 
-Status = Literal["pass", "fail", "unknown"]
+ExpectationStatus = Literal["pass", "fail", "unknown"]
 
 
 
@@ -25,7 +25,7 @@ Status = Literal["pass", "fail", "unknown"]
 class Result:
     rule: str
     name: str
-    status: Status
+    status: ExpectationStatus
     severity: Literal["error", "warning"]
     detail: str
     warning: str | None = None
@@ -52,10 +52,16 @@ class Evaluation:
     fatal: list[FatalHit]
 
     @property
-    def verdict(self) -> Status:
-        if self.fatal or any(r.blocking for r in self.results):
-            return "fail"
-        return "pass" if self.log_ready else "unknown"
+    def verdict(self) -> ExpectationStatus:
+        return verdict(bool(self.fatal) or any(r.blocking for r in self.results), self.log_ready)
+
+
+def verdict(blocked: bool, log_ready: bool) -> ExpectationStatus:
+    """The one verdict rule: any blocking failure (an error expectation failed, a fatal line) fails; else the
+    log passes once it said ready, and is `unknown` before (health.report.LogReport says it for every reader)."""
+    if blocked:
+        return "fail"
+    return "pass" if log_ready else "unknown"
 
 
 def profile_value(profile: Profile, path: str) -> Any:
@@ -99,7 +105,7 @@ class Judge:
             return self.lock_versions.get(str(o.value))
         return o.value
 
-    def _holds(self, c: Comparison, left: Any, right: Any) -> bool:
+    def _holds(self, c: FactCheck, left: Any, right: Any) -> bool:
         lefts = left if isinstance(left, list) else [left]  # a `distinct` fact: every value must hold
         compare = COMPARE[c.op]
         try:
@@ -134,7 +140,7 @@ class Judge:
                                      if n in facts) or f"no {', '.join(e.absent)}"
         return self._result(e, "pass", detail, warning=e.warn)
 
-    def _result(self, e: Expectation, status: Status, detail: str, warning: str | None = None) -> Result:
+    def _result(self, e: Expectation, status: ExpectationStatus, detail: str, warning: str | None = None) -> Result:
         return Result(e.rule, e.id, status, e.severity, detail, warning, e.fix)
 
     def _report(self, e: Expectation, facts: Facts) -> str:

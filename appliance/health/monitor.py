@@ -13,14 +13,15 @@ from typing import Any
 
 from appliance.health.engine import NOT_CHECKED, EngineProbe, EngineSample
 from appliance.health.expect import Evaluation, Judge
-from appliance.health.facts import Extractor, FatalHit
+from appliance.health.facts import Extractor, Facts, FatalHit
 from appliance.health.peers import CrossRank, PeerWatch
+from appliance.health.report import LogReport, log_report
 from appliance.health.state import Assessment, State, StateMachine
 from appliance.health.tail import LogTailer
 
 
 @dataclass(frozen=True)
-class Identity:
+class ExporterIdentity:
     """Who this exporter speaks for: shown in /status and the info metric."""
 
     profile: str
@@ -56,7 +57,7 @@ class Snapshot:
     def ready(self) -> bool:
         return self.state == "ready"
 
-    def versions(self, identity: Identity) -> dict[str, Any]:
+    def versions(self, identity: ExporterIdentity) -> dict[str, Any]:
         return {
             "vllm": self.facts.get("vllm_version"),
             "nccl_vllm": self.facts.get("nccl_version"),
@@ -65,13 +66,17 @@ class Snapshot:
             "lock": identity.lock_versions,
         }
 
-    def to_json(self, identity: Identity, now: float) -> dict[str, Any]:
+    def report(self, identity: ExporterIdentity) -> LogReport:
+        """The live log's verdict, as logscan reports a finished one (not ready yet: `unknown`)."""
+        return log_report(identity.log, self.evaluation, Facts(), (), finished=False)
+
+    def to_json(self, identity: ExporterIdentity, now: float) -> dict[str, Any]:
         return {
             "state": self.state,
             "ready": self.ready,
             "state_for_s": round(now - self.since, 1),
             "reasons": self.reasons,
-            "verdict": self.evaluation.verdict,
+            "verdict": self.report(identity).verdict,
             "log_ready": self.evaluation.log_ready,
             "profile": {"name": identity.profile, "digest": identity.profile_digest},
             "lock_digest": identity.lock_digest,
@@ -89,7 +94,7 @@ class Snapshot:
 
 
 class Monitor:
-    def __init__(self, *, judge: Judge, tailer: LogTailer, identity: Identity, clock: Callable[[], float],
+    def __init__(self, *, judge: Judge, tailer: LogTailer, identity: ExporterIdentity, clock: Callable[[], float],
                  engine: EngineProbe | None = None, progress_window: float = 60.0,
                  peers: PeerWatch | None = None) -> None:
         self.judge = judge

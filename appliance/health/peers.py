@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError
-from appliance.health.expect import Status, show_value
+from appliance.health.expect import ExpectationStatus, show_value
 from appliance.health.table import LogTable
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def compared_facts(table: LogTable) -> dict[str, str]:
 class Agreement:
     rule: str
     fact: str
-    status: Status
+    status: ExpectationStatus
     message: str
 
     def to_json(self) -> dict[str, str]:

@@ -17,7 +17,7 @@ from appliance.errors import ApplianceError
 from appliance.health.predicates import PREDICATES
 from appliance.paths import healthchecks_dir
 from appliance.profile.model import Profile
-from appliance.render.plan import Role
+from appliance.profile.topology import Role
 from appliance.yamlstrict import load_file
 
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -57,14 +57,14 @@ class Operand:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class FactCheck:
     text: str
     left: Operand
     op: str
     right: Operand
 
     @classmethod
-    def parse(cls, text: str) -> Comparison:
+    def parse(cls, text: str) -> FactCheck:
         m = _CHECK.match(text)
         if not m:
             raise ValueError(f"check {text!r} is not `A op B` with op one of {', '.join(_OPS)}")
@@ -173,7 +173,7 @@ class Expectation(_Strict):
     report: str | None = None
     fix: str | None = None
     why: str | None = None
-    _comparisons: list[Comparison] = PrivateAttr()
+    _comparisons: list[FactCheck] = PrivateAttr()
 
     @model_validator(mode="after")
     def _says_something(self) -> Expectation:
@@ -182,10 +182,10 @@ class Expectation(_Strict):
         return self
 
     def model_post_init(self, _context: object) -> None:
-        self._comparisons = [Comparison.parse(c) for c in self.checks]
+        self._comparisons = [FactCheck.parse(c) for c in self.checks]
 
     @property
-    def comparisons(self) -> list[Comparison]:
+    def comparisons(self) -> list[FactCheck]:
         return self._comparisons
 
     def placeholders(self) -> list[Operand]:

@@ -13,7 +13,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from appliance.commands.common import add_placement_args, add_profile_args, load_from_args, placement_from_args
+    from appliance.cliargs import add_placement_args, add_profile_args, load_from_args, placement_from_args
     from appliance.errors import ApplianceError
 
     parser = argparse.ArgumentParser(prog="python -m appliance.multinode", description=__doc__.splitlines()[0])
@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
+        from appliance.multinode.netif import with_host_ip
         from appliance.multinode.rendezvous import preflight
         from appliance.render.plan import build_plan
-        from appliance.run.netif import with_host_ip
         from appliance.settings import load_settings
 
         settings = load_settings()

@@ -35,7 +35,7 @@ VersionLookup = Callable[[str], str | None]
 
 
 @dataclass(frozen=True)
-class Identity:
+class NodeIdentity:
     lock_digest: str
     """sha256 of versions.json: the stack every node must be built from."""
     profile_digest: str
@@ -56,7 +56,7 @@ class Identity:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: object, *, peer: str) -> Identity:
+    def from_json(cls, data: object, *, peer: str) -> NodeIdentity:
         names = [f.name for f in fields(cls)]
         if not isinstance(data, dict) or sorted(data) != sorted(names) \
                 or not all(isinstance(v, str) for v in data.values()):
@@ -82,7 +82,7 @@ class Difference:
     other: str
 
 
-def differences(head: Identity, other: Identity) -> list[Difference]:
+def differences(head: NodeIdentity, other: NodeIdentity) -> list[Difference]:
     return [Difference(name, getattr(head, name), getattr(other, name))
             for name in COMPARED if getattr(head, name) != getattr(other, name)]
 
@@ -133,10 +133,10 @@ def local_identity(
     env: Mapping[str, str] | None = None,
     lookup: VersionLookup = installed_version,
     lock_path: Path | None = None,
-) -> Identity:
+) -> NodeIdentity:
     """This rank's identity. `env` and `lookup` are injectable so tests need no monkeypatching."""
     env = os.environ if env is None else env
-    return Identity(
+    return NodeIdentity(
         lock_digest=lock_digest(lock_path),
         profile_digest=profile_digest(profile),
         engine_version=_first_installed(ENGINE_DISTRIBUTIONS, lookup),

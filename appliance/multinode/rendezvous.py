@@ -37,14 +37,13 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from appliance.errors import ApplianceError
-from appliance.multinode.identity import Difference, Identity, differences, local_identity
+from appliance.multinode.identity import Difference, NodeIdentity, differences, local_identity
 from appliance.profile.model import Profile
-from appliance.render.plan import Placement, ServePlan, http_url
+from appliance.render.serveplan import RENDEZVOUS_PORT_OFFSET, Placement, ServePlan, http_url, rendezvous_port
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = 1
-RENDEZVOUS_PORT_OFFSET = 1
 POLL_S = 0.5
 BACKOFF_MAX_S = 2.0
 REFUSAL_GRACE_S = 15.0
@@ -59,10 +58,6 @@ SAME_EVERYWHERE = ("run the same image, versions.json and profile (with the same
                    "`appliance versions --check` on each node shows its drift")
 
 
-def rendezvous_port(profile: Profile, placement: Placement) -> int:
-    return (placement.master_port or profile.distributed.master_port) + RENDEZVOUS_PORT_OFFSET
-
-
 def _show(field: str, value: str) -> str:
     return value[:12] if field.endswith("_digest") and len(value) == 64 else value
 
@@ -71,7 +66,8 @@ def describe(diffs: list[Difference], rank: int) -> str:
     return "; ".join(f"{d.field}: head {_show(d.field, d.head)}, rank {rank} {_show(d.field, d.other)}" for d in diffs)
 
 
-def refusal(head: Identity, other: Identity, rank: int, diffs: list[Difference], where: str = "") -> ApplianceError:
+def refusal(head: NodeIdentity, other: NodeIdentity, rank: int, diffs: list[Difference],
+            where: str = "") -> ApplianceError:
     at = f" at {where}" if where else ""
     return ApplianceError(
         f"nodes differ, serve refused: rank {rank} ({other.host}{at}) vs the head ({head.host}): "
@@ -83,7 +79,7 @@ def refusal(head: Identity, other: Identity, rank: int, diffs: list[Difference],
 
 @dataclass(frozen=True)
 class Peer:
-    identity: Identity
+    identity: NodeIdentity
     address: str
     nonce: str
     health_port: int | None = None
@@ -97,7 +93,7 @@ class Peer:
 class _Exchange:
     """The head's view: who joined, and whether the serve may go. Guarded by `cond`."""
 
-    def __init__(self, head: Identity, nodes: int) -> None:
+    def __init__(self, head: NodeIdentity, nodes: int) -> None:
         self.head, self.nodes = head, nodes
         self.cond = threading.Condition()
         self.members: dict[int, Peer] = {}
@@ -122,7 +118,7 @@ class _Exchange:
                 fix=SAME_EVERYWHERE, reason=K15_REASON))
             return None
         try:
-            identity = Identity.from_json(data.get("identity"), peer=f"rank {rank} at {address}")
+            identity = NodeIdentity.from_json(data.get("identity"), peer=f"rank {rank} at {address}")
         except ApplianceError as exc:
             self._refuse(exc)
             return None
@@ -247,7 +243,8 @@ def _listen(port: int, ipv6: bool, exchange: _Exchange) -> _Server:
     return server
 
 
-def serve_head(identity: Identity, nodes: int, port: int, timeout_s: float, *, ipv6: bool = False) -> dict[int, Peer]:
+def serve_head(identity: NodeIdentity, nodes: int, port: int, timeout_s: float, *,
+               ipv6: bool = False) -> dict[int, Peer]:
     """Head side: wait for every worker, return them when all agree; raise ApplianceError otherwise."""
     exchange = _Exchange(identity, nodes)
     server = _listen(port, ipv6, exchange)
@@ -316,8 +313,8 @@ def _post(host: str, port: int, body: bytes, timeout: float, source_ip: str | No
                             f"JSON); the rendezvous uses master port + {RENDEZVOUS_PORT_OFFSET}") from None
 
 
-def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeout_s: float, *,
-              source_ip: str | None = None, health_port: int | None = None) -> Identity:
+def join_head(identity: NodeIdentity, rank: int, master_addr: str, port: int, timeout_s: float, *,
+              source_ip: str | None = None, health_port: int | None = None) -> NodeIdentity:
     """Worker side: join, then wait for the head's verdict. Returns the head's identity on `go`."""
     where = f"{master_addr}:{port}"
     body = json.dumps({"protocol": PROTOCOL, "rank": rank, "nonce": secrets.token_hex(8),
@@ -344,7 +341,7 @@ def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeou
         if not isinstance(reply, dict) or reply.get("protocol") != PROTOCOL:
             raise ApplianceError(f"the head at {where} speaks another rendezvous protocol: {reply!r}",
                                  fix=SAME_EVERYWHERE, reason=K15_REASON)
-        head = Identity.from_json(reply.get("head"), peer=f"the head at {where}")
+        head = NodeIdentity.from_json(reply.get("head"), peer=f"the head at {where}")
         diffs = differences(head, identity)
         if diffs:
             raise refusal(head, identity, rank, diffs)

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from appliance.container.lockargs import canonical_digest
 from appliance.errors import ApplianceError
+from appliance.lockfile import canonical_digest
 from appliance.paths import profiles_dir
 from appliance.profile.model import Profile
 from appliance.yamlstrict import load_file, parse_scalar

@@ -16,9 +16,10 @@ from typing import Any, Literal
 import yaml
 
 from appliance.errors import ApplianceError
-from appliance.multinode.rendezvous import rendezvous_port
 from appliance.profile.model import Profile
-from appliance.render.plan import Placement, Role, ServePlan, build_plan
+from appliance.profile.topology import Role
+from appliance.render.plan import build_plan
+from appliance.render.serveplan import Placement, ServePlan, rendezvous_port
 
 Manifest = dict[str, Any]
 PROBE = "/opt/appliance/healthchecks/probe"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from appliance.profile.model import Profile
-from appliance.render.plan import Role, ServePlan
+from appliance.profile.topology import Role
+from appliance.render.serveplan import ServePlan
 
 
 def launcher_plan(profile: Profile, argv: list[str], env: dict[str, str], role: Role, rank: int,

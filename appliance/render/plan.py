@@ -1,17 +1,18 @@
-"""Profile -> ServePlan: the single rendered truth (argv + env + role). Every output is a view of it."""
+"""Profile -> ServePlan: the single rendered truth (argv + env + role). Every output is a view of it.
+
+Role, role_for, Placement, ServePlan and the URL helpers are re-exported: callers name the plan as one module."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from appliance.catalogue import load_catalogue
 from appliance.errors import ApplianceError
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
-
-Role = Literal["head", "worker", "single"]
+from appliance.profile.topology import Role, role_for
+from appliance.render.launcher import launcher_plan
+from appliance.render.serveplan import Placement, ServePlan, engine_api_url, http_url
 
 # Env names in one place: engine behaviour (must reach every rank) and the fabric.
 ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
@@ -22,33 +23,6 @@ ENV_SCRATCH_POOL = "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"  # name unconfirmed by 
 ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL)
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where this process runs in the serve: from APPLIANCE_* settings or CLI flags."""
-
-    node_rank: int = 0
-    master_addr: str | None = None
-    master_port: int | None = None
-    host_ip: str | None = None
-    fabric_ifname: str | None = None
-    model_dir: Path | None = None
-
-
-@dataclass(frozen=True)
-class ServePlan:
-    argv: list[str]
-    env: dict[str, str]
-    role: Role
-    setup: list[list[str]] = field(default_factory=list)
-    """Commands that must run before argv on this node (the Ray backend's `ray start`)."""
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"argv": self.argv, "env": self.env, "role": self.role}
-        if self.setup:
-            out["setup"] = self.setup
-        return out
-
-
 def _flag(argv: list[str], name: str, value: object) -> None:
     if value is not None:
         argv += [name, str(value)]
@@ -56,34 +30,6 @@ def _flag(argv: list[str], name: str, value: object) -> None:
 
 def _compact(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"))
-
-
-def http_url(host: str, port: int) -> str:
-    """http://HOST:PORT, an IPv6 literal in brackets."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def engine_api_url(role: Role, port: int, master_addr: str | None) -> str | None:
-    """Where a rank's exporter asks vLLM: its own API server, or on a headless worker (no API of its own)
-    the head's, so the worker is healthy only while its head serves (K22)."""
-    if role == "worker":
-        return http_url(master_addr, port) if master_addr else None
-    return http_url("127.0.0.1", port)
-
-
-def role_for(profile: Profile, node_rank: int) -> Role:
-    if profile.hardware.nodes == 1:
-        if node_rank != 0:
-            raise ApplianceError(
-                f"node rank {node_rank} given for the single-node profile {profile.name}",
-                field="APPLIANCE_NODE_RANK", value=node_rank, fix="unset APPLIANCE_NODE_RANK (or use 0)")
-        return "single"
-    if node_rank >= profile.hardware.nodes:
-        raise ApplianceError(
-            f"node rank {node_rank} is outside the {profile.hardware.nodes}-node profile {profile.name}",
-            field="APPLIANCE_NODE_RANK", value=node_rank,
-            fix=f"use a rank from 0 (head) to {profile.hardware.nodes - 1}")
-    return "head" if node_rank == 0 else "worker"
 
 
 def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
@@ -166,7 +112,8 @@ def fabric_env(profile: Profile, place: Placement) -> dict[str, str]:
     return env
 
 
-def build_plan(profile: Profile, place: Placement = Placement()) -> ServePlan:
+def build_plan(profile: Profile, place: Placement | None = None) -> ServePlan:
+    place = place or Placement()
     role = role_for(profile, place.node_rank)
     argv = engine_argv(profile, place.model_dir)
     env = engine_env(profile)
@@ -182,6 +129,8 @@ def build_plan(profile: Profile, place: Placement = Placement()) -> ServePlan:
     port = place.master_port or profile.distributed.master_port
     host_ip = place.host_ip or (place.master_addr if role == "head" else None)
     env |= fabric_env(profile, Placement(place.node_rank, place.master_addr, port, host_ip, place.fabric_ifname))
-    from appliance.render.launcher import launcher_plan  # the backend-specific part
-
     return launcher_plan(profile, argv, env, role, place.node_rank, place.master_addr, port)
+
+
+__all__ = ["ENGINE_ENV_KEYS", "Placement", "Role", "ServePlan", "build_plan", "engine_api_url", "engine_argv",
+           "engine_env", "fabric_env", "http_url", "role_for"]

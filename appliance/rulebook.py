@@ -8,7 +8,6 @@ Ids enforced nowhere in validate carry their title and reason in DEFINED_HERE: t
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -74,7 +73,7 @@ def _key(rule_id: str) -> tuple[str, int]:
 
 
 def build() -> list[RuleEntry]:
-    from appliance.gate.sizing import CHECKS
+    from appliance.gate.runner import CHECK_RULES
     from appliance.health.table import load_table
     from appliance.lock import load_lock
 
@@ -88,7 +87,7 @@ def build() -> list[RuleEntry]:
             elif rule_id in DEFINED_HERE:
                 entries[rule_id] = RuleEntry(rule_id, *DEFINED_HERE[rule_id])
             else:
-                raise KeyError(f"rule {rule_id} is cited but defined nowhere (add it to rules/reference.py)")
+                raise KeyError(f"rule {rule_id} is cited but defined nowhere (add it to appliance/rulebook.py)")
         return entries[rule_id]
 
     for rule_id in REGISTRY:
@@ -109,8 +108,8 @@ def build() -> list[RuleEntry]:
     for e in table.expectations:
         sev = "" if e.severity == "error" else f" ({e.severity})"
         entry(e.rule).enforced.append(Enforcement("log", f"expectation {e.id}{sev}" + (f": {e.fix}" if e.fix else "")))
-    for name in CHECKS:
-        for rule_id in getattr(importlib.import_module(f"appliance.gate.{name}"), "RULES", ()):
+    for name, rule_ids in CHECK_RULES.items():
+        for rule_id in rule_ids:
             entry(rule_id).enforced.append(Enforcement("gate", f"appliance gate --checks {name}"))
     for rule_id in DEFINED_HERE:
         entry(rule_id)

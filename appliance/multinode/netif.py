@@ -8,7 +8,7 @@ import struct
 from dataclasses import replace
 
 from appliance.errors import ApplianceError
-from appliance.render.plan import Placement
+from appliance.render.serveplan import Placement
 
 _SIOCGIFADDR = 0x8915
 

@@ -9,7 +9,7 @@ from appliance.health.expect import Judge
 from appliance.health.table import LogTable, Role, load_table
 from appliance.lock import Lock, load_lock, lock_digest
 from appliance.profile.loader import LoadedProfile
-from appliance.render.plan import role_for
+from appliance.profile.topology import role_for
 
 
 def lock_versions(lock: Lock) -> dict[str, str]:

@@ -1,0 +1,100 @@
+"""One factory for the exporter's wiring (context -> judge, tailer, engine probe, peer watch, monitor,
+registry, HTTP server), used by `appliance exporter` and by the tests alike."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from appliance.health.context import HealthContext, lock_versions
+from appliance.health.engine import EngineProbe
+from appliance.health.metrics import make_registry
+from appliance.health.monitor import ExporterIdentity, Monitor
+from appliance.health.peers import PeerWatch, compared_facts
+from appliance.health.server import HealthServer, serve
+from appliance.health.tail import LogTailer
+from appliance.profile.loader import LoadedProfile
+from appliance.profile.topology import Role
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    """What an exporter speaks for and how it polls; the defaults are the command's."""
+
+    loaded: LoadedProfile
+    log: Path
+    role: Role
+    engine_url: str | None = None
+    peers: dict[int, str] = field(default_factory=dict)
+    """The head's workers' exporters (rank -> URL)."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    interval: float = 2.0
+    engine_timeout: float = 1.5
+    progress_window: float = 60.0
+    live_grace: float = 300.0
+    peer_interval: float = 10.0
+    table: Path | None = None
+    stale_after: float | None = None
+    """Default: three polls and two engine timeouts, plus 5 s."""
+
+
+@dataclass
+class Exporter:
+    config: ExporterConfig
+    context: HealthContext
+    identity: ExporterIdentity
+    monitor: Monitor
+    server: HealthServer
+    engine: EngineProbe | None
+    peers: PeerWatch | None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def serve(self, stop: threading.Event) -> None:
+        """Poll and serve until `stop` is set, then release the server, the engine probe and the peer watch."""
+        try:
+            serve(self.monitor, self.server, interval=self.config.interval, stop=stop)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.server.server_close()
+        if self.engine:
+            self.engine.close()
+        if self.peers:
+            self.peers.close()
+
+
+def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.monotonic,
+                   context: HealthContext | None = None) -> Exporter:
+    """Raises OSError when the port cannot be bound (the command names the port)."""
+    ctx = context or HealthContext.load(config.loaded, config.table)
+    profile = config.loaded.profile
+    identity = ExporterIdentity(profile=profile.name, profile_digest=config.loaded.digest, lock_digest=ctx.lock_digest,
+                        stack=ctx.lock.stack, role=config.role, log=str(config.log), engine_url=config.engine_url,
+                        lock_versions=lock_versions(ctx.lock))
+    engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
+    peers = PeerWatch(config.peers, compared_facts(ctx.table), clock=clock, every=config.peer_interval,
+                      timeout=config.engine_timeout) if config.peers else None
+    monitor = Monitor(judge=ctx.judge(config.role), tailer=LogTailer(config.log), identity=identity, clock=clock,
+                      engine=engine, progress_window=config.progress_window, peers=peers)
+    stale_after = config.stale_after
+    if stale_after is None:
+        stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
+    try:
+        server = HealthServer((config.host, config.port), monitor, make_registry(lambda: monitor.snapshot, identity),
+                              clock=clock, stale_after=stale_after, live_grace=config.live_grace)
+    except OSError:
+        if engine:
+            engine.close()
+        if peers:
+            peers.close()
+        raise
+    return Exporter(config, ctx, identity, monitor, server, engine, peers)

@@ -1,0 +1,234 @@
+"""The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
+
+    check_profile    locate the checkpoint; validate with its real facts (exit 2 on errors)
+    preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
+    resolve_plan     placement (+ fabric address) -> ServePlan, programs made absolute
+    join_peers       multi-node: the consistency exchange; the head gets its workers' exporters
+    resolve_launch   the above + run folder, engine env (caches), the exporter's arguments
+    write_launch     launch.json + supervisord.conf, atomically, proven by supervisor's own loader
+
+Library code: it reports through the `report` callable it is given and raises ApplianceError on bad input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from appliance.doctor import Check, checks_text, run_doctor
+from appliance.errors import ApplianceError
+from appliance.lock import lock_digest
+from appliance.multinode.netif import with_host_ip
+from appliance.multinode.rendezvous import Peer, preflight
+from appliance.paths import venv_executable
+from appliance.profile.loader import LoadedProfile, engine_digest
+from appliance.profile.model import Profile
+from appliance.profile.topology import role_for
+from appliance.render.plan import build_plan
+from appliance.render.serveplan import Placement, ServePlan, engine_api_url
+from appliance.render.supervisord import RunFiles, render_conf
+from appliance.rules import context_for, require_valid
+from appliance.run.caches import cache_env
+from appliance.run.launchfile import LaunchFile, Program
+from appliance.run.model_location import hf_offline, locate, read_facts
+from appliance.settings import ApplianceSettings
+
+Report = Callable[[str], None]
+LAUNCH_FILE = "launch.json"
+EXPORTER = "exporter"
+# Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks):
+# a run folder holding one could not be named in supervisord.conf safely.
+_CONF_UNSAFE = frozenset(";#") | {chr(c) for c in range(32)} | {"\x7f"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything `appliance run` resolved: what runs, where, with which environment, next to whom."""
+
+    loaded: LoadedProfile
+    place: Placement
+    plan: ServePlan
+    """Programs absolute; env = the plan's only (the engine gets `env`)."""
+    env: dict[str, str]
+    """The engine's and setup steps' environment: the plan's + caches (+ HF_HUB_OFFLINE for a local model)."""
+    files: RunFiles
+    peers: dict[int, Peer] = field(default_factory=dict)
+    health_port: int = 0
+    engine_url: str | None = None
+
+    @property
+    def launch_file(self) -> Path:
+        return self.files.run_dir / LAUNCH_FILE
+
+    def exporter_args(self) -> list[str]:
+        args = ["--log", str(self.files.engine_log), "--port", str(self.health_port),
+                "--node-rank", str(self.place.node_rank)]
+        if self.engine_url:  # said here, from the placement flags too, not re-derived from the exporter's env
+            args += ["--engine-url", self.engine_url]
+        for rank, peer in sorted(self.peers.items()):  # the head compares the NCCL each worker loaded (K15)
+            if peer.health_url:
+                args += ["--peer", f"{rank}={peer.health_url}"]
+        return args
+
+    def programs(self) -> dict[str, Program]:
+        out = {f"setup{i}": Program(step, self.env) for i, step in enumerate(self.plan.setup)}
+        return out | {"vllm": Program(self.plan.argv, self.env)}
+
+    def supervised(self) -> dict[str, list[str]]:
+        """supervisord program -> its command: the appliance's own, with the launch file's path only."""
+        launch = ["--launch", str(self.launch_file)]
+        out = {name: [sys.executable, "-m", "appliance", "exec", *launch, name] for name in self.programs()}
+        return out | {EXPORTER: [sys.executable, "-m", "appliance", "exporter", *launch]}
+
+
+def check_profile(loaded: LoadedProfile, place: Placement, report: Report) -> Path | None:
+    """The checkpoint's folder when it is on disk; the profile re-validated with its real facts."""
+    profile = loaded.profile
+    model_dir = locate(profile.model.checkpoint, profile.model.revision, place.model_dir)
+    ctx = context_for(profile)
+    if model_dir is not None:
+        ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
+    for finding in require_valid(ctx, "nothing started"):
+        report(finding.render())
+    if model_dir is None and hf_offline():
+        raise ApplianceError(
+            f"checkpoint {profile.model.checkpoint} is not on disk and HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']}",
+            field="APPLIANCE_MODEL_DIR", value=None,
+            fix="set APPLIANCE_MODEL_DIR, or run `appliance fetch-model` (or `appliance smoke-model` for cpu-smoke)",
+            reason="the engine would fail to load and be restarted in a loop")
+    return model_dir
+
+
+def preflight_host(profile: Profile, place: Placement, report: Report) -> list[Check]:
+    """doctor for this node's role; returns the failed checks."""
+    checks = run_doctor(profile, role_for(profile, place.node_rank))
+    if checks:
+        report(checks_text(checks, False, profile.name))
+    return [c for c in checks if c.status == "fail"]
+
+
+def absolute_programs(plan: ServePlan) -> ServePlan:
+    """The plan with its programs (the engine and any setup step, e.g. `ray start`) made absolute:
+    supervisord's PATH may not hold this environment's bin/."""
+
+    def absolute(argv: list[str]) -> list[str]:
+        return [venv_executable(argv[0]) or argv[0], *argv[1:]]
+
+    return replace(plan, argv=absolute(plan.argv), setup=[absolute(step) for step in plan.setup])
+
+
+def resolve_plan(profile: Profile, place: Placement, model_dir: Path | None) -> tuple[Placement, ServePlan]:
+    place = with_host_ip(place)
+    if model_dir is not None:
+        place = replace(place, model_dir=model_dir)
+    return place, absolute_programs(build_plan(profile, place))
+
+
+def join_peers(profile: Profile, plan: ServePlan, place: Placement, settings: ApplianceSettings,
+               health_port: int) -> dict[int, Peer]:
+    if plan.role == "single":
+        return {}
+    return preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s, health_port=health_port)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    unsafe = sorted({ch for ch in str(run_dir) if ch in _CONF_UNSAFE})
+    if unsafe:
+        raise ApplianceError(f"the run folder {str(run_dir)!r} holds {unsafe!r}", field="--run-dir",
+                             value=str(run_dir), fix="choose a run folder without ';', '#' or control characters",
+                             reason="supervisord.conf names it, and supervisor reads those as comments or breaks")
+
+
+def run_files(run_dir: Path) -> RunFiles:
+    check_run_dir(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
+    return RunFiles(run_dir, sock)
+
+
+def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceSettings, model_dir: Path | None,
+                   run_dir: Path, home: Path) -> Launch:
+    profile = loaded.profile
+    check_run_dir(run_dir)  # before the rendezvous: a bad folder must not keep the other nodes waiting
+    place, plan = resolve_plan(profile, place, model_dir)
+    health_port = settings.health_port_for(profile.server.health_port)
+    peers = join_peers(profile, plan, place, settings, health_port)
+    files = run_files(run_dir)
+    env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
+    if model_dir is not None:
+        env.setdefault("HF_HUB_OFFLINE", "1")
+    return Launch(loaded, place, plan, env, files, peers, health_port,
+                  engine_api_url(plan.role, profile.server.port, place.master_addr))
+
+
+def launch_file(launch: Launch) -> LaunchFile:
+    loaded = launch.loaded
+    return LaunchFile(
+        profile_name=loaded.profile.name, profile_digest=loaded.digest, profile_source=loaded.source.as_posix(),
+        profile=loaded.profile.model_dump(mode="json"), role=launch.plan.role, node_rank=launch.place.node_rank,
+        programs=launch.programs(), exporter_args=launch.exporter_args())
+
+
+def supervisord_conf(launch: Launch) -> str:
+    commands = launch.supervised()
+    programs = ServePlan(commands["vllm"], {}, launch.plan.role,
+                         [commands[f"setup{i}"] for i in range(len(launch.plan.setup))])
+    return render_conf(programs, launch.files, {}, commands[EXPORTER])
+
+
+def write_launch(launch: Launch) -> str:
+    """launch.json and supervisord.conf: both written aside, the config read back with supervisor's own loader
+    (it must define exactly the planned programs), then both put in place; on a refusal neither is touched."""
+    conf = supervisord_conf(launch)
+    launch_tmp = launch.launch_file.with_suffix(".tmp")
+    conf_tmp = launch.files.conf.with_suffix(".tmp")
+    try:
+        launch_file(launch).write(launch_tmp)
+        conf_tmp.write_text(conf)
+        verify_conf(conf_tmp, launch.supervised() | {"logtail": None, "crashguard": None})
+    except BaseException:
+        launch_tmp.unlink(missing_ok=True)
+        conf_tmp.unlink(missing_ok=True)
+        raise
+    launch_tmp.replace(launch.launch_file)
+    conf_tmp.replace(launch.files.conf)
+    return conf
+
+
+def verify_conf(path: Path, planned: dict[str, list[str] | None]) -> None:
+    """supervisor's own reader finds exactly `planned` (name -> argv; None: any command) in the file."""
+    from supervisor.options import ServerOptions
+
+    options = ServerOptions()
+    options.configfile = str(path)
+    try:
+        options.process_config(do_usage=False)
+    except ValueError as exc:
+        raise _conf_error(path, f"supervisor rejects it: {exc}") from None
+    found = {p.name: p.command for group in options.process_group_configs for p in group.process_configs}
+    if sorted(found) != sorted(planned):
+        raise _conf_error(path, f"it defines the programs {sorted(found)}, the plan {sorted(planned)}")
+    for name, argv in planned.items():
+        if argv is not None and shlex.split(found[name]) != argv:
+            raise _conf_error(path, f"program {name} would run {found[name]!r}, not {shlex.join(argv)!r}")
+
+
+def _conf_error(path: Path, detail: str) -> ApplianceError:
+    return ApplianceError(f"the supervisord.conf written for this launch is wrong: {detail}", field="supervisord.conf",
+                          value=str(path), fix="report this: `appliance run` must write what it planned",
+                          reason="supervisord would run something other than the plan")
+
+
+def describe(launch: Launch) -> str:
+    """The programs as they will run, for `run --dry-run` (values from launch.json, never from the config)."""
+    lines = [f"# {launch.launch_file}: the programs as supervisord will start them"]
+    lines += [f"# {name}: {shlex.join(p.argv)}" for name, p in launch.programs().items()]
+    lines.append(f"# {EXPORTER}: appliance exporter {shlex.join(launch.exporter_args())}")
+    # One line per program whatever a value holds: a newline inside one is shown, never printed raw.
+    return "\n".join(line.replace("\r", "\\r").replace("\n", "\\n") for line in lines)

@@ -1,0 +1,139 @@
+"""Imports point down: every module of the package sits in a declared layer and imports only from layers
+below its own (or from its own package), and no two modules import each other, even through others.
+
+The layers, lowest first, are the data's one direction: profile -> rules -> the plan and its views,
+the health readers and the preflight (siblings) -> the launch -> commands. A new top-level module or
+package must be placed here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
+
+LAYERS: list[set[str]] = [
+    {"errors", "paths", "lockfile"},  # leaves (lockfile: stdlib only, the image build runs it)
+    {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
+    {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
+    {"rules"},  # K rules over a profile
+    # Siblings that never import each other: the ServePlan and its views (shell, json, supervisord, k8s);
+    # reading a serve's log back against its profile; the preflight of a host.
+    {"render", "health", "doctor"},
+    {"cliargs"},  # argument helpers shared by the entry points
+    {"multinode"},  # the cross-node rendezvous
+    {"run"},  # the launch: named steps from a profile to a started serve
+    {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
+    {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
+    {"commands"},  # parse and delegate
+    {"cli"},  # the `appliance` program
+    {"__main__"},  # python -m appliance
+]
+LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every appliance module `path` imports, anywhere in it (function bodies and TYPE_CHECKING included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.split(".")[0] == "appliance" and name in modules and name != "appliance"}
+
+
+def _unit(module: str) -> str:
+    """The layered unit of a module: its top-level package or module under appliance/."""
+    return module.split(".")[1]
+
+
+MODULES = _modules()
+GRAPH = {m: _imports(p, MODULES) - {m} for m, p in MODULES.items()}
+
+
+def test_every_top_level_module_and_package_is_placed_in_a_layer():
+    units = {_unit(m) for m in MODULES if m != "appliance"}
+    assert sorted(units - LAYER_OF.keys()) == [], "place the new module in LAYERS"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_imports_only_from_layers_below_its_own(module):
+    if module == "appliance":
+        return
+    mine = LAYER_OF[_unit(module)]
+    upward = sorted(t for t in GRAPH[module]
+                    if _unit(t) != _unit(module) and LAYER_OF[_unit(t)] >= mine)
+    assert upward == [], f"{module} (layer {mine}) imports from its own layer or above"
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_no_two_modules_import_each_other_even_through_others():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_command_imports_another_command():
+    """Commands parse and delegate: what two commands share lives below them (cliargs, doctor, run, …)."""
+    shared = [(m, t) for m, targets in GRAPH.items() if m.startswith("appliance.commands.")
+              for t in targets if t.startswith("appliance.commands")]
+    assert shared == []
