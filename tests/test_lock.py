@@ -19,13 +19,19 @@ def test_locked_stack_matches_the_seeds_validated_pins() -> None:
     lock = load_lock()
     assert lock.engine_source["repo"] == "jasl/vllm"
     assert lock.engine_source["ref"] == "sm120-pr-41834-stable-preview-20260809"
-    assert lock.engine_source["commit"] == "aa0d513027"
+    # The seed's "Acceptance on the exact published SHA" (FlashInfer 0.6.16.post3), not the earlier head.
+    assert lock.engine_source["commit"] == "d44e224ab9"
+    assert "aa0d513027" in str(lock.engine_source["reason"]) and "contradicts" in str(lock.engine_source["reason"])
     assert {p.name: p.version for p in lock.pins("gpu") if p.name != "llama-benchy"} == {
         "torch": "2.13.0", "triton": "3.7.1", "flashinfer-python": "0.6.16.post3",
-        "flashinfer-cubin": "0.6.16.post3", "apache-tvm-ffi": "0.1.11", "tilelang": "0.1.12",
+        "flashinfer-cubin": "0.6.16.post3", "flashinfer-jit-cache": "0.6.16.post3", "apache-tvm-ffi": "0.1.11", "tilelang": "0.1.12",
         "nvidia-cutlass-dsl": "4.6.0", "quack-kernels": "0.6.1", "nvidia-nccl-cu13": "2.30.7"}
     assert lock.pin("nvidia-cutlass-dsl").requirement() == "nvidia-cutlass-dsl[cu13]==4.6.0"
     assert lock.pin("flashinfer-cubin").index == "flashinfer"
+    # The jit-cache lives on FlashInfer's CUDA-13 sub-index, not the cubin's root index: two indexes.
+    assert lock.pin("flashinfer-jit-cache").index == "flashinfer-jit-cache"
+    assert {lock.indexes[i]["env"] for i in ("flashinfer", "flashinfer-jit-cache")} == {
+        "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL"}
     assert lock.torch_cuda_arch_list["linux/arm64"] == "12.1a"
 
 
@@ -37,6 +43,19 @@ def test_cubin_python_mismatch_is_named_k13() -> None:
     drifts = check(load_lock(), "gpu", GOOD | {"flashinfer-cubin": "0.6.16"})
     assert [d.rule for d in drifts] == ["K13"]
     assert "flashinfer-python==0.6.16.post3" in drifts[0].message and "rejects" in drifts[0].message
+
+
+def test_jit_cache_python_mismatch_is_named_k13() -> None:
+    drifts = check(load_lock(), "gpu", GOOD | {"flashinfer-jit-cache": "0.6.18"})
+    assert [d.rule for d in drifts] == ["K13"]
+    assert "flashinfer-jit-cache==0.6.18" in drifts[0].message and "flashinfer-python==0.6.16.post3" in drifts[0].message
+
+
+def test_every_k13_pin_equals_the_version_it_must_equal() -> None:
+    lock = load_lock()
+    pairs = [(p.name, p.equal_to) for p in lock.packages if p.equal_to]
+    assert ("flashinfer-jit-cache", "flashinfer-python") in pairs
+    assert all(lock.pin(a).version == lock.pin(b).version for a, b in pairs)
 
 
 def test_tvm_ffi_resolved_past_the_pin_is_named_k14() -> None:
