@@ -42,7 +42,8 @@ COMPILE_CACHE_GIB = 20  # JIT/compile caches of one stack (FlashInfer, TileLang,
 # Unconfirmed for these products here (no SM12x node): `--gpu-product` replaces them.
 GPU_PRODUCTS = {
     "gb10": ("NVIDIA-GB10",),
-    "rtx-pro-6000": ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",
+    "rtx-pro-6000": ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+                     "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",
                      "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition"),
     "rtx-5090": ("NVIDIA-GeForce-RTX-5090",),
 }
