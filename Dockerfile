@@ -82,7 +82,7 @@ RUN url="${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \
     && case "$full" in "${ENGINE_COMMIT}"*) ;; \
         *) echo "engine source: ${ENGINE_REF} is at $full but versions.json pins ${ENGINE_COMMIT}" >&2; exit 1 ;; esac \
     && python /opt/appliance/lock/forkcheck.py --versions /opt/appliance/versions.json requirements --source . \
-        --write-build-reqs /opt/appliance/lock/engine-build-reqs.txt \
+        --write-build-reqs /opt/appliance/lock/engine-build.txt \
     && echo "$full" > /opt/appliance/lock/engine-commit
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
@@ -97,8 +97,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
         linux/arm64) arch="${TORCH_CUDA_ARCH_LIST_ARM64}" ;; \
         *) echo "no TORCH_CUDA_ARCH_LIST for ${TARGETPLATFORM} in versions.json" >&2; exit 1 ;; esac \
     && if [ -f use_existing_torch.py ]; then python use_existing_torch.py; fi \
-    && mapfile -t build_reqs < /opt/appliance/lock/engine-build-reqs.txt \
-    && pip install -c /opt/appliance/lock/constraints.txt "${build_reqs[@]/#/--requirement=}" \
+    && pip install -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/engine-build.txt \
     && jobs="${MAX_JOBS:-$(python /opt/appliance/lock/forkcheck.py max-jobs)}" \
     && echo "building vLLM for ${arch} with MAX_JOBS=${jobs} NVCC_THREADS=${NVCC_THREADS}" \
     && mkdir -p /wheels \
@@ -118,11 +117,12 @@ ARG FLASHINFER_INDEX_URL=
 ARG FLASHINFER_JIT_CACHE_INDEX_URL=
 COPY --from=vllm-build /wheels/ /wheels/
 RUN --mount=type=cache,target=/root/.cache/pip \
-    for var in FLASHINFER_INDEX_URL FLASHINFER_JIT_CACHE_INDEX_URL; do \
-        if [ -z "${!var}" ]; then \
-            echo "$var is empty: flashinfer-cubin is only on FlashInfer's root wheel index and flashinfer-jit-cache" \
-                 "only on its CUDA-13 sub-index (docs/containers.md), or build air-gapped (BUILD_MODE=offline)" >&2; \
-            exit 1; fi; done \
+    for given in "FLASHINFER_INDEX_URL=${FLASHINFER_INDEX_URL}" \
+                 "FLASHINFER_JIT_CACHE_INDEX_URL=${FLASHINFER_JIT_CACHE_INDEX_URL}"; do \
+        case "$given" in *=) \
+            echo "${given%=} is empty: flashinfer-cubin is only on FlashInfer's root wheel index and" \
+                 "flashinfer-jit-cache only on its CUDA-13 sub-index (docs/containers.md), or build air-gapped" \
+                 "(BUILD_MODE=offline)" >&2; exit 1 ;; esac; done \
     && pip download --dest /wheels ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
         -r /opt/appliance/lock/torch.txt \
     && pip download --dest /wheels --find-links /wheels \
@@ -220,6 +220,8 @@ ENV VIRTUAL_ENV=/opt/venv \
     DO_NOT_TRACK=1 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
+# The JIT toolchain answers where the engine will look for it.
+RUN nvcc --version && "${TRITON_PTXAS_PATH}" --version && g++ --version && test -d "${CUDA_HOME}/include"
 WORKDIR /var/lib/appliance
 USER 10001:10001
 # DeepSeek-V4-Flash loads ~160 GB and captures graphs before it is ready: a long start period.
@@ -254,9 +256,8 @@ ENV APPLIANCE_IMAGE_VERSION="${APPLIANCE_VERSION}" \
     APPLIANCE_IMAGE_LOCK_DIGEST="${APPLIANCE_LOCK_DIGEST}" \
     APPLIANCE_IMAGE_ENGINE="${GPU_ENGINE}"
 # The last step: any installed package that drifted from versions.json fails the build, and so does a
-# VLLM_NCCL_SO_PATH that is not the locked NCCL wheel's library, or a JIT tool missing from PATH.
-RUN appliance versions --check --target gpu \
-    && nvcc --version && "${TRITON_PTXAS_PATH}" --version && g++ --version
+# VLLM_NCCL_SO_PATH that is not the locked NCCL wheel's library (K15).
+RUN appliance versions --check --target gpu
 ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]
 
 # ============================================================================================

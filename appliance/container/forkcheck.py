@@ -7,7 +7,7 @@ Standard library only: the Docker build runs this file by path, like lockargs.py
         files it includes) and its build requirements with versions.json; any locked package pinned
         to another version stops the build in seconds, naming both values. Says which build
         requirements layout the commit has (requirements/build/cuda.txt, upstream's newer layout,
-        or requirements/build.txt) and writes the path(s) to install to FILE.
+        or requirements/build.txt) and writes a pip requirements FILE that includes them (`-r PATH`).
     forkcheck.py max-jobs [--gb-per-job 7] [--meminfo /proc/meminfo]
         MAX_JOBS for the CUDA build sized by memory: one nvcc job takes ≈ 6–8 GB, so a many-core
         builder with little memory runs fewer jobs than it has cores.
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("requirements", help="the fork's pins against versions.json, and its build layout")
     p.add_argument("--source", type=Path, required=True, help="the cloned engine source")
-    p.add_argument("--write-build-reqs", type=Path, help="write the build requirement files to install here")
+    p.add_argument("--write-build-reqs", type=Path,
+                   help="write a pip requirements file including the build requirements to install")
     p = sub.add_parser("max-jobs", help="MAX_JOBS sized by memory")
     p.add_argument("--gb-per-job", type=float, default=7.0)
     p.add_argument("--meminfo", type=Path, default=Path("/proc/meminfo"))
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forkcheck: {RUNTIME_REQS} and {', '.join(build)} agree with versions.json "
           f"(build requirements layout: {build[0]})")
     if args.write_build_reqs:
-        args.write_build_reqs.write_text("".join(f"{f}\n" for f in build))
+        args.write_build_reqs.write_text("".join(f"-r {(args.source / f).resolve()}\n" for f in build))
     return 0
 
 
