@@ -79,7 +79,8 @@ def test_a_fork_pin_that_differs_from_the_lock_stops_the_build_in_seconds_naming
     err = out.stderr
     assert ("requirements/cuda.txt:7 pins flashinfer-python==0.6.18.post1 but versions.json locks "
             f"flashinfer-python=={V['flashinfer-python']}") in err
-    assert f"pins flashinfer-cubin==0.6.18.post1 but versions.json locks flashinfer-cubin=={V['flashinfer-cubin']}" in err
+    cubin = V["flashinfer-cubin"]
+    assert f"pins flashinfer-cubin==0.6.18.post1 but versions.json locks flashinfer-cubin=={cubin}" in err
     assert f"requirements/build/cuda.txt:6 pins torch==2.14.0 but versions.json locks torch=={V['torch']}" in err
     assert "jasl/vllm@d44e224ab9" in err and "Stopped before compiling" in err
     assert not (tmp_path / "build.txt").exists()  # nothing half-written for the build to go on with

@@ -46,6 +46,7 @@ PLATFORM_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 INSTALL_PLATFORM = "linux/amd64"
 OLDEST_MANYLINUX = 17  # manylinux2014 = manylinux_2_17: the oldest tag a CUDA 13 wheel carries
 IMPORTS = ("torch", "flashinfer", "tilelang", "vllm")
+READ_BY_THE_DRIVER = {"CUDA_CACHE_PATH"}  # libcuda reads it, no Python package: not looked for in the wheels
 CHANGE_INPUTS = ("versions.json", "Dockerfile", "pyproject.toml", "appliance/container/rehearsal.py")
 
 
@@ -288,10 +289,15 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     parsed = json.loads(_run([vpy, "-m", "appliance.container.rehearsal", "parse-profiles"],
                              "vLLM's own parser on every GPU profile", env).strip().splitlines()[-1])
     times["parse"] = round(time.monotonic() - start, 1)
+    readers = cache_variables_read(Path(site))
+    unread = [var for var, where in readers.items() if not where]
+    if unread:
+        raise RehearsalError(f"no installed package reads the cache variable(s) {', '.join(unread)} "
+                             f"(appliance/run/caches.py): a renamed variable would leave that cache outside the volume")
     summary = {"python": python, "venv": str(venv), "seconds": times,
                "wheelhouse_mb": round(_folder_bytes(wheels) / 1e6), "venv_mb": round(_folder_bytes(venv) / 1e6),
                "versions_check_drift": [d["package"] for d in check["drift"]], "unchecked": inputs.unchecked,
-               "imports": imported, "parsed_profiles": parsed}
+               "imports": imported, "parsed_profiles": parsed, "cache_variables": readers}
     mark_passed(summary)
     return summary
 
@@ -309,10 +315,26 @@ def _run_allow_drift(cmd: list[str], env: dict[str, str], times: dict[str, float
 def parse_profiles() -> dict[str, list[int]]:
     """Inside the rehearsal venv: every GPU profile's argv, on every rank, through this vLLM's parser.
     Returns profile -> ranks parsed; raises naming the profile and vLLM's own message."""
+    import vllm.platforms
+    from vllm.platforms.interface import Platform, PlatformEnum
+
     from appliance.engine_args import parse_serve_argv
     from appliance.profile import list_profiles, load_profile
     from appliance.render import Placement, build_plan
 
+    class SM12xPlatformDouble(Platform):
+        """Test double for the SM12x GPU that is not here. vLLM's own CudaPlatform cannot even be imported
+        without a driver (libcuda.so.1), and its auto-detection gives up ("Failed to infer device type"):
+        this says "CUDA" to the parser's defaults and touches no device."""
+
+        _enum = PlatformEnum.CUDA
+        device_name = "cuda"
+        device_type = "cuda"
+        dispatch_key = "CUDA"
+        ray_device_key = "GPU"
+        device_control_env_var = "CUDA_VISIBLE_DEVICES"
+
+    vllm.platforms._current_platform = SM12xPlatformDouble()
     done: dict[str, list[int]] = {}
     for name in list_profiles():
         profile = load_profile(name).profile
@@ -330,7 +352,21 @@ def parse_profiles() -> dict[str, list[int]]:
             if got != want:
                 raise RehearsalError(f"profile {name} rank {rank}: vLLM parsed {got}, the profile says {want}")
             done.setdefault(name, []).append(rank)
-    return done
+    try:  # the parser is vLLM's real one: it refuses what vLLM 0.27.1 does not know
+        parse_serve_argv([*argv, "--no-such-flag"])
+    except ValueError:
+        return done
+    raise RehearsalError("vLLM's parser accepted --no-such-flag: it is not the real parser")
+
+
+def cache_variables_read(site: Path) -> dict[str, list[str]]:
+    """Each JIT cache variable the run path sets (appliance.run.caches) -> installed modules that read it."""
+    from appliance.run.caches import CACHE_ENV
+
+    sources = [p for p in site.rglob("*.py") if "appliance" not in p.relative_to(site).parts[:1]]
+    texts = {p: p.read_text(errors="ignore") for p in sources}
+    return {var: sorted(str(p.relative_to(site)) for p, t in texts.items() if var in t)[:3]
+            for var in CACHE_ENV if var not in READ_BY_THE_DRIVER}
 
 
 # --- when CI runs the install -------------------------------------------------------------------
@@ -366,6 +402,7 @@ def changed_since_last_pass() -> tuple[bool, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m appliance.container.rehearsal",
                                      description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", type=Path, default=ROOT / "versions.json", help="the lock (default: the repo's)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("resolve", help="resolve the locked GPU stack per platform (metadata only)")
     p.add_argument("--platform", action="append", choices=sorted(PLATFORM_ARCH))
@@ -374,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("changed", help="exit 0 when the install's inputs changed since its last pass")
     sub.add_parser("parse-profiles", help="(inside the rehearsal venv) every GPU profile through vLLM's parser")
     args = parser.parse_args(argv)
-    lock = lockargs.load(ROOT / "versions.json")
+    lock = lockargs.load(args.versions)
     try:
         if args.cmd == "resolve":
             platforms = args.platform or list(lock["images"]["gpu"]["platforms"])
