@@ -148,3 +148,9 @@ def test_the_amd64_stack_installs_passes_versions_check_imports_and_parses_every
     # vLLM 0.27.1's own parser accepted every GPU profile's argv on every rank with the profile's values.
     assert summary["parsed_profiles"] == {n: list(range(nodes)) for n, nodes in GPU_PROFILES.items()}
     assert json.loads((rehearsal.cache_dir() / "last-pass.json").read_text())["key"] == rehearsal.change_key()
+
+
+@pytest.mark.rehearsal
+def test_every_gpu_profile_as_rendered_now_parses_with_vllm_0_27_1() -> None:
+    # The venv of the last passing install (a fresh machine has none: its first run is an install run).
+    assert rehearsal.parse_in_venv() == {n: list(range(nodes)) for n, nodes in GPU_PROFILES.items()}

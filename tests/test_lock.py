@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,36 @@ def test_no_tracked_file_but_the_lock_writes_a_pinned_version(pin) -> None:
         text = path.read_text(errors="ignore")
         offenders += [str(path.relative_to(ROOT)) for n in needles if n in text]
     assert offenders == []
+
+
+def test_vllm_nccl_so_path_must_be_the_locked_wheels_library(tmp_path: Path) -> None:
+    from appliance.lock import nccl_library_drift
+
+    lock = load_lock()
+    wheel = tmp_path / "site-packages" / "nvidia" / "nccl" / "lib"
+    wheel.mkdir(parents=True)
+    (wheel / "libnccl.so.2").write_bytes(b"\x7fELF")
+    system = tmp_path / "usr" / "lib" / "libnccl.so.2"  # the CUDA image's libnccl2
+    system.parent.mkdir(parents=True)
+    system.write_bytes(b"\x7fELF")
+    files = [wheel / "libnccl.so.2", wheel.parent / "include" / "nccl.h"]
+    assert nccl_library_drift(lock, {"VLLM_NCCL_SO_PATH": str(wheel / "libnccl.so.2")}, files) is None
+    unset = nccl_library_drift(lock, {}, files)
+    assert unset is not None and unset.rule == "K15" and "VLLM_NCCL_SO_PATH is unset" in unset.message
+    assert "system libnccl2" in unset.message and "nvidia-nccl-cu13==2.30.7" in unset.message
+    other = nccl_library_drift(lock, {"VLLM_NCCL_SO_PATH": str(system)}, files)
+    assert other is not None and other.installed == str(system)
+    assert f"is not the library of nvidia-nccl-cu13==2.30.7 ({wheel / 'libnccl.so.2'})" in other.message
+
+
+def test_versions_check_reads_the_nccl_library_path_back_on_the_gpu_target() -> None:
+    env = {**os.environ, "VLLM_NCCL_SO_PATH": "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "APPLIANCE_ROOT": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "appliance", "versions", "--check", "--target", "gpu", "--json"],
+                         capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert out.returncode == 1, out.stderr
+    drift = {d["package"]: d for d in json.loads(out.stdout)["drift"]}
+    # Here the GPU stack is not installed: nvidia-nccl-cu13 drifts, and the path is named as not its library.
+    messages = [d["message"] for d in json.loads(out.stdout)["drift"] if d["package"] == "nvidia-nccl-cu13"]
+    assert any("VLLM_NCCL_SO_PATH=/usr/lib/x86_64-linux-gnu/libnccl.so.2 is not the library of" in m
+               for m in messages), messages
+    assert "nvidia-nccl-cu13" in drift

@@ -11,6 +11,8 @@ pins the same stack as the fork wheel. Three steps, each a subcommand:
               exactly as the Dockerfile installs it (constraints, NCCL last with --no-deps), then
               `appliance versions --check --target gpu` in it, then imports torch, flashinfer, tilelang and
               vllm with no GPU visible, then every GPU profile's rendered argv through that vLLM's parser.
+    parse     the parser step alone, in the venv of the last install, with this checkout's profiles: cheap
+              (≈ 20 s), so every CI run does it even when the install is not repeated.
     changed   exit 0 when the inputs of `install` (versions.json, Dockerfile, this file) differ from the
               last passing install, 1 when they do not: scripts/test.sh runs the install test only then.
 
@@ -234,7 +236,7 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     python = python or find_python(pyver)
     inputs = stack_inputs(lock)
     root = cache_dir()
-    wheels, venv = root / "wheels-linux_amd64", root / "venv-linux_amd64"
+    wheels, venv = root / "wheels-linux_amd64", venv_dir()
     wheels.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(venv, ignore_errors=True)  # throwaway: every install starts from an empty venv
     lockdir = root / "lock"
@@ -286,8 +288,7 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     imported = json.loads(_run([vpy, "-c", probe], "import " + ", ".join(IMPORTS), env).strip().splitlines()[-1])
     times["imports"] = round(time.monotonic() - start, 1)
     start = time.monotonic()
-    parsed = json.loads(_run([vpy, "-m", "appliance.container.rehearsal", "parse-profiles"],
-                             "vLLM's own parser on every GPU profile", env).strip().splitlines()[-1])
+    parsed = parse_in_venv(venv)
     times["parse"] = round(time.monotonic() - start, 1)
     readers = cache_variables_read(Path(site))
     unread = [var for var, where in readers.items() if not where]
@@ -300,6 +301,24 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
                "imports": imported, "parsed_profiles": parsed, "cache_variables": readers}
     mark_passed(summary)
     return summary
+
+
+def venv_dir() -> Path:
+    return cache_dir() / f"venv-{INSTALL_PLATFORM.replace('/', '_')}"
+
+
+def parse_in_venv(venv: Path | None = None) -> dict[str, list[int]]:
+    """Every GPU profile's argv, as this checkout renders it, through the vLLM of the rehearsal venv."""
+    venv = venv or venv_dir()
+    vpy = venv / "bin" / "python"
+    if not vpy.exists():
+        raise RehearsalError(f"no rehearsal venv at {venv}: run `python -m appliance.container.rehearsal install` "
+                             f"first (scripts/test.sh does when the lock or Dockerfile changed)")
+    # This checkout's appliance (not the copy installed with the venv): the profiles and renderer under test.
+    env = _pip_env() | {"APPLIANCE_ROOT": str(ROOT), "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    out = _run([str(vpy), "-m", "appliance.container.rehearsal", "parse-profiles"],
+               "vLLM's own parser on every GPU profile", env)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _run_allow_drift(cmd: list[str], env: dict[str, str], times: dict[str, float]) -> str:
@@ -409,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("install", help="install the amd64 stack into a throwaway venv and exercise it")
     p.add_argument("--python", help="the interpreter of versions.json python.gpu (default: found)")
     sub.add_parser("changed", help="exit 0 when the install's inputs changed since its last pass")
+    sub.add_parser("parse", help="every GPU profile through the rehearsal venv's vLLM (after an install)")
     sub.add_parser("parse-profiles", help="(inside the rehearsal venv) every GPU profile through vLLM's parser")
     args = parser.parse_args(argv)
     lock = lockargs.load(args.versions)
@@ -422,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
             changed, why = changed_since_last_pass()
             print(f"gpu-stack install rehearsal: {why}")
             return 0 if changed else 1
+        elif args.cmd == "parse":
+            print(json.dumps(parse_in_venv(), indent=2))
         elif args.cmd == "parse-profiles":
             print(json.dumps(parse_profiles()))
     except RehearsalError as exc:
