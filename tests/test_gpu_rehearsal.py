@@ -140,6 +140,9 @@ def test_the_amd64_stack_installs_passes_versions_check_imports_and_parses_every
     # `appliance versions --check` in the installed stack: only the pins no reachable index carries are missing,
     # and the NCCL library path the Dockerfile sets is the locked wheel's (K15 read back).
     assert set(summary["versions_check_drift"]) == ELSEWHERE
+    assert summary["nccl_library"]["version"] == GPU_PINS["nvidia-nccl-cu13"]  # ncclGetVersion of that very file
+    assert summary["nccl_library"]["path"].endswith("/site-packages/nvidia/nccl/lib/libnccl.so.2")  # as the image
+    assert all(summary["cache_variables"].values())  # every JIT cache variable is one an installed package reads
     imported = summary["imports"]
     assert imported["torch"].startswith(GPU_PINS["torch"]) and imported["torch.version.cuda"].startswith("13.")
     assert imported["flashinfer"] == GPU_PINS["flashinfer-python"]

@@ -278,6 +278,14 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     if unexpected:
         raise RehearsalError("appliance versions --check in the rehearsal venv:\n  "
                              + "\n  ".join(d["message"] for d in unexpected))
+    # K15 read back as the cross-node check does it: ncclGetVersion of the very file VLLM_NCCL_SO_PATH names.
+    from appliance.multinode.identity import library_nccl_version
+
+    nccl_pin = next(p for p in lockargs.pins(lock, "gpu") if p.get("rule") == "K15")
+    nccl_loaded = library_nccl_version(env["VLLM_NCCL_SO_PATH"])
+    if nccl_loaded != nccl_pin["version"]:
+        raise RehearsalError(f"K15 {env['VLLM_NCCL_SO_PATH']} is NCCL {nccl_loaded}, "
+                             f"the lock says {nccl_pin['version']}")
     start = time.monotonic()
     probe = ("import importlib, json\n"
              f"mods = {list(IMPORTS)!r}\n"
@@ -298,7 +306,8 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     summary = {"python": python, "venv": str(venv), "seconds": times,
                "wheelhouse_mb": round(_folder_bytes(wheels) / 1e6), "venv_mb": round(_folder_bytes(venv) / 1e6),
                "versions_check_drift": [d["package"] for d in check["drift"]], "unchecked": inputs.unchecked,
-               "imports": imported, "parsed_profiles": parsed, "cache_variables": readers}
+               "imports": imported, "parsed_profiles": parsed, "cache_variables": readers,
+               "nccl_library": {"path": env["VLLM_NCCL_SO_PATH"], "version": nccl_loaded}}
     mark_passed(summary)
     return summary
 
