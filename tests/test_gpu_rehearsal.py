@@ -68,6 +68,15 @@ def test_pips_failures_are_turned_into_the_pins_that_failed() -> None:
     text = rehearsal.explain_pip_failure(conflict, "linux/arm64")
     assert "vllm==0.27.1 conflict on linux/arm64" in text
     assert "The user requested torch==2.12.0; vllm 0.27.1 depends on torch==2.13.0" in text
+    # With the pin also a constraint (as the rehearsal passes it), pip 26 words a missing version this way.
+    pinned = ("ERROR: Cannot install apache-tvm-ffi==0.1.999 because these package versions have conflicting "
+              "dependencies.\n\nThe conflict is caused by:\n    The user requested apache-tvm-ffi==0.1.999\n"
+              "    The user requested (constraint) apache-tvm-ffi==0.1.999\n\nAdditionally, some packages in these "
+              "conflicts have no matching distributions available for your environment:\n    apache-tvm-ffi\n\n"
+              "To fix this you could try to:\n")
+    assert rehearsal.explain_pip_failure(pinned, "linux/amd64", {"apache-tvm-ffi": "apache-tvm-ffi==0.1.999"}) == (
+        "apache-tvm-ffi==0.1.999 does not resolve for linux/amd64: no cp312 binary wheel of that version for this "
+        "platform")
 
 
 def test_the_install_runs_again_when_the_lock_or_dockerfile_changes(tmp_path: Path, monkeypatch) -> None:

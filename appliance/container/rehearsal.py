@@ -114,18 +114,27 @@ def stack_inputs(lock: dict, env: dict[str, str] | None = None) -> Inputs:
 
 
 _NOT_FOUND = re.compile(r"Could not find a version that satisfies the requirement (\S+)(.*)")
-_CONFLICT = re.compile(r"Cannot install (.+) because these package versions have conflicting dependencies")
+_CONFLICT = re.compile(r"Cannot install (.+?) because these package versions have conflicting dependencies")
+_UNAVAILABLE = re.compile(r"no matching distributions available for your environment:\n((?:[ \t]+\S+[ \t]*\n?)+)")
 
 
-def explain_pip_failure(output: str, platform: str) -> str:
-    """pip's resolver output -> which pins failed and why, one line each."""
+def explain_pip_failure(output: str, platform: str, pins: dict[str, str] | None = None) -> str:
+    """pip's resolver output -> which pins failed and why, one line each. ``pins``: canonical name -> the
+    requirement the lock asked for, so a package pip names bare is said with its pinned version."""
+    pins = pins or {}
     found = []
     for m in _NOT_FOUND.finditer(output):
         found.append(f"{m.group(1)} does not resolve for {platform} (cp312, binary wheels){m.group(2).strip()}")
+    unavailable = [name for m in _UNAVAILABLE.finditer(output) for name in m.group(1).split()]
+    for name in unavailable:
+        found.append(f"{pins.get(_canon(name), name)} does not resolve for {platform}: no cp312 binary wheel of "
+                     f"that version for this platform")
     for m in _CONFLICT.finditer(output):
-        cause = output[m.end():].split("To fix this", 1)[0]
-        caused = [ln.strip() for ln in cause.splitlines() if " depends on " in ln or ln.strip().startswith("The user")]
-        found.append(f"{m.group(1)} conflict on {platform}: " + "; ".join(caused))
+        cause = output[m.end():].split("To fix this", 1)[0].split("Additionally,", 1)[0]
+        lines = [ln.strip() for ln in cause.splitlines() if " depends on " in ln or ln.strip().startswith("The user")]
+        if unavailable and all(ln.startswith("The user") for ln in lines):
+            continue  # only the pin against itself: said above as not resolving
+        found.append(f"{m.group(1)} conflict on {platform}: " + "; ".join(lines))
     if not found:
         tail = "\n".join(output.strip().splitlines()[-8:])
         found.append(f"pip failed on {platform}:\n{tail}")
@@ -139,7 +148,8 @@ def _pip_dry_run(python: str, platform: str, glibc: str, python_version: str, re
         req_file.write_text("".join(f"{r}\n" for r in reqs))
         con_file.write_text("".join(f"{c}\n" for c in constraints))
         abi = "cp" + python_version.replace(".", "")
-        cmd = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+        # Not --quiet: pip says why a resolution is impossible only in its full output.
+        cmd = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
                "--use-feature=fast-deps", "--cache-dir", str(cache_dir() / "pip"),
                "--report", str(report), "--only-binary=:all:", "--python-version", python_version,
                "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
@@ -151,7 +161,8 @@ def _pip_dry_run(python: str, platform: str, glibc: str, python_version: str, re
             cmd.append("--no-deps")
         out = subprocess.run(cmd, capture_output=True, text=True, env=_pip_env(), check=False)
     if out.returncode != 0:
-        raise RehearsalError(explain_pip_failure(out.stdout + out.stderr, platform))
+        pins = {_canon(r.split("==")[0].split("[")[0]): r for r in [*reqs, *constraints]}
+        raise RehearsalError(explain_pip_failure(out.stdout + out.stderr, platform, pins))
 
 
 def _resolved(report: Path) -> dict[str, str]:
