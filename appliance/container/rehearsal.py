@@ -293,7 +293,12 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     from appliance.multinode.identity import library_nccl_version
 
     nccl_pin = next(p for p in lockargs.pins(lock, "gpu") if p.get("rule") == "K15")
-    nccl_loaded = library_nccl_version(env["VLLM_NCCL_SO_PATH"])
+    from appliance.errors import ApplianceError
+
+    try:
+        nccl_loaded = library_nccl_version(env["VLLM_NCCL_SO_PATH"])
+    except ApplianceError as exc:
+        raise RehearsalError(f"K15 read back: {exc}") from None
     if nccl_loaded != nccl_pin["version"]:
         raise RehearsalError(f"K15 {env['VLLM_NCCL_SO_PATH']} is NCCL {nccl_loaded}, "
                              f"the lock says {nccl_pin['version']}")
