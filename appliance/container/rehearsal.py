@@ -115,26 +115,26 @@ def stack_inputs(lock: dict, env: dict[str, str] | None = None) -> Inputs:
 
 _NOT_FOUND = re.compile(r"Could not find a version that satisfies the requirement (\S+)(.*)")
 _CONFLICT = re.compile(r"Cannot install (.+?) because these package versions have conflicting dependencies")
+_CAUSES = re.compile(r"The conflict is caused by:\n((?:[ \t]+\S.*\n?)+)")
 _UNAVAILABLE = re.compile(r"no matching distributions available for your environment:\n((?:[ \t]+\S+[ \t]*\n?)+)")
 
 
 def explain_pip_failure(output: str, platform: str, pins: dict[str, str] | None = None) -> str:
-    """pip's resolver output -> which pins failed and why, one line each. ``pins``: canonical name -> the
-    requirement the lock asked for, so a package pip names bare is said with its pinned version."""
+    """pip's resolver output (stdout and stderr: pip prints the causes on one, the verdict on the other) ->
+    which pins failed and why, one line each. ``pins``: canonical name -> the requirement the lock asked
+    for, so a package pip names bare is said with its pinned version."""
     pins = pins or {}
-    found = []
-    for m in _NOT_FOUND.finditer(output):
-        found.append(f"{m.group(1)} does not resolve for {platform} (cp312, binary wheels){m.group(2).strip()}")
+    found = [f"{m.group(1)} does not resolve for {platform} (cp312, binary wheels){m.group(2).strip()}"
+             for m in _NOT_FOUND.finditer(output)]
+    causes = [ln.strip() for m in _CAUSES.finditer(output) for ln in m.group(1).splitlines() if ln.strip()]
     unavailable = [name for m in _UNAVAILABLE.finditer(output) for name in m.group(1).split()]
-    for name in unavailable:
-        found.append(f"{pins.get(_canon(name), name)} does not resolve for {platform}: no cp312 binary wheel of "
-                     f"that version for this platform")
-    for m in _CONFLICT.finditer(output):
-        cause = output[m.end():].split("To fix this", 1)[0].split("Additionally,", 1)[0]
-        lines = [ln.strip() for ln in cause.splitlines() if " depends on " in ln or ln.strip().startswith("The user")]
-        if unavailable and all(ln.startswith("The user") for ln in lines):
-            continue  # only the pin against itself: said above as not resolving
-        found.append(f"{m.group(1)} conflict on {platform}: " + "; ".join(lines))
+    conflicts = [m.group(1) for m in _CONFLICT.finditer(output)]
+    if conflicts and causes and all(c.startswith("The user requested") for c in causes):
+        # Only the pin against itself: no wheel of that version exists for this platform.
+        found += [f"{pins.get(_canon(name), name)} does not resolve for {platform}: no cp312 binary wheel of "
+                  f"that version for this platform" for name in unavailable]
+    elif conflicts:
+        found += [f"{what} conflict on {platform}: {'; '.join(causes)}" for what in conflicts]
     if not found:
         tail = "\n".join(output.strip().splitlines()[-8:])
         found.append(f"pip failed on {platform}:\n{tail}")
