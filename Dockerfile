@@ -47,7 +47,7 @@ COPY versions.json pyproject.toml /opt/appliance/
 # The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
 COPY appliance/__init__.py appliance/lockfile.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
-     appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
+     appliance/container/lockcli.py appliance/container/forkcheck.py /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_LOCK_DIGEST
 ARG APPLIANCE_STACK
 ARG ENGINE_REPO
@@ -76,59 +76,87 @@ ARG ENGINE_COMMIT
 ARG TORCH_CUDA_ARCH_LIST_AMD64
 ARG TORCH_CUDA_ARCH_LIST_ARM64
 WORKDIR /src/vllm
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
-        -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/torch.txt
-# The fork's tag is fetched and must resolve to the commit versions.json pins (a moved tag fails).
-RUN --mount=type=cache,target=/root/.cache/pip \
-    --mount=type=cache,target=/root/.cache/ccache \
-    url="${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \
+# Right after the clone, before torch is even fetched: the tag must resolve to the commit versions.json
+# pins (a moved tag fails), and the fork's own requirements/cuda.txt and build requirements at that commit
+# must pin what versions.json locks (forkcheck.py names both values): seconds, not an hour of compiling.
+RUN url="${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \
     && git clone --quiet --filter=blob:none --branch "${ENGINE_REF}" "$url" . \
     && full="$(git rev-parse HEAD)" \
     && case "$full" in "${ENGINE_COMMIT}"*) ;; \
         *) echo "engine source: ${ENGINE_REF} is at $full but versions.json pins ${ENGINE_COMMIT}" >&2; exit 1 ;; esac \
-    && case "${TARGETPLATFORM}" in \
+    && python /opt/appliance/lock/appliance/container/forkcheck.py --versions /opt/appliance/versions.json requirements --source . \
+        --write-build-reqs /opt/appliance/lock/engine-build.txt \
+    && echo "$full" > /opt/appliance/lock/engine-commit
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+        -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/torch.txt
+# Build requirements: requirements/build/cuda.txt (upstream's newer layout, + build/rust.txt when present)
+# or requirements/build.txt, whichever the pinned commit has (forkcheck.py wrote which, and said so).
+# MAX_JOBS defaults to what memory allows (≈ 7 GB per nvcc job), never more than the cores.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=cache,target=/root/.cache/ccache \
+    case "${TARGETPLATFORM}" in \
         linux/amd64) arch="${TORCH_CUDA_ARCH_LIST_AMD64}" ;; \
         linux/arm64) arch="${TORCH_CUDA_ARCH_LIST_ARM64}" ;; \
         *) echo "no TORCH_CUDA_ARCH_LIST for ${TARGETPLATFORM} in versions.json" >&2; exit 1 ;; esac \
     && if [ -f use_existing_torch.py ]; then python use_existing_torch.py; fi \
-    && pip install -c /opt/appliance/lock/constraints.txt -r requirements/build.txt \
+    && pip install -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/engine-build.txt \
+    && jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs)}" \
+    && echo "building vLLM for ${arch} with MAX_JOBS=${jobs} NVCC_THREADS=${NVCC_THREADS}" \
     && mkdir -p /wheels \
     && TORCH_CUDA_ARCH_LIST="$arch" VLLM_TARGET_DEVICE=cuda CCACHE_DIR=/root/.cache/ccache \
-        MAX_JOBS="${MAX_JOBS:-$(nproc)}" NVCC_THREADS="${NVCC_THREADS}" \
+        MAX_JOBS="$jobs" NVCC_THREADS="${NVCC_THREADS}" \
         pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
-    && printf '{"repo": "%s", "ref": "%s", "commit": "%s", "torch_cuda_arch_list": "%s"}\n' \
-        "${ENGINE_REPO}" "${ENGINE_REF}" "$full" "$arch" > /wheels/engine-source.json
+    && printf '{"repo": "%s", "ref": "%s", "commit": "%s", "platform": "%s", "torch_cuda_arch_list": "%s"}\n' \
+        "${ENGINE_REPO}" "${ENGINE_REF}" "$(cat /opt/appliance/lock/engine-commit)" "${TARGETPLATFORM}" "$arch" \
+        > /wheels/engine-source.json
 
 # --- Every wheel the image installs, fetched once (this folder is also the air-gapped wheelhouse)
 FROM gpu-base AS gpu-wheels-online
 ARG TORCH_INDEX_URL=
+# Two indexes (versions.json "indexes"): flashinfer-cubin on FlashInfer's root wheel index, flashinfer-jit-cache
+# on its CUDA-13 sub-index. The user fills both (docs/containers.md); no registry host is written here.
 ARG FLASHINFER_INDEX_URL=
+ARG FLASHINFER_JIT_CACHE_INDEX_URL=
 COPY --from=vllm-build /wheels/ /wheels/
 RUN --mount=type=cache,target=/root/.cache/pip \
-    if [ -z "${FLASHINFER_INDEX_URL}" ]; then \
-        echo "FLASHINFER_INDEX_URL is empty: flashinfer-cubin is only on FlashInfer's own index" \
-             "(docs/containers.md), or build air-gapped from a wheelhouse (BUILD_MODE=offline)" >&2; exit 1; fi \
+    for given in "FLASHINFER_INDEX_URL=${FLASHINFER_INDEX_URL}" \
+                 "FLASHINFER_JIT_CACHE_INDEX_URL=${FLASHINFER_JIT_CACHE_INDEX_URL}"; do \
+        case "$given" in *=) \
+            echo "${given%=} is empty: flashinfer-cubin is only on FlashInfer's root wheel index and" \
+                 "flashinfer-jit-cache only on its CUDA-13 sub-index (docs/containers.md), or build air-gapped" \
+                 "(BUILD_MODE=offline)" >&2; exit 1 ;; esac; done \
     && pip download --dest /wheels ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
         -r /opt/appliance/lock/torch.txt \
     && pip download --dest /wheels --find-links /wheels \
         ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} --extra-index-url "${FLASHINFER_INDEX_URL}" \
+        --extra-index-url "${FLASHINFER_JIT_CACHE_INDEX_URL}" \
         -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/requirements.txt \
         -r /opt/appliance/lock/appliance.txt -r /opt/appliance/lock/build-only.txt /wheels/vllm-*.whl \
     && pip download --dest /wheels --no-deps -r /opt/appliance/lock/last.txt
 
+# The wheelhouse is exported split per platform (linux_amd64/, linux_arm64/: docker-bake.hcl gpu-wheels):
+# each platform takes only its own folder, and its engine-source.json must name this platform.
 FROM gpu-base AS gpu-wheels-offline
-COPY --from=gpu-wheelhouse / /wheels/
-RUN set -- /wheels/vllm-*.whl \
-    && if [ ! -f "$1" ] || [ ! -f /wheels/engine-source.json ]; then \
-        echo "BUILD_MODE=offline: the gpu-wheelhouse context has no vllm wheel / engine-source.json" \
-             "(make it with: docker buildx bake gpu-wheels)" >&2; exit 1; fi
+ARG TARGETPLATFORM
+ARG TARGETOS
+ARG TARGETARCH
+RUN --mount=type=bind,from=gpu-wheelhouse,target=/wheelhouse \
+    dir="/wheelhouse/${TARGETOS}_${TARGETARCH}" \
+    && set -- "$dir"/vllm-*.whl \
+    && if [ ! -f "$1" ] || [ ! -f "$dir/engine-source.json" ]; then \
+        echo "BUILD_MODE=offline: the gpu-wheelhouse context has no ${TARGETOS}_${TARGETARCH}/ with a vllm wheel" \
+             "and engine-source.json (make it with: docker buildx bake gpu-wheels)" >&2; exit 1; fi \
+    && if ! grep -q "\"platform\": \"${TARGETPLATFORM}\"" "$dir/engine-source.json"; then \
+        echo "BUILD_MODE=offline: $dir/engine-source.json was built for another platform than ${TARGETPLATFORM}" >&2; \
+        exit 1; fi \
+    && cp -a "$dir" /wheels
 
 # DL3006 (tag the image): not an image but one of the two stages above, chosen by BUILD_MODE.
 # hadolint ignore=DL3006
 FROM gpu-wheels-${BUILD_MODE} AS gpu-wheels-collected
 
-# Export target: docker buildx bake gpu-wheels  ->  build/wheelhouse-gpu/ (both platforms' wheels)
+# Export target: docker buildx bake gpu-wheels  ->  build/wheelhouse-gpu/linux_amd64/, linux_arm64/
 FROM scratch AS gpu-wheels
 COPY --from=gpu-wheels-collected /wheels/ /
 
@@ -145,14 +173,22 @@ ARG GPU_PYTHON
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
-# gcc/libc6-dev/pythonX-dev: Triton compiles its launcher stubs at run time. libibverbs/rdma: NCCL's
-# IB transport over ConnectX (GB10 two-node; without it NCCL falls back to sockets, K10).
+# Runtime JIT toolchain: the fork's DeepSeek-V4 mHC kernels are TileLang-JIT and FlashInfer's SM120
+# sparse-MLA path compiles at run time (as upstream vLLM's image, which installs nvcc and the CUDA headers
+# "for runtime JIT compilation"): nvcc (+ptxas), the cudart/nvrtc/cublas/curand headers, cuobjdump, g++.
+# The CUDA packages follow the base image's own CUDA_VERSION (13.0.x -> 13-0), never a version written here.
+# gcc/libc6-dev/pythonX-dev: Triton compiles its launcher stubs at run time. libibverbs/librdmacm1t64 (Ubuntu
+# 24.04's name): NCCL's IB transport over ConnectX (GB10 two-node; without it NCCL uses sockets, K10).
+# libxcb1: opencv-python-headless (pulled by vLLM) links it.
 # DL3008 (pin apt versions): as above, the CUDA runtime image tag fixes the distribution snapshot.
 # hadolint ignore=DL3008
-RUN apt-get update \
+RUN cuda="$(echo "${CUDA_VERSION:?the CUDA runtime image sets CUDA_VERSION}" | cut -d. -f1,2 | tr . -)" \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        "python${GPU_PYTHON}" "python${GPU_PYTHON}-dev" "python${GPU_PYTHON}-venv" gcc libc6-dev \
-        ca-certificates curl procps tini libnuma1 libibverbs1 ibverbs-providers librdmacm1 \
+        "python${GPU_PYTHON}" "python${GPU_PYTHON}-dev" "python${GPU_PYTHON}-venv" gcc g++ libc6-dev \
+        "cuda-nvcc-${cuda}" "cuda-cudart-dev-${cuda}" "cuda-nvrtc-dev-${cuda}" "cuda-cuobjdump-${cuda}" \
+        "libcublas-dev-${cuda}" "libcurand-dev-${cuda}" \
+        ca-certificates curl procps tini libnuma1 libibverbs1 ibverbs-providers librdmacm1t64 libxcb1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 10001 --user-group --home-dir /home/appliance --create-home --shell /usr/sbin/nologin appliance \
     && install -d -o 10001 -g 10001 /var/lib/appliance /var/lib/appliance/hf /var/lib/appliance/cache \
@@ -169,8 +205,13 @@ RUN --mount=type=bind,from=appliance-wheel-gpu,source=/dist,target=/dist \
     /opt/venv/bin/pip install --no-index --no-deps /dist/*.whl
 COPY profiles /opt/appliance/profiles
 COPY healthchecks /opt/appliance/healthchecks
+# CUDA_HOME/PATH/TRITON_PTXAS_PATH: the JIT toolchain above. VLLM_NCCL_SO_PATH: the CUDA image ships a system
+# libnccl2; vLLM must load the locked wheel's (K15), and `appliance versions --check` reads the path back.
 ENV VIRTUAL_ENV=/opt/venv \
-    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    CUDA_HOME=/usr/local/cuda \
+    PATH=/opt/venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas \
+    VLLM_NCCL_SO_PATH=/opt/venv/lib/python${GPU_PYTHON}/site-packages/nvidia/nccl/lib/libnccl.so.2 \
     PIP_CONSTRAINT=/opt/appliance/lock/constraints.txt \
     APPLIANCE_ROOT=/opt/appliance \
     APPLIANCE_HOME=/var/lib/appliance \
@@ -182,6 +223,8 @@ ENV VIRTUAL_ENV=/opt/venv \
     DO_NOT_TRACK=1 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
+# The JIT toolchain answers where the engine will look for it.
+RUN nvcc --version && "${TRITON_PTXAS_PATH}" --version && g++ --version && test -d "${CUDA_HOME}/include"
 WORKDIR /var/lib/appliance
 USER 10001:10001
 # DeepSeek-V4-Flash loads ~160 GB and captures graphs before it is ready: a long start period.
@@ -215,7 +258,8 @@ ENV APPLIANCE_IMAGE_VERSION="${APPLIANCE_VERSION}" \
     APPLIANCE_IMAGE_REVISION="${APPLIANCE_REVISION}" \
     APPLIANCE_IMAGE_LOCK_DIGEST="${APPLIANCE_LOCK_DIGEST}" \
     APPLIANCE_IMAGE_ENGINE="${GPU_ENGINE}"
-# The last step: any installed package that drifted from versions.json fails the build.
+# The last step: any installed package that drifted from versions.json fails the build, and so does a
+# VLLM_NCCL_SO_PATH that is not the locked NCCL wheel's library (K15).
 RUN appliance versions --check --target gpu
 ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]
 

@@ -8,6 +8,8 @@ messages because each of them fails in its own, non-obvious way.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -57,7 +59,8 @@ class Lock(_Strict):
     images: dict[str, dict[str, object]]
     torch_cuda_arch_list: dict[str, str]
     packages: list[PackagePin]
-    indexes: dict[str, str]
+    indexes: dict[str, dict[str, str]]
+    """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
     checkpoints: dict[str, dict[str, object]]
 
     def pins(self, target: Target) -> list[PackagePin]:
@@ -141,6 +144,36 @@ def check(lock: Lock, target: Target, versions: dict[str, str | None] | None = N
             if a and b and _public(a) != _public(b) and not any(d.rule == "K13" for d in drifts):
                 drifts.append(Drift(pin.name, pin.version, a, "K13", _k13(pin.name, a, other, b)))
     return drifts
+
+
+NCCL_SO_ENV = "VLLM_NCCL_SO_PATH"
+
+
+def nccl_library_drift(lock: Lock, env: Mapping[str, str] | None = None,
+                       files: list[Path] | None = None) -> Drift | None:
+    """K15 read back: VLLM_NCCL_SO_PATH must name the locked NCCL wheel's own libnccl.so.2. The CUDA image
+    ships a system libnccl2, and without the variable vLLM loads whichever libnccl.so.2 the loader finds first.
+    ``files`` overrides the installed wheel's file list (tests)."""
+    env = os.environ if env is None else env
+    pin = next(p for p in lock.pins("gpu") if p.rule == "K15")
+    path = env.get(NCCL_SO_ENV, "")
+    fix = f"set {NCCL_SO_ENV} to the nvidia/nccl/lib/libnccl.so.2 that {pin.requirement()} installed"
+    if not path:
+        return Drift(pin.name, pin.version, None, "K15",
+                     f"K15 {NCCL_SO_ENV} is unset: vLLM would load the first libnccl.so.2 the loader finds (the "
+                     f"CUDA image's system libnccl2), not {pin.requirement()}; {fix}")
+    if files is None:
+        try:
+            dist = metadata.distribution(pin.name)
+            files = [Path(str(dist.locate_file(f))) for f in dist.files or []]
+        except metadata.PackageNotFoundError:
+            files = []
+    owned = {f.resolve() for f in files if f.name.startswith("libnccl.so")}
+    if Path(path).resolve() not in owned:
+        where = ", ".join(sorted(str(f) for f in owned)) or f"none: {pin.name} is not installed"
+        return Drift(pin.name, pin.version, path, "K15",
+                     f"K15 {NCCL_SO_ENV}={path} is not the library of {pin.requirement()} ({where}); {fix}")
+    return None
 
 
 def _k13(a_name: str, a: str, b_name: str, b: str) -> str:

@@ -29,10 +29,10 @@ LAYOUTS = generate.layouts()
 FINAL = ("gpu", "cpu")
 PROBE = "/opt/appliance/healthchecks/probe"
 # ARGs that may carry a default: none of them is a version.
-DEFAULTED_ARGS = {"BUILD_MODE", "TORCH_INDEX_URL", "FLASHINFER_INDEX_URL", "ENGINE_GIT_URL", "MAX_JOBS",
-                  "NVCC_THREADS"}
+DEFAULTED_ARGS = {"BUILD_MODE", "TORCH_INDEX_URL", "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL",
+                  "ENGINE_GIT_URL", "MAX_JOBS", "NVCC_THREADS"}
 # Set by BuildKit itself.
-AUTOMATIC_ARGS = {"TARGETPLATFORM"}
+AUTOMATIC_ARGS = {"TARGETPLATFORM", "TARGETOS", "TARGETARCH"}
 
 
 # --- linters ------------------------------------------------------------------------------------
@@ -381,3 +381,74 @@ def test_the_cpu_engine_fixup_drops_the_cuda_extras_and_answers_for_vllm(tmp_pat
                           check=True, capture_output=True, text=True).stdout.splitlines()
     assert seen[0] == f"{locked}+cpu"  # "+cpu" kept: vLLM's platform detection looks for it
     assert "torchvision" not in seen[1] and not stale.exists() and not extra.exists()
+
+
+# --- what a real SM12x build and start need (issue 10) -------------------------------------------
+
+def _env_of(stage: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for op, rest in DOCKERFILE.stage(stage).instructions:
+        if op == "ENV":
+            env |= dict(re.findall(r"(\w+)=(\S+)", rest))
+    return env
+
+
+def test_the_forks_pins_are_checked_right_after_the_clone_before_torch_or_any_compiling() -> None:
+    runs = DOCKERFILE.stage("vllm-build").runs()
+    clone = next(i for i, r in enumerate(runs) if "git clone" in r)
+    assert "forkcheck.py --versions /opt/appliance/versions.json requirements --source ." in runs[clone]
+    assert runs[clone].index("git rev-parse HEAD") < runs[clone].index("forkcheck.py")
+    torch = next(i for i, r in enumerate(runs) if "lock/torch.txt" in r)
+    build = next(i for i, r in enumerate(runs) if "pip wheel" in r)
+    assert clone < torch < build
+    # The build requirements are whichever layout forkcheck found, and MAX_JOBS is sized by memory.
+    assert "-r /opt/appliance/lock/engine-build.txt" in runs[build]
+    assert 'jobs="${MAX_JOBS:-$(python /opt/appliance/lock/forkcheck.py max-jobs)}"' in runs[build]
+    assert "forkcheck.py" in " ".join(r for op, r in DOCKERFILE.stage("gpu-base").instructions if op == "COPY")
+
+
+def test_the_runtime_image_carries_the_jit_toolchain_and_the_libraries_the_engine_loads() -> None:
+    stage = DOCKERFILE.stage("gpu")
+    apt = next(r for r in stage.runs() if "apt-get install" in r)
+    for package in ('"cuda-nvcc-${cuda}"', '"cuda-cudart-dev-${cuda}"', '"cuda-nvrtc-dev-${cuda}"',
+                    '"libcublas-dev-${cuda}"', " g++ ", " librdmacm1t64 ", " libxcb1"):
+        assert package in apt, package
+    assert " librdmacm1 " not in apt  # Ubuntu 24.04 renamed it
+    # The CUDA packages follow the base image's own CUDA_VERSION: no version is written here (K16).
+    assert 'cuda="$(echo "${CUDA_VERSION:?' in apt
+    env = _env_of("gpu")
+    assert env["CUDA_HOME"] == "/usr/local/cuda" and "/usr/local/cuda/bin" in env["PATH"].split(":")
+    assert env["TRITON_PTXAS_PATH"] == "/usr/local/cuda/bin/ptxas"
+    # K15: the locked wheel's libnccl, not the CUDA image's system libnccl2; versions --check reads it back.
+    assert env["VLLM_NCCL_SO_PATH"] == \
+        "/opt/venv/lib/python${GPU_PYTHON}/site-packages/nvidia/nccl/lib/libnccl.so.2"
+    assert any("nvcc --version" in r and "${TRITON_PTXAS_PATH}" in r for r in stage.runs())
+
+
+def test_the_two_flashinfer_indexes_are_separate_build_args_and_no_registry_host_is_written() -> None:
+    online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
+    assert '--extra-index-url "${FLASHINFER_INDEX_URL}"' in online
+    assert '--extra-index-url "${FLASHINFER_JIT_CACHE_INDEX_URL}"' in online
+    assert "FLASHINFER_JIT_CACHE_INDEX_URL=${FLASHINFER_JIT_CACHE_INDEX_URL}" in online  # an empty one is named
+    assert {LOCK["indexes"][i]["env"] for i in ("flashinfer", "flashinfer-jit-cache")} == {
+        "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL"}
+    bake = (ROOT / "docker-bake.hcl").read_text()
+    assert 'FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"' in bake
+    for path in ("Dockerfile", "docker-bake.hcl", "versions.json", "docs/containers.md"):
+        text = (ROOT / path).read_text()
+        assert not re.search(r"https?://(?!github\.com/\$\{)", text), path
+
+
+def test_the_air_gapped_wheelhouse_is_split_per_platform_and_each_build_takes_its_own() -> None:
+    bake = (ROOT / "docker-bake.hcl").read_text()
+    assert "platform-split=true" in bake and "platform-split=false" not in bake
+    offline = " ".join(DOCKERFILE.stage("gpu-wheels-offline").runs())
+    assert 'dir="/wheelhouse/${TARGETOS}_${TARGETARCH}"' in offline
+    assert '"platform\\": \\"${TARGETPLATFORM}\\"' in offline  # engine-source.json must be this platform's
+    build = " ".join(DOCKERFILE.stage("vllm-build").runs())
+    assert '"platform": "%s"' in build and '"${TARGETPLATFORM}"' in build
+
+
+def test_gpu_services_never_ask_a_registry_for_the_local_tag() -> None:
+    for lay in LAYOUTS:
+        assert COMPOSE["services"][lay.name]["pull_policy"] == "never", lay.name

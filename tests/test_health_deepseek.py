@@ -47,7 +47,7 @@ def test_a_healthy_headless_worker_is_ready_without_an_api_server_line():
     ev = judge("gb10-tp2-dspark-worker.log", role="worker")
     assert ev.log_ready and ev.verdict == "pass"
     facts = scan_file(LOGS / "gb10-tp2-dspark-worker.log", TABLE)
-    assert facts.runs == 1 and facts.get("vllm_version") == "0.27.1.dev412+gaa0d513027"  # its own start line
+    assert facts.runs == 1 and facts.get("vllm_version") == "0.27.1.dev429+gd44e224ab9"  # its own start line
     assert "guard-every-manager" not in statuses(ev)  # the guard line comes from the head's scheduler
     assert statuses(ev)["sm120-decode-engaged"] == "pass"
 
@@ -141,3 +141,70 @@ def test_the_head_of_the_mismatched_pair_matches_the_lock_but_never_gets_ready()
 def test_nccl_expectations_apply_to_multi_node_gpu_profiles_only():
     ev = judge("gb10-tp2-dspark-head.log", profile="rtx-pro-6000-tp2")
     assert "nccl-vllm-matches-lock" not in statuses(ev)
+
+
+# --- NCCL read back in the formats a real NCCL prints (shared/evidence/nccl-h200x2) ------------------
+
+def test_the_rendered_nccl_debug_makes_every_rank_report_its_version_and_transport():
+    from appliance.render import Placement, build_plan
+
+    profile = load_profile("gb10-tp2").profile
+    for rank in (0, 1):
+        env = build_plan(profile, Placement(node_rank=rank, master_addr="10.0.0.1")).env
+        assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,NET")
+
+
+def test_under_nccl_debug_version_a_healthy_worker_never_shows_its_nccl_and_would_never_pass():
+    # Real NCCL: VERSION prints one bare banner from rank 0 only. The head's bare line is read …
+    head = scan_file(LOGS / "gb10-tp2-nccl-debug-version-head.log", TABLE)
+    assert head.get("nccl_lib_version") == ["2.30.7"]
+    # … but the worker has nothing to read: once ready, the K15 expectation fails and names the missing line.
+    ev = judge("gb10-tp2-nccl-debug-version-worker.log", role="worker")
+    r = result(ev, "nccl-library-matches-lock")
+    assert ev.log_ready and r.status == "fail"
+    assert "no nccl_lib_version (no `nccl-library` line in the log) after the log said ready" in r.detail
+    assert "NCCL_DEBUG=INFO" in (r.fix or "")
+
+
+def test_under_nccl_debug_info_the_worker_reports_version_and_rdma_transport():
+    ev = judge("gb10-tp2-dspark-worker.log", role="worker")
+    assert result(ev, "nccl-library-matches-lock").status == "pass"
+    r = result(ev, "nccl-transport-rdma")
+    assert (r.rule, r.status, r.detail) == ("K10", "pass", "nccl_network=IB")
+
+
+def test_nccl_over_sockets_on_a_two_node_profile_with_ib_enabled_fails_k10_with_the_fix():
+    for log, role in (("gb10-tp2-sockets-head.log", "head"), ("gb10-tp2-sockets-worker.log", "worker")):
+        ev = judge(log, role=role)
+        r = result(ev, "nccl-transport-rdma")
+        assert (r.rule, r.status) == ("K10", "fail"), log
+        assert "nccl_network == 'IB' is false (Socket vs IB)" in r.detail
+        assert "/dev/infiniband" in (r.fix or "") and "nccl_ib_disable" in (r.fix or "")
+        assert ev.verdict == "fail"
+
+
+def test_sockets_are_accepted_when_the_profile_disables_ib_knowingly():
+    ev = judge("gb10-tp2-sockets-head.log", "distributed.nccl_ib_disable=true")
+    assert "nccl-transport-rdma" not in statuses(ev)
+    assert ev.verdict == "pass"
+
+
+def test_missing_nccl_evidence_is_unknown_before_ready_and_says_which_line_is_missing(tmp_path: Path):
+    start = (LOGS / "gb10-tp2-dspark-worker.log").read_text().splitlines(keepends=True)[:2]  # no NCCL line yet
+    (tmp_path / "early.log").write_text("".join(start))
+    loaded = load_profile("gb10-tp2")
+    ev = Judge(TABLE, loaded.profile, "worker", LOCK).evaluate(scan_file(tmp_path / "early.log", TABLE))
+    for name, line in (("nccl-library-matches-lock", "nccl-library"), ("nccl-vllm-matches-lock", "nccl-vllm"),
+                       ("nccl-transport-rdma", "nccl-network")):
+        r = result(ev, name)
+        assert r.status == "unknown", (name, r.detail)
+        assert f"(no `{line}` line in the log) yet" in r.detail and "lock" not in r.detail
+    assert ev.verdict == "unknown"
+
+
+def test_a_lock_without_the_package_a_check_names_fails_at_once_naming_versions_json():
+    lock = {k: v for k, v in LOCK.items() if k != "nvidia-nccl-cu13"}
+    loaded = load_profile("gb10-tp2")
+    ev = Judge(TABLE, loaded.profile, "head", lock).evaluate(scan_file(LOGS / "nccl-mismatch-head.log", TABLE))
+    r = result(ev, "nccl-library-matches-lock")
+    assert r.status == "fail" and "versions.json has no package 'nvidia-nccl-cu13'" in r.detail

@@ -107,7 +107,7 @@ def test_a_single_node_profile_is_a_deployment_that_never_needs_two_sets_of_gpus
     deploy, svc = manifests("rtx-pro-6000-tp2")
     assert deploy["spec"]["strategy"] == {"type": "Recreate"}
     container = deploy["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["requests"] == {"nvidia.com/gpu": "2"}
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"  # (+ memory, ephemeral-storage: below)
     names = [e["name"] for e in container["env"]]
     assert "APPLIANCE_NODE_RANK" not in names and "APPLIANCE_MASTER_ADDR" not in names
     assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
@@ -196,3 +196,90 @@ def test_the_command_refuses_an_invalid_profile_with_exit_2() -> None:
     r = cli("gb10-tp2", "--set", "cache.kv_dtype=auto")
     assert r.returncode == 2 and "K1" in r.stderr and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+# --- what a real cluster needs (issue 10) ------------------------------------------------------------
+
+GPU_PROFILES = [n for n in list_profiles() if load_profile(n).profile.hardware.gpu != "cpu"]
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_pod_runs_as_the_image_user_with_a_volume_group_it_can_write(name: str) -> None:
+    for template in pod_templates(manifests(name)[0]):
+        assert template["spec"]["securityContext"] == {
+            "runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": True, "fsGroup": 10001,
+            "fsGroupChangePolicy": "OnRootMismatch"}
+
+
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_gpu_pods_prefetch_the_weights_and_ask_for_memory_and_storage_sized_for_the_checkpoint(name: str) -> None:
+    profile = load_profile(name).profile
+    for template in pod_templates(manifests(name)[0]):
+        spec = template["spec"]
+        init = spec["initContainers"]
+        assert [c["name"] for c in init] == ["fetch-model"]
+        assert init[0]["command"] == ["appliance", "fetch-model"] and init[0]["image"] == "appliance:test"
+        assert init[0]["volumeMounts"] == [{"name": "hf-cache", "mountPath": k8s.HF_HOME}]
+        init_env = {e["name"]: e for e in init[0]["env"]}
+        assert init_env["APPLIANCE_PROFILE"]["value"] == name and "value" not in init_env["HF_TOKEN"]
+        requests = spec["containers"][0]["resources"]["requests"]
+        size = k8s.hf_cache_gib(profile)
+        assert size is not None and size * k8s.GIB >= 1.1 * 160e9  # the ~160 GB checkpoint fits
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["hf-cache"]["emptyDir"] == {"sizeLimit": f"{size}Gi"}
+        assert requests["ephemeral-storage"] == f"{size + k8s.COMPILE_CACHE_GIB}Gi"
+        assert requests["memory"] == ("96Gi" if profile.hardware.gpu == "gb10" else "32Gi")
+
+
+def test_with_pvcs_nothing_big_lands_on_the_nodes_ephemeral_storage() -> None:
+    docs = manifests("rtx-pro-6000-tp2", K8sOptions(image="a:b", hf_cache_claim="hf", appliance_cache_claim="jit"))
+    spec = docs[0]["spec"]["template"]["spec"]
+    assert "ephemeral-storage" not in spec["containers"][0]["resources"]["requests"]
+    k8s_validate(docs[0])
+
+
+def test_gb10_pods_land_only_on_arm64_nodes_with_a_gb10_and_discrete_gpus_on_amd64() -> None:
+    for template in pod_templates(manifests("gb10-tp2")[0]):
+        spec = template["spec"]
+        assert spec["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                                "values": ["NVIDIA-GB10"]}]}]
+    spec = manifests("rtx-pro-6000-tp2")[0]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    own = manifests("rtx-pro-6000-tp2", K8sOptions(image="a:b", gpu_products=("My-Label",)))[0]
+    expr = own["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert expr["values"] == ["My-Label"]
+    assert "nodeSelector" not in manifests("cpu-smoke")[0]["spec"]["template"]["spec"]
+
+
+def test_rdma_mode_gives_every_rank_the_host_network_an_rdma_device_and_ipc_lock() -> None:
+    docs = manifests("gb10-tp2", K8sOptions(image="a:b", rdma_resource=k8s.DEFAULT_RDMA_RESOURCE))
+    jsonschema.Draft202012Validator(SCHEMA).validate(docs[0])
+    for template in pod_templates(docs[0]):
+        k8s_validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template})
+        spec = template["spec"]
+        assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        container = spec["containers"][0]
+        assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+        assert container["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
+        assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_DEBUG"] == "INFO"
+    plain = pod_templates(manifests("gb10-tp2")[0])[0]["spec"]
+    assert "hostNetwork" not in plain and "securityContext" not in plain["containers"][0]
+
+
+def test_the_command_takes_rdma_mode_and_gpu_products() -> None:
+    r = cli("gb10-tp2", "--rdma", "--gpu-product", "NVIDIA-DGX-Spark")
+    assert r.returncode == 0, r.stderr
+    lws = next(yaml.safe_load_all(r.stdout))
+    spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert spec["hostNetwork"] is True
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1", "rdma/rdma_shared_device_a": "1"}
+    expr = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert expr["values"] == ["NVIDIA-DGX-Spark"]
+    custom = cli("gb10-tp2", "--rdma", "rdma/hca_shared_devices_a")
+    assert "rdma/hca_shared_devices_a" in custom.stdout

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,13 +21,20 @@ def test_locked_stack_matches_the_seeds_validated_pins() -> None:
     lock = load_lock()
     assert lock.engine_source["repo"] == "jasl/vllm"
     assert lock.engine_source["ref"] == "sm120-pr-41834-stable-preview-20260809"
-    assert lock.engine_source["commit"] == "aa0d513027"
+    # The seed's "Acceptance on the exact published SHA" (FlashInfer 0.6.16.post3), not the earlier head.
+    assert lock.engine_source["commit"] == "d44e224ab9"
+    assert "aa0d513027" in str(lock.engine_source["reason"]) and "contradicts" in str(lock.engine_source["reason"])
     assert {p.name: p.version for p in lock.pins("gpu") if p.name != "llama-benchy"} == {
         "torch": "2.13.0", "triton": "3.7.1", "flashinfer-python": "0.6.16.post3",
-        "flashinfer-cubin": "0.6.16.post3", "apache-tvm-ffi": "0.1.11", "tilelang": "0.1.12",
+        "flashinfer-cubin": "0.6.16.post3", "flashinfer-jit-cache": "0.6.16.post3", "apache-tvm-ffi": "0.1.11",
+        "tilelang": "0.1.12",
         "nvidia-cutlass-dsl": "4.6.0", "quack-kernels": "0.6.1", "nvidia-nccl-cu13": "2.30.7"}
     assert lock.pin("nvidia-cutlass-dsl").requirement() == "nvidia-cutlass-dsl[cu13]==4.6.0"
     assert lock.pin("flashinfer-cubin").index == "flashinfer"
+    # The jit-cache lives on FlashInfer's CUDA-13 sub-index, not the cubin's root index: two indexes.
+    assert lock.pin("flashinfer-jit-cache").index == "flashinfer-jit-cache"
+    assert {lock.indexes[i]["env"] for i in ("flashinfer", "flashinfer-jit-cache")} == {
+        "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL"}
     assert lock.torch_cuda_arch_list["linux/arm64"] == "12.1a"
 
 
@@ -37,6 +46,20 @@ def test_cubin_python_mismatch_is_named_k13() -> None:
     drifts = check(load_lock(), "gpu", GOOD | {"flashinfer-cubin": "0.6.16"})
     assert [d.rule for d in drifts] == ["K13"]
     assert "flashinfer-python==0.6.16.post3" in drifts[0].message and "rejects" in drifts[0].message
+
+
+def test_jit_cache_python_mismatch_is_named_k13() -> None:
+    drifts = check(load_lock(), "gpu", GOOD | {"flashinfer-jit-cache": "0.6.18"})
+    assert [d.rule for d in drifts] == ["K13"]
+    message = drifts[0].message
+    assert "flashinfer-jit-cache==0.6.18" in message and "flashinfer-python==0.6.16.post3" in message
+
+
+def test_every_k13_pin_equals_the_version_it_must_equal() -> None:
+    lock = load_lock()
+    pairs = [(p.name, p.equal_to) for p in lock.packages if p.equal_to]
+    assert ("flashinfer-jit-cache", "flashinfer-python") in pairs
+    assert all(lock.pin(a).version == lock.pin(b).version for a, b in pairs)
 
 
 def test_tvm_ffi_resolved_past_the_pin_is_named_k14() -> None:
@@ -85,3 +108,36 @@ def test_no_tracked_file_but_the_lock_writes_a_pinned_version(pin) -> None:
         text = path.read_text(errors="ignore")
         offenders += [str(path.relative_to(ROOT)) for n in needles if n in text]
     assert offenders == []
+
+
+def test_vllm_nccl_so_path_must_be_the_locked_wheels_library(tmp_path: Path) -> None:
+    from appliance.lock import nccl_library_drift
+
+    lock = load_lock()
+    wheel = tmp_path / "site-packages" / "nvidia" / "nccl" / "lib"
+    wheel.mkdir(parents=True)
+    (wheel / "libnccl.so.2").write_bytes(b"\x7fELF")
+    system = tmp_path / "usr" / "lib" / "libnccl.so.2"  # the CUDA image's libnccl2
+    system.parent.mkdir(parents=True)
+    system.write_bytes(b"\x7fELF")
+    files = [wheel / "libnccl.so.2", wheel.parent / "include" / "nccl.h"]
+    assert nccl_library_drift(lock, {"VLLM_NCCL_SO_PATH": str(wheel / "libnccl.so.2")}, files) is None
+    unset = nccl_library_drift(lock, {}, files)
+    assert unset is not None and unset.rule == "K15" and "VLLM_NCCL_SO_PATH is unset" in unset.message
+    assert "system libnccl2" in unset.message and "nvidia-nccl-cu13==2.30.7" in unset.message
+    other = nccl_library_drift(lock, {"VLLM_NCCL_SO_PATH": str(system)}, files)
+    assert other is not None and other.installed == str(system)
+    assert f"is not the library of nvidia-nccl-cu13==2.30.7 ({wheel / 'libnccl.so.2'})" in other.message
+
+
+def test_versions_check_reads_the_nccl_library_path_back_on_the_gpu_target() -> None:
+    env = {**os.environ, "VLLM_NCCL_SO_PATH": "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "APPLIANCE_ROOT": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "appliance", "versions", "--check", "--target", "gpu", "--json"],
+                         capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert out.returncode == 1, out.stderr
+    drift = {d["package"]: d for d in json.loads(out.stdout)["drift"]}
+    # Here the GPU stack is not installed: nvidia-nccl-cu13 drifts, and the path is named as not its library.
+    messages = [d["message"] for d in json.loads(out.stdout)["drift"] if d["package"] == "nvidia-nccl-cu13"]
+    assert any("VLLM_NCCL_SO_PATH=/usr/lib/x86_64-linux-gnu/libnccl.so.2 is not the library of" in m
+               for m in messages), messages
+    assert "nvidia-nccl-cu13" in drift

@@ -19,6 +19,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-pvc", metavar="CLAIM", help="PVC for the compile/JIT caches (default emptyDir)")
     parser.add_argument("--fabric-ifname", help="fabric interface inside the pods (default: the pod network)")
     parser.add_argument("--shm-size", help="sizeLimit of /dev/shm (default 16Gi on GPUs, 2Gi on cpu)")
+    parser.add_argument("--rdma", nargs="?", const="rdma/rdma_shared_device_a", metavar="RESOURCE",
+                        help="RDMA mode for multi-node NCCL over IB/RoCE: host network, IPC_LOCK and one RDMA "
+                             "device-plugin RESOURCE per pod (default %(const)s)")
+    parser.add_argument("--gpu-product", action="append", metavar="LABEL",
+                        help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the "
+                             "profile GPU's product names)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         image=args.image or image_tag(lock, loaded.profile.hardware.target),  # the tag the image build gives
         namespace=args.namespace, name=args.name, secret=args.secret,
         hf_cache_claim=args.hf_cache_pvc, appliance_cache_claim=args.cache_pvc,
-        fabric_ifname=args.fabric_ifname, shm_size=args.shm_size,
+        fabric_ifname=args.fabric_ifname, shm_size=args.shm_size, rdma_resource=args.rdma,
+        gpu_products=tuple(args.gpu_product or ()),
         overrides=(*settings.overrides(), *args.overrides),
     )
     print(dump(render_manifests(loaded.profile, opts, canonical_digest(lock), loaded.digest), args.format), end="")

@@ -14,7 +14,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.lock import check, detect_target, installed_version, load_lock, lock_digest
+    from appliance.lock import check, detect_target, installed_version, load_lock, lock_digest, nccl_library_drift
 
     lock = load_lock()
     target = args.target or detect_target()
@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{p.requirement():<36} {'/'.join(p.targets):<8} {p.rule or '':<4} {p.reason}")
         return 0
     drifts = check(lock, target)
+    if target == "gpu" and (nccl := nccl_library_drift(lock)) is not None:
+        drifts.append(nccl)  # K15 read back: the library vLLM will load, not only the wheel installed
     if args.json:
         print(json.dumps({"target": target, "digest": lock_digest(), "ok": not drifts,
                           "drift": [d.__dict__ for d in drifts]}, indent=2))

@@ -173,7 +173,9 @@ x-service: &service
 
 x-gpu-service: &gpu-service
   <<: *service
-  pull_policy: missing
+  # The image is a local tag (docker buildx bake gpu, or docker load): "missing" would make compose ask a
+  # registry for it. A pushed image: `docker pull` it under this tag (or APPLIANCE_GPU_IMAGE) first.
+  pull_policy: never
   # NCCL and vLLM's workers share memory across processes.
   ipc: host
   ulimits:
@@ -227,9 +229,11 @@ def bake_hcl(root: Path = ROOT) -> str:
     head = HEADER.format(sources="versions.json")
     return f"""\
 {head}#
-#   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's cu130 wheel index> \\
+#   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \\
+#     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \\
 #     docker buildx bake gpu --push            both platforms -> {buildargs.image_tag(lock, "gpu")}
-#   docker buildx bake gpu-wheels              the air-gapped wheelhouse of both platforms -> build/wheelhouse-gpu/
+#   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
+#                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
 #   scripts/build-cpu-image.sh                 the CPU image (it prepares build/wheelhouse-cpu, then target cpu)
 
@@ -240,6 +244,9 @@ variable "APPLIANCE_SOURCE" {{
   default = "unknown"
 }}
 variable "FLASHINFER_INDEX_URL" {{
+  default = ""
+}}
+variable "FLASHINFER_JIT_CACHE_INDEX_URL" {{
   default = ""
 }}
 variable "TORCH_INDEX_URL" {{
@@ -274,8 +281,9 @@ target "gpu" {{
   platforms = {json.dumps(gpu)}
   tags      = ["${{GPU_TAG}}"]
   args = {{
-    FLASHINFER_INDEX_URL = "${{FLASHINFER_INDEX_URL}}"
-    TORCH_INDEX_URL      = "${{TORCH_INDEX_URL}}"
+    FLASHINFER_INDEX_URL           = "${{FLASHINFER_INDEX_URL}}"
+    FLASHINFER_JIT_CACHE_INDEX_URL = "${{FLASHINFER_JIT_CACHE_INDEX_URL}}"
+    TORCH_INDEX_URL                = "${{TORCH_INDEX_URL}}"
   }}
 }}
 
@@ -283,7 +291,9 @@ target "gpu-wheels" {{
   inherits = ["gpu"]
   target   = "gpu-wheels"
   tags     = []
-  output   = ["type=local,dest=${{GPU_WHEELHOUSE}},platform-split=false"]
+  # One folder per platform: both platforms' vllm-*.whl and engine-source.json in one folder let the
+  # offline build take the wrong wheel.
+  output   = ["type=local,dest=${{GPU_WHEELHOUSE}},platform-split=true"]
 }}
 
 target "gpu-airgapped" {{

@@ -80,6 +80,8 @@ class Judge:
         self.role = role
         self.lock_versions = lock_versions
         self.expectations = [e for e in table.expectations if self._applies(e.roles, e.when)]
+        # fact name -> the log-check pattern that sets it: a missing fact is said with the line it comes from.
+        self.source = {name: p.id for p in table.facts for name in p.produces()}
         self.readiness = [r for r in table.readiness if self._applies(r.roles, r.when)]
 
     def _applies(self, roles: list[Role], when: list[str]) -> bool:
@@ -113,18 +115,25 @@ class Judge:
         except TypeError:
             return False
 
+    def _missing(self, name: str) -> str:
+        source = self.source.get(name)
+        return f"no {name}" + (f" (no `{source}` line in the log)" if source else "")
+
     def _judge(self, e: Expectation, facts: Facts, ready: bool) -> Result:
         problems: list[str] = []
-        missing = [f"no {n}" for n in e.present if n not in facts]
+        missing = [self._missing(n) for n in e.present if n not in facts]
         if e.present_any and not any(n in facts for n in e.present_any):
             missing.append(f"none of {', '.join(e.present_any)}")
         problems += [f"{n}={show_value(facts.get(n))} at line {facts.lines.get(n)}" for n in e.absent if n in facts]
         for c in e.comparisons:
             left, right = self._operand(c.left, facts), self._operand(c.right, facts)
             if left is None or right is None:
-                missing += [f"no {n}" for n in c.facts() if n not in facts and f"no {n}" not in missing]
-                if c.left.kind == "lock" or c.right.kind == "lock":
-                    problems.append(f"{c.text}: the lock has no such package")
+                # A fact not seen yet is missing evidence (unknown until ready); only a lock operand that
+                # is itself absent is a problem at once: no log line can ever supply it.
+                missing += [self._missing(n) for n in c.facts() if n not in facts and self._missing(n) not in missing]
+                for side in (c.left, c.right):
+                    if side.kind == "lock" and self._operand(side, facts) is None:
+                        problems.append(f"{c.text}: versions.json has no package {side.value!r}")
             elif not self._holds(c, left, right):
                 problems.append(f"{c.text} is false ({show_value(left)} vs {show_value(right)})")
         report = self._report(e, facts)

@@ -53,6 +53,8 @@ PREDICATES: dict[str, Predicate] = {
     "cuda_graphs": _cuda_graphs,
     "sm120_decode": lambda p: p.engine.sm120_decode,
     "nvfp4": lambda p: p.model.quantization == "nvfp4",
+    # NCCL may use IB/RoCE (the profile does not disable it): the transport it chose is then read back (K10).
+    "nccl_ib": lambda p: not p.distributed.nccl_ib_disable,
 }
 
 

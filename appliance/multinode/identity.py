@@ -112,8 +112,8 @@ def library_nccl_version(path: str) -> str:
         raise ApplianceError(
             f"VLLM_NCCL_SO_PATH={path} cannot be loaded as NCCL: {exc}",
             field="VLLM_NCCL_SO_PATH", value=path,
-            fix="unset VLLM_NCCL_SO_PATH (the engine then uses the locked nvidia-nccl wheel) or point it "
-                "at a libnccl.so.2",
+            fix="point VLLM_NCCL_SO_PATH at the locked nvidia-nccl wheel's nvidia/nccl/lib/libnccl.so.2 (the GPU "
+                "image sets it so; `appliance versions --check` says whether it is the locked one)",
         ) from None
     if rc != 0:
         raise ApplianceError(f"ncclGetVersion in {path} returned error {rc}", field="VLLM_NCCL_SO_PATH", value=path)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from appliance.catalogue import load_catalogue
 from appliance.errors import ApplianceError
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
@@ -33,6 +34,23 @@ SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY")
 HF_HOME = "/var/cache/huggingface"
 APPLIANCE_HOME = "/var/cache/appliance"  # compile/JIT caches (keyed by lock + engine digest) live under it
 CONTAINER = "appliance"
+UID = 10001  # the image's user (Dockerfile); fsGroup makes a PVC's files writable by it
+# RDMA mode: the resource the RDMA device plugin advertises (k8s-rdma-shared-dev-plugin's default name).
+DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+GIB = 1024**3
+COMPILE_CACHE_GIB = 20  # JIT/compile caches of one stack (FlashInfer, TileLang, Triton, inductor, CUDA)
+# Node labels set by NVIDIA GPU feature discovery (the GPU operator): the product name with spaces as dashes.
+# Unconfirmed for these products here (no SM12x node): `--gpu-product` replaces them.
+GPU_PRODUCTS = {
+    "gb10": ("NVIDIA-GB10",),
+    "rtx-pro-6000": ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+                     "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",
+                     "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition"),
+    "rtx-5090": ("NVIDIA-GeForce-RTX-5090",),
+}
+# Host memory a GPU pod asks for: GB10's memory is unified (the seed's harness wants 96 GiB available); a
+# discrete-GPU node needs host memory for the loader's buffers, CUDA graphs' host side and the API server.
+DISCRETE_HOST_MEMORY_GIB = 32
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,10 @@ class K8sOptions:
     """Fabric interface inside the pods (e.g. a secondary network); None = the pod network."""
     shm_size: str | None = None
     """sizeLimit of the memory-backed /dev/shm; default 16Gi on GPUs, 2Gi on the CPU build."""
+    rdma_resource: str | None = None
+    """RDMA mode: host network, this RDMA device-plugin resource and IPC_LOCK, so NCCL can use IB/RoCE (K10)."""
+    gpu_products: tuple[str, ...] = ()
+    """nvidia.com/gpu.product values the pods may run on; default GPU_PRODUCTS of the profile's GPU."""
     overrides: tuple[str, ...] = field(default_factory=tuple)
     """`a.b=v` overrides the manifests were rendered with; they reach the pods as APPLIANCE_SET."""
 
@@ -118,10 +140,50 @@ def _probe(kind: str, period: int, failures: int) -> dict[str, Any]:
             "timeoutSeconds": 5}
 
 
-def _volume(name: str, claim: str | None) -> dict[str, Any]:
+def _volume(name: str, claim: str | None, size_gib: int | None = None) -> dict[str, Any]:
     if claim:
         return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
-    return {"name": name, "emptyDir": {}}
+    return {"name": name, "emptyDir": {"sizeLimit": f"{size_gib}Gi"} if size_gib else {}}
+
+
+def hf_cache_gib(profile: Profile) -> int | None:
+    """The checkpoint's size on disk plus 10 %, in GiB (None when the catalogue does not know it)."""
+    facts = load_catalogue().checkpoints.get(profile.model.checkpoint)
+    return -(-int(facts.size_bytes * 1.1) // GIB) if facts else None
+
+
+def host_memory_gib(profile: Profile) -> int:
+    gpu = load_catalogue().gpus[profile.hardware.gpu]
+    if gpu.unified_memory and gpu.min_mem_available_gib:
+        return int(gpu.min_mem_available_gib)
+    return DISCRETE_HOST_MEMORY_GIB
+
+
+def _scheduling(profile: Profile, opts: K8sOptions) -> dict[str, Any]:
+    """GPU pods land only on nodes of the profile's CPU architecture and GPU product (a GB10 image is arm64)."""
+    gpu = load_catalogue().gpus[profile.hardware.gpu]
+    products = list(opts.gpu_products or GPU_PRODUCTS.get(profile.hardware.gpu, ()))
+    out: dict[str, Any] = {"nodeSelector": {"kubernetes.io/arch": gpu.host_arch.split("/", 1)[1]}}
+    if products:
+        term = {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": products}]}
+        out["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [term]}}}
+    return out
+
+
+def _fetch_model(profile: Profile, opts: K8sOptions, env: list[dict[str, Any]]) -> dict[str, Any]:
+    """Init container: the weights into the HF cache before the engine starts, so the startup probe's budget
+    covers only load + JIT; a restarted pod resumes the download instead of starting the probe clock."""
+    keep = {"APPLIANCE_PROFILE", "APPLIANCE_SET", "HF_HOME", "HF_TOKEN"}
+    return {
+        "name": "fetch-model",
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["appliance", "fetch-model"],
+        "env": [e for e in env if e["name"] in keep],
+        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME}],
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
 
 
 def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: dict[str, str],
@@ -135,17 +197,26 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
                   {"name": "rendezvous", "containerPort": rendezvous_port(profile, Placement(master_port=master_port)),
                    "protocol": "TCP"}]
     budget = probe_budget(profile)
+    hf_gib = hf_cache_gib(profile) if gpu and not opts.hf_cache_claim else None
     if gpu:
         count = str(profile.hardware.gpus_per_node)
-        resources: dict[str, Any] = {"requests": {"nvidia.com/gpu": count}, "limits": {"nvidia.com/gpu": count}}
+        requests = {"nvidia.com/gpu": count, "memory": f"{host_memory_gib(profile)}Gi"}
+        limits = {"nvidia.com/gpu": count}
+        if hf_gib or not opts.appliance_cache_claim:  # emptyDir caches live on the node's ephemeral storage
+            local = (hf_gib or 0) + (0 if opts.appliance_cache_claim else COMPILE_CACHE_GIB)
+            requests["ephemeral-storage"] = f"{local}Gi"
+        if opts.rdma_resource:
+            requests[opts.rdma_resource] = limits[opts.rdma_resource] = "1"
+        resources: dict[str, Any] = {"requests": requests, "limits": limits}
     else:
         resources = {"requests": {"cpu": "1", "memory": "4Gi"}}
+    env = _env(profile, plan, opts, master_port)
     container = {
         "name": CONTAINER,
         "image": opts.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["appliance", "run"],
-        "env": _env(profile, plan, opts, master_port),
+        "env": env,
         "ports": ports,
         "resources": resources,
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
@@ -157,11 +228,27 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
         "readinessProbe": _probe("ready", 10, 1),
         "livenessProbe": _probe("live", 15, 4),
     }
+    if opts.rdma_resource:
+        # Pinned memory registration for RDMA needs an unlimited memlock: IPC_LOCK.
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(profile.server.health_port),
                    "prometheus.io/path": "/metrics"}
+    spec: dict[str, Any] = {
+        # The image runs as uid 10001; fsGroup makes a PVC (HF cache, compile cache) writable by it, and
+        # OnRootMismatch skips the recursive chown of a 160 GB cache at every start once it is right.
+        "securityContext": {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True, "fsGroup": UID,
+                            "fsGroupChangePolicy": "OnRootMismatch"},
+    }
+    if gpu:
+        spec |= _scheduling(profile, opts)
+        spec["initContainers"] = [_fetch_model(profile, opts, env)]
+    if opts.rdma_resource:
+        # RDMA mode: the node's own network and RDMA devices; on the pod network NCCL silently uses sockets.
+        spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
     return {
         "metadata": {"labels": {**labels, "appliance/role": plan.role}, "annotations": annotations},
         "spec": {
+            **spec,
             # Service links would put e.g. VLLM_PORT=tcp://… into the env of every pod in the namespace
             # that has a Service named vllm, and vLLM reads VLLM_PORT.
             "enableServiceLinks": False,
@@ -171,8 +258,10 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
             "volumes": [
                 {"name": "dshm", "emptyDir": {"medium": "Memory",
                                               "sizeLimit": opts.shm_size or ("16Gi" if gpu else "2Gi")}},
-                _volume("hf-cache", opts.hf_cache_claim),
-                _volume("appliance-cache", opts.appliance_cache_claim),
+                # Prefer PVCs (--hf-cache-pvc, --cache-pvc): an emptyDir is sized for the checkpoint but lost
+                # with the pod, and RecreateGroupOnPodRestart recreates every pod of the group.
+                _volume("hf-cache", opts.hf_cache_claim, hf_gib),
+                _volume("appliance-cache", opts.appliance_cache_claim, COMPILE_CACHE_GIB if gpu else None),
             ],
         },
     }

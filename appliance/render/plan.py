@@ -94,7 +94,11 @@ def engine_env(profile: Profile) -> dict[str, str]:
     if p.engine.eager_scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
     if p.hardware.gpu != "cpu":
-        env["NCCL_DEBUG"] = "VERSION"  # NCCL then prints its version: the health check compares ranks (K15)
+        # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
+        # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the
+        # transport it chose, IB or Socket (K10); INIT,NET keeps that to the start-up lines.
+        env["NCCL_DEBUG"] = "INFO"
+        env["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
     return env
 
 

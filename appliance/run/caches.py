@@ -18,8 +18,17 @@ CACHE_ENV = {
     "VLLM_CACHE_ROOT": "vllm",  # vLLM's torch.compile artefacts and its own caches
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "TRITON_CACHE_DIR": "triton",
-    "FLASHINFER_WORKSPACE_BASE": "flashinfer",  # FlashInfer JIT modules
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",  # FlashInfer JIT modules (not FLASHINFER_CUBIN_DIR: the wheel's)
     "CUDA_CACHE_PATH": "cuda",  # the driver's PTX JIT cache (SM12x kernels shipped as PTX)
+    # The rest of the GPU stack's run-time compilers; each name is one the installed package reads
+    # (the GPU-stack rehearsal checks that against the real wheels).
+    "TILELANG_CACHE_DIR": "tilelang",  # the fork's DeepSeek-V4 mHC kernels (TileLang JIT)
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",
+    "TORCH_EXTENSIONS_DIR": "torch-extensions",
+    "CUTE_DSL_CACHE_DIR": "cute-dsl",  # CuTe DSL kernels (FlashInfer, vLLM's FA4)
+    "QUACK_CACHE_DIR": "quack",
+    "CUDA_TILE_CACHE_DIR": "cuda-tile",
+    "CUDNN_FRONTEND_GEMM_KERNEL_CACHE": "cudnn-frontend",
 }
 
 
