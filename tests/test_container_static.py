@@ -403,7 +403,7 @@ def test_the_forks_pins_are_checked_right_after_the_clone_before_torch_or_any_co
     assert clone < torch < build
     # The build requirements are whichever layout forkcheck found, and MAX_JOBS is sized by memory.
     assert "-r /opt/appliance/lock/engine-build.txt" in runs[build]
-    assert 'jobs="${MAX_JOBS:-$(python /opt/appliance/lock/forkcheck.py max-jobs)}"' in runs[build]
+    assert 'jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs)}"' in runs[build]
     assert "forkcheck.py" in " ".join(r for op, r in DOCKERFILE.stage("gpu-base").instructions if op == "COPY")
 
 
