@@ -7,8 +7,7 @@ import json
 import os
 
 from appliance.commands.common import add_profile_args, load_from_args
-
-SECRETS = ("HF_TOKEN", "VLLM_API_KEY")
+from appliance.redact import SECRET_ENV as SECRETS
 
 
 def _flatten(data: object, prefix: str = "") -> dict[str, object]:

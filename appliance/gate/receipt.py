@@ -10,6 +10,7 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.result import OK_STATUSES
+from appliance.redact import redact_tree
 
 SCHEMA = "appliance-gate-receipt/1"
 REQUIRED = ("schema", "complete", "verdict", "started_at", "provenance", "engagement", "checks")
@@ -36,7 +37,8 @@ def write(receipt: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "receipt.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(receipt, indent=2, default=str) + "\n")
+    receipt = redact_tree(json.loads(json.dumps(receipt, default=str)))  # a receipt is shared: no secrets in it
+    tmp.write_text(json.dumps(receipt, indent=2) + "\n")
     os.replace(tmp, path)
     (out_dir / "summary.md").write_text(render(receipt))
     return path

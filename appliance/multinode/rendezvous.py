@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from appliance.bounds import RENDEZVOUS_PORT_OFFSET
 from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, Identity, differences, local_identity
 from appliance.profile.model import Profile
@@ -44,7 +45,6 @@ from appliance.render.plan import Placement, ServePlan, http_url
 log = logging.getLogger(__name__)
 
 PROTOCOL = 1
-RENDEZVOUS_PORT_OFFSET = 1
 POLL_S = 0.5
 BACKOFF_MAX_S = 2.0
 REFUSAL_GRACE_S = 15.0
