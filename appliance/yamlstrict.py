@@ -6,9 +6,7 @@ in a serve profile either one is a quiet misconfiguration.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -146,18 +144,9 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 
 
 def load_file(path: Path) -> Any:
-    try:
-        with path.open("rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise ApplianceError(f"{path} is not a regular file", value=str(path),
-                                     fix="give the path of a YAML file")
-            raw = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ApplianceError(f"cannot read {path}: {exc.strerror}", value=str(path)) from None
-    if len(raw) > MAX_BYTES:
-        raise ApplianceError(f"{path}: over the {MAX_BYTES:,}-byte limit", value=str(path),
-                             fix="a profile is a small file; give the right one",
-                             reason="the loader caps its input so a huge file cannot exhaust memory")
+    from appliance.paths import read_capped
+
+    raw = read_capped(path, "profile", MAX_BYTES, "YAML file")
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:

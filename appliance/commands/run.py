@@ -51,7 +51,7 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
     from appliance.lock import lock_digest
-    from appliance.paths import appliance_home, venv_executable
+    from appliance.paths import appliance_home, make_dir, venv_executable
     from appliance.profile.loader import engine_digest
     from appliance.render import build_plan
     from appliance.render.plan import engine_api_url
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / profile.name
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME")
     sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
     files = RunFiles(run_dir, sock)
     env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
