@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.container.lockargs import canonical_digest, image_tag, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
+    from appliance.render.k8s_names import check_options
     from appliance.rules import context_for, require_valid
     from appliance.settings import load_settings
 
@@ -39,5 +40,6 @@ def run(args: argparse.Namespace) -> int:
         fabric_ifname=args.fabric_ifname, shm_size=args.shm_size,
         overrides=(*settings.overrides(), *args.overrides),
     )
+    check_options(opts, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1)  # before any output
     print(dump(render_manifests(loaded.profile, opts, canonical_digest(lock), loaded.digest), args.format), end="")
     return 0
