@@ -49,18 +49,18 @@ def make_dir(path: Path, field: str) -> Path:
     from appliance.errors import ApplianceError
 
     check_text(field, str(path), max_bytes=4096)
+    shown = show(str(path), 512)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise ApplianceError(f"{field}: {show(str(path))} is not a directory", field=field, value=show(str(path)),
+        raise ApplianceError(f"{field}: {shown} is not a directory", field=field, value=shown,
                              fix=f"point {field} at a folder (or remove the file in its place)") from None
     except OSError as exc:
-        raise ApplianceError(f"{field}: cannot create {show(str(path))}: {exc.strerror}", field=field,
-                             value=show(str(path)), fix=f"point {field} at a folder this user may create and "
-                             f"write") from None
+        raise ApplianceError(f"{field}: cannot create {shown}: {exc.strerror}", field=field, value=shown,
+                             fix=f"point {field} at a folder this user may create and write") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ApplianceError(f"{field}: {show(str(path))} is not writable by this user", field=field,
-                             value=show(str(path)), fix=f"point {field} at a writable folder, or fix its owner")
+        raise ApplianceError(f"{field}: {shown} is not writable by this user", field=field, value=shown,
+                             fix=f"point {field} at a writable folder, or fix its owner")
     return path
 
 
@@ -76,17 +76,17 @@ def read_capped(path: Path, field: str, max_bytes: int, what: str = "file") -> b
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         missing = isinstance(exc, FileNotFoundError)
-        raise ApplianceError(f"{what} {show(str(path))} " + ("does not exist" if missing else
-                             f"cannot be read: {exc.strerror}"), field=field, value=show(str(path)),
+        raise ApplianceError(f"{what} {show(str(path), 512)} " + ("does not exist" if missing else
+                             f"cannot be read: {exc.strerror}"), field=field, value=show(str(path), 512),
                              fix=f"give the path of the {what}") from None
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ApplianceError(f"{what} {show(str(path))} is not a regular file", field=field,
-                                 value=show(str(path)), fix=f"give the path of the {what}",
+            raise ApplianceError(f"{what} {show(str(path), 512)} is not a regular file", field=field,
+                                 value=show(str(path), 512), fix=f"give the path of the {what}",
                                  reason="a FIFO or a device would block the reader; a folder is no file")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise ApplianceError(f"{what} {show(str(path))} is over the {max_bytes:,}-byte limit", field=field,
-                             value=show(str(path)), fix=f"give the right {what}",
+        raise ApplianceError(f"{what} {show(str(path), 512)} is over the {max_bytes:,}-byte limit", field=field,
+                             value=show(str(path), 512), fix=f"give the right {what}",
                              reason="the reader caps its input so a huge file cannot exhaust memory")
     return data
