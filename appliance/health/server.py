@@ -27,7 +27,8 @@ class HealthServer(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(self, address: tuple[str, int], monitor: Monitor, registry: CollectorRegistry, *,
-                 clock: Callable[[], float], stale_after: float, live_grace: float) -> None:
+                 clock: Callable[[], float], stale_after: float, live_grace: float,
+                 connection_timeout: float = CONNECTION_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> None:
         super().__init__(address, _Handler)
         self.monitor = monitor
         self.registry = registry
@@ -36,7 +37,8 @@ class HealthServer(ThreadingHTTPServer):
         """A snapshot older than this means the poll loop is stuck: not live, not ready."""
         self.live_grace = live_grace
         """How long `failed` may last before /live fails (time for supervisord to restart the engine)."""
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.connection_timeout = connection_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):  # at the cap: refuse rather than grow a thread per client
@@ -78,7 +80,10 @@ class HealthServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: HealthServer
     server_version = "appliance-exporter"
-    timeout = CONNECTION_TIMEOUT_S
+
+    def setup(self) -> None:
+        self.timeout = self.server.connection_timeout  # the socket's timeout for every read of this connection
+        super().setup()
 
     def do_GET(self) -> None:
         self._respond(head=False)
