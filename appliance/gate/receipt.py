@@ -63,7 +63,7 @@ def load(path: Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ApplianceError(f"{path}: malformed receipt, missing {', '.join(missing)}", value=str(path))
-    return validate_receipt(data, str(path))
+    return redact_tree(validate_receipt(data, str(path)))  # a receipt from elsewhere may carry a secret
 
 
 def check(receipt: dict[str, Any], name: str) -> dict[str, Any] | None:

@@ -1,11 +1,11 @@
 """The receipt's schema, checked when a receipt is read back (`gate compare`): what the comparison reads is typed
 and bounded, so a hand-edited or truncated receipt is exit 2 naming the field, never a traceback, and NaN or
 infinity can never be judged an improvement. Strict types: "5" is no count. Unknown keys are kept (a newer gate
-may add some); only the ones the comparison reads are held to a shape."""
+may add some); only the ones the comparison reads are held to a shape, and what it indexes is required."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -63,25 +63,35 @@ class BenchMetrics(_Part):
     rows: list[BenchRow] = []
 
 
-class CountMetrics(_Part):
-    """recall (found of total needles) and structured (valid of total replies)."""
+class _PartOfTotal(_Part):
+    """A count of a total (`part` of `total`): both there or neither, and the part never above the total."""
 
+    _part: ClassVar[str]
     total: Count | None = None
-    found: Count | None = None
-    valid: Count | None = None
 
     @model_validator(mode="after")
-    def _part_of_total(self) -> CountMetrics:
-        for name in ("found", "valid"):
-            part = getattr(self, name)
-            if part is not None and (self.total is None or part > self.total):
-                raise ValueError(f"{name}={part} exceeds total={self.total}: a count of a total cannot exceed it")
+    def _part_of_total(self) -> _PartOfTotal:
+        part = getattr(self, self._part)
+        if (part is None) != (self.total is None):
+            raise ValueError(f"{self._part} and total come together (got {self._part}={part}, total={self.total})")
+        if part is not None and self.total is not None and part > self.total:
+            raise ValueError(f"{self._part}={part} exceeds total={self.total}: a count of a total cannot exceed it")
         return self
 
 
+class RecallMetrics(_PartOfTotal):
+    _part: ClassVar[str] = "found"
+    found: Count | None = None
+
+
+class StructuredMetrics(_PartOfTotal):
+    _part: ClassVar[str] = "valid"
+    valid: Count | None = None
+
+
 class ReasoningMetrics(_Part):
-    accepted: Count | None = None
-    think_leaks: Count | None = None
+    accepted: Count = 0
+    think_leaks: Count = 0
     tool_call_parsed: bool | None = None
 
 
@@ -94,14 +104,14 @@ class RecallParams(_Part):
     min_found: Fraction | None = None
 
 
-METRICS: dict[str, type[_Part]] = {"bench": BenchMetrics, "recall": CountMetrics, "structured": CountMetrics,
+METRICS: dict[str, type[_Part]] = {"bench": BenchMetrics, "recall": RecallMetrics, "structured": StructuredMetrics,
                                    "reasoning": ReasoningMetrics, "gsm8k": Gsm8kMetrics}
 
 
 class Check(_Part):
     name: str
     status: str
-    summary: str = ""
+    summary: str
     params: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
 
