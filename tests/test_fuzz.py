@@ -66,7 +66,7 @@ class Figures:
     slowest: str = ""
     per_area: dict[str, int] = field(default_factory=dict)
     exits: dict[str, int] = field(default_factory=dict)
-    """How the CLI examples ended ("0", "1", "2"): the generators must reach the accepting paths too."""
+    """How the CLI examples ended, per area ("render:0"): the generators must reach the accepting paths too."""
 
     def to_json(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "tracebacks": self.tracebacks, "hangs": self.hangs, "leaks": self.leaks,
@@ -145,7 +145,7 @@ def run_cli(area: str, argv: list[str], *, env: dict[str, str] | None = None,
         FIGURES.tracebacks += 1
         pytest.fail(f"a traceback printed by appliance {_shown(argv)}:\n{text[-3000:]}")
     assert code in codes, f"exit {code} from appliance {_shown(argv)}:\n{text[-2000:]}"
-    FIGURES.exits[str(code)] = FIGURES.exits.get(str(code), 0) + 1
+    FIGURES.exits[f"{area}:{code}"] = FIGURES.exits.get(f"{area}:{code}", 0) + 1
     if not (secret_ok_on_success and code == 0):
         leaked = [s for s in secrets if s in text]
         if leaked:
@@ -203,9 +203,44 @@ def _field_paths() -> list[str]:
 FIELD_PATHS = _field_paths()
 override_keys = st.one_of(st.sampled_from(FIELD_PATHS), st.sampled_from(FIELD_PATHS).map(lambda p: p + ".x"),
                           st.text(max_size=12))
-overrides = st.lists(st.builds(lambda k, v: f"{k}={v}", override_keys, hostile_text), max_size=3)
+def now_and_then(n: int) -> st.SearchStrategy[bool]:
+    """True about once in `n` draws. (Hypothesis biases integers towards 0 and its boundaries, so
+    `integers(0, n) == 0` would be true far more often than 1 in n.)"""
+    return st.sampled_from([True] + [False] * (n - 1))
+
+
+def mostly(good: st.SearchStrategy[Any], bad: st.SearchStrategy[Any], n: int = 5) -> st.SearchStrategy[Any]:
+    """`bad` about once in `n` draws, else `good`: hostile input, but enough valid input to reach the renderers."""
+    return now_and_then(n).flatmap(lambda hostile: bad if hostile else good)
+
+
+printable = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=30)
+PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
+    # Values near and past each bound, and printable text of any script: these reach the accepting paths.
+    "server.port": st.integers(-1, 65536), "server.health_port": st.integers(-1, 65536),
+    "server.host": st.sampled_from(["0.0.0.0", "::", "127.0.0.1", "localhost", "[::1]", "head-0.svc", "300.1.1.1"]),
+    "server.served_model_name": printable, "description": printable, "server.tokenizer_mode": printable,
+    "model.revision": printable, "distributed.nccl_ib_hca": printable,
+    "limits.max_model_len": st.integers(0, 2_000_000), "limits.max_num_seqs": st.integers(-1, 5000),
+    "limits.gpu_memory_utilization": st.floats(-1, 2), "distributed.master_port": st.integers(1000, 65536),
+    "cache.block_size": st.integers(0, 5000), "speculative.num_tokens": st.integers(0, 20),
+    "engine.kv_offload_gib": st.floats(allow_nan=True, allow_infinity=True), "hardware.nodes": st.integers(0, 20),
+    "cache.guard": st.sampled_from(["auto", "0", "1", "2", "3"]), "engine.cudagraph_mode": st.sampled_from(
+        ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "full"]),
+}
+
+
+@st.composite
+def plausible_override(draw: st.DrawFn) -> str:
+    key = draw(st.sampled_from(sorted(PLAUSIBLE)))
+    value = draw(PLAUSIBLE[key])
+    return f"{key}={json.dumps(value) if isinstance(value, str) else value}"  # a JSON string is YAML-quoted text
+
+
+overrides = st.lists(mostly(plausible_override(), st.builds(lambda k, v: f"{k}={v}", override_keys, hostile_text),
+                             3), max_size=3)
 PROFILES = ["cpu-smoke", "cpu-smoke-2node", "gb10-tp2", "rtx-pro-6000-tp2"]
-profile_names = st.one_of(st.sampled_from(PROFILES), st.sampled_from(PROFILES), hostile_text)
+profile_names = mostly(st.sampled_from(PROFILES), hostile_text)
 
 
 @st.composite
@@ -222,7 +257,7 @@ def placement_flags(draw: st.DrawFn) -> list[str]:
 
 def _with_secrets(items: list[str], secret: str, draw: st.DrawFn) -> list[str]:
     """Put the secret into some of the generated values, as a user pasting a token into the wrong place would."""
-    return [f"{i}{secret}" if draw(st.booleans()) else i for i in items]
+    return [f"{i}{secret}" if draw(now_and_then(4)) else i for i in items]
 
 
 # --- profile commands: validate, config, render, k8s -----------------------------------------------------------------
@@ -244,16 +279,30 @@ def test_profile_commands_keep_the_contract_for_any_override_and_flag(data: st.D
             secret_ok_on_success=command in ("render", "k8s"))
 
 
+ENV_GOOD: dict[str, st.SearchStrategy[str]] = {
+    "APPLIANCE_PROFILE": st.sampled_from(["cpu-smoke-2node", "gb10-tp2", "cpu-smoke"]),
+    "APPLIANCE_SET": st.lists(plausible_override(), max_size=2).map(";".join),
+    "APPLIANCE_NODE_RANK": st.integers(-1, 3).map(str),
+    "APPLIANCE_MASTER_ADDR": st.sampled_from(["10.0.0.1", "fd00::1", "head", "[fd00::2]", "10.0.0.256"]),
+    "APPLIANCE_MASTER_PORT": st.integers(1000, 65536).map(str),
+    "APPLIANCE_FABRIC_IFNAME": st.sampled_from(["eth0", "enp1s0f0np0", "ib0", "a" * 15, "a" * 16]),
+    "APPLIANCE_HOST_IP": st.sampled_from(["10.0.0.2", "fd00::2", "host-b"]),
+    "APPLIANCE_HEALTH_PORT": st.integers(0, 65536).map(str),
+    "APPLIANCE_MODEL_DIR": st.sampled_from(["/models/x", "~/models/y", "relative/dir"]),
+    "APPLIANCE_LOG_DIR": st.sampled_from(["/tmp/appliance-fuzz-logs", "~/logs"]),
+    "APPLIANCE_RENDEZVOUS_TIMEOUT_S": st.floats(0, 100000).map(str),
+}
+
+
 @settings(BUDGET, max_examples=150)
 @given(data=st.data(), hf=secret_values)
 def test_appliance_env_values_keep_the_contract(data: st.DataObject, hf: str) -> None:
-    env = {"HF_TOKEN": hf}
-    for var in ("APPLIANCE_PROFILE", "APPLIANCE_SET", "APPLIANCE_NODE_RANK", "APPLIANCE_MASTER_ADDR",
-                "APPLIANCE_MASTER_PORT", "APPLIANCE_FABRIC_IFNAME", "APPLIANCE_HOST_IP", "APPLIANCE_HEALTH_PORT",
-                "APPLIANCE_MODEL_DIR", "APPLIANCE_LOG_DIR", "APPLIANCE_RENDEZVOUS_TIMEOUT_S"):
-        if data.draw(st.booleans()):
-            value = data.draw(env_text)
-            env[var] = f"{value}{hf}" if data.draw(st.booleans()) else value
+    env = {"HF_TOKEN": hf, "APPLIANCE_MASTER_ADDR": "10.0.0.1"}
+    for var, good in ENV_GOOD.items():
+        if data.draw(now_and_then(2)):  # unset, or left as above
+            continue
+        value = data.draw(mostly(good, env_text, 4))
+        env[var] = f"{value}{hf}" if data.draw(now_and_then(8)) else value
     env.setdefault("APPLIANCE_PROFILE", "cpu-smoke-2node")
     command = data.draw(st.sampled_from(["render", "config", "validate"]))
     run_cli("env", [command], env=env, secrets=(hf,), secret_ok_on_success=command == "render")
@@ -314,13 +363,15 @@ FATAL_TEMPLATES = ["ERROR EngineDeadError: request failed --api-key {s}",
 
 @st.composite
 def serve_logs(draw: st.DrawFn, secret: str) -> bytes:
-    parts: list[bytes] = []
+    # Half the logs are the real serve log with lines inserted, so a passing verdict is reachable too.
+    parts: list[bytes] = [line.encode() for line in LOG_LINES] if draw(st.booleans()) else []
     for _ in range(draw(st.integers(0, 30))):
         kind = draw(st.sampled_from(["real", "real", "fatal", "text", "bytes", "long"]))
         if kind == "real":
             parts.append(draw(st.sampled_from(LOG_LINES)).encode())
         elif kind == "fatal":
-            parts.append(draw(st.sampled_from(FATAL_TEMPLATES)).format(s=secret).encode())
+            parts.insert(draw(st.integers(0, len(parts))),
+                         draw(st.sampled_from(FATAL_TEMPLATES)).format(s=secret).encode())
         elif kind == "text":
             parts.append(draw(hostile_text).encode("utf-8", "surrogatepass"))
         elif kind == "bytes":
@@ -380,7 +431,7 @@ def receipts(draw: st.DrawFn, secret: str) -> str:
         else:
             parent[path[-1]] = draw(json_values)
     text = json.dumps(r)
-    if draw(st.integers(0, 9)) == 0:
+    if draw(now_and_then(10)):
         cut = draw(st.integers(0, len(text)))
         text = text[:cut]
     return text
@@ -493,12 +544,12 @@ def raw_requests(draw: st.DrawFn) -> bytes:
     headers = draw(st.lists(st.builds(lambda k, v: f"{k}: {v}", st.text(string.ascii_letters, min_size=1,
                                                                          max_size=10), st.text(max_size=20)),
                             max_size=4))
-    if draw(st.integers(0, 19)) == 0:
+    if draw(now_and_then(20)):
         headers += [f"X-{i}: y" for i in range(150)]  # over http.client's header limit
     body = draw(st.binary(max_size=100))
     head = f"{method} {path} {version}\r\n" + "".join(f"{h}\r\n" for h in headers)
     data = head.encode("utf-8", "surrogatepass") + b"\r\n" + body
-    return data[: draw(st.integers(0, len(data)))] if draw(st.integers(0, 4)) == 0 else data
+    return data[: draw(st.integers(0, len(data)))] if draw(now_and_then(5)) else data
 
 
 def _exchange(address: str, data: bytes) -> bytes:
