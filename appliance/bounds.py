@@ -157,6 +157,28 @@ def check_host(field: str, value: str) -> str:
                          reason="the address goes to vLLM, NCCL and the rendezvous, which resolve it as a host")
 
 
+def is_http_url(value: str) -> bool:
+    """http(s)://HOST[:PORT][/path]: a host that is an address or a name, a port in range, no credentials."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        port_ok = parts.port is None or PORT_MIN <= parts.port <= PORT_MAX
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok \
+        and is_host(parts.hostname) and not parts.username and not parts.password
+
+
+def check_http_url(field: str, value: str) -> str:
+    check_text(field, value, max_bytes=8192)
+    if not is_http_url(value):
+        raise ApplianceError(f"{field}={show(value)}: not an http(s) URL", field=field, value=show(value),
+                             fix="write e.g. http://127.0.0.1:8000 (credentials go in VLLM_API_KEY, not the URL)",
+                             reason="the appliance only speaks HTTP to the serve and its exporter")
+    return value
+
+
 def check_ifname(field: str, value: str) -> str:
     """A Linux interface name: 1-15 bytes, not `.`/`..`, no `/`, `:` or whitespace (the kernel's dev_valid_name)."""
     check_text(field, value, max_bytes=256)

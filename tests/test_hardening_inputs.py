@@ -229,3 +229,15 @@ def test_run_with_a_run_dir_that_cannot_be_created_exits_2_naming_it(tmp_path: P
     assert r.returncode == 2, r.stderr
     assert ("--run-dir" if how == "flag" else "APPLIANCE_LOG_DIR") in r.stderr and str(blocker) in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--url", "ftp://127.0.0.1:8000"], "--url"),
+    (["--exporter", "http://user:pw@127.0.0.1:9400"], "--exporter"),
+    (["--tokenizer", "tok\n--rm"], "--tokenizer"),
+    (["--bench-corpus", "\x1b[2J"], "--bench-corpus"),
+])
+def test_gate_flags_keep_the_same_bounds_before_anything_is_asked(capsys: pytest.CaptureFixture[str],
+                                                                  argv: list[str], needle: str) -> None:
+    code, _, err = cli(capsys, "gate", "--profile", "cpu-smoke", *argv)
+    assert code == 2 and needle in err and "Traceback" not in err

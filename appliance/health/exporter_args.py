@@ -9,9 +9,8 @@ import math
 import os
 import stat
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from appliance.bounds import MAX_ARG_BYTES, control_char, is_host, show
+from appliance.bounds import MAX_ARG_BYTES, control_char, is_host, is_http_url, show
 
 MAX_SECONDS = 86_400.0
 """A day: no interval or timeout of the exporter is meaningfully longer, and Event.wait() overflows on 1e300."""
@@ -61,14 +60,7 @@ def seconds(text: str) -> float:
 
 def http_url(text: str) -> str:
     """http(s)://HOST[:PORT][/path] with a host that is an address or a name."""
-    _text(text)
-    try:
-        parts = urlsplit(text)
-        port_ok = parts.port is None or 1 <= parts.port <= 65535
-    except ValueError:
-        parts, port_ok = None, False
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
-            or not is_host(parts.hostname) or parts.username or parts.password:
+    if not is_http_url(_text(text)):
         raise argparse.ArgumentTypeError(f"{show(text)} is not an http(s) URL; write e.g. http://127.0.0.1:8000")
     return text
 
