@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from appliance.bounds import RENDEZVOUS_PORT_OFFSET
+from appliance.bounds import RENDEZVOUS_PORT_OFFSET, show
 from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, Identity, differences, local_identity
 from appliance.profile.model import Profile
@@ -118,7 +118,8 @@ class _Exchange:
         rank, nonce = data.get("rank"), data.get("nonce")
         if data.get("protocol") != PROTOCOL or not isinstance(rank, int) or not isinstance(nonce, str):
             self._refuse(ApplianceError(
-                f"a node at {address} speaks another rendezvous protocol ({data.get('protocol')!r}, head {PROTOCOL})",
+                f"a node at {address} speaks another rendezvous protocol ({show(data.get('protocol'))}, "
+                f"head {PROTOCOL})",
                 fix=SAME_EVERYWHERE, reason=K15_REASON))
             return None
         try:
@@ -342,7 +343,7 @@ def join_head(identity: Identity, rank: int, master_addr: str, port: int, timeou
             continue
         answered, delay = True, 0.2
         if not isinstance(reply, dict) or reply.get("protocol") != PROTOCOL:
-            raise ApplianceError(f"the head at {where} speaks another rendezvous protocol: {reply!r}",
+            raise ApplianceError(f"the head at {where} speaks another rendezvous protocol: {show(reply)}",
                                  fix=SAME_EVERYWHERE, reason=K15_REASON)
         head = Identity.from_json(reply.get("head"), peer=f"the head at {where}")
         diffs = differences(head, identity)
