@@ -308,6 +308,30 @@ def test_appliance_env_values_keep_the_contract(data: st.DataObject, hf: str) ->
     run_cli("env", [command], env=env, secrets=(hf,), secret_ok_on_success=command == "render")
 
 
+@pytest.fixture(scope="module")
+def engine_with_secrets() -> Iterator[str]:
+    """A real process whose command line reads like an engine's and carries an API key: doctor names it."""
+    import subprocess
+    import sys
+
+    key = "SxDoctorFuzzKey0099"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "vllm", "serve", "m",
+                             "--api-key", key])
+    yield key
+    proc.kill()
+    proc.wait()
+
+
+@settings(BUDGET, max_examples=40)
+@given(data=st.data(), sets=overrides, hf=secret_values)
+def test_doctor_keeps_the_contract_and_never_shows_a_secret(data: st.DataObject, sets: list[str], hf: str,
+                                                            engine_with_secrets: str) -> None:
+    argv = ["doctor", "cpu-smoke", *(f"--set={item}" for item in _with_secrets(sets, hf, data.draw))]
+    if data.draw(st.booleans()):
+        argv.append("--json")
+    run_cli("doctor", argv, env={"HF_TOKEN": hf}, secrets=(hf, engine_with_secrets), codes=(0, 1, 2))
+
+
 # --- profile files ---------------------------------------------------------------------------------------------------
 
 yaml_values = st.recursive(
