@@ -127,6 +127,15 @@ def check_port(field: str, value: int, *, low: int = PORT_MIN, high: int = PORT_
     return value
 
 
+def check_health_port(field: str, health_port: int, api_port: int) -> int:
+    """The exporter's port on a node that serves the API (head or single) is not the API's port."""
+    if health_port == api_port:
+        raise ApplianceError(f"{field}={health_port}: the API port too", field=field, value=health_port,
+                             fix="give the exporter another port (--port, APPLIANCE_HEALTH_PORT, server.health_port)",
+                             reason="vLLM's API server listens there on this node; one of the two would not start")
+    return health_port
+
+
 def check_master_port(field: str, value: int) -> int:
     """The rendezvous listens on master + 1, so that one must be a port too."""
     return check_port(field, value, low=1024, high=MAX_MASTER_PORT)

@@ -60,7 +60,7 @@ def test_a_log_that_is_not_a_regular_file_is_refused(capsys: pytest.CaptureFixtu
 
 def test_the_exporter_port_may_not_be_the_api_port(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["exporter", "cpu-smoke", "--no-engine", "--log", str(tmp_path / "log"), "--port", "8000"]) == 2
-    assert "is the API port" in capsys.readouterr().err
+    assert "--port=8000: the API port too" in capsys.readouterr().err
 
 
 def test_a_fifo_in_place_of_the_log_never_blocks_the_tailer(tmp_path: Path) -> None:

@@ -241,3 +241,13 @@ def test_gate_flags_keep_the_same_bounds_before_anything_is_asked(capsys: pytest
                                                                   argv: list[str], needle: str) -> None:
     code, _, err = cli(capsys, "gate", "--profile", "cpu-smoke", *argv)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_run_refuses_a_health_port_from_the_environment_that_is_the_api_port(tmp_path: Path,
+                                                                            smoke_model_dir: Path) -> None:
+    env = {**os.environ, "APPLIANCE_HOME": str(tmp_path / "home"), "APPLIANCE_HEALTH_PORT": "8000"}
+    r = subprocess.run([sys.executable, "-m", "appliance", "run", "cpu-smoke", "--dry-run", "--skip-doctor",
+                        "--model-dir", str(smoke_model_dir), "--run-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert r.returncode == 2 and "APPLIANCE_HEALTH_PORT=8000: the API port too" in r.stderr
+    assert not (tmp_path / "run" / "supervisord.conf").exists()

@@ -43,6 +43,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from appliance.bounds import check_health_port
     from appliance.health.build import HealthContext, lock_versions
     from appliance.health.engine import EngineProbe
     from appliance.health.metrics import make_registry
@@ -80,10 +81,8 @@ def run(args: argparse.Namespace) -> int:
     monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
                       engine=engine, progress_window=args.progress_window, peers=peers)
     port = args.port or settings.health_port_for(profile.server.health_port)
-    if port == profile.server.port and role != "worker":
-        raise ApplianceError(f"exporter port {port} is the API port of {profile.name}", field="--port", value=port,
-                             fix="give the exporter another port (--port, APPLIANCE_HEALTH_PORT, server.health_port)",
-                             reason="vLLM's API server listens there on this node")
+    if role != "worker":
+        check_health_port("--port" if args.port else "APPLIANCE_HEALTH_PORT", port, profile.server.port)
     try:
         server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
                               clock=clock, stale_after=3 * args.interval + 2 * args.engine_timeout + 5,

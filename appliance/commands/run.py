@@ -49,6 +49,7 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from appliance.bounds import check_health_port
     from appliance.errors import ApplianceError
     from appliance.lock import lock_digest
     from appliance.paths import appliance_home, make_dir, venv_executable
@@ -97,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     plan = build_plan(profile, place)
 
     health_port = settings.health_port_for(profile.server.health_port)
+    if plan.role != "worker":
+        check_health_port("APPLIANCE_HEALTH_PORT", health_port, profile.server.port)
     peers: dict[int, Peer] = {}
     if plan.role != "single":
         from appliance.multinode.rendezvous import preflight
