@@ -251,3 +251,12 @@ def test_run_refuses_a_health_port_from_the_environment_that_is_the_api_port(tmp
                        capture_output=True, text=True, env=env, check=False, timeout=120)
     assert r.returncode == 2 and "APPLIANCE_HEALTH_PORT=8000: the API port too" in r.stderr
     assert not (tmp_path / "run" / "supervisord.conf").exists()
+
+
+@pytest.mark.parametrize("rank", ["-1", "2"])
+def test_logscan_refuses_a_rank_outside_the_profile(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                    rank: str) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text("")
+    code, _, err = cli(capsys, "logscan", str(log), "--profile", "cpu-smoke-2node", f"--node-rank={rank}")
+    assert code == 2 and "outside the 2-node profile" in err
