@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.paths import profiles_dir
 from appliance.yamlstrict import load_file
@@ -66,7 +67,7 @@ class Catalogue(BaseModel):
             return self.checkpoints[checkpoint_id]
         except KeyError:
             raise ApplianceError(
-                f"model.checkpoint={checkpoint_id!r} is not in the catalogue",
+                f"model.checkpoint={show(checkpoint_id)} is not in the catalogue",
                 field="model.checkpoint",
                 value=checkpoint_id,
                 fix="use one of: " + ", ".join(self.checkpoints)

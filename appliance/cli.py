@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(module.run(args) or 0)
     except ApplianceError as exc:
-        print(f"appliance {args.command}: error: {exc}", file=sys.stderr)
+        from appliance.redact import redact
+
+        print(f"appliance {args.command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

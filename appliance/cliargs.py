@@ -56,6 +56,7 @@ def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | 
     from appliance.settings import load_settings
 
     s = settings or load_settings()
+    check_placement_flags(args)
 
     def pick(name: str) -> Any:
         value = getattr(args, name, None)
@@ -63,3 +64,23 @@ def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | 
 
     return Placement(node_rank=pick("node_rank"), master_addr=pick("master_addr"), master_port=pick("master_port"),
                      host_ip=s.host_ip, fabric_ifname=pick("fabric_ifname"), model_dir=pick("model_dir"))
+
+
+def check_placement_flags(args: argparse.Namespace) -> None:
+    """The placement flags keep the bounds the APPLIANCE_* variables and the profile keep (appliance/bounds.py)."""
+    from appliance.bounds import check_host, check_ifname, check_master_port, check_text
+    from appliance.errors import ApplianceError
+
+    rank = getattr(args, "node_rank", None)
+    if rank is not None and not 0 <= rank <= 15:
+        raise ApplianceError(f"--node-rank={rank}: outside 0-15", field="--node-rank", value=rank,
+                             fix="give this node's rank: 0 for the head, 1..nodes-1 for the workers",
+                             reason="a serve has at most 16 nodes and rank 0 is the head")
+    if getattr(args, "master_addr", None) is not None:
+        check_host("--master-addr", args.master_addr)
+    if getattr(args, "master_port", None) is not None:
+        check_master_port("--master-port", args.master_port)
+    if getattr(args, "fabric_ifname", None) is not None:
+        check_ifname("--fabric-ifname", args.fabric_ifname)
+    if getattr(args, "model_dir", None) is not None:
+        check_text("--model-dir", str(args.model_dir))

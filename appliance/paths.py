@@ -40,3 +40,53 @@ def venv_executable(name: str) -> str | None:
     `vllm` elsewhere on PATH would be another install than the one the lock checked."""
     beside = Path(sys.executable).parent / name
     return str(beside) if beside.exists() else shutil.which(name)
+
+
+def make_dir(path: Path, field: str) -> Path:
+    """A folder the appliance writes into, created when missing; ApplianceError naming `field` (the flag or
+    variable it came from) and the path when it cannot be (a file in the way, no permission, a read-only mount)."""
+    from appliance.bounds import check_text, show
+    from appliance.errors import ApplianceError
+
+    check_text(field, str(path), max_bytes=4096)
+    shown = show(str(path), 512)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ApplianceError(f"{field}: {shown} is not a directory", field=field, value=shown,
+                             fix=f"point {field} at a folder (or remove the file in its place)") from None
+    except OSError as exc:
+        raise ApplianceError(f"{field}: cannot create {shown}: {exc.strerror}", field=field, value=shown,
+                             fix=f"point {field} at a folder this user may create and write") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ApplianceError(f"{field}: {shown} is not writable by this user", field=field, value=shown,
+                             fix=f"point {field} at a writable folder, or fix its owner")
+    return path
+
+
+def read_capped(path: Path, field: str, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; ApplianceError otherwise. Checked on the open handle
+    (O_NONBLOCK), so a FIFO put where a file was expected is refused rather than blocking the reader."""
+    import stat
+
+    from appliance.bounds import show
+    from appliance.errors import ApplianceError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        missing = isinstance(exc, FileNotFoundError)
+        raise ApplianceError(f"{what} {show(str(path), 512)} " + ("does not exist" if missing else
+                             f"cannot be read: {exc.strerror}"), field=field, value=show(str(path), 512),
+                             fix=f"give the path of the {what}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ApplianceError(f"{what} {show(str(path), 512)} is not a regular file", field=field,
+                                 value=show(str(path), 512), fix=f"give the path of the {what}",
+                                 reason="a FIFO or a device would block the reader; a folder is no file")
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ApplianceError(f"{what} {show(str(path), 512)} is over the {max_bytes:,}-byte limit", field=field,
+                             value=show(str(path), 512), fix=f"give the right {what}",
+                             reason="the reader caps its input so a huge file cannot exhaust memory")
+    return data

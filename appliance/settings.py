@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from appliance.bounds import MAX_MASTER_PORT, check_host, check_ifname, check_text, show
 
 
 class ApplianceSettings(BaseSettings):
@@ -19,7 +21,7 @@ class ApplianceSettings(BaseSettings):
     """This machine's rank in a multi-node serve (0 = head with the API server)."""
     master_addr: str | None = None
     """The head's address on the fast fabric (multi-node rendezvous)."""
-    master_port: int | None = Field(None, ge=1024, le=65535)
+    master_port: int | None = Field(None, ge=1024, le=MAX_MASTER_PORT)
     """Overrides distributed.master_port."""
     fabric_ifname: str | None = None
     """Network interface of the fast fabric (NCCL/Gloo socket interface, VLLM_HOST_IP)."""
@@ -35,6 +37,24 @@ class ApplianceSettings(BaseSettings):
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     log_dir: Path | None = None
     """Where the serve log and supervisor files go."""
+
+    # The same bounds as the flags and the profile (appliance/bounds.py), named by the variable.
+    @field_validator("profile", "set", "model_dir", "log_dir", mode="before")
+    @classmethod
+    def _printable(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str):
+            check_text(f"APPLIANCE_{info.field_name.upper()}", value)
+        return value
+
+    @field_validator("master_addr", "host_ip")
+    @classmethod
+    def _address(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else check_host(f"APPLIANCE_{str(info.field_name).upper()}", value)
+
+    @field_validator("fabric_ifname")
+    @classmethod
+    def _ifname(cls, value: str | None) -> str | None:
+        return value if value is None else check_ifname("APPLIANCE_FABRIC_IFNAME", value)
 
     @field_validator("model_dir", "log_dir")
     @classmethod
@@ -59,7 +79,7 @@ def load_settings() -> ApplianceSettings:
     try:
         return ApplianceSettings()
     except ValidationError as exc:
-        problems = [f"APPLIANCE_{str(e['loc'][0]).upper()}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+        problems = [f"APPLIANCE_{str(e['loc'][0]).upper()}={show(e.get('input'))}: {e['msg']}" for e in exc.errors()]
         raise ApplianceError(
             "invalid environment: " + "; ".join(problems),
             field=problems[0].split("=")[0], fix="correct or unset the variable(s) named",

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from appliance.bounds import show
 from appliance.errors import ApplianceError
 
 
@@ -38,9 +39,9 @@ def _no_duplicate_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise ApplianceError(
-                f"{loader.source}:{key_node.start_mark.line + 1}: duplicate key {key!r} "
+                f"{loader.source}:{key_node.start_mark.line + 1}: duplicate key {show(key)} "
                 f"(first at line {seen[key]})",
-                field=str(key),
+                field=show(key),
                 fix="keep one of the two entries",
                 reason="with duplicate keys the last one silently wins",
             )
@@ -62,28 +63,99 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:bool", _no_ambiguous_bool)
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
 
 
+MAX_BYTES = 1 << 20
+"""A profile is a few hundred bytes; a bigger file is a mistake or an attack on the loader."""
+MAX_NODES = 20_000
+"""Values after alias expansion: a few anchors referring to each other (a "billion laughs") stay small on
+disk and become billions of values in memory."""
+
+
+def _expanded_size(root: yaml.Node, source: str) -> int:
+    """Nodes the document holds once every alias is expanded; stops at MAX_NODES or at a self-reference."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in visiting:
+            raise ApplianceError(f"{source}: an alias refers to the node that holds it",
+                                 fix="remove the self-referencing anchor/alias",
+                                 reason="a self-referencing value has no end")
+        visiting.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_NODES:
+                raise ApplianceError(
+                    f"{source}: more than {MAX_NODES:,} values once its aliases are expanded",
+                    fix="write the values out instead of nesting aliases",
+                    reason="nested aliases grow exponentially (a \"billion laughs\"): the loader caps them")
+        visiting.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
 def load_text(text: str, source: str = "<yaml>") -> Any:
-    loader = _StrictLoader(text)
-    loader.source = source
+    """The document, or ApplianceError: nothing the YAML library, the date/int constructors or the
+    interpreter's stack raise gets past this function."""
+    if len(text) > MAX_BYTES:
+        raise ApplianceError(f"{source}: {len(text):,} characters, over the {MAX_BYTES:,} limit",
+                             fix="a profile is a small file; give the right one",
+                             reason="the loader caps its input so a huge file cannot exhaust memory")
+    loader: _StrictLoader | None = None
     try:
-        return loader.get_single_data()
+        loader = _StrictLoader(text)
+        loader.source = source
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, source)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ApplianceError(
-            f"{source}: not valid YAML: {exc}", fix="correct the YAML syntax at the place named"
+            f"{source}: not valid YAML: {_short(exc)}", fix="correct the YAML syntax at the place named"
         ) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # an invalid date (2026-13-45), an integer past Python's digit limit, an unhashable (list) key
+        raise ApplianceError(f"{source}: a value YAML cannot represent: {_short(exc)}",
+                             fix="correct the value (dates as YYYY-MM-DD, keys as plain words, numbers of "
+                                 "sensible size)", reason="the profile must load to plain values") from None
+    except RecursionError:
+        raise ApplianceError(f"{source}: nested too deeply to read", fix="a profile has sections of plain values",
+                             reason="the YAML parser recurses per level of nesting") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def load_file(path: Path) -> Any:
+    from appliance.paths import read_capped
+
+    raw = read_capped(path, "profile", MAX_BYTES, "YAML file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ApplianceError(f"cannot read {path}: {exc.strerror}", value=str(path)) from None
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+        raise ApplianceError(f"{path}: not UTF-8 ({'UTF-16' if utf16 else f'byte {exc.start}'})", value=str(path),
+                             fix="save the file as UTF-8", reason="profiles are UTF-8 text") from None
     return load_text(text, str(path))
 
 
 def parse_scalar(text: str, source: str) -> Any:
     """Read one override value (``--set a.b=VALUE``) with the same strict rules as a profile."""
     return load_text(text, source)
-

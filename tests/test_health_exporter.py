@@ -25,6 +25,7 @@ from appliance.health.engine import parse_metrics
 from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.health.monitor import Monitor
 from appliance.profile.loader import load_profile
+from tests.conftest import free_port
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 REAL_METRICS = (LOGS / "cpu-smoke-metrics.txt").read_text()
@@ -230,7 +231,8 @@ def test_the_exporter_command_exits_cleanly_on_sigterm(tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(UNTIL_READY)
     proc = subprocess.Popen([sys.executable, "-m", "appliance", "exporter", "--profile", "cpu-smoke", "--log",
-                             str(log), "--no-engine", "--host", "127.0.0.1", "--port", "0", "--interval", "0.2"],
+                             str(log), "--no-engine", "--host", "127.0.0.1", "--port", str(free_port()),
+                             "--interval", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
     try:
         assert proc.stdout is not None

@@ -16,7 +16,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
 
 LAYERS: list[set[str]] = [
-    {"errors", "paths", "lockfile"},  # leaves (lockfile: stdlib only, the image build runs it)
+    {"errors", "lockfile", "redact"},  # leaves (lockfile: stdlib only, the image build runs it)
+    {"bounds"},  # the limits of every value from outside (text, ports, addresses)
+    {"paths"},  # where the appliance's files are
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
     {"rules"},  # K rules over a profile

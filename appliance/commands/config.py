@@ -7,8 +7,8 @@ import json
 import os
 
 from appliance.cliargs import add_profile_args, load_from_args
-
-SECRETS = ("HF_TOKEN", "VLLM_API_KEY")
+from appliance.redact import SECRET_ENV as SECRETS
+from appliance.redact import redact_tree
 
 
 def _flatten(data: object, prefix: str = "") -> dict[str, object]:
@@ -28,7 +28,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(args)
     values = _flatten(loaded.profile.model_dump(mode="json"))
-    rows = {path: {"value": value, "origin": loaded.origin(path)} for path, value in values.items()}
+    # A value that carries a secret (HF_TOKEN's value pasted into a field) is shown masked, like the secrets.
+    rows = {path: {"value": redact_tree(value), "origin": loaded.origin(path)} for path, value in values.items()}
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from appliance.cliargs import add_profile_args, load_from_args
 from appliance.errors import ApplianceError
+from appliance.health import exporter_args as arg
 
 if TYPE_CHECKING:
     from appliance.profile.loader import LoadedProfile
@@ -22,29 +23,32 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
     parser.add_argument("--launch", type=Path, help="RUN_DIR/launch.json of `appliance run`: the profile the engine "
                         "was started with and this exporter's arguments, instead of a profile and flags")
-    parser.add_argument("--log", type=Path, help="the serve log to tail (default: the engine's, in $APPLIANCE_LOG_DIR)")
-    parser.add_argument("--engine-url", help="vLLM base URL (default http://127.0.0.1:<server.port>; "
+    parser.add_argument("--log", type=arg.log_file,
+                        help="the serve log to tail (default: the engine's, in $APPLIANCE_LOG_DIR)")
+    parser.add_argument("--engine-url", type=arg.http_url,
+                        help="vLLM base URL (default http://127.0.0.1:<server.port>; "
                         "on a worker rank the head's API at $APPLIANCE_MASTER_ADDR)")
     parser.add_argument("--no-engine", action="store_true", help="judge from the log alone")
-    parser.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
-    parser.add_argument("--port", type=int,
+    parser.add_argument("--host", type=arg.bind_host, default="0.0.0.0", help="bind address (default 0.0.0.0)")
+    parser.add_argument("--port", type=arg.port,
                         help="port (default $APPLIANCE_HEALTH_PORT, else the profile's server.health_port)")
-    parser.add_argument("--node-rank", type=int, help="this node's rank (default $APPLIANCE_NODE_RANK or 0)")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
-    parser.add_argument("--engine-timeout", type=float, default=1.5, help="vLLM HTTP timeout (default 1.5 s)")
-    parser.add_argument("--progress-window", type=float, default=60.0,
+    parser.add_argument("--node-rank", type=arg.rank, help="this node's rank (default $APPLIANCE_NODE_RANK or 0)")
+    parser.add_argument("--interval", type=arg.seconds, default=2.0, help="seconds between polls (default 2)")
+    parser.add_argument("--engine-timeout", type=arg.seconds, default=1.5, help="vLLM HTTP timeout (default 1.5 s)")
+    parser.add_argument("--progress-window", type=arg.seconds, default=60.0,
                         help="K18: seconds without engine progress while requests run before not-ready")
-    parser.add_argument("--live-grace", type=float, default=300.0,
+    parser.add_argument("--live-grace", type=arg.seconds, default=300.0,
                         help="seconds in `failed` before /live fails (lets supervisord restart the engine)")
-    parser.add_argument("--peer", dest="peers", action="append", default=[], metavar="RANK=URL",
+    parser.add_argument("--peer", dest="peers", type=arg.peer, action="append", default=[], metavar="RANK=URL",
                         help="a worker's exporter, on the head: compare what each rank loaded (K15; repeatable; "
                              "`appliance run` passes the ranks that joined the rendezvous)")
-    parser.add_argument("--peer-interval", type=float, default=10.0,
+    parser.add_argument("--peer-interval", type=arg.seconds, default=10.0,
                         help="seconds between asking the workers' exporters (default 10)")
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from appliance.bounds import check_health_port
     from appliance.health.exporter import ExporterConfig, build_exporter
     from appliance.health.peers import parse_peer
     from appliance.profile.topology import role_for
@@ -73,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
                             port=port, interval=args.interval, engine_timeout=args.engine_timeout,
                             progress_window=args.progress_window, live_grace=args.live_grace,
                             peer_interval=args.peer_interval, table=args.table)
+    if role != "worker":
+        check_health_port("--port" if args.port else "APPLIANCE_HEALTH_PORT", port, profile.server.port)
     try:
         exporter = build_exporter(config)
     except OSError as exc:

@@ -99,6 +99,18 @@ EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
 """`gate` and `gate serves`: inconclusive (recall between its bands) is neither a pass nor a failure."""
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Flag values reach llama-benchy's and lm-eval's command lines: the bounds of every outside value."""
+    from appliance.bounds import check_http_url, check_text
+
+    for flag in ("url", "exporter"):
+        if getattr(args, flag):
+            check_http_url(f"--{flag}", getattr(args, flag))
+    for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out"):
+        if getattr(args, flag) is not None:
+            check_text(f"--{flag.replace('_', '-')}", str(getattr(args, flag)))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.gate_action == "compare":
         return _compare(args)
@@ -112,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.settings import load_settings
 
     settings = load_settings()
+    _check_flags(args)
     tune = {k: getattr(args, k) for k in TUNABLE}
     request = GateRequest(url=args.url, exporter=args.exporter, profile=args.profile or settings.profile,
                           overrides=args.overrides, env_overrides=settings.overrides(), checks=args.checks,

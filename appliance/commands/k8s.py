@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.lockfile import canonical_digest, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
+    from appliance.render.k8s_names import check_options
     from appliance.rules import context_for, require_valid
     from appliance.settings import load_settings
 
@@ -47,5 +48,6 @@ def run(args: argparse.Namespace) -> int:
         gpu_products=tuple(args.gpu_product or ()),
         overrides=(*settings.overrides(), *args.overrides),
     )
+    check_options(opts, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1)  # before any output
     print(dump(render_manifests(loaded.profile, opts, canonical_digest(lock), loaded.digest), args.format), end="")
     return 0

@@ -28,11 +28,17 @@ def measured_cell(m: Measured | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from appliance.errors import ApplianceError
     from appliance.profile import list_profiles, load_profile
 
     rows, details = [], []
+    invalid: list[dict[str, str]] = []
     for name in list_profiles():
-        p = load_profile(name).profile
+        try:
+            p = load_profile(name).profile
+        except ApplianceError as exc:  # one broken file must not hide the others: it is listed as invalid
+            invalid.append({"name": name, "invalid": str(exc).splitlines()[0][:200]})
+            continue
         spec = f"{p.speculative.method}:{p.speculative.num_tokens}" if p.speculative else "off"
         rows.append({
             "name": p.name, "hardware": p.hardware.gpu,
@@ -42,11 +48,13 @@ def run(args: argparse.Namespace) -> int:
         })
         details.append(p.provenance.model_dump(mode="json"))
     if args.json:
-        print(json.dumps([{**r, "provenance": d} for r, d in zip(rows, details, strict=True)], indent=2))
+        print(json.dumps([{**r, "provenance": d} for r, d in zip(rows, details, strict=True)] + invalid, indent=2))
         return 0
     headers = list(rows[0]) if rows else []
     widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in headers}
     print("  ".join(h.upper().ljust(widths[h]) for h in headers))
     for r in rows:
         print("  ".join(str(r[h]).ljust(widths[h]) for h in headers).rstrip())
+    for r in invalid:
+        print(f"{r['name']}  INVALID: {r['invalid']}  (appliance validate {r['name']} says more)")
     return 0

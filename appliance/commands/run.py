@@ -28,8 +28,15 @@ def _stderr(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.paths import appliance_home, venv_executable
-    from appliance.run.launch import check_profile, describe, preflight_host, resolve_launch, write_launch
+    from appliance.paths import appliance_home, make_dir, venv_executable
+    from appliance.run.launch import (
+        check_profile,
+        check_run_dir,
+        describe,
+        preflight_host,
+        resolve_launch,
+        write_launch,
+    )
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -43,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / loaded.profile.name
+    check_run_dir(run_dir)
+    make_dir(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME")
     launch = resolve_launch(loaded, place, settings, model_dir, run_dir, home)
     conf = write_launch(launch)
     if args.dry_run:

@@ -9,6 +9,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from appliance.redact import redact
+
 GIB = 1024**3
 
 
@@ -58,7 +60,8 @@ def running_engines(proc: Path = Path("/proc")) -> list[tuple[int, str]]:
         except OSError:
             continue
         if _ENGINE.search(cmd.replace(b"\0", b" ")):
-            found.append((int(entry.name), cmd.replace(b"\0", b" ").decode(errors="replace").strip()[:160]))
+            # The command line may carry --api-key/--hf-token: redacted before it is shown anywhere.
+            found.append((int(entry.name), redact(cmd.replace(b"\0", b" ").decode(errors="replace").strip())[:160]))
     return found
 
 

@@ -120,7 +120,7 @@ def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) 
 def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str], dict[str, Any]]:
     from appliance import __version__
     from appliance.lock import load_lock, lock_digest
-    from appliance.paths import appliance_home
+    from appliance.paths import appliance_home, make_dir
     from appliance.profile.model import DEFAULT_HEALTH_PORT
     from appliance.settings import load_settings
 
@@ -146,7 +146,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     params = tune(params_for(profile), req.tune)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = req.out or appliance_home() / "receipts" / f"{profile.name}-{stamp}"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir, "--out" if req.out else "APPLIANCE_HOME")
     ctx = GateContext(url=url, model=model, checkpoint=profile.model.checkpoint,
                       tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
                       progress=progress)

@@ -10,8 +10,11 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.result import OK_STATUSES
+from appliance.redact import redact_tree
 
 SCHEMA = "appliance-gate-receipt/1"
+MAX_RECEIPT_BYTES = 256 << 20
+"""Receipts keep every reply of every check; far beyond this is no receipt."""
 REQUIRED = ("schema", "complete", "verdict", "started_at", "provenance", "engagement", "checks")
 
 
@@ -39,7 +42,8 @@ def write(receipt: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "receipt.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(receipt, indent=2, default=str) + "\n")
+    receipt = redact_tree(json.loads(json.dumps(receipt, default=str)))  # a receipt is shared: no secrets in it
+    tmp.write_text(json.dumps(receipt, indent=2) + "\n")
     os.replace(tmp, path)
     (out_dir / "summary.md").write_text(render(receipt))
     return path
@@ -47,21 +51,22 @@ def write(receipt: dict[str, Any], out_dir: Path) -> Path:
 
 def load(path: Path) -> dict[str, Any]:
     """A receipt from disk, or ApplianceError saying why it is not one."""
+    from appliance.gate.receipt_model import validate_receipt
+    from appliance.paths import read_capped
+
+    raw = read_capped(path, "receipt", MAX_RECEIPT_BYTES, "receipt")
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ApplianceError(f"cannot read receipt {path}: {exc.strerror or exc}", value=str(path),
-                             fix="give the receipt.json a gate run wrote") from None
-    except ValueError as exc:
-        raise ApplianceError(f"{path} is not JSON: {exc}", value=str(path)) from None
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, an int past the digit limit, too deep
+        raise ApplianceError(f"{path} is not JSON: {str(exc)[:200]}", field="receipt", value=str(path),
+                             fix="give the receipt.json written by `appliance gate`") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ApplianceError(f"{path} is not a gate receipt (schema {SCHEMA!r} expected)", value=str(path),
                              fix="give the receipt.json written by `appliance gate`")
     missing = [k for k in REQUIRED if k not in data]
-    if missing or not isinstance(data["checks"], list):
-        raise ApplianceError(f"{path}: malformed receipt, missing {', '.join(missing) or 'a checks list'}",
-                             value=str(path))
-    return data
+    if missing:
+        raise ApplianceError(f"{path}: malformed receipt, missing {', '.join(missing)}", value=str(path))
+    return redact_tree(validate_receipt(data, str(path)))  # a receipt from elsewhere may carry a secret
 
 
 def check(receipt: dict[str, Any], name: str) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from appliance.health.prefilter import Prefilter
 from appliance.health.table import FactPattern, FatalPattern, LogTable, Pattern
+from appliance.redact import redact
 
 MAX_DISTINCT = 16
 MAX_TEXT = 400
@@ -217,7 +218,9 @@ class Extractor:
         hits = self.facts.quiet if self.stopping else self.facts.fatal
         hit = hits.get(pattern.id)
         if hit is None:
-            hits[pattern.id] = FatalHit(pattern.id, pattern.rule, pattern.message, line, text.strip()[:MAX_TEXT])
+            # The line is echoed by logscan and the unauthenticated /status: secrets masked here, once.
+            hits[pattern.id] = FatalHit(pattern.id, pattern.rule, pattern.message, line,
+                                        redact(text.strip())[:MAX_TEXT])
         else:
             hit.count += 1
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.health.expect import ExpectationStatus, show_value
 from appliance.health.table import LogTable
@@ -104,7 +105,7 @@ def parse_peer(text: str) -> tuple[int, str]:
     """`RANK=URL` (the exporter's --peer) -> (rank, base URL)."""
     rank, sep, url = text.partition("=")
     if not sep or not rank.strip().isdigit() or int(rank) < 1 or not url.startswith(("http://", "https://")):
-        raise ApplianceError(f"cannot read --peer {text!r}", field="--peer", value=text,
+        raise ApplianceError(f"cannot read --peer {show(text)}", field="--peer", value=text,
                              fix="write RANK=URL with a worker rank >= 1, e.g. --peer 1=http://10.0.0.2:9400",
                              reason="the head compares what each rank loaded with the workers' exporters (K15)")
     return int(rank), url.rstrip("/")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
+from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.health.facts import Extractor, Facts
 from appliance.health.table import LogTable
@@ -11,9 +14,16 @@ from appliance.health.tail import LogTailer
 
 
 def scan_file(path: Path, table: LogTable, *, chunk_size: int = 1 << 20) -> Facts:
-    if not path.is_file():
-        raise ApplianceError(f"log file {path} does not exist", field="LOG", value=str(path),
-                             fix="give the serve log (the engine's stdout and stderr)")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        what = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc.strerror})"
+        raise ApplianceError(f"log file {show(str(path))} {what}", field="LOG", value=show(str(path)),
+                             fix="give the serve log (the engine's stdout and stderr)") from None
+    if not stat.S_ISREG(mode):
+        raise ApplianceError(f"log file {show(str(path))} is not a regular file", field="LOG",
+                             value=show(str(path)), fix="give the serve log (the engine's stdout and stderr)",
+                             reason="a FIFO or a device would block the reader; a folder is no log")
     extractor = Extractor(table)
     tailer = LogTailer(path, chunk_size=chunk_size)
     try:

@@ -4,6 +4,7 @@ server. Handlers read the monitor's latest snapshot only, so a probe costs micro
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,14 +13,22 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from appliance.health.monitor import Monitor
+from appliance.redact import redact, redact_tree
+
+CONNECTION_TIMEOUT_S = 10.0
+"""A client that sends nothing for this long is dropped: a slow or stuck client cannot hold a thread."""
+MAX_CONNECTIONS = 64
+"""Connections served at once; more are closed at accept (probes and scrapes need a handful)."""
 
 
 class HealthServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    block_on_close = False
 
     def __init__(self, address: tuple[str, int], monitor: Monitor, registry: CollectorRegistry, *,
-                 clock: Callable[[], float], stale_after: float, live_grace: float) -> None:
+                 clock: Callable[[], float], stale_after: float, live_grace: float,
+                 connection_timeout: float = CONNECTION_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> None:
         super().__init__(address, _Handler)
         self.monitor = monitor
         self.registry = registry
@@ -28,6 +37,30 @@ class HealthServer(ThreadingHTTPServer):
         """A snapshot older than this means the poll loop is stuck: not live, not ready."""
         self.live_grace = live_grace
         """How long `failed` may last before /live fails (time for supervisord to restart the engine)."""
+        self.connection_timeout = connection_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):  # at the cap: refuse rather than grow a thread per client
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line per failed connection (a client that hung up mid-reply), never a traceback."""
+        exc = sys.exc_info()[1]
+        print(f"appliance exporter: client {client_address[0]}:{client_address[1]}: "
+              f"{type(exc).__name__}: {redact(str(exc))[:200]}", file=sys.stderr, flush=True)
 
     def verdicts(self) -> dict[str, tuple[bool, dict[str, Any]]]:
         snap, now = self.monitor.snapshot, self.clock()
@@ -48,6 +81,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: HealthServer
     server_version = "appliance-exporter"
 
+    def setup(self) -> None:
+        self.timeout = self.server.connection_timeout  # the socket's timeout for every read of this connection
+        super().setup()
+
     def do_GET(self) -> None:
         self._respond(head=False)
 
@@ -64,6 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
             snap = self.server.monitor.snapshot
             body = snap.to_json(self.server.monitor.identity, self.server.clock())
             body["poll_error"] = self.server.monitor.last_error
+            body = redact_tree(body)  # /status is unauthenticated: no secret from a log line or an error
             self._send(200, json.dumps(body, indent=1).encode() + b"\n", "application/json", head)
         elif route == "/metrics":
             self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST, head)

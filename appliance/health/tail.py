@@ -12,6 +12,7 @@ truncation safe, memory flat in the size of the log.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -60,11 +61,15 @@ class LogTailer:
         self._fh, self._ident, self._offset, self._fingerprint = None, None, 0, b""
 
     def _open(self) -> bool:
-        try:
-            fh = self.path.open("rb")
+        try:  # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, stalling the poll loop
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             return False
-        st = os.fstat(fh.fileno())
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO, a folder, a device: no log to tail
+            os.close(fd)
+            return False
+        fh = os.fdopen(fd, "rb")
         self._fh, self._ident, self._offset, self._fingerprint = fh, (st.st_dev, st.st_ino), 0, b""
         return True
 

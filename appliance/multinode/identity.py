@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.lock import NCCL_DISTRIBUTIONS, installed_version, lock_digest
 from appliance.profile.loader import profile_digest
@@ -61,7 +62,7 @@ class NodeIdentity:
         if not isinstance(data, dict) or sorted(data) != sorted(names) \
                 or not all(isinstance(v, str) for v in data.values()):
             raise ApplianceError(
-                f"{peer} sent an identity this appliance cannot read: {data!r}",
+                f"{peer} sent an identity this appliance cannot read: {show(data)}",
                 fix="run the same appliance image on every node",
                 reason="the cross-node check compares identities field by field",
             )

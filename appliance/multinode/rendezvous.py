@@ -36,10 +36,11 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from appliance.bounds import RENDEZVOUS_PORT_OFFSET, show
 from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, NodeIdentity, differences, local_identity
 from appliance.profile.model import Profile
-from appliance.render.serveplan import RENDEZVOUS_PORT_OFFSET, Placement, ServePlan, http_url, rendezvous_port
+from appliance.render.serveplan import Placement, ServePlan, http_url, rendezvous_port
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ class _Exchange:
         rank, nonce = data.get("rank"), data.get("nonce")
         if data.get("protocol") != PROTOCOL or not isinstance(rank, int) or not isinstance(nonce, str):
             self._refuse(ApplianceError(
-                f"a node at {address} speaks another rendezvous protocol ({data.get('protocol')!r}, head {PROTOCOL})",
+                f"a node at {address} speaks another rendezvous protocol ({show(data.get('protocol'))}, "
+                f"head {PROTOCOL})",
                 fix=SAME_EVERYWHERE, reason=K15_REASON))
             return None
         try:
@@ -339,7 +341,7 @@ def join_head(identity: NodeIdentity, rank: int, master_addr: str, port: int, ti
             continue
         answered, delay = True, 0.2
         if not isinstance(reply, dict) or reply.get("protocol") != PROTOCOL:
-            raise ApplianceError(f"the head at {where} speaks another rendezvous protocol: {reply!r}",
+            raise ApplianceError(f"the head at {where} speaks another rendezvous protocol: {show(reply)}",
                                  fix=SAME_EVERYWHERE, reason=K15_REASON)
         head = NodeIdentity.from_json(reply.get("head"), peer=f"the head at {where}")
         diffs = differences(head, identity)

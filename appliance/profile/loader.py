@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from appliance.bounds import check_text, check_tree, show
 from appliance.errors import ApplianceError
 from appliance.lockfile import canonical_digest
 from appliance.paths import profiles_dir
@@ -56,15 +58,26 @@ def list_profiles(root: Path | None = None) -> list[str]:
 
 
 def resolve_path(name_or_path: str, root: Path | None = None) -> Path:
-    root = root or profiles_dir()
+    try:
+        return _resolve_path(name_or_path, root or profiles_dir())
+    except OSError as exc:  # a name too long for the file system, a component that is a file, ...
+        raise ApplianceError(f"profile {show(name_or_path)}: {exc.strerror}", field="profile",
+                             value=show(name_or_path), fix="give a profile name from `appliance profiles` or the "
+                             "path of a YAML file") from None
+
+
+def _resolve_path(name_or_path: str, root: Path) -> Path:
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
         if candidate.is_file():
             return candidate
+        if candidate.exists():
+            raise ApplianceError(f"profile file {show(name_or_path)} is not a regular file", field="profile",
+                                 value=show(name_or_path), fix="give the path of a YAML file")
         raise ApplianceError(
-            f"profile file {name_or_path!r} does not exist",
+            f"profile file {show(name_or_path)} does not exist",
             field="profile",
-            value=name_or_path,
+            value=show(name_or_path),
             fix="give a profile name from `appliance profiles` or the path of a YAML file",
         )
     path = root / f"{name_or_path}.yaml"
@@ -74,7 +87,7 @@ def resolve_path(name_or_path: str, root: Path | None = None) -> Path:
     close = difflib.get_close_matches(name_or_path, names, n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ApplianceError(
-        f"unknown profile {name_or_path!r}",
+        f"unknown profile {show(name_or_path)}",
         field="profile",
         value=name_or_path,
         fix=f"{hint}known profiles: {', '.join(names)}",
@@ -109,15 +122,12 @@ def _read_layer(path: Path, root: Path, chain: tuple[Path, ...]) -> list[tuple[s
     data = load_file(path)
     if not isinstance(data, dict):
         raise ApplianceError(f"{path}: a profile must be a mapping of sections", value=type(data).__name__)
-    extends = data.pop("extends", [])
-    if isinstance(extends, str):
-        extends = [extends]
     layers: list[tuple[str, dict[str, Any]]] = []
-    for base in extends:
+    for base in _extends(data.pop("extends", []), path):
         base_path = root / f"{base}.yaml"
-        if not base_path.is_file():
+        if not base_path.resolve().is_relative_to(root) or not base_path.is_file():
             raise ApplianceError(
-                f"{path}: extends unknown base {base!r}",
+                f"{path}: extends unknown base {show(base)}",
                 field="extends",
                 value=base,
                 fix=f"bases live in {root}/bases/; known: "
@@ -130,18 +140,38 @@ def _read_layer(path: Path, root: Path, chain: tuple[Path, ...]) -> list[tuple[s
     return layers
 
 
+_BASE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*(/[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
+
+
+def _extends(value: Any, path: Path) -> list[str]:
+    """`extends`: a name or a list of names of files in profiles/ (e.g. bases/gb10), never a path out of it."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list):
+        raise ApplianceError(f"{path}: extends={show(value)} is not a list of base names", field="extends",
+                             value=show(value), fix="write extends: [bases/NAME, ...]",
+                             reason="extends names files in profiles/ to merge under this one")
+    for name in names:
+        if not isinstance(name, str) or not _BASE_NAME.match(name) or len(name) > 200:
+            raise ApplianceError(
+                f"{path}: extends entry {show(name)} is not a base name", field="extends", value=show(name),
+                fix="name a file in profiles/ without .yaml, e.g. bases/gb10 (no absolute path, no '..')",
+                reason="a profile may only build on the bases shipped in profiles/")
+    return names
+
+
 def _override(data: dict[str, Any], item: str, origin: str, origins: dict[str, str]) -> None:
+    check_text(origin, item)
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ApplianceError(
-            f"override {item!r} is not of the form a.b=value",
+            f"override {show(item)} is not of the form a.b=value",
             field=origin,
             value=item,
             fix="write --set section.key=value, e.g. --set limits.max_model_len=32768",
         )
     if key in ("name", "extends"):
-        raise ApplianceError(f"override {item!r}: {key} cannot be overridden", field=key, value=raw)
+        raise ApplianceError(f"override {show(item)}: {key} cannot be overridden", field=key, value=show(raw))
     value = parse_scalar(raw, f"{origin} {key}") if raw.strip() else None
     parts = key.split(".")
     node = data
@@ -163,6 +193,7 @@ def load_profile(
     root: Path | None = None,
 ) -> LoadedProfile:
     root = root or profiles_dir()
+    check_text("profile", name_or_path, max_bytes=4096)
     path = resolve_path(name_or_path, root)
     origins: dict[str, str] = {}
     merged: dict[str, Any] = {}
@@ -174,6 +205,7 @@ def load_profile(
         _override(merged, item, "env:APPLIANCE_SET", origins)
     for item in cli_overrides:
         _override(merged, item, "cli:--set", origins)
+    check_tree(merged, origins)
     try:
         profile = Profile.model_validate(merged)
     except ValidationError as exc:
@@ -207,7 +239,7 @@ def _explain(exc: ValidationError, merged: dict[str, Any], origins: dict[str, st
         elif err["type"] == "missing":
             lines.append(f"{dotted}: required, not set by the profile or its bases")
         else:
-            lines.append(f"{dotted}={err.get('input')!r} ({origin}): {err['msg']}")
+            lines.append(f"{dotted}={show(err.get('input'))} ({origin}): {err['msg']}")
     return ApplianceError(
         f"profile {path.stem}: {len(lines)} invalid field(s)\n    " + "\n    ".join(lines),
         field=lines[0].split(":")[0] if lines else None,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from appliance.bounds import MAX_MASTER_PORT, is_host
 
 GpuKind = Literal["rtx-pro-6000", "rtx-5090", "gb10", "cpu"]
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
@@ -114,8 +116,8 @@ class Server(Section):
     """Port of the appliance's health exporter (/live, /ready, /status, /metrics)."""
     host: str | None = None
     """Bind address; null = the engine's default (all interfaces)."""
-    served_model_name: str | None = None
-    """Name clients use; null = the checkpoint id."""
+    served_model_name: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^[^-\s]")
+    """Name clients use; null = the checkpoint id. Not empty, not starting like a flag."""
     tokenizer_mode: str | None = None
     """--tokenizer-mode (deepseek_v4 for DeepSeek-V4)."""
     tool_call_parser: str | None = None
@@ -123,12 +125,25 @@ class Server(Section):
     reasoning_parser: str | None = None
     """--reasoning-parser (deepseek_v4 for DeepSeek-V4, K19)."""
 
+    @field_validator("host")
+    @classmethod
+    def _host_is_an_address(cls, value: str | None) -> str | None:
+        if value is not None and not is_host(value):
+            raise ValueError("neither an IP address nor a host name")
+        return value
+
+    @model_validator(mode="after")
+    def _two_ports(self) -> Server:
+        if self.health_port == self.port:
+            raise ValueError(f"health_port {self.health_port} is the API port too; give the exporter another port")
+        return self
+
 
 class Distributed(Section):
     backend: Literal["mp", "ray"] = "mp"
     """--distributed-executor-backend for multi-node serves: vLLM's own launcher (mp) or Ray."""
-    master_port: int = Field(29501, ge=1024, le=65535)
-    """Rendezvous port on the head's fabric address."""
+    master_port: int = Field(29501, ge=1024, le=MAX_MASTER_PORT)
+    """Rendezvous port on the head's fabric address (the consistency exchange uses the next one)."""
     nccl_ib_hca: str | None = None
     """NCCL_IB_HCA (e.g. the ConnectX device); null = NCCL's choice."""
     nccl_ib_disable: bool = False

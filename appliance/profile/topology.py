@@ -20,7 +20,7 @@ def role_for(profile: Profile, node_rank: int) -> Role:
                 f"node rank {node_rank} given for the single-node profile {profile.name}",
                 field="APPLIANCE_NODE_RANK", value=node_rank, fix="unset APPLIANCE_NODE_RANK (or use 0)")
         return "single"
-    if node_rank >= profile.hardware.nodes:
+    if not 0 <= node_rank < profile.hardware.nodes:  # a negative rank from any source is no worker
         raise ApplianceError(
             f"node rank {node_rank} is outside the {profile.hardware.nodes}-node profile {profile.name}",
             field="APPLIANCE_NODE_RANK", value=node_rank,

@@ -19,6 +19,7 @@ from appliance.catalogue import load_catalogue
 from appliance.errors import ApplianceError
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
+from appliance.redact import SECRET_ENV
 from appliance.render.plan import build_plan
 from appliance.render.serveplan import Placement, ServePlan, rendezvous_port
 
@@ -30,7 +31,6 @@ LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 # Per-node values: `appliance run` derives them in each pod (pod IP, fabric interface).
 PER_NODE_ENV = frozenset({"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"})
-SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY")
 HF_HOME = "/var/cache/huggingface"
 APPLIANCE_HOME = "/var/cache/appliance"  # compile/JIT caches (keyed by lock + engine digest) live under it
 CONTAINER = "appliance"

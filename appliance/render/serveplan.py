@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.bounds import RENDEZVOUS_PORT_OFFSET
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
 
-RENDEZVOUS_PORT_OFFSET = 1
 """The appliance's own rendezvous listens one above the engine's master port."""
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from appliance.bounds import show
 from appliance.catalogue import CheckpointFacts, GpuFacts
 from appliance.profile.model import Profile
 from appliance.rules.engine_pin import EnginePin, pinned_engine
@@ -24,7 +25,8 @@ class Finding:
     reason: str
 
     def render(self) -> str:
-        return f"{self.severity.upper()} {self.rule} {self.path}={self.value!r}: {self.message}\n    fix: {self.fix}"
+        shown = show(self.value, 120)  # a profile string may be up to 128 KiB: never echoed whole
+        return f"{self.severity.upper()} {self.rule} {self.path}={shown}: {self.message}\n    fix: {self.fix}"
 
 
 @dataclass(frozen=True)

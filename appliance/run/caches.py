@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.paths import appliance_home
+from appliance.paths import appliance_home, make_dir
 
 # env var -> subfolder; each tool reads its own variable.
 CACHE_ENV = {
@@ -41,6 +41,6 @@ def cache_env(lock_digest: str, engine_digest: str, root: Path | None = None) ->
     env = {}
     for var, sub in CACHE_ENV.items():
         path = base / sub
-        path.mkdir(parents=True, exist_ok=True)
+        make_dir(path, "APPLIANCE_HOME")
         env[var] = str(path)
     return env

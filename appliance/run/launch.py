@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from appliance.bounds import check_health_port
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.lock import lock_digest
@@ -158,6 +159,8 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
     check_run_dir(run_dir)  # before the rendezvous: a bad folder must not keep the other nodes waiting
     place, plan = resolve_plan(profile, place, model_dir)
     health_port = settings.health_port_for(profile.server.health_port)
+    if plan.role != "worker":  # a headless worker serves no API of its own
+        check_health_port("APPLIANCE_HEALTH_PORT", health_port, profile.server.port)
     peers = join_peers(profile, plan, place, settings, health_port)
     files = run_files(run_dir)
     env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")

@@ -1,0 +1,121 @@
+"""Kubernetes' own rules for the names, quantities and image references `appliance k8s` writes, checked before
+any manifest is printed: the API server would refuse them later, one `kubectl apply` at a time.
+
+Rules (Kubernetes API conventions, "Object Names and IDs"; the container image reference grammar):
+- RFC 1123 label (namespace): at most 63 of a-z 0-9 '-', starting and ending alphanumeric;
+- RFC 1035 label (Service; the resource name, since a Service `<name>-api` and, for a LeaderWorkerSet, a headless
+  Service `<name>` are derived from it): the same, starting with a letter;
+- DNS subdomain (Secret, PersistentVolumeClaim): at most 253, dot-separated RFC 1123 labels;
+- label value: at most 63 of A-Z a-z 0-9 '-', '_', '.', starting and ending alphanumeric;
+- quantity: a decimal number with an SI (k M G T P E, m) or binary (Ki Mi Gi Ti Pi Ei) suffix or an exponent;
+- image: [host[:port]/]path[:tag][@algorithm:hex], path components lower case.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from appliance.bounds import check_ifname, control_char, show
+from appliance.errors import ApplianceError
+
+if TYPE_CHECKING:
+    from appliance.render.k8s import K8sOptions
+
+_RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d{1,3})?$")
+
+_DOMAIN_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_DOMAIN = rf"{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]{{1,5}})?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_PART}(?:/{_PATH_PART})*)"
+                    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
+                    r"(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}))?$")
+
+SERVICE_SUFFIX = "-api"
+STATEFULSET_NAME_MAX = 52
+"""A LeaderWorkerSet runs StatefulSets; their pods carry `controller-revision-hash: <name>-<10 chars>`, a label
+value of at most 63 characters, so the name keeps to 52."""
+
+_WHY = "the Kubernetes API server refuses the object, after the manifests were applied in part"
+
+
+def _refuse(flag: str, value: str, rule: str, fix: str) -> ApplianceError:
+    return ApplianceError(f"{flag}={show(value)}: not {rule}", field=flag, value=show(value), fix=fix, reason=_WHY)
+
+
+def _text(flag: str, value: str) -> str:
+    if control_char(value) is not None or len(value) > 512:
+        raise _refuse(flag, value, "one short line of printable text", "remove the control characters")
+    return value
+
+
+def check_resource_name(flag: str, name: str, *, multi_node: bool) -> str:
+    """The Deployment/LeaderWorkerSet name: an RFC 1035 label with room for the Service suffix (and, for a
+    LeaderWorkerSet, the StatefulSet revision hash)."""
+    limit = STATEFULSET_NAME_MAX if multi_node else 63 - len(SERVICE_SUFFIX)
+    if not _RFC1035_LABEL.match(_text(flag, name)) or len(name) > limit:
+        raise _refuse(flag, name, f"an RFC 1035 label of at most {limit} characters",
+                      f"use lower-case letters, digits and '-', starting with a letter, at most {limit} "
+                      f"(the Service is <name>{SERVICE_SUFFIX})")
+    return name
+
+
+def check_namespace(flag: str, value: str) -> str:
+    if not _RFC1123_LABEL.match(_text(flag, value)):
+        raise _refuse(flag, value, "an RFC 1123 label (a namespace name)",
+                      "use at most 63 lower-case letters, digits and '-', starting and ending alphanumeric")
+    return value
+
+
+def check_subdomain(flag: str, value: str) -> str:
+    """Secret and PersistentVolumeClaim names."""
+    _text(flag, value)
+    if not value or len(value) > 253 or not all(_RFC1123_LABEL.match(p) for p in value.split(".")):
+        raise _refuse(flag, value, "a DNS subdomain name (Secret / PersistentVolumeClaim)",
+                      "use at most 253 lower-case letters, digits, '-' and '.', each part starting and ending "
+                      "alphanumeric")
+    return value
+
+
+def check_label_value(flag: str, value: str) -> str:
+    if not _LABEL_VALUE.match(_text(flag, value)):
+        raise _refuse(flag, value, "a label value",
+                      "use at most 63 letters, digits, '-', '_' and '.', starting and ending alphanumeric")
+    return value
+
+
+def check_quantity(flag: str, value: str) -> str:
+    """A positive resource quantity (e.g. 16Gi, 500M)."""
+    m = _QUANTITY.match(_text(flag, value))
+    if not m or float(m.group(1)) <= 0:
+        raise _refuse(flag, value, "a positive Kubernetes quantity", "write e.g. 16Gi, 2Gi or 512Mi")
+    return value
+
+
+def check_image(flag: str, value: str) -> str:
+    if not _IMAGE.match(_text(flag, value)) or len(value.split("@")[0].rsplit(":", 1)[0]) > 255:
+        raise _refuse(flag, value, "a container image reference",
+                      "write [registry[:port]/]name[:tag][@sha256:digest], the name in lower case")
+    return value
+
+
+def check_options(opts: K8sOptions, profile_name: str, multi_node: bool) -> None:
+    """Every name and quantity of K8sOptions (and the labels derived from the profile), before rendering."""
+    check_image("--image", opts.image)
+    if opts.namespace is not None:
+        check_namespace("--namespace", opts.namespace)
+    name_flag = "--name" if opts.name else "--name (default appliance-PROFILE)"
+    check_resource_name(name_flag, opts.name or f"appliance-{profile_name}", multi_node=multi_node)
+    check_label_value("profile name (label appliance/profile)", profile_name)
+    check_subdomain("Secret name (--secret)", opts.secret)  # not `--secret=`: redaction would mask the name
+    if opts.hf_cache_claim is not None:
+        check_subdomain("--hf-cache-pvc", opts.hf_cache_claim)
+    if opts.appliance_cache_claim is not None:
+        check_subdomain("--cache-pvc", opts.appliance_cache_claim)
+    if opts.shm_size is not None:
+        check_quantity("--shm-size", opts.shm_size)
+    if opts.fabric_ifname is not None:
+        check_ifname("--fabric-ifname", opts.fabric_ifname)
