@@ -35,8 +35,14 @@ class ApplianceSettings(BaseSettings):
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     log_dir: Path | None = None
     """Where the serve log and supervisor files go."""
+    procfs: Path = Path("/proc")
+    """Root of the host's procfs (meminfo, pressure/memory), as node_exporter's --path.procfs: a container that
+    mounts the host's /proc elsewhere sets it, so doctor and the memory watchdog read the host, not the cgroup."""
+    kmsg: Path | None = None
+    """A kernel-log file to read (NVRM NV_ERR_NO_MEMORY, Xid lines); unset = this boot's kernel log
+    (/dev/kmsg, else `journalctl -k -b` / `dmesg`)."""
 
-    @field_validator("model_dir", "log_dir")
+    @field_validator("model_dir", "log_dir", "procfs", "kmsg")
     @classmethod
     def _expand_home(cls, value: Path | None) -> Path | None:
         # A compose .env or a shell rc often says `~/models/...`; no shell expands it on the way in.

@@ -20,12 +20,16 @@ def print_checks(checks: list, as_json: bool, profile: str) -> None:
         return
     for c in checks:
         print(f"{c.status.upper():<5} {c.name:<11} {c.detail}")
+        if c.fix and c.status == "fail":
+            print(f"{'':<17} fix: {c.fix}")
 
 
 def run(args: argparse.Namespace) -> int:
     from appliance.doctor import run_doctor
+    from appliance.settings import load_settings
 
-    loaded = load_from_args(args)
-    checks = run_doctor(loaded.profile)
+    settings = load_settings()
+    loaded = load_from_args(args, settings)
+    checks = run_doctor(loaded.profile, procfs=settings.procfs, kmsg=settings.kmsg)
     print_checks(checks, args.json, loaded.profile.name)
     return 1 if any(c.status == "fail" for c in checks) else 0

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         from appliance.doctor import run_doctor
         from appliance.render.plan import role_for
 
-        checks = run_doctor(profile, role_for(profile, place.node_rank))
+        checks = run_doctor(profile, role_for(profile, place.node_rank), procfs=settings.procfs, kmsg=settings.kmsg)
         failed = [c for c in checks if c.status == "fail"]
         print_checks(checks, False, profile.name)
         if failed:

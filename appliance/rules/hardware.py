@@ -32,6 +32,17 @@ def k10_parallel(ctx: RuleContext, r: Rule) -> list[Finding]:
     return out
 
 
+def nvfp4_overhead_gib(ctx: RuleContext) -> float:
+    return NVFP4_SM12X_OVERHEAD_GIB if ctx.profile.model.quantization == "nvfp4" and ctx.gpu.is_sm12x else 0.0
+
+
+def weights_per_rank_gib(ctx: RuleContext) -> float:
+    """Weights one engine rank holds: checkpoint bytes / ranks (+ NVFP4's SM12x overhead). K20 and the
+    memory admission (appliance.hostmem.admission, K23) both use this figure."""
+    p = ctx.profile
+    return ctx.checkpoint.size_gib / (p.parallel.tensor * p.parallel.pipeline) + nvfp4_overhead_gib(ctx)
+
+
 @rule("K20", "weights fit with room for KV",
       "weights per GPU ~ checkpoint bytes / ranks (+ ~4 GiB/GPU for NVFP4 on SM12x) must fit inside "
       "gpu_memory_utilization x GPU memory, leaving room for the KV cache",
@@ -41,8 +52,8 @@ def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
     if gpu.memory_gib is None:
         return []
     ranks = p.parallel.tensor * p.parallel.pipeline
-    overhead = NVFP4_SM12X_OVERHEAD_GIB if p.model.quantization == "nvfp4" and gpu.is_sm12x else 0.0
-    per_gpu = ck.size_gib / ranks + overhead
+    overhead = nvfp4_overhead_gib(ctx)
+    per_gpu = weights_per_rank_gib(ctx)
     util = p.limits.gpu_memory_utilization or ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION
     budget = util * gpu.memory_gib
     headroom = budget - per_gpu
