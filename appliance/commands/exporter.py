@@ -10,9 +10,15 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from appliance.commands.common import add_profile_args, load_from_args
 from appliance.errors import ApplianceError
+
+if TYPE_CHECKING:
+    from appliance.hostmem.host_side import HostSide
+    from appliance.profile.model import Profile
+    from appliance.settings import ApplianceSettings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +43,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer-interval", type=float, default=10.0,
                         help="seconds between asking the workers' exporters (default 10)")
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
+    parser.add_argument("--memory-interval", type=float, default=0.5,
+                        help="seconds between the memory watchdog's looks at the host (K24; default 0.5)")
+    parser.add_argument("--engine-program", default="vllm",
+                        help="the supervisord program the memory watchdog stops and starts (default vllm)")
+    parser.add_argument("--fabric-report", type=Path,
+                        help="this node's fabric qualification (K25), written by `appliance run`, for /status")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,13 +86,15 @@ def run(args: argparse.Namespace) -> int:
     engine = EngineProbe(url, timeout=args.engine_timeout) if url else None
     peers = PeerWatch(peer_urls, compared_facts(ctx.table), clock=clock, every=args.peer_interval,
                       timeout=args.engine_timeout) if peer_urls else None
+    host = _host_side(profile, settings, args)
     monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
-                      engine=engine, progress_window=args.progress_window, peers=peers)
+                      engine=engine, progress_window=args.progress_window, peers=peers, host=host)
     port = args.port or settings.health_port_for(profile.server.health_port)
     try:
         server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
                               clock=clock, stale_after=3 * args.interval + 2 * args.engine_timeout + 5,
                               live_grace=args.live_grace)
+        host.register(server.registry)
     except OSError as exc:
         raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,
                              fix="choose a free port (--port) or stop what holds it") from None
@@ -93,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     print(f"appliance exporter: {profile.name} ({role}) log {log} engine {url or '-'} on {args.host}:{port}",
           flush=True)
+    host.start(stop, args.memory_interval)
     try:
         serve(monitor, server, interval=args.interval, stop=stop)
     finally:
@@ -101,3 +116,17 @@ def run(args: argparse.Namespace) -> int:
         if peers:
             peers.close()
     return 0
+
+
+def _host_side(profile: Profile, settings: ApplianceSettings, args: argparse.Namespace) -> HostSide:
+    """The memory watchdog (K24; the same readers as doctor, APPLIANCE_PROCFS / APPLIANCE_KMSG) and the fabric
+    report (K25). It stops the engine only under supervisord; run alone it reports what it would do."""
+    from appliance.hostmem.host_side import HostSide, read_fabric_report
+    from appliance.hostmem.sources import KernelLog, load_kernel_checks
+    from appliance.hostmem.watchdog import SupervisorControl, Watchdog
+
+    watchdog = None
+    if profile.memory.watchdog != "off":
+        watchdog = Watchdog(profile.memory, load_kernel_checks(), procfs=settings.procfs,
+                            kernel=KernelLog(settings.kmsg), control=SupervisorControl.from_env(args.engine_program))
+    return HostSide(watchdog, read_fabric_report(args.fabric_report))
