@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -20,7 +21,8 @@ from appliance.commands.common import add_placement_args, add_profile_args, load
 
 if TYPE_CHECKING:
     from appliance.multinode.rendezvous import Peer
-    from appliance.render.plan import ServePlan
+    from appliance.profile.model import Profile
+    from appliance.render.plan import Placement, ServePlan
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +48,22 @@ def _resolved(plan: ServePlan) -> ServePlan:
 def _fail(message: str) -> int:
     print(f"appliance run: {message}", file=sys.stderr)
     return 1
+
+
+def _qualify_fabric(profile: Profile, plan: ServePlan, place: Placement) -> dict[str, object] | None:
+    """K25: after the rendezvous agreed, measure this rank's link to the head over the engine's backend;
+    ApplianceError (exit 2) below a floor the profile refuses."""
+    if plan.role == "single":
+        return None
+    from appliance.multinode.fabric import qualify_for
+
+    report = qualify_for(profile, plan, place)
+    for problem in report["problems"]:
+        print(f"appliance run: WARNING {problem}", file=sys.stderr)
+    peers = ", ".join(f"rank {r}: {m['bandwidth_gbps']:.2f} GB/s, {m['latency_us']:.0f} us"
+                      for r, m in sorted(report["peers"].items()))
+    print(f"appliance run: fabric {report['verdict']} over {report['backend']} ({peers})", flush=True)
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         from appliance.multinode.rendezvous import preflight
 
         peers = preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s, health_port=health_port)
+    fabric = _qualify_fabric(profile, plan, place)
 
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / profile.name
@@ -119,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
     for rank, peer in sorted(peers.items()):  # the head compares the NCCL each worker loaded (K15)
         if peer.health_url:
             exporter += ["--peer", f"{rank}={peer.health_url}"]
+    if fabric is not None:  # K25: this node's figures, shown by its exporter in /status and metrics
+        (run_dir / "fabric.json").write_text(json.dumps(fabric, indent=1))
+        exporter += ["--fabric-report", str(run_dir / "fabric.json")]
     for item in args.overrides:  # APPLIANCE_SET reaches the exporter through the inherited environment
         exporter += ["--set", item]
     conf = render_conf(_resolved(plan), files, env, exporter)
