@@ -234,6 +234,8 @@ def qualify(*, rank: int, world: int, master_addr: str, port: int, backend: str,
     except subprocess.TimeoutExpired:
         raise _cannot(f"rank {rank}'s fabric measurement with the head at {where} did not finish in "
                       f"{timeout_s + 30:g} s", master_addr, port) from None
+    if done.stderr:  # the backend's own account (NCCL_DEBUG=INFO: the transport it chose) stays visible
+        sys.stderr.write(done.stderr)
     last = done.stdout.strip().splitlines()[-1:] or [""]
     try:
         result = json.loads(last[0])
@@ -303,9 +305,38 @@ class FabricCollector(Collector):
                                     value=r["allreduce_busbw_gbps"] * 1e9)
 
 
+def qualify_here(world: int, master: str, port: int, backend: str, transfer_mib: int, iters: int,
+                 min_gbps: float | None, max_latency_us: float | None, on_fail: str) -> list[dict[str, Any]]:
+    """Every rank of a qualification on this one host (each its own child process, as `appliance run` does):
+    for the CPU test between two loopback addresses, and for two GPUs of one host (NVLink, not a fabric)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(rank: int) -> dict[str, Any]:
+        env = {"LOCAL_RANK": str(rank)}
+        try:
+            return qualify(rank=rank, world=world, master_addr=master, port=port, backend=backend,
+                           transfer_mib=transfer_mib, min_gbps=min_gbps, max_latency_us=max_latency_us,
+                           on_fail=on_fail, env=env, iters=iters)
+        except ApplianceError as exc:
+            return {"rank": rank, "verdict": "refused", "error": str(exc)}
+
+    with ThreadPoolExecutor(world) as pool:
+        return list(pool.map(one, range(world)))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m appliance.multinode.fabric")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    h = sub.add_parser("here", help="qualify every rank on this host (loopback or the GPUs of one host); JSON lines")
+    h.add_argument("--world", type=int, default=2)
+    h.add_argument("--master", default="127.0.0.1")
+    h.add_argument("--port", type=int, default=29613)
+    h.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    h.add_argument("--mib", type=int, default=64)
+    h.add_argument("--iters", type=int, default=5)
+    h.add_argument("--min-gbps", type=float)
+    h.add_argument("--max-latency-us", type=float)
+    h.add_argument("--on-fail", choices=["refuse", "warn"], default="refuse")
     m = sub.add_parser("measure", help="one rank's side of the qualification transfer; prints JSON")
     m.add_argument("--rank", type=int, required=True)
     m.add_argument("--world", type=int, required=True)
@@ -316,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--iters", type=int, default=5)
     m.add_argument("--timeout", type=float, default=MEASURE_TIMEOUT_S)
     args = ap.parse_args(argv)
+    if args.cmd == "here":
+        reports = qualify_here(args.world, args.master, args.port, args.backend, args.mib, args.iters, args.min_gbps,
+                               args.max_latency_us, args.on_fail)
+        for report in reports:
+            print(json.dumps(report), flush=True)
+        return 0 if all(r["verdict"] != "refused" for r in reports) else 1
     print(json.dumps(measure(args.rank, args.world, args.master, args.port, args.backend, args.bytes, args.iters,
                              args.timeout)), flush=True)
     return 0
