@@ -236,11 +236,16 @@ def qualify(*, rank: int, world: int, master_addr: str, port: int, backend: str,
                       f"{timeout_s + 30:g} s", master_addr, port) from None
     if done.stderr:  # the backend's own account (NCCL_DEBUG=INFO: the transport it chose) stays visible
         sys.stderr.write(done.stderr)
-    last = done.stdout.strip().splitlines()[-1:] or [""]
-    try:
-        result = json.loads(last[0])
-    except ValueError:
-        result = None
+    result = None
+    for line in done.stdout.splitlines():  # NCCL_DEBUG writes to stdout too: keep our line, pass the rest on
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and "peers" in parsed:
+            result = parsed
+        else:
+            sys.stderr.write(line + "\n")
     if done.returncode != 0 or not isinstance(result, dict):
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
         raise _cannot(f"rank {rank}'s fabric measurement with the head at {where} failed (exit {done.returncode}): "
