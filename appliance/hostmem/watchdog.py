@@ -154,9 +154,11 @@ class Event:
     wall: float
     action: str
     detail: str
+    available_gib: float | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"at_unix": round(self.wall, 3), "action": self.action, "detail": self.detail}
+        return {"at_unix": round(self.wall, 3), "action": self.action, "detail": self.detail,
+                "mem_available_gib": None if self.available_gib is None else round(self.available_gib, 3)}
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ class Watchdog:
         r = reading or self.read()
         d = self.ladder.decide(r)
         if d.level != self._last_level:
-            self._record(r.at, f"level {d.level}", "; ".join(d.reasons) or "memory is fine again")
+            self._record(r, f"level {d.level}", "; ".join(d.reasons) or "memory is fine again")
             self._last_level = d.level
         if self.memory.watchdog == "stop":
             self._act(r, d)
@@ -231,17 +233,17 @@ class Watchdog:
     def _act(self, r: Reading, d: Decision) -> None:
         if d.level == "stop" and not self.engine_stopped:
             if self.control is None:
-                self._record(r.at, "stop-unavailable", "not under supervisord: cannot stop the engine; "
+                self._record(r, "stop-unavailable", "not under supervisord: cannot stop the engine; "
                              + "; ".join(d.reasons))
                 return
             try:
                 self.control.stop()
             except Exception as exc:  # the engine may already be down (FATAL, STOPPED): say so, keep watching
-                self._record(r.at, "stop-failed", f"{type(exc).__name__}: {exc}")
+                self._record(r, "stop-failed", f"{type(exc).__name__}: {exc}")
                 return
             self.engine_stopped, self._recovered_since = True, None
             self.stops += 1
-            self._record(r.at, "engine-stopped", "; ".join(d.reasons))
+            self._record(r, "engine-stopped", "; ".join(d.reasons))
             return
         if not self.engine_stopped or self.control is None:
             return
@@ -254,15 +256,15 @@ class Watchdog:
             try:
                 self.control.start()
             except Exception as exc:
-                self._record(r.at, "start-failed", f"{type(exc).__name__}: {exc}")
+                self._record(r, "start-failed", f"{type(exc).__name__}: {exc}")
                 return
             self.engine_stopped = False
             self.restarts += 1
-            self._record(r.at, "engine-started", f"MemAvailable {r.available_gib:.2f} GiB >= "
+            self._record(r, "engine-started", f"MemAvailable {r.available_gib:.2f} GiB >= "
                          f"{self.memory.resume_above_gib:g} GiB for {self.memory.recover_s:g} s")
 
-    def _record(self, at: float, action: str, detail: str) -> None:
-        self.events.append(Event(at, self.wall(), action, detail))
+    def _record(self, r: Reading, action: str, detail: str) -> None:
+        self.events.append(Event(r.at, self.wall(), action, detail, r.available_gib))
         self.say(f"{action}: {detail}")
 
     def _state(self, d: Decision, available: float | None, pressure: Pressure | None) -> WatchState:
