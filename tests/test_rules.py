@@ -34,6 +34,7 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "K11": ("gb10-tp2", ("engine.kv_offload_gib=16",), "warning", "engine.kv_offload_gib"),
     "K20": ("rtx-5090-tp8", ("hardware.gpus_per_node=4", "parallel.tensor=4"), "error", "parallel.tensor"),
     "K21": ("rtx-pro-6000-tp2", ("engine.fp4_indexer_cache=true",), "error", "engine.fp4_indexer_cache"),
+    "K24": ("gb10-tp2", ("memory.stop_below_gib=12",), "error", "memory.stop_below_gib"),
     "C1": ("cpu-smoke", ("engine.runner=v2",), "error", "engine.runner"),
     "C2": ("cpu-smoke", ("engine.enforce_eager=false",), "warning", "engine.enforce_eager"),
     "C3": ("cpu-smoke", ("model.checkpoint=deepseek-ai/DeepSeek-V4-Flash-0731", "model.quantization=mxfp4",
