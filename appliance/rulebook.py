@@ -46,10 +46,18 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
     "K22": ("a worker rank notices that its head is gone",
             "observed on the CPU build: the headless worker kept running after the head died and ignored "
             "SIGTERM", "stop a rank with a group kill and a SIGKILL fallback; worker readiness follows its head"),
+    "K23": ("the serve's memory need fits what the host can give",
+            "gpu_memory_utilization is not a ceiling and Docker/cgroup limits do not see CUDA allocations: on GB10's "
+            "unified memory an over-committed serve ends in a hung or hard-reset host",
+            "lower limits.gpu_memory_utilization, max_model_len or max_num_seqs as doctor names, or free memory"),
+    "K25": ("the fabric between ranks is qualified before launch",
+            "a fabric that fell back to sockets, or nodes with different NCCL binaries, HCAs or MTU, make NCCL slow "
+            "or hang minutes into the serve instead of failing at start",
+            "make NCCL use the RDMA fabric (NCCL_IB_HCA, cabling, MTU) and the same NCCL build on every node"),
 }
 
 Where = str
-"""validate | lock | log | gate | health"""
+"""validate | lock | log | gate | health | doctor | run"""
 
 
 @dataclass
@@ -115,6 +123,10 @@ def build() -> list[RuleEntry]:
         entry(rule_id)
     entry("K18").enforced.append(Enforcement("health", "the exporter's /ready: engine progress while requests run"))
     entry("K22").enforced.append(Enforcement("health", "a worker's readiness follows its head's API"))
+    entry("K23").enforced.append(Enforcement("doctor", "doctor / run preflight: the profile's need vs MemAvailable "
+                                                       "or free GPU memory"))
+    entry("K25").enforced.append(Enforcement("run", "appliance run: NCCL library hash, HCAs and MTU compared at the "
+                                                    "rendezvous; bandwidth and latency to the head against the floor"))
     entry("K16").enforced.append(Enforcement("lock", "compose, bake, Dockerfile args generated from versions.json"))
     return sorted(entries.values(), key=lambda r: _key(r.id))
 

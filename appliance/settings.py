@@ -37,6 +37,12 @@ class ApplianceSettings(BaseSettings):
     """A local checkpoint folder; served instead of downloading the checkpoint id."""
     log_dir: Path | None = None
     """Where the serve log and supervisor files go."""
+    procfs: Path = Path("/proc")
+    """Root of the host's procfs (meminfo, pressure/memory), as node_exporter's --path.procfs: a container that
+    mounts the host's /proc elsewhere sets it, so doctor and the memory watchdog read the host, not the cgroup."""
+    kmsg: Path | None = None
+    """A kernel-log file to read (NVRM NV_ERR_NO_MEMORY, Xid lines); unset = this boot's kernel log
+    (/dev/kmsg, else `journalctl -k -b` / `dmesg`)."""
 
     # The same bounds as the flags and the profile (appliance/bounds.py), named by the variable.
     @field_validator("profile", "set", "model_dir", "log_dir", mode="before")
@@ -56,7 +62,7 @@ class ApplianceSettings(BaseSettings):
     def _ifname(cls, value: str | None) -> str | None:
         return value if value is None else check_ifname("APPLIANCE_FABRIC_IFNAME", value)
 
-    @field_validator("model_dir", "log_dir")
+    @field_validator("model_dir", "log_dir", "procfs", "kmsg")
     @classmethod
     def _expand_home(cls, value: Path | None) -> Path | None:
         # A compose .env or a shell rc often says `~/models/...`; no shell expands it on the way in.

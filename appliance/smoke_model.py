@@ -98,14 +98,17 @@ def _convert(gguf: Path, out: Path) -> None:
 
 
 def prepare_smoke_model(dest: Path | None = None) -> Path:
-    """Convert the GGUF once into an HF folder at `dest` and return `dest`.
+    """Convert the GGUF once into an HF folder at `dest` and return `dest`."""
+    return prepare_from_gguf(locate_gguf(), (dest or default_smoke_model_dir()).expanduser(), SMOKE_DIST)
+
+
+def prepare_from_gguf(gguf: Path, dest: Path, distribution: str) -> Path:
+    """Convert `gguf` (shipped by `distribution`) once into an HF folder at `dest` and return `dest`.
 
     Idempotent: a folder with config.json, weights and a marker naming the same GGUF sha256 is
     kept as is. The conversion is written into a temporary sibling folder and renamed into place,
     so an interrupted run never leaves a half-written `dest`.
     """
-    dest = (dest or default_smoke_model_dir()).expanduser()
-    gguf = locate_gguf()
     sha = _sha256(gguf)
     if _is_complete(dest, sha):
         return dest
@@ -134,7 +137,7 @@ def prepare_smoke_model(dest: Path | None = None) -> Path:
                 f"converting {gguf} to a Hugging Face folder failed: {type(exc).__name__}: {exc}",
                 value=str(gguf),
             ) from exc
-        marker = {"gguf": str(gguf), "gguf_sha256": sha, "distribution": SMOKE_DIST, "dtype": SMOKE_DTYPE}
+        marker = {"gguf": str(gguf), "gguf_sha256": sha, "distribution": distribution, "dtype": SMOKE_DTYPE}
         for f in tmp.iterdir():
             f.chmod(0o644)  # safetensors writes 0600; the engine may run as another user
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")

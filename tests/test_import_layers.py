@@ -22,6 +22,7 @@ LAYERS: list[set[str]] = [
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
     {"rules"},  # K rules over a profile
+    {"hostmem"},  # the host's memory, pressure and kernel log: admission (K23) and the watchdog (K24)
     # Siblings that never import each other: the ServePlan and its views (shell, json, supervisord, k8s);
     # reading a serve's log back against its profile; the preflight of a host.
     {"render", "health", "doctor"},
@@ -29,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"multinode"},  # the cross-node rendezvous
     {"run"},  # the launch: named steps from a profile to a started serve
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
+    {"gemma_model"},  # the TP=2 test model, converted through smoke_model's GGUF path
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program

@@ -14,9 +14,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.doctor import checks_text, run_doctor
+    from appliance.settings import load_settings
 
-    loaded = load_from_args(args)
-    checks = run_doctor(loaded.profile)
+    settings = load_settings()
+    loaded = load_from_args(args, settings)
+    checks = run_doctor(loaded.profile, procfs=settings.procfs, kmsg=settings.kmsg)
     text = checks_text(checks, args.json, loaded.profile.name)
     if text:
         print(text)

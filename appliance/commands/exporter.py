@@ -17,6 +17,9 @@ from appliance.health import exporter_args as arg
 
 if TYPE_CHECKING:
     from appliance.profile.loader import LoadedProfile
+    from appliance.profile.model import Profile
+    from appliance.run.host_side import HostSide
+    from appliance.settings import ApplianceSettings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +48,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer-interval", type=arg.seconds, default=10.0,
                         help="seconds between asking the workers' exporters (default 10)")
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
+    parser.add_argument("--memory-interval", type=arg.seconds, default=0.5,
+                        help="seconds between the memory watchdog's looks at the host (K24; default 0.5)")
+    parser.add_argument("--engine-program", default="vllm",
+                        help="the supervisord program the memory watchdog stops and starts (default vllm)")
+    parser.add_argument("--fabric-report", type=Path,
+                        help="this node's fabric qualification (K25), written by `appliance run`, for /status")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise ApplianceError(f"--peer is for the head's exporter; this one speaks for a {role}", field="--peer",
                              value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
     port = args.port or settings.health_port_for(profile.server.health_port)
+    host = _host_side(profile, settings, args)
     config = ExporterConfig(loaded=loaded, log=log, role=role, engine_url=url, peers=peer_urls, host=args.host,
                             port=port, interval=args.interval, engine_timeout=args.engine_timeout,
                             progress_window=args.progress_window, live_grace=args.live_grace,
@@ -80,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if role != "worker":
         check_health_port("--port" if args.port else "APPLIANCE_HEALTH_PORT", port, profile.server.port)
     try:
-        exporter = build_exporter(config)
+        exporter = build_exporter(config, host=host)
+        host.register(exporter.server.registry)
     except OSError as exc:
         raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,
                              fix="choose a free port (--port) or stop what holds it") from None
@@ -93,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     print(f"appliance exporter: {profile.name} ({role}) log {log} engine {url or '-'} on {args.host}:{port}",
           flush=True)
+    host.start(stop, args.memory_interval)
     exporter.serve(stop)
     return 0
 
@@ -117,3 +129,17 @@ def _from_launch(path: Path) -> tuple[argparse.Namespace, LoadedProfile]:
                              f"{launch.profile_digest[:12]}", field="--launch", value=str(path),
                              fix="run `appliance run` again to rewrite it")
     return parser.parse_args(launch.exporter_args), loaded
+
+
+def _host_side(profile: Profile, settings: ApplianceSettings, args: argparse.Namespace) -> HostSide:
+    """The memory watchdog (K24; the same readers as doctor, APPLIANCE_PROCFS / APPLIANCE_KMSG) and the fabric
+    report (K25). It stops the engine only under supervisord; run alone it reports what it would do."""
+    from appliance.hostmem.sources import KernelLog, load_kernel_checks
+    from appliance.hostmem.watchdog import SupervisorControl, Watchdog
+    from appliance.run.host_side import HostSide, read_fabric_report
+
+    watchdog = None
+    if profile.memory.watchdog != "off":
+        watchdog = Watchdog(profile.memory, load_kernel_checks(), procfs=settings.procfs,
+                            kernel=KernelLog(settings.kmsg), control=SupervisorControl.from_env(args.engine_program))
+    return HostSide(watchdog, read_fabric_report(args.fabric_report))

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     place = placement_from_args(args, settings)
     model_dir = check_profile(loaded, place, _stderr)
     if not args.skip_doctor:
-        failed = preflight_host(loaded.profile, place, print)
+        failed = preflight_host(loaded.profile, place, settings, print)
         if failed:
             _stderr(f"appliance run: preflight failed ({len(failed)} check(s)); nothing started")
             return 1
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or settings.log_dir or home / "run" / loaded.profile.name
     check_run_dir(run_dir)
     make_dir(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME")
-    launch = resolve_launch(loaded, place, settings, model_dir, run_dir, home)
+    launch = resolve_launch(loaded, place, settings, model_dir, run_dir, home, measure_fabric=not args.dry_run)
     conf = write_launch(launch)
     if args.dry_run:
         print(conf)

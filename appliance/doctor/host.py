@@ -4,46 +4,28 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
-import subprocess
 from pathlib import Path
 
+from appliance.hostmem.sources import kernel_hits, load_kernel_checks, parse_meminfo
 from appliance.redact import redact
-
-GIB = 1024**3
 
 
 def meminfo_gib(key: str, meminfo: Path = Path("/proc/meminfo")) -> float | None:
     """One /proc/meminfo line (`MemAvailable`, `MemTotal`) in GiB; None where it cannot be read."""
     try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1]) * 1024 / GIB
-    except (OSError, ValueError, IndexError):
+        return parse_meminfo(meminfo.read_text()).get(key)
+    except OSError:
         return None
-    return None
 
 
 def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
     return meminfo_gib("MemAvailable", meminfo)
 
 
-def kernel_log_this_boot() -> str | None:
-    """The kernel log since boot, or None when this process may not read it (containers often can't)."""
-    for cmd in (["journalctl", "-k", "-b", "--no-pager", "-q"], ["dmesg"]):
-        if shutil.which(cmd[0]):
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
-            except (OSError, subprocess.SubprocessError):
-                continue
-            if r.returncode == 0:
-                return r.stdout
-    return None
-
-
 def nv_no_memory_lines(log: str) -> list[str]:
-    return [ln for ln in log.splitlines() if "NV_ERR_NO_MEMORY" in ln]
+    """This boot's NVRM NV_ERR_NO_MEMORY lines (healthchecks/kernelchecks.yaml, id nvrm-no-memory)."""
+    return [h.line for h in kernel_hits(log.splitlines(), load_kernel_checks()) if h.signal.id == "nvrm-no-memory"]
 
 
 _ENGINE = re.compile(rb"(vllm(\S*)?\s+serve|vllm\.entrypoints|VLLM::EngineCore|EngineCore_)")

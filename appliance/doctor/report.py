@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
 from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.doctor.gpu import GpuProbe, probe_gpus
-from appliance.doctor.host import (
-    kernel_log_this_boot,
-    mem_available_gib,
-    nv_no_memory_lines,
-    port_in_use,
-    running_engines,
-)
+from appliance.doctor.host import port_in_use, running_engines
+from appliance.hostmem.admission import admit, nvml_free_gib
+from appliance.hostmem.sources import kernel_hits, kernel_log_this_boot, load_kernel_checks, mem_available_gib
 from appliance.profile.model import Profile
 
-CheckStatus = Literal["ok", "warn", "fail", "skip"]
+CheckStatus = Literal["ok", "warn", "fail", "skip", "unknown"]
+"""unknown: the source could not be read (never reported as ok)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +23,8 @@ class Check:
     name: str
     status: CheckStatus
     detail: str
+    rule: str | None = None
+    fix: str | None = None
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -35,7 +35,12 @@ def checks_text(checks: list[Check], as_json: bool, profile: str) -> str:
     if as_json:
         return json.dumps({"profile": profile, "ok": not any(c.status == "fail" for c in checks),
                            "checks": [c.as_dict() for c in checks]}, indent=2)
-    return "\n".join(f"{c.status.upper():<5} {c.name:<11} {c.detail}" for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status.upper():<5} {c.name:<11} {c.detail}")
+        if c.fix and c.status == "fail":
+            lines.append(f"{'':<17} fix: {c.fix}")
+    return "\n".join(lines)
 
 
 def check_gpu(profile: Profile, target: GpuFacts, probe: GpuProbe) -> list[Check]:
@@ -70,28 +75,35 @@ def check_gpu(profile: Profile, target: GpuFacts, probe: GpuProbe) -> list[Check
     return out
 
 
-def check_memory(profile: Profile, target: GpuFacts, available: float | None, kernel_log: str | None) -> list[Check]:
+def check_memory(profile: Profile, target: GpuFacts, available: float | None,
+                 kernel_log: str | list[str] | None, *, source: str = "MemAvailable",
+                 device_free: tuple[float | None, str] | None = None) -> list[Check]:
+    """K23 admission from the profile's own need, against MemAvailable (unified memory, CPU) or NVML's free
+    device memory (discrete GPUs, `device_free`); then NVRM lines of this boot's kernel log (K24's signals)."""
     out = []
-    floor = target.min_mem_available_gib
-    if floor is not None:
-        if available is None:
-            out.append(Check("memory", "warn", "MemAvailable unreadable; cannot check the unified-memory floor"))
-        elif available < floor:
-            out.append(Check("memory", "fail", f"MemAvailable {available:.1f} GiB is under {floor:g} GiB: on "
-                             f"{profile.hardware.gpu} the GPU shares the 128 GB with the OS and a load this short "
-                             f"of memory can hard-freeze the host. Stop other workloads (or drop page cache) first"))
-        else:
-            out.append(Check("memory", "ok", f"MemAvailable {available:.1f} GiB >= {floor:g} GiB"))
-    elif available is not None:
-        out.append(Check("memory", "ok", f"MemAvailable {available:.1f} GiB"))
+    if target.unified_memory or target.arch == "cpu":
+        a = admit(profile, available, source)
+        out.append(Check("memory", a.verdict, a.detail, a.rule, a.fix))
+    else:
+        host = "unreadable" if available is None else f"{available:.1f} GiB"
+        out.append(Check("memory", "ok" if available is not None else "unknown",
+                         f"host MemAvailable {host} ({source}); the engine's memory is on the GPU"))
+        if device_free is not None:
+            a = admit(profile, device_free[0], device_free[1])
+            out.append(Check("memory.gpu", a.verdict, a.detail, a.rule, a.fix))
     if target.arch != "cpu":
-        if kernel_log is None:
-            out.append(Check("kernel-log", "skip", "kernel log not readable here (NV_ERR_NO_MEMORY not checked)"))
+        lines = kernel_log.splitlines() if isinstance(kernel_log, str) else kernel_log
+        if lines is None:
+            out.append(Check("kernel-log", "unknown", "kernel log not readable here: NVRM NV_ERR_NO_MEMORY and Xid "
+                             "lines not checked (set APPLIANCE_KMSG to a readable kernel-log file)", "K24"))
         else:
-            hits = nv_no_memory_lines(kernel_log)
-            out.append(Check("kernel-log", "warn", f"{len(hits)} NV_ERR_NO_MEMORY line(s) this boot, last: "
-                             f"{hits[-1].strip()[:160]}") if hits else Check("kernel-log", "ok",
-                                                                               "no NV_ERR_NO_MEMORY this boot"))
+            hits = kernel_hits(lines, load_kernel_checks())
+            if hits:
+                ids = sorted({h.signal.id for h in hits})
+                out.append(Check("kernel-log", "warn", f"{len(hits)} line(s) this boot ({', '.join(ids)}), last: "
+                                 f"{hits[-1].line.strip()[:160]}", hits[-1].signal.rule))
+            else:
+                out.append(Check("kernel-log", "ok", "no NVRM NV_ERR_NO_MEMORY or Xid line this boot", "K24"))
     return out
 
 
@@ -121,13 +133,18 @@ def check_versions(profile: Profile) -> list[Check]:
     return [Check("versions", "fail", d.message) for d in drifts]
 
 
-def run_doctor(profile: Profile, role: str = "single") -> list[Check]:
+def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
+               kmsg: Path | None = None) -> list[Check]:
+    """`procfs`/`kmsg`: APPLIANCE_PROCFS / APPLIANCE_KMSG (settings); defaults /proc and this boot's kernel log."""
     target = load_catalogue().gpus[profile.hardware.gpu]
     port_busy = None if role == "worker" else port_in_use(profile.server.port)
-    kernel_log = kernel_log_this_boot() if target.arch != "cpu" else None
+    procfs = procfs or Path("/proc")
+    kernel_log = kernel_log_this_boot(kmsg)[0] if target.arch != "cpu" else None
+    device_free = None if target.arch == "cpu" or target.unified_memory else nvml_free_gib()
     return [
         *check_gpu(profile, target, probe_gpus()),
-        *check_memory(profile, target, mem_available_gib(), kernel_log),
+        *check_memory(profile, target, mem_available_gib(procfs), kernel_log,
+                      source=f"MemAvailable in {procfs}/meminfo", device_free=device_free),
         *check_stale_engine(profile, running_engines(), port_busy),
         *check_versions(profile),
     ]

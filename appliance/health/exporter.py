@@ -12,7 +12,7 @@ from pathlib import Path
 from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe
 from appliance.health.metrics import make_registry
-from appliance.health.monitor import ExporterIdentity, Monitor
+from appliance.health.monitor import ExporterIdentity, HostSections, Monitor
 from appliance.health.peers import PeerWatch, compared_facts
 from appliance.health.server import HealthServer, serve
 from appliance.health.tail import LogTailer
@@ -73,8 +73,9 @@ class Exporter:
 
 
 def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.monotonic,
-                   context: HealthContext | None = None) -> Exporter:
-    """Raises OSError when the port cannot be bound (the command names the port)."""
+                   context: HealthContext | None = None, host: HostSections | None = None) -> Exporter:
+    """Raises OSError when the port cannot be bound (the command names the port). `host`: what the host side
+    (memory watchdog, fabric report) adds to each poll."""
     ctx = context or HealthContext.load(config.loaded, config.table)
     profile = config.loaded.profile
     identity = ExporterIdentity(profile=profile.name, profile_digest=config.loaded.digest, lock_digest=ctx.lock_digest,
@@ -84,7 +85,7 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     peers = PeerWatch(config.peers, compared_facts(ctx.table), clock=clock, every=config.peer_interval,
                       timeout=config.engine_timeout) if config.peers else None
     monitor = Monitor(judge=ctx.judge(config.role), tailer=LogTailer(config.log), identity=identity, clock=clock,
-                      engine=engine, progress_window=config.progress_window, peers=peers)
+                      engine=engine, progress_window=config.progress_window, peers=peers, host=host)
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from appliance.health.engine import NOT_CHECKED, EngineProbe, EngineSample
 from appliance.health.expect import Evaluation, Judge
@@ -18,6 +18,14 @@ from appliance.health.peers import CrossRank, PeerWatch
 from appliance.health.report import LogReport, log_report
 from appliance.health.state import Assessment, State, StateMachine
 from appliance.health.tail import LogTailer
+
+
+class HostSections(Protocol):
+    """What the host side adds to a poll: reasons that hold the serve out of traffic, and /status sections."""
+
+    def holds(self) -> list[str]: ...
+
+    def sections(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,8 @@ class Snapshot:
     bytes_read: int
     ranks: CrossRank | None = None
     """The head's comparison with its workers (None on a single node and on workers)."""
+    host: dict[str, Any] = field(default_factory=dict)
+    """Host-side sections (the memory watchdog, K24; fabric qualification, K25) for /status."""
 
     @property
     def ready(self) -> bool:
@@ -89,6 +99,7 @@ class Snapshot:
             "engine": {"url": identity.engine_url, **self.engine.to_json(), "progress_stalled": self.stalled},
             "log": {"path": identity.log, "runs": self.runs, "lines": self.lines_read, "bytes": self.bytes_read},
             "ranks": self.ranks.to_json(now) if self.ranks else None,
+            **self.host,
             "age_s": round(now - self.at, 2),
         }
 
@@ -96,13 +107,14 @@ class Snapshot:
 class Monitor:
     def __init__(self, *, judge: Judge, tailer: LogTailer, identity: ExporterIdentity, clock: Callable[[], float],
                  engine: EngineProbe | None = None, progress_window: float = 60.0,
-                 peers: PeerWatch | None = None) -> None:
+                 peers: PeerWatch | None = None, host: HostSections | None = None) -> None:
         self.judge = judge
         self.tailer = tailer
         self.identity = identity
         self.clock = clock
         self.engine = engine
         self.peers = peers
+        self.host = host
         self.extractor = Extractor(judge.table)
         self.machine = StateMachine(clock, progress_window)
         self._started = False
@@ -121,9 +133,10 @@ class Monitor:
         evaluation = self.judge.evaluate(facts) if moved else self.snapshot.evaluation
         sample = self.engine.sample() if self.engine else NOT_CHECKED
         ranks = self.peers.check(facts.values) if self.peers else None
+        holds = self.host.holds() if self.host else []
         assessment = self.machine.update(run=facts.runs, log_started=facts.lines_read > 0, evaluation=evaluation,
                                          engine=sample, stopping=self.extractor.stopping,
-                                         cross_rank=ranks.reasons if ranks else ())
+                                         cross_rank=[*(ranks.reasons if ranks else ()), *holds])
         self.snapshot = self._snap(evaluation, sample, assessment, ranks)
         return self.snapshot
 
@@ -135,7 +148,7 @@ class Monitor:
             at=self.clock(), state=a.state, since=a.since, reasons=a.reasons,
             started=self._started, stalled=a.stalled, evaluation=evaluation, facts=facts.to_json(),
             quiet=list(facts.quiet.values()), engine=sample, runs=facts.runs, lines_read=facts.lines_read,
-            bytes_read=self.tailer.bytes_read, ranks=ranks)
+            bytes_read=self.tailer.bytes_read, ranks=ranks, host=self.host.sections() if self.host else {})
 
     def run(self, stop: threading.Event, interval: float) -> None:
         """Poll until `stop` is set; an error in one poll is reported in /status, not fatal."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.lock import NCCL_DISTRIBUTIONS, installed_version, lock_digest
+from appliance.multinode.fabric import SYSFS, fabric_mtu, ib_devices, nccl_library_sha256
 from appliance.profile.loader import profile_digest
 from appliance.profile.model import Profile
 
@@ -46,6 +47,12 @@ class NodeIdentity:
     torch_version: str
     nccl_version: str
     """NCCL the engine will load (see the module docstring); `none` on the CPU build."""
+    nccl_library_sha256: str
+    """sha256 of that libnccl file: two builds with one version string can differ (K25)."""
+    ib_devices: str
+    """IB/RoCE devices NCCL may use (after NCCL_IB_HCA), with port state and link layer (K25)."""
+    fabric_mtu: str
+    """MTU of the fabric interface (APPLIANCE_FABRIC_IFNAME); `none` when none is named (K25)."""
     image_revision: str
     """Source revision the image was built from (OCI label, exported by the image as an env var)."""
     image_digest: str
@@ -70,7 +77,8 @@ class NodeIdentity:
 
 
 COMPARED: tuple[str, ...] = (
-    "lock_digest", "profile_digest", "engine_version", "torch_version", "nccl_version", "image_revision",
+    "lock_digest", "profile_digest", "engine_version", "torch_version", "nccl_version", "nccl_library_sha256",
+    "ib_devices", "fabric_mtu", "image_revision",
 )
 """Fields that must be equal on every node. image_digest is left out on purpose: one multi-arch tag
 has a different digest per platform, and a re-push of the same build changes it."""
@@ -134,8 +142,10 @@ def local_identity(
     env: Mapping[str, str] | None = None,
     lookup: VersionLookup = installed_version,
     lock_path: Path | None = None,
+    fabric_ifname: str | None = None,
+    sysfs: Path = SYSFS,
 ) -> NodeIdentity:
-    """This rank's identity. `env` and `lookup` are injectable so tests need no monkeypatching."""
+    """This rank's identity. `env`, `lookup` and `sysfs` are injectable so tests need no monkeypatching."""
     env = os.environ if env is None else env
     return NodeIdentity(
         lock_digest=lock_digest(lock_path),
@@ -143,6 +153,9 @@ def local_identity(
         engine_version=_first_installed(ENGINE_DISTRIBUTIONS, lookup),
         torch_version=_first_installed(("torch",), lookup),
         nccl_version=nccl_version(env, lookup),
+        nccl_library_sha256=nccl_library_sha256(env),
+        ib_devices=ib_devices(env, sysfs),
+        fabric_mtu=fabric_mtu(fabric_ifname, sysfs),
         image_revision=env.get(ENV_IMAGE_REVISION) or NONE,
         image_digest=env.get(ENV_IMAGE_DIGEST) or NONE,
         host=socket.gethostname(),

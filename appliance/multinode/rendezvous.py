@@ -28,6 +28,7 @@ import errno
 import http.client
 import json
 import logging
+import os
 import secrets
 import socket
 import sys
@@ -381,7 +382,7 @@ def preflight(profile: Profile, plan: ServePlan, placement: Placement, *, timeou
         raise ApplianceError("a multi-node serve needs the head's fabric address", field="APPLIANCE_MASTER_ADDR",
                              fix="set APPLIANCE_MASTER_ADDR on every node to the head's address on the fabric")
     port = rendezvous_port(profile, placement)
-    identity = local_identity(profile)
+    identity = local_identity(profile, env={**os.environ, **plan.env}, fabric_ifname=placement.fabric_ifname)
     if plan.role == "head":
         return serve_head(identity, profile.hardware.nodes, port, timeout_s, ipv6=":" in placement.master_addr)
     join_head(identity, placement.node_rank, placement.master_addr, port, timeout_s,

@@ -42,8 +42,8 @@ def profile_digest(profile: Profile) -> str:
     return canonical_digest(profile.model_dump(mode="json"))
 
 
-# What does not change the engine's compiled artefacts: names, ports, parsers, rendezvous.
-_NOT_ENGINE = {"name", "description", "provenance", "server", "distributed"}
+# What does not change the engine's compiled artefacts: names, ports, parsers, rendezvous, the memory watchdog.
+_NOT_ENGINE = {"name", "description", "provenance", "server", "distributed", "memory"}
 
 
 def engine_digest(profile: Profile) -> str:

@@ -139,6 +139,17 @@ class Server(Section):
         return self
 
 
+class Fabric(Section):
+    min_bandwidth_gbps: float | None = Field(None, gt=0, le=10_000)
+    """Floor on the measured rank<->head bandwidth in GB/s (10^9 bytes/s); null = measure and report only."""
+    max_latency_us: float | None = Field(None, gt=0, le=1_000_000)
+    """Ceiling on the measured small-message round trip / 2, in microseconds; null = report only."""
+    on_fail: Literal["refuse", "warn"] = "refuse"
+    """Below the floor: refuse the serve on every rank, or start with a warning."""
+    transfer_mib: int = Field(64, ge=1, le=4096)
+    """Size of the bandwidth transfer (MiB); a few are enough to leave TCP slow start and NCCL warm-up behind."""
+
+
 class Distributed(Section):
     backend: Literal["mp", "ray"] = "mp"
     """--distributed-executor-backend for multi-node serves: vLLM's own launcher (mp) or Ray."""
@@ -149,6 +160,8 @@ class Distributed(Section):
     nccl_ib_disable: bool = False
     """NCCL_IB_DISABLE; keep IB on: the seed's harness baselines on GB10 (not a figure of the seed itself) give
     15.1 vs 21.9 tok/s decode with IB disabled."""
+    fabric: Fabric = Fabric()
+    """Fabric qualification before launch (K25): a short transfer from each rank to the head."""
 
 
 class Measured(Section):
@@ -169,6 +182,37 @@ class Measured(Section):
     """max_model_len of the measurement, where it differs from what the profile serves."""
     figures: str | None = None
     """The measured figures, named as the seed names them."""
+
+
+class Memory(Section):
+    """Host-memory admission (K23) and the runtime watchdog's ladder (K24), in GiB of MemAvailable.
+
+    GB10 shares its 128 GB between the GPU and the OS and can hang or hard-reset when it runs out, so
+    its base sets watchdog: stop; elsewhere the watchdog warns."""
+
+    watchdog: Literal["stop", "warn", "off"] = "warn"
+    """stop = take the serve out of traffic, then stop the engine cleanly before `stop_below_gib` and start it
+    again once memory recovers; warn = report in /status, metrics and the log only; off = do not watch."""
+    os_reserve_gib: float = Field(4.0, ge=0, le=256)
+    """MemAvailable the OS keeps besides the serve (page cache floor, sshd, container runtime): admission adds it."""
+    overhead_gib: float | None = Field(None, ge=0, le=256)
+    """Memory per rank outside weights and KV (activations, CUDA graphs, torch.compile/JIT workers, the API
+    server); null = the target's estimate (GPU 4 GiB, CPU 1.5 GiB)."""
+    not_ready_below_gib: float = Field(8.0, ge=0, le=1024)
+    """Under this much MemAvailable the serve stops taking new traffic (/ready 503)."""
+    stop_below_gib: float = Field(4.0, ge=0, le=1024)
+    """The floor: the engine is stopped before MemAvailable falls under it (also when the fall rate will cross
+    it within `lead_s`)."""
+    resume_above_gib: float = Field(16.0, ge=0, le=1024)
+    """A stopped engine is started again once MemAvailable has stayed above this for `recover_s`."""
+    lead_s: float = Field(2.0, ge=0, le=60)
+    """How far ahead the rate of fall is projected: stop when MemAvailable would cross the floor this soon."""
+    recover_s: float = Field(10.0, ge=0, le=3600)
+    """How long memory must stay recovered before the engine is started again."""
+    psi_some_not_ready: float = Field(40.0, ge=0, le=100)
+    """Memory PSI `some` avg10 (%) at which the serve stops taking new traffic."""
+    psi_full_stop: float = Field(30.0, ge=0, le=100)
+    """Memory PSI `full` avg10 (%) at which the engine is stopped: every task stalls on memory (thrashing)."""
 
 
 class Provenance(Section):
@@ -200,5 +244,6 @@ class Profile(Section):
     limits: Limits
     server: Server = Server()
     distributed: Distributed = Distributed()
+    memory: Memory = Memory()
     provenance: Provenance
 

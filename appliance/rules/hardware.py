@@ -20,12 +20,22 @@ MIN_KV_GIB = SEED_VALIDATED_KV_GIB / 2
 kv-holds-max-model-len says for sure)."""
 
 
+def nvfp4_overhead_gib(ctx: RuleContext) -> float:
+    return NVFP4_SM12X_OVERHEAD_GIB if ctx.checkpoint.quantization == "nvfp4" and ctx.gpu.is_sm12x else 0.0
+
+
+def weights_per_rank_gib(ctx: RuleContext) -> float:
+    """Weights one engine rank holds: checkpoint bytes / ranks (+ NVFP4's SM12x overhead). K20 and the
+    memory admission (appliance.hostmem.admission, K23) both use this figure."""
+    p = ctx.profile
+    return ctx.checkpoint.size_gib / (p.parallel.tensor * p.parallel.pipeline) + nvfp4_overhead_gib(ctx)
+
+
 def predicted_kv_gib(ctx: RuleContext) -> tuple[float, float, float]:
     """(KV GiB per GPU, budget GiB, non-KV GiB per GPU) as the calibrated K20 model predicts them."""
     p, gpu, ck = ctx.profile, ctx.gpu, ctx.checkpoint
     ranks = p.parallel.tensor * p.parallel.pipeline
-    overhead = NVFP4_SM12X_OVERHEAD_GIB if ck.quantization == "nvfp4" and gpu.is_sm12x else 0.0
-    resident = RESIDENT_PER_CHECKPOINT_GIB * ck.size_gib / ranks + overhead
+    resident = RESIDENT_PER_CHECKPOINT_GIB * ck.size_gib / ranks + nvfp4_overhead_gib(ctx)
     util = p.limits.gpu_memory_utilization or ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION
     budget = util * (gpu.budget_base_gib or 0.0)
     return budget - resident, budget, resident

@@ -4,6 +4,7 @@
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
     resolve_plan     placement (+ fabric address) -> ServePlan, programs made absolute
     join_peers       multi-node: the consistency exchange; the head gets its workers' exporters
+    qualify_fabric   multi-node: this rank's measured link to the head against the profile's floor (K25)
     resolve_launch   the above + run folder, engine env (caches), the exporter's arguments
     write_launch     launch.json + supervisord.conf, atomically, proven by supervisor's own loader
 
@@ -13,6 +14,7 @@ Library code: it reports through the `report` callable it is given and raises Ap
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import sys
@@ -20,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from appliance.bounds import check_health_port
 from appliance.doctor import Check, checks_text, run_doctor
@@ -42,6 +45,7 @@ from appliance.settings import ApplianceSettings
 
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
+FABRIC_FILE = "fabric.json"
 EXPORTER = "exporter"
 # Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks):
 # a run folder holding one could not be named in supervisord.conf safely.
@@ -62,6 +66,8 @@ class Launch:
     peers: dict[int, Peer] = field(default_factory=dict)
     health_port: int = 0
     engine_url: str | None = None
+    fabric: dict[str, Any] | None = None
+    """This rank's fabric qualification (K25), written beside launch.json for its exporter."""
 
     @property
     def launch_file(self) -> Path:
@@ -75,6 +81,8 @@ class Launch:
         for rank, peer in sorted(self.peers.items()):  # the head compares the NCCL each worker loaded (K15)
             if peer.health_url:
                 args += ["--peer", f"{rank}={peer.health_url}"]
+        if self.fabric is not None:  # K25: this node's figures, shown by its exporter in /status and metrics
+            args += ["--fabric-report", str(self.files.run_dir / FABRIC_FILE)]
         return args
 
     def programs(self) -> dict[str, Program]:
@@ -106,9 +114,10 @@ def check_profile(loaded: LoadedProfile, place: Placement, report: Report) -> Pa
     return model_dir
 
 
-def preflight_host(profile: Profile, place: Placement, report: Report) -> list[Check]:
-    """doctor for this node's role; returns the failed checks."""
-    checks = run_doctor(profile, role_for(profile, place.node_rank))
+def preflight_host(profile: Profile, place: Placement, settings: ApplianceSettings, report: Report) -> list[Check]:
+    """doctor for this node's role (reading the host through APPLIANCE_PROCFS / APPLIANCE_KMSG); returns the
+    failed checks."""
+    checks = run_doctor(profile, role_for(profile, place.node_rank), procfs=settings.procfs, kmsg=settings.kmsg)
     if checks:
         report(checks_text(checks, False, profile.name))
     return [c for c in checks if c.status == "fail"]
@@ -138,6 +147,22 @@ def join_peers(profile: Profile, plan: ServePlan, place: Placement, settings: Ap
     return preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s, health_port=health_port)
 
 
+def qualify_fabric(profile: Profile, plan: ServePlan, place: Placement, report: Report) -> dict[str, Any] | None:
+    """K25: after the rendezvous agreed, measure this rank's link to the head over the engine's backend;
+    ApplianceError (exit 2) below a floor the profile refuses."""
+    if plan.role == "single":
+        return None
+    from appliance.multinode.fabric import qualify_for
+
+    result = qualify_for(profile, plan, place)
+    for problem in result["problems"]:
+        report(f"appliance run: WARNING {problem}")
+    peers = ", ".join(f"rank {r}: {m['bandwidth_gbps']:.2f} GB/s, {m['latency_us']:.0f} us"
+                      for r, m in sorted(result["peers"].items()))
+    report(f"appliance run: fabric {result['verdict']} over {result['backend']} ({peers})")
+    return result
+
+
 def check_run_dir(run_dir: Path) -> None:
     unsafe = sorted({ch for ch in str(run_dir) if ch in _CONF_UNSAFE})
     if unsafe:
@@ -154,7 +179,9 @@ def run_files(run_dir: Path) -> RunFiles:
 
 
 def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceSettings, model_dir: Path | None,
-                   run_dir: Path, home: Path) -> Launch:
+                   run_dir: Path, home: Path, report: Report = print, *, measure_fabric: bool = True) -> Launch:
+    """`measure_fabric=False` (a dry run): the fabric qualification is skipped and said so; it needs every rank
+    to measure at once, so one rank's dry run would wait for peers that never come."""
     profile = loaded.profile
     check_run_dir(run_dir)  # before the rendezvous: a bad folder must not keep the other nodes waiting
     place, plan = resolve_plan(profile, place, model_dir)
@@ -162,12 +189,17 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
     if plan.role != "worker":  # a headless worker serves no API of its own
         check_health_port("APPLIANCE_HEALTH_PORT", health_port, profile.server.port)
     peers = join_peers(profile, plan, place, settings, health_port)
+    fabric = qualify_fabric(profile, plan, place, report) if measure_fabric else None
+    if not measure_fabric and plan.role != "single":
+        report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")
     files = run_files(run_dir)
+    if fabric is not None:
+        (run_dir / FABRIC_FILE).write_text(json.dumps(fabric, indent=1))
     env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     return Launch(loaded, place, plan, env, files, peers, health_port,
-                  engine_api_url(plan.role, profile.server.port, place.master_addr))
+                  engine_api_url(plan.role, profile.server.port, place.master_addr), fabric)
 
 
 def launch_file(launch: Launch) -> LaunchFile:

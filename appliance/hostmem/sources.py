@@ -1,0 +1,209 @@
+"""What the host says about its memory: procfs (meminfo, memory PSI) and the kernel log.
+
+Every reader takes its source as an argument (a procfs root, a kernel-log path), so a container that
+mounts the host's /proc elsewhere, and a test that writes a fake procfs folder, use the same code as
+the host. A source that cannot be read gives None ("unknown"), never a healthy-looking zero.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from appliance.paths import healthchecks_dir
+from appliance.yamlstrict import load_file
+
+GIB = 1024**3
+DEV_KMSG = Path("/dev/kmsg")
+
+
+def meminfo(procfs: Path) -> dict[str, float] | None:
+    """/proc/meminfo in GiB per key; None when it cannot be read."""
+    try:
+        return parse_meminfo((procfs / "meminfo").read_text())
+    except OSError:
+        return None
+
+
+def parse_meminfo(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key.strip()] = int(parts[0]) * 1024 / GIB  # the kernel writes kB (KiB)
+    return out
+
+
+def mem_available_gib(procfs: Path) -> float | None:
+    info = meminfo(procfs)
+    return None if info is None else info.get("MemAvailable")
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """Memory pressure stall information (PSI): % of the last 10 s some / all tasks stalled on memory."""
+
+    some_avg10: float
+    full_avg10: float
+
+
+_PSI = re.compile(r"^(some|full)\s.*?avg10=([\d.]+)", re.MULTILINE)
+
+
+def memory_pressure(procfs: Path) -> Pressure | None:
+    """/proc/pressure/memory; None when the kernel has no PSI (CONFIG_PSI off, or psi=0) or it is unreadable."""
+    try:
+        text = (procfs / "pressure" / "memory").read_text()
+    except OSError:
+        return None
+    found = dict(_PSI.findall(text))
+    if "some" not in found:
+        return None
+    return Pressure(float(found["some"]), float(found.get("full", "0")))
+
+
+# --- the kernel log -----------------------------------------------------------------------------
+
+Action = Literal["stop", "not-ready"]
+
+
+class KernelSignal(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    rule: str
+    pattern: str
+    action: Action
+    hold_s: float = Field(60, ge=0)
+    meaning: str
+
+    def matches(self, line: str) -> bool:
+        return _compiled(self.pattern).search(line) is not None
+
+
+class KernelChecks(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    signals: list[KernelSignal]
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+@cache
+def load_kernel_checks(path: Path | None = None) -> KernelChecks:
+    return KernelChecks.model_validate(load_file(path or healthchecks_dir() / "kernelchecks.yaml"))
+
+
+@dataclass(frozen=True)
+class KernelHit:
+    signal: KernelSignal
+    line: str
+
+
+def kernel_hits(lines: list[str], checks: KernelChecks) -> list[KernelHit]:
+    return [KernelHit(s, line) for line in lines for s in checks.signals if s.matches(line)]
+
+
+class KernelLog:
+    """New kernel-log lines since the last call; the first call returns this boot's log so far.
+
+    Source: `path` when given (a file, e.g. a host's kern.log mounted in, or a test's file; read
+    incrementally, truncation safe), else /dev/kmsg (one record per read, non-blocking). `readable`
+    is False when neither can be read: the caller reports the kernel log as unknown.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.error: str | None = None
+        self._fd: int | None = None
+        self._offset = 0
+        self._partial = ""
+
+    @property
+    def source(self) -> str:
+        return str(self.path) if self.path else str(DEV_KMSG)
+
+    def read_new(self) -> list[str] | None:
+        """New whole lines, or None when the source cannot be read (the error is in `error`)."""
+        return self._read_file(self.path) if self.path else self._read_kmsg()
+
+    def _read_file(self, path: Path) -> list[str] | None:
+        try:
+            size = path.stat().st_size
+            if size < self._offset:  # truncated or replaced: start over
+                self._offset, self._partial = 0, ""
+            with path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read(size - self._offset)
+        except OSError as exc:
+            self.error = f"{path}: {exc.strerror or exc}"
+            return None
+        self.error = None
+        self._offset += len(data)
+        text = self._partial + data.decode(errors="replace")
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        return lines
+
+    def _read_kmsg(self) -> list[str] | None:
+        if self._fd is None:
+            try:
+                self._fd = os.open(DEV_KMSG, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                self.error = f"{DEV_KMSG}: {exc.strerror}"
+                return None
+        lines = []
+        while True:
+            try:
+                record = os.read(self._fd, 16384)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records overwritten before we read them: go on
+                    continue
+                self.error = f"{DEV_KMSG}: {exc.strerror}"
+                return None
+            if not record:
+                break
+            # "prio,seq,usec,flags;message\n continuation" -> the message
+            lines.append(record.decode(errors="replace").split(";", 1)[-1].split("\n", 1)[0])
+        self.error = None
+        return lines
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def kernel_log_this_boot(path: Path | None = None) -> tuple[list[str] | None, str]:
+    """(lines, source) of the kernel log since boot, for a one-shot check (doctor). Lines None = unknown."""
+    log = KernelLog(path)
+    try:
+        lines = log.read_new()
+    finally:
+        log.close()
+    if lines is not None or path is not None:
+        return lines, log.source if lines is not None else f"{log.source} ({log.error})"
+    for cmd in (["journalctl", "-k", "-b", "--no-pager", "-q"], ["dmesg"]):
+        if shutil.which(cmd[0]):
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if r.returncode == 0:
+                return r.stdout.splitlines(), " ".join(cmd)
+    return None, f"{log.source} ({log.error}); journalctl -k and dmesg not readable either"

@@ -1,0 +1,57 @@
+"""What the host adds to the exporter: the memory watchdog's holds and state (K24), and the fabric
+qualification this node passed before launch (K25), as /status sections and metrics."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from appliance.errors import ApplianceError
+from appliance.hostmem.watchdog import Watchdog
+
+
+class HostSide:
+    def __init__(self, watchdog: Watchdog | None, fabric: dict[str, Any] | None) -> None:
+        self.watchdog, self.fabric = watchdog, fabric
+
+    def holds(self) -> list[str]:
+        return self.watchdog.state.holds if self.watchdog else []
+
+    def sections(self) -> dict[str, Any]:
+        return {"memory": self.watchdog.state.to_json() if self.watchdog else None, "fabric": self.fabric}
+
+    def register(self, registry: CollectorRegistry) -> None:
+        from appliance.hostmem.metrics import WatchdogCollector
+        from appliance.multinode.fabric import FabricCollector
+
+        if self.watchdog:
+            watchdog = self.watchdog
+            registry.register(WatchdogCollector(lambda: watchdog.state))
+        if self.fabric:
+            registry.register(FabricCollector(self.fabric))
+
+    def start(self, stop: threading.Event, interval: float) -> threading.Thread | None:
+        if not self.watchdog:
+            return None
+        thread = threading.Thread(target=self.watchdog.run, args=(stop, interval), name="memory-watchdog",
+                                  daemon=True)
+        thread.start()
+        return thread
+
+
+def read_fabric_report(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ApplianceError(f"cannot read the fabric qualification report {path}: {exc}", field="--fabric-report",
+                             value=str(path),
+                             fix="pass the file `appliance run` wrote, or leave the flag out") from None
+    if not isinstance(data, dict):
+        raise ApplianceError(f"{path} is not a fabric qualification report", field="--fabric-report", value=str(path))
+    return data

@@ -1,0 +1,110 @@
+"""K25 fabric qualification on real processes: two ranks measure their link over torch.distributed's Gloo (the
+CPU build's backend; NCCL on GPUs, measured on 2 x H200 in docs/evidence/fabric-h200x2/), and the rendezvous
+compares each rank's NCCL library file, IB devices and fabric MTU, naming both values of any difference."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from appliance.multinode.fabric import fabric_mtu, ib_devices, judge, nccl_library_sha256, qualify_here
+from tests.test_multinode_rendezvous import master_port, start_rank
+
+
+def test_two_ranks_qualify_over_gloo_between_two_loopback_addresses() -> None:
+    reports = qualify_here(2, "127.0.0.2", master_port(), "gloo", 8, 3, min_gbps=0.001, max_latency_us=None,
+                           on_fail="refuse")
+    assert [r["verdict"] for r in reports] == ["pass", "pass"], reports
+    for r in reports:
+        assert r["rule"] == "K25" and r["backend"] == "gloo" and r["transfer_bytes"] == 8 << 20
+        link = r["peers"]["1"]
+        assert link["bandwidth_gbps"] > 0.001 and link["latency_us"] > 0
+        assert r["allreduce_busbw_gbps"] > 0
+
+
+def test_a_floor_the_link_cannot_give_refuses_on_both_ranks_naming_both_figures() -> None:
+    reports = qualify_here(2, "127.0.0.1", master_port(), "gloo", 4, 2, min_gbps=10_000, max_latency_us=None,
+                           on_fail="refuse")
+    assert [r["verdict"] for r in reports] == ["refused", "refused"]
+    for r in reports:
+        assert "K25 rank 1 <-> head:" in r["error"] and "GB/s over gloo is under the profile's floor 10000 GB/s" \
+            in r["error"]
+        assert "fix:" in r["error"] and "Using network IB" in r["error"]
+
+
+def test_warn_mode_keeps_the_problem_and_lets_the_serve_start() -> None:
+    measured = {"backend": "nccl", "peers": {"1": {"bandwidth_gbps": 4.13, "latency_us": 350.0}}}
+    report = judge(measured, 8, 200, "warn")
+    assert report["verdict"] == "warn"
+    assert report["problems"] == ["K25 rank 1 <-> head: 4.13 GB/s over nccl is under the profile's floor 8 GB/s",
+                                  "K25 rank 1 <-> head: latency 350 us over nccl exceeds the profile's 200 us"]
+    assert judge(measured, 2, None, "refuse")["verdict"] == "pass"
+
+
+def fake_sysfs(root: Path) -> Path:
+    for dev, state in (("mlx5_0", "4: ACTIVE"), ("mlx5_1", "1: DOWN")):
+        port = root / "class" / "infiniband" / dev / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "link_layer").write_text("Ethernet\n")
+    net = root / "class" / "net" / "enp1s0f1np1"
+    net.mkdir(parents=True)
+    (net / "mtu").write_text("9000\n")
+    return root
+
+
+def test_the_fingerprint_reads_hcas_after_nccl_ib_hca_and_the_fabric_mtu(tmp_path: Path) -> None:
+    sysfs = fake_sysfs(tmp_path / "sys")
+    assert ib_devices({}, sysfs) == "mlx5_0/1:ACTIVE:Ethernet,mlx5_1/1:DOWN:Ethernet"
+    assert ib_devices({"NCCL_IB_HCA": "mlx5_0"}, sysfs) == "mlx5_0/1:ACTIVE:Ethernet"
+    assert ib_devices({"NCCL_IB_DISABLE": "1"}, sysfs).startswith("disabled")
+    assert ib_devices({}, tmp_path / "nothing") == "none"
+    assert fabric_mtu("enp1s0f1np1", sysfs) == "9000"
+    assert fabric_mtu(None, sysfs) == "none"
+    lib = tmp_path / "libnccl.so.2"
+    lib.write_bytes(b"not really nccl")
+    assert nccl_library_sha256({"VLLM_NCCL_SO_PATH": str(lib)}) == hashlib.sha256(b"not really nccl").hexdigest()
+
+
+def nccl_wheel_with_library(site: Path, version: str, library: bytes) -> Path:
+    """A site dir holding nvidia-nccl-cu13 VERSION as pip leaves it: dist-info, RECORD, the library file."""
+    info = site / f"nvidia_nccl_cu13-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nccl-cu13\nVersion: {version}\n")
+    lib = site / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(library)
+    (info / "RECORD").write_text(f"nvidia/nccl/lib/libnccl.so.2,,{len(library)}\n{info.name}/METADATA,,\n")
+    return site
+
+
+def with_site(site: Path) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+
+def test_two_nccl_builds_with_one_version_string_are_refused_naming_both_hashes(tmp_path: Path) -> None:
+    head_site = nccl_wheel_with_library(tmp_path / "head", "2.30.7", b"build A")
+    worker_site = nccl_wheel_with_library(tmp_path / "worker", "2.30.7", b"build B, same version")
+    port = master_port()
+    worker = start_rank(1, port, 60, with_site(worker_site))
+    head = start_rank(0, port, 60, with_site(head_site))
+    (h_rc, h_out, h_err), (w_rc, w_out, w_err) = head.result(), worker.result()
+    a, b = hashlib.sha256(b"build A").hexdigest(), hashlib.sha256(b"build B, same version").hexdigest()
+    assert (h_rc, w_rc) == (2, 2), h_err + w_err
+    for err in (h_err, w_err):
+        assert f"nccl_library_sha256: head {a}, rank 1 {b}" in err
+        assert "nccl_version" not in err.split("serve refused")[1].split("\n")[0]  # the versions agreed
+        assert "Traceback" not in err
+    assert "agrees" not in h_out + w_out
+
+
+def test_a_different_fabric_mtu_is_refused_naming_both_values() -> None:
+    port = master_port()
+    worker = start_rank(1, port, 60, {"APPLIANCE_FABRIC_IFNAME": "lo"})
+    head = start_rank(0, port, 60)
+    (h_rc, _, h_err), (w_rc, _, w_err) = head.result(), worker.result()
+    mtu = Path("/sys/class/net/lo/mtu").read_text().strip()
+    assert (h_rc, w_rc) == (2, 2)
+    for err in (h_err, w_err):
+        assert f"fabric_mtu: head none, rank 1 {mtu}" in err
