@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("appliance.commands.exporter", "health exporter: /live /ready /status /metrics"),
     "k8s": ("appliance.commands.k8s", "Kubernetes manifests for a profile"),
     "gate": ("appliance.commands.gate", "acceptance gate against a running serve, writing a receipt"),
+    "canary": ("appliance.commands.canary", "one round of golden checks: is the serve's text still right?"),
 }
 
 
