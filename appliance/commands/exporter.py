@@ -36,6 +36,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "`appliance run` passes the ranks that joined the rendezvous)")
     parser.add_argument("--peer-interval", type=float, default=10.0,
                         help="seconds between asking the workers' exporters (default 10)")
+    parser.add_argument("--canary-state", type=Path, metavar="FILE",
+                        help="the correctness canary's state file (canary.json; `appliance run` passes it)")
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
 
 
@@ -74,11 +76,21 @@ def run(args: argparse.Namespace) -> int:
     engine = EngineProbe(url, timeout=args.engine_timeout) if url else None
     peers = PeerWatch(peer_urls, compared_facts(ctx.table), clock=clock, every=args.peer_interval,
                       timeout=args.engine_timeout) if peer_urls else None
+    canary = None
+    if args.canary_state:
+        from appliance.canary.status import read_state
+
+        canary = lambda: read_state(args.canary_state)  # noqa: E731  (read each poll: a small file)
     monitor = Monitor(judge=ctx.judge(role), tailer=LogTailer(log), identity=identity, clock=clock,
-                      engine=engine, progress_window=args.progress_window, peers=peers)
+                      engine=engine, progress_window=args.progress_window, peers=peers, canary=canary)
     port = args.port or settings.health_port_for(profile.server.health_port)
     try:
-        server = HealthServer((args.host, port), monitor, make_registry(lambda: monitor.snapshot, identity),
+        registry = make_registry(lambda: monitor.snapshot, identity)
+        if canary:
+            from appliance.canary.metrics import CanaryCollector
+
+            registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
+        server = HealthServer((args.host, port), monitor, registry,
                               clock=clock, stale_after=3 * args.interval + 2 * args.engine_timeout + 5,
                               live_grace=args.live_grace)
     except OSError as exc:

@@ -121,7 +121,13 @@ def run(args: argparse.Namespace) -> int:
             exporter += ["--peer", f"{rank}={peer.health_url}"]
     for item in args.overrides:  # APPLIANCE_SET reaches the exporter through the inherited environment
         exporter += ["--set", item]
-    conf = render_conf(_resolved(plan), files, env, exporter)
+    canary = None
+    if profile.canary and profile.canary.enabled and plan.role != "worker" and engine_url:
+        from appliance.canary.wiring import watch_argv
+
+        canary = watch_argv(loaded.source, files.run_dir, engine_url, args.overrides)
+        exporter += ["--canary-state", str(files.run_dir / "canary.json")]
+    conf = render_conf(_resolved(plan), files, env, exporter, canary)
     tmp = files.conf.with_suffix(".tmp")
     tmp.write_text(conf)
     tmp.replace(files.conf)  # atomically: a half-written config is never left behind

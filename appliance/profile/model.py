@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from appliance.canary.config import Canary
+
 GpuKind = Literal["rtx-pro-6000", "rtx-5090", "gb10", "cpu"]
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 # The engine's own default at -O2/-O3: not rendered, so the reference command stays flag for flag.
@@ -92,6 +94,8 @@ class Engine(Section):
     """--kv-offloading-size in GiB; 0 = off."""
     fp4_indexer_cache: bool = False
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
+    logits_processors: list[str] = Field(default_factory=list, max_length=8)
+    """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
 
 
 class Limits(Section):
@@ -161,5 +165,7 @@ class Profile(Section):
     limits: Limits
     server: Server = Server()
     distributed: Distributed = Distributed()
+    canary: Canary | None = None
+    """The correctness canary while serving (appliance/canary); null = off."""
     provenance: Provenance
 
