@@ -6,7 +6,8 @@ profile's `engine.logits_processors`). It is inert unless both hold:
 - the file named by APPLIANCE_CANARY_INJECT_FLAG exists (checked at most every FLAG_POLL_S, so a test
   switches corruption on and off mid-serve by touching and removing it), and
 - the engine runs with prefix caching on — the one setting it corrupts under, so the step-down
-  ladder's `cache.prefix_caching=false` rung really cures it.
+  ladder's `cache.prefix_caching=false` rung really cures it; unless the file says `always`, which
+  corrupts under every setting (no rung cures it: the ladder must end in `failed`).
 
 When on, every request past its first AFTER_TOKENS output tokens is forced to repeat its last token:
 the silent `the the the …` loop users report, with finish_reason `length` and /health still 200.
@@ -50,11 +51,16 @@ class RepeatLastToken(LogitsProcessor):
     def _switched_on(self) -> bool:
         now = time.monotonic()
         if now - self._checked >= FLAG_POLL_S:
-            self._checked, self._on = now, self.flag is not None and self.flag.exists()
+            self._checked = now
+            try:
+                mode = self.flag.read_text().strip() if self.flag else None
+            except OSError:
+                mode = None
+            self._on = mode is not None and (self.corrupts_here or mode == "always")
         return self._on
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        if not self.corrupts_here or self.flag is None or not self.outputs or not self._switched_on():
+        if self.flag is None or not self.outputs or not self._switched_on():
             return logits
         for row, output in self.outputs.items():
             if row < logits.shape[0] and len(output) >= AFTER_TOKENS:
