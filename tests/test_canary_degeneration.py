@@ -97,7 +97,8 @@ def test_latin_prose_that_turns_cyrillic_is_a_script_switch() -> None:
 
 
 def test_latin_prose_that_turns_cjk_is_a_script_switch() -> None:
-    found = script_switch(HEALTHY + "的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生" * 2)
+    cjk = "的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生"
+    found = script_switch(HEALTHY + cjk * 2)
     assert found is not None and "turns CJK" in found.evidence
 
 

@@ -162,7 +162,7 @@ def test_a_rung_outweighed_by_a_command_line_set_is_not_taken() -> None:
 
 
 def test_a_rung_may_only_change_engine_safety_sections() -> None:
-    with pytest.raises(ValueError, match="server.port=1"):
+    with pytest.raises(ValueError, match=r"server\.port=1"):
         Rung(name="moved", set=["server.port=1"])
 
 
@@ -207,7 +207,7 @@ def test_the_exporter_state_follows_the_canary(tmp_path: Path, status: str, stat
     body = snap.to_json(monitor.identity, time.monotonic())
     assert body["canary"]["status"] == status
     if state != "ready":
-        assert any(r.startswith("canary: ") and "repetition-loop" in r or "re-checking" in r for r in snap.reasons)
+        assert any(r.startswith("canary: ") and ("repetition-loop" in r or "re-checking" in r) for r in snap.reasons)
 
 
 def test_canary_metrics_follow_prometheus_conventions() -> None:

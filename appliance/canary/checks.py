@@ -9,9 +9,9 @@ Checks and the signatures they report:
 - long-decode (completions, chat streamed): `repetition-loop`, `collapsed-vocabulary`,
   `garbage-characters`, `script-switch` (appliance/canary/degeneration.py).
 - shared-prefix: one request warms a long prefix, then several share its cached blocks at once, each
-  with its own needle: `needle-missing`, `crosstalk` (a reply carries another request's code),
-  `concurrency-mismatch` (the warm request asked again under concurrency disagrees with itself), and
-  the degeneration signatures.
+  with its own needle: `needle-missing`, `crosstalk` (a reply carries another request's code), and
+  the degeneration signatures. (Solo and concurrent replies are not compared text for text: batch
+  composition moves late tokens even on a healthy CPU serve.)
 - calibrated only: `known-answer-wrong` (a prompt this model answered right on its known-good serve)
   and `golden-divergence` (a greedy reply no longer agrees with the recorded one).
 
@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import string
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.canary.calibration import Calibration
-from appliance.canary.client import CanaryClient, Completion, Endpoint
+from appliance.canary.client import CanaryClient, Completion, Endpoint, Prompt
 from appliance.canary.degeneration import Thresholds, symptoms
 from appliance.canary.golden import Golden
 
@@ -107,10 +106,6 @@ def agree(a: str, b: str, min_chars: int) -> bool:
     return agreeing_prefix(a, b) >= min(min_chars, len(a), len(b))
 
 
-def _code(rng: random.Random) -> str:
-    return "".join(rng.choices(string.ascii_uppercase, k=2)) + "-" + "".join(rng.choices(string.digits, k=4))
-
-
 class Round:
     def __init__(self, client: CanaryClient, model: str, golden: Golden, plan: RoundPlan,
                  calibration: Calibration | None, rng: random.Random) -> None:
@@ -119,7 +114,7 @@ class Round:
         self.t = plan.thresholds
         self.result = RoundResult(model)
 
-    async def _ask(self, endpoint: Endpoint, prompt: str | list[int], max_tokens: int, *,
+    async def _ask(self, endpoint: Endpoint, prompt: Prompt, max_tokens: int, *,
                    stream: bool = False) -> Completion:
         reply = await self.client.complete(self.model, endpoint, prompt, max_tokens, stream=stream)
         self.result.requests += 1
@@ -141,8 +136,8 @@ class Round:
     async def needle(self) -> None:
         g = self.golden
         for endpoint in ("completions", "chat"):
-            code = _code(self.rng)
-            prompt = getattr(g.needle, endpoint).format(filler=g.filler, code=code)
+            code = g.code(self.rng)
+            prompt = self._needle_prompt(endpoint, code)
             plain = await self._ask(endpoint, prompt, g.needle.max_tokens)
             streamed = await self._ask(endpoint, prompt, g.needle.max_tokens, stream=True)
             for reply in (plain, streamed):
@@ -153,9 +148,17 @@ class Round:
             self._consistent("stream-mismatch", f"needle:{endpoint}", plain.text, streamed.text,
                              "non-streamed and streamed replies")
 
+    def _needle_prompt(self, endpoint: Endpoint, code: str) -> Prompt:
+        g = self.golden
+        if endpoint == "completions":
+            return g.needle.completions.format(filler=g.filler, code=code)
+        return g.needle.chat_messages(filler=g.filler, code=code, example1=g.code(self.rng),
+                                      example2=g.code(self.rng))
+
     async def endpoint_consistency(self) -> None:
         g = self.golden
-        prompt = g.needle.chat.format(filler=g.filler, code=_code(self.rng))
+        prompt = self._needle_prompt("chat", g.code(self.rng))
+        assert isinstance(prompt, list)
         ids = await self.client.tokenize_chat(self.model, prompt)
         if ids is None:
             self.result.skipped["endpoint-consistency"] = "the serve has no /tokenize (not vLLM?)"
@@ -176,9 +179,9 @@ class Round:
 
     async def shared_prefix(self) -> None:
         g = self.golden
-        codes = [_code(self.rng) for _ in range(self.plan.concurrency)]
+        codes = [g.code(self.rng) for _ in range(self.plan.concurrency)]
         prompts = [g.shared_prefix.template.format(filler=g.filler, index=i + 1, code=c) for i, c in enumerate(codes)]
-        warm = await self._ask("completions", prompts[0], g.shared_prefix.max_tokens)  # fills the prefix cache
+        await self._ask("completions", prompts[0], g.shared_prefix.max_tokens)  # fills the prefix cache
         replies = await asyncio.gather(*(self._ask("completions", p, g.shared_prefix.max_tokens) for p in prompts))
         for i, (code, reply) in enumerate(zip(codes, replies, strict=True)):
             check = f"shared-prefix[{i + 1}/{len(codes)}]"
@@ -188,8 +191,6 @@ class Round:
             elif code not in reply.text:
                 self._find("needle-missing", check, f"reply does not repeat {code}: {_clip(reply.text)}")
             self._degeneration(check, reply.text)
-        self._consistent("concurrency-mismatch", "shared-prefix[1]", warm.text, replies[0].text,
-                         "solo and concurrent replies to one request")
 
     async def known_answers(self, record: bool) -> None:
         cal = self.calibration

@@ -16,6 +16,8 @@ from appliance.errors import ApplianceError
 from appliance.gate.client import api_headers
 
 Endpoint = Literal["chat", "completions"]
+Prompt = str | list[int] | list[dict[str, str]]
+"""Text; token ids (completions); or chat messages (chat)."""
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 SEED = 1234
 
@@ -33,12 +35,12 @@ class Completion:
     tokens: int | None
 
 
-def greedy_body(model: str, endpoint: Endpoint, prompt: str | list[int], max_tokens: int,
+def greedy_body(model: str, endpoint: Endpoint, prompt: Prompt, max_tokens: int,
                 stream: bool) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0, "seed": SEED,
                             "stream": stream}
     if endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     if stream:
@@ -66,9 +68,9 @@ class CanaryClient:
                                  value=self.base_url, fix="point --url at an OpenAI-compatible serve (no /v1)")
         return [m["id"] for m in reply.json().get("data", [])]
 
-    async def tokenize_chat(self, model: str, content: str) -> list[int] | None:
+    async def tokenize_chat(self, model: str, messages: list[dict[str, str]]) -> list[int] | None:
         """The chat prompt's token ids from vLLM's /tokenize; None where the serve has no such endpoint."""
-        body = {"model": model, "messages": [{"role": "user", "content": content}], "add_generation_prompt": True}
+        body = {"model": model, "messages": messages, "add_generation_prompt": True}
         try:
             reply = await self._http.post("/tokenize", json=body)
         except httpx.HTTPError:
@@ -78,7 +80,7 @@ class CanaryClient:
         tokens = reply.json().get("tokens")
         return tokens if isinstance(tokens, list) else None
 
-    async def complete(self, model: str, endpoint: Endpoint, prompt: str | list[int], max_tokens: int, *,
+    async def complete(self, model: str, endpoint: Endpoint, prompt: Prompt, max_tokens: int, *,
                        stream: bool = False) -> Completion:
         body = greedy_body(model, endpoint, prompt, max_tokens, stream)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 from functools import cache
 from pathlib import Path
@@ -35,10 +36,18 @@ class KnownAnswer(_Data):
         return re.search(self.accept, text, re.IGNORECASE) is not None
 
 
+class Message(_Data):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
 class Needle(_Data):
     completions: str
-    chat: str
+    chat: list[Message] = Field(min_length=1)
     max_tokens: int = Field(ge=4, le=256)
+
+    def chat_messages(self, **values: str) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.content.format(**values)} for m in self.chat]
 
 
 class SharedPrefix(_Data):
@@ -57,7 +66,12 @@ class Golden(_Data):
     needle: Needle
     shared_prefix: SharedPrefix
     long_decode: LongDecode
+    code_words: list[str] = Field(min_length=8)
     filler: str = Field(min_length=100)
+
+    def code(self, rng: random.Random) -> str:
+        """A fresh code word for a needle: word-word-NN."""
+        return "-".join(rng.sample(self.code_words, 2)) + f"-{rng.randint(10, 99)}"
 
 
 def golden_path() -> Path:
