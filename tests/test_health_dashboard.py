@@ -11,6 +11,8 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from appliance.canary.metrics import CanaryCollector
+from appliance.canary.status import CanaryState
 from appliance.health.build import HealthContext, lock_versions
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import Identity, Monitor
@@ -46,7 +48,11 @@ def exporter_series() -> set[str]:
         monitor.poll()
     finally:
         peers.close()
-    text = generate_latest(make_registry(lambda: monitor.snapshot, identity)).decode()
+    registry = make_registry(lambda: monitor.snapshot, identity)
+    # The canary's series: what an exporter with --canary-state shows once a round has passed.
+    canary = CanaryState(status="ok", last_success_unix=1.0, last_round_unix=1.0, failures_total={"repetition-loop": 1})
+    registry.register(CanaryCollector(lambda: canary))
+    text = generate_latest(registry).decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
