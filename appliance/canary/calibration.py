@@ -64,7 +64,20 @@ def load_calibration(path: Path) -> Calibration:
                              value=str(path), fix="re-record it with --record-calibration") from None
 
 
-def save_calibration(calibration: Calibration, path: Path) -> None:
+def save_calibration(calibration: Calibration, path: Path) -> str:
+    """Write the calibration to PATH; when PATH is a gate receipt, into it under `canary_calibration`
+    (the receipt of the same known-good serve carries it). Returns what was written."""
+    from appliance.gate.receipt import SCHEMA
+
+    doc: Any = calibration.to_json()
+    what = "calibration file"
+    try:
+        existing = json.loads(path.read_text())
+    except (OSError, ValueError):
+        existing = None
+    if isinstance(existing, dict) and existing.get("schema") == SCHEMA:
+        doc, what = {**existing, RECEIPT_KEY: doc}, "gate receipt (canary_calibration)"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(calibration.to_json(), indent=1) + "\n")
-    tmp.replace(path)  # a half-written calibration is never left behind
+    tmp.write_text(json.dumps(doc, indent=2 if what != "calibration file" else 1) + "\n")
+    tmp.replace(path)  # a half-written calibration or receipt is never left behind
+    return what

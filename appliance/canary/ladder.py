@@ -61,7 +61,7 @@ def validate_rung(source: str, env_overrides: list[str], cli_overrides: list[str
                                  field=f"canary.step_down.{plan.name}", value=item,
                                  fix=f"drop --set {key}=… from `appliance run`, or this rung from the ladder",
                                  reason="the rung would be outweighed: a restart that changes nothing")
-        effective[key] = item.partition("=")[2].strip()
+        effective[key] = item.partition("=")[2].strip() or "null"
     return effective
 
 

@@ -17,7 +17,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="this model's calibration (a file from --record-calibration, or a gate receipt "
                              "carrying one); without it the calibrated checks are skipped and named")
     parser.add_argument("--record-calibration", type=Path, metavar="FILE",
-                        help="on a known-good serve: run the round and, if it is healthy, record the calibration")
+                        help="on a known-good serve: run the round and, if it is healthy, record the calibration "
+                             "(into FILE; a gate receipt.json of that serve gets it under canary_calibration)")
     parser.add_argument("--long-decode-tokens", type=int, default=192, help="length of the long greedy decode")
     parser.add_argument("--concurrency", type=int, default=4, help="requests sharing one cached prefix at once")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
@@ -54,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
                                    record=bool(args.record_calibration), timeout=args.timeout))
     out = result.to_json()
     if args.record_calibration and result.healthy:
-        save_calibration(new_calibration(result.model, args.url, result.known_right, result.greedy),
-                         args.record_calibration)
-        out["calibration_recorded"] = str(args.record_calibration)
+        what = save_calibration(new_calibration(result.model, args.url, result.known_right, result.greedy),
+                                args.record_calibration)
+        out["calibration_recorded"] = f"{args.record_calibration} ({what})"
     if args.json:
         print(json.dumps(out, indent=1))
     else:
