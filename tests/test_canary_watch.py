@@ -226,3 +226,16 @@ def test_canary_metrics_follow_prometheus_conventions() -> None:
     assert samples[("appliance_canary_status", (("status", "rechecking"),))] == 1
     assert samples[("appliance_canary_rung", (("name", "no-prefix-caching"),))] == 1
     assert samples[("appliance_canary_last_success_timestamp_seconds", ())] == 1_700_000_000.0
+
+
+def test_config_with_the_run_dir_shows_the_rung_the_canary_took_as_the_effective_setting(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    write_state(tmp_path / "canary.json", CanaryState(
+        status="ok", rung={"index": 1, "name": "no-prefix-caching", "set": ["cache.prefix_caching=false"]}))
+    done = subprocess.run([sys.executable, "-m", "appliance", "config", "cpu-smoke-canary", "--json", "--run-dir",
+                           str(tmp_path)], capture_output=True, text=True, check=True)
+    row = json.loads(done.stdout)["values"]["cache.prefix_caching"]
+    assert row == {"value": False, "origin": "canary:rung 1 no-prefix-caching"}
