@@ -22,11 +22,11 @@ def status(url: str) -> dict:
     return httpx.get(f"{url}/status", timeout=5).json()
 
 
-def metric(url: str, name: str, **labels: str) -> float | None:
+def metric(url: str, series: str, **labels: str) -> float | None:
     text = httpx.get(f"{url}/metrics", timeout=5).text
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            if s.name == series and all(s.labels.get(k) == v for k, v in labels.items()):
                 return s.value
     return None
 
