@@ -22,7 +22,7 @@ def flagged_serve(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
     base = tmp_path_factory.mktemp("canary")
     flag = base / "corrupt.flag"
     serve = start_serve(base / "run", smoke_model_dir, INJECTOR, env={"APPLIANCE_CANARY_INJECT_FLAG": str(flag)})
-    if not wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=300, interval=2):
+    if not wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=600, interval=2):  # a loaded 2-core box
         serve.stop()
         pytest.fail(f"appliance run did not become healthy:\n{serve.output.read_text()[-4000:]}")
     yield serve, flag
