@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exec": ("appliance.commands.exec_program", "start one program of a launch `run` wrote (supervisord's)"),
     "k8s": ("appliance.commands.k8s", "Kubernetes manifests for a profile"),
     "gate": ("appliance.commands.gate", "acceptance gate against a running serve, writing a receipt"),
+    "canary": ("appliance.commands.canary", "one round of golden checks: is the serve's text still right?"),
 }
 
 

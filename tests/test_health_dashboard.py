@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import re
 import socket
+import tempfile
 from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from appliance.health.canary_state import CanaryState, write_state
 from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.profile.loader import load_profile
 
@@ -31,12 +33,18 @@ def exporter_series(profile: str = "gb10-tp2", log: Path = LOGS / "deepseek" / "
     free.bind(("127.0.0.1", 0))
     peer = f"http://127.0.0.1:{free.getsockname()[1]}"
     free.close()
-    exporter = build_exporter(ExporterConfig(load_profile(profile), log, "head", peers={1: peer}, engine_timeout=1))
-    try:
-        exporter.monitor.poll()
-        return generate_latest(exporter.server.registry).decode()
-    finally:
-        exporter.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        # The canary's series: what an exporter with --canary-state shows once a round has passed.
+        state = Path(tmp) / "canary.json"
+        write_state(state, CanaryState(status="ok", last_success_unix=1.0, last_round_unix=1.0,
+                                       failures_total={"repetition-loop": 1}))
+        exporter = build_exporter(ExporterConfig(load_profile(profile), log, "head", peers={1: peer}, engine_timeout=1,
+                                                 canary_state=state))
+        try:
+            exporter.monitor.poll()
+            return generate_latest(exporter.server.registry).decode()
+        finally:
+            exporter.close()
 
 
 def exporter_series_names() -> set[str]:

@@ -30,7 +30,9 @@ LAYERS: list[set[str]] = [
     {"multinode"},  # the cross-node rendezvous
     {"run"},  # the launch: named steps from a profile to a started serve
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
-    {"gemma_model"},  # the TP=2 test model, converted through smoke_model's GGUF path
+    # the TP=2 test model (converted through smoke_model's GGUF path); the correctness canary (its client
+    # shares the gate's; its profile section sits in profile/, its state file and metrics in health/)
+    {"gemma_model", "canary"},
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program

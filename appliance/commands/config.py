@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
+from typing import Any
 
 from appliance.cliargs import add_profile_args, load_from_args
 from appliance.redact import SECRET_ENV as SECRETS
@@ -23,13 +25,27 @@ def _flatten(data: object, prefix: str = "") -> dict[str, object]:
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
     parser.add_argument("--json", action="store_true", help="as JSON: {path: {value, origin}}")
+    parser.add_argument("--run-dir", type=Path, help="a serve's run dir: include the step-down rung its canary took "
+                        "(canary.json), i.e. the settings the engine runs with now")
 
 
 def run(args: argparse.Namespace) -> int:
+    rung: dict[str, Any] = {}
+    if args.run_dir:  # the canary's step-down rung, applied last (appliance/canary/ladder.py)
+        from appliance.health.canary_state import STATE_FILE, read_state
+
+        state = read_state(args.run_dir / STATE_FILE)
+        rung = state.rung if state else {}
+        args.overrides = [*args.overrides, *rung.get("set", [])]
     loaded = load_from_args(args)
     values = _flatten(loaded.profile.model_dump(mode="json"))
     # A value that carries a secret (HF_TOKEN's value pasted into a field) is shown masked, like the secrets.
     rows = {path: {"value": redact_tree(value), "origin": loaded.origin(path)} for path, value in values.items()}
+    for item in rung.get("set", []):
+        key = str(item).partition("=")[0].strip()
+        for path in rows:
+            if path == key or path.startswith(f"{key}."):
+                rows[path]["origin"] = f"canary:rung {rung['index']} {rung['name']}"
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,

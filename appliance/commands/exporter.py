@@ -47,6 +47,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "`appliance run` passes the ranks that joined the rendezvous)")
     parser.add_argument("--peer-interval", type=arg.seconds, default=10.0,
                         help="seconds between asking the workers' exporters (default 10)")
+    parser.add_argument("--canary-state", type=Path, metavar="FILE",
+                        help="the correctness canary's state file (canary.json; `appliance run` passes it)")
     parser.add_argument("--table", type=Path, help="log-check table (default healthchecks/logchecks.yaml)")
     parser.add_argument("--memory-interval", type=arg.seconds, default=0.5,
                         help="seconds between the memory watchdog's looks at the host (K24; default 0.5)")
@@ -86,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     config = ExporterConfig(loaded=loaded, log=log, role=role, engine_url=url, peers=peer_urls, host=args.host,
                             port=port, interval=args.interval, engine_timeout=args.engine_timeout,
                             progress_window=args.progress_window, live_grace=args.live_grace,
-                            peer_interval=args.peer_interval, table=args.table)
+                            peer_interval=args.peer_interval, table=args.table, canary_state=args.canary_state)
     if role != "worker":
         check_health_port("--port" if args.port else "APPLIANCE_HEALTH_PORT", port, profile.server.port)
     try:

@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or settings.log_dir or home / "run" / loaded.profile.name
     check_run_dir(run_dir)
     make_dir(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME")
-    launch = resolve_launch(loaded, place, settings, model_dir, run_dir, home, measure_fabric=not args.dry_run)
+    launch = resolve_launch(loaded, place, settings, model_dir, run_dir, home, measure_fabric=not args.dry_run,
+                            cli_overrides=tuple(args.overrides))
     conf = write_launch(launch)
     if args.dry_run:
         print(conf)

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.health.canary_metrics import CanaryCollector
+from appliance.health.canary_state import read_state
 from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe
 from appliance.health.metrics import make_registry
@@ -40,6 +42,8 @@ class ExporterConfig:
     table: Path | None = None
     stale_after: float | None = None
     """Default: three polls and two engine timeouts, plus 5 s."""
+    canary_state: Path | None = None
+    """The correctness canary's state file (`appliance run` writes it beside launch.json), read every poll."""
 
 
 @dataclass
@@ -84,13 +88,18 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
     peers = PeerWatch(config.peers, compared_facts(ctx.table), clock=clock, every=config.peer_interval,
                       timeout=config.engine_timeout) if config.peers else None
+    state_file = config.canary_state
+    canary = (lambda: read_state(state_file)) if state_file else None  # a small file: read each poll
     monitor = Monitor(judge=ctx.judge(config.role), tailer=LogTailer(config.log), identity=identity, clock=clock,
-                      engine=engine, progress_window=config.progress_window, peers=peers, host=host)
+                      engine=engine, progress_window=config.progress_window, peers=peers, host=host, canary=canary)
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
     try:
-        server = HealthServer((config.host, config.port), monitor, make_registry(lambda: monitor.snapshot, identity),
+        registry = make_registry(lambda: monitor.snapshot, identity)
+        if canary:
+            registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
+        server = HealthServer((config.host, config.port), monitor, registry,
                               clock=clock, stale_after=stale_after, live_grace=config.live_grace)
     except OSError:
         if engine:

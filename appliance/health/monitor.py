@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from appliance.health.canary_state import CanaryState
 from appliance.health.engine import NOT_CHECKED, EngineProbe, EngineSample
 from appliance.health.expect import Evaluation, Judge
 from appliance.health.facts import Extractor, Facts, FatalHit
@@ -62,6 +63,8 @@ class Snapshot:
     """The head's comparison with its workers (None on a single node and on workers)."""
     host: dict[str, Any] = field(default_factory=dict)
     """Host-side sections (the memory watchdog, K24; fabric qualification, K25) for /status."""
+    canary: CanaryState | None = None
+    """The correctness canary's state file as last read (None when the serve runs no canary)."""
 
     @property
     def ready(self) -> bool:
@@ -100,6 +103,7 @@ class Snapshot:
             "log": {"path": identity.log, "runs": self.runs, "lines": self.lines_read, "bytes": self.bytes_read},
             "ranks": self.ranks.to_json(now) if self.ranks else None,
             **self.host,
+            "canary": self.canary.to_json() if self.canary else None,
             "age_s": round(now - self.at, 2),
         }
 
@@ -107,7 +111,8 @@ class Snapshot:
 class Monitor:
     def __init__(self, *, judge: Judge, tailer: LogTailer, identity: ExporterIdentity, clock: Callable[[], float],
                  engine: EngineProbe | None = None, progress_window: float = 60.0,
-                 peers: PeerWatch | None = None, host: HostSections | None = None) -> None:
+                 peers: PeerWatch | None = None, host: HostSections | None = None,
+                 canary: Callable[[], CanaryState | None] | None = None) -> None:
         self.judge = judge
         self.tailer = tailer
         self.identity = identity
@@ -115,6 +120,7 @@ class Monitor:
         self.engine = engine
         self.peers = peers
         self.host = host
+        self.canary = canary
         self.extractor = Extractor(judge.table)
         self.machine = StateMachine(clock, progress_window)
         self._started = False
@@ -134,21 +140,25 @@ class Monitor:
         sample = self.engine.sample() if self.engine else NOT_CHECKED
         ranks = self.peers.check(facts.values) if self.peers else None
         holds = self.host.holds() if self.host else []
+        canary = self.canary() if self.canary else None
+        canary_reasons, canary_failed = canary.readiness() if canary else ([], False)
         assessment = self.machine.update(run=facts.runs, log_started=facts.lines_read > 0, evaluation=evaluation,
                                          engine=sample, stopping=self.extractor.stopping,
-                                         cross_rank=[*(ranks.reasons if ranks else ()), *holds])
-        self.snapshot = self._snap(evaluation, sample, assessment, ranks)
+                                         cross_rank=[*(ranks.reasons if ranks else ()), *holds],
+                                         canary=canary_reasons, canary_failed=canary_failed)
+        self.snapshot = self._snap(evaluation, sample, assessment, ranks, canary)
         return self.snapshot
 
     def _snap(self, evaluation: Evaluation, sample: EngineSample, a: Assessment,
-              ranks: CrossRank | None = None) -> Snapshot:
+              ranks: CrossRank | None = None, canary: CanaryState | None = None) -> Snapshot:
         facts = self.extractor.facts
         self._started = self._started or a.ever_ready
         return Snapshot(
             at=self.clock(), state=a.state, since=a.since, reasons=a.reasons,
             started=self._started, stalled=a.stalled, evaluation=evaluation, facts=facts.to_json(),
             quiet=list(facts.quiet.values()), engine=sample, runs=facts.runs, lines_read=facts.lines_read,
-            bytes_read=self.tailer.bytes_read, ranks=ranks, host=self.host.sections() if self.host else {})
+            bytes_read=self.tailer.bytes_read, ranks=ranks, host=self.host.sections() if self.host else {},
+            canary=canary)
 
     def run(self, stop: threading.Event, interval: float) -> None:
         """Poll until `stop` is set; an error in one poll is reported in /status, not fatal."""

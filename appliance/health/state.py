@@ -7,6 +7,9 @@
             on a multi-node head, no worker loaded another NCCL (K15);
 - degraded: started once (or finished starting) but one of those conditions fails now;
 - failed:   a fatal signature (K17); a new engine run in the log starts over at loading.
+
+The correctness canary (appliance/canary) adds its own reasons: confirmed corruption is `degraded`,
+corruption past the last step-down rung is `failed`.
 """
 
 from __future__ import annotations
@@ -65,15 +68,16 @@ class StateMachine:
         self.run = 0
 
     def update(self, *, run: int, log_started: bool, evaluation: Evaluation, engine: EngineSample,
-               stopping: bool = False, cross_rank: Sequence[str] = ()) -> Assessment:
+               stopping: bool = False, cross_rank: Sequence[str] = (), canary: Sequence[str] = (),
+               canary_failed: bool = False) -> Assessment:
         now = self.clock()
         if run != self.run:
             self.run, self.ever_ready = run, False
             self.progress.reset()
         stalled = engine.healthy and self.progress.observe(now, engine.running, engine.progress)
-        reasons = self._reasons(evaluation, engine, stalled, stopping, now) + list(cross_rank)
+        reasons = self._reasons(evaluation, engine, stalled, stopping, now) + list(cross_rank) + list(canary)
         state: State
-        if evaluation.fatal:
+        if evaluation.fatal or canary_failed:
             state = "failed"
         elif not reasons:
             state, self.ever_ready = "ready", True

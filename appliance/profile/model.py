@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from appliance.bounds import MAX_MASTER_PORT, is_host
+from appliance.profile.canary import Canary
 
 GpuKind = Literal["rtx-pro-6000", "rtx-5090", "gb10", "cpu"]
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
@@ -94,6 +95,8 @@ class Engine(Section):
     """--kv-offloading-size in GiB; 0 = off."""
     fp4_indexer_cache: bool = False
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
+    logits_processors: list[str] = Field(default_factory=list, max_length=8)
+    """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
 
 
 class Limits(Section):
@@ -245,5 +248,7 @@ class Profile(Section):
     server: Server = Server()
     distributed: Distributed = Distributed()
     memory: Memory = Memory()
+    canary: Canary | None = None
+    """The correctness canary while serving (appliance/canary); null = off."""
     provenance: Provenance
 

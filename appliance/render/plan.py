@@ -74,6 +74,8 @@ def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
         _flag(argv, "--compilation-config", _compact({"cudagraph_mode": p.engine.cudagraph_mode}))
     if p.engine.fp4_indexer_cache:
         _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
+    if p.engine.logits_processors:
+        argv += ["--logits-processors", *p.engine.logits_processors]
     if p.engine.kv_offload_gib > 0:
         _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
     _flag(argv, "--host", p.server.host)

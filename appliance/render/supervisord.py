@@ -58,8 +58,10 @@ def _program(name: str, argv: list[str], env: dict[str, str], *, kind: str = "pr
     return "\n".join(lines)
 
 
-def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str]) -> str:
-    """The whole config. `engine_env` = plan env + caches; secrets are inherited, never written here."""
+def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str],
+                canary_argv: list[str] | None = None) -> str:
+    """The whole config. `engine_env` = plan env + caches; secrets are inherited, never written here.
+    `canary_argv`: the correctness canary's watch (appliance/canary/watch.py), when the profile runs one."""
     log = str(files.engine_log)
     sections = [
         "\n".join([
@@ -85,6 +87,13 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
         stdout_logfile=str(files.run_dir / "exporter.log"), stdout_logfile_maxbytes="20MB",
         stdout_logfile_backups=1,
     ))
+    if canary_argv:
+        sections.append(_program(
+            "canary", canary_argv, {}, priority=40, autorestart=True, startsecs=2, stopsignal="TERM",
+            stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
+            stdout_logfile=str(files.run_dir / "canary.log"), stdout_logfile_maxbytes="20MB",
+            stdout_logfile_backups=1,
+        ))
     # The engine's output also goes to the container's stdout, without a shell in the engine command.
     sections.append(_program(
         "logtail", ["tail", "-n", "+1", "-F", log], {}, priority=25, autorestart=True, startsecs=0,

@@ -5,7 +5,7 @@
     resolve_plan     placement (+ fabric address) -> ServePlan, programs made absolute
     join_peers       multi-node: the consistency exchange; the head gets its workers' exporters
     qualify_fabric   multi-node: this rank's measured link to the head against the profile's floor (K25)
-    resolve_launch   the above + run folder, engine env (caches), the exporter's arguments
+    resolve_launch   the above + run folder, engine env (caches), the exporter's arguments, the canary's watch
     write_launch     launch.json + supervisord.conf, atomically, proven by supervisor's own loader
 
 Library code: it reports through the `report` callable it is given and raises ApplianceError on bad input.
@@ -46,6 +46,7 @@ from appliance.settings import ApplianceSettings
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
 FABRIC_FILE = "fabric.json"
+CANARY_FILE = "canary.json"
 EXPORTER = "exporter"
 # Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks):
 # a run folder holding one could not be named in supervisord.conf safely.
@@ -68,6 +69,8 @@ class Launch:
     engine_url: str | None = None
     fabric: dict[str, Any] | None = None
     """This rank's fabric qualification (K25), written beside launch.json for its exporter."""
+    canary: list[str] | None = None
+    """The correctness canary's watch (appliance/canary/watch.py), on a head or single node whose profile runs one."""
 
     @property
     def launch_file(self) -> Path:
@@ -83,11 +86,16 @@ class Launch:
                 args += ["--peer", f"{rank}={peer.health_url}"]
         if self.fabric is not None:  # K25: this node's figures, shown by its exporter in /status and metrics
             args += ["--fabric-report", str(self.files.run_dir / FABRIC_FILE)]
+        if self.canary:  # the watch writes its rounds and rung there; the exporter turns them into readiness
+            args += ["--canary-state", str(self.files.run_dir / CANARY_FILE)]
         return args
 
     def programs(self) -> dict[str, Program]:
         out = {f"setup{i}": Program(step, self.env) for i, step in enumerate(self.plan.setup)}
-        return out | {"vllm": Program(self.plan.argv, self.env)}
+        out["vllm"] = Program(self.plan.argv, self.env)
+        if self.canary:
+            out["canary"] = Program(self.canary, {})
+        return out
 
     def supervised(self) -> dict[str, list[str]]:
         """supervisord program -> its command: the appliance's own, with the launch file's path only."""
@@ -179,7 +187,8 @@ def run_files(run_dir: Path) -> RunFiles:
 
 
 def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceSettings, model_dir: Path | None,
-                   run_dir: Path, home: Path, report: Report = print, *, measure_fabric: bool = True) -> Launch:
+                   run_dir: Path, home: Path, report: Report = print, *, measure_fabric: bool = True,
+                   cli_overrides: tuple[str, ...] = ()) -> Launch:
     """`measure_fabric=False` (a dry run): the fabric qualification is skipped and said so; it needs every rank
     to measure at once, so one rank's dry run would wait for peers that never come."""
     profile = loaded.profile
@@ -198,8 +207,23 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
     env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
-    return Launch(loaded, place, plan, env, files, peers, health_port,
-                  engine_api_url(plan.role, profile.server.port, place.master_addr), fabric)
+    engine_url = engine_api_url(plan.role, profile.server.port, place.master_addr)
+    return Launch(loaded, place, plan, env, files, peers, health_port, engine_url, fabric,
+                  canary_watch(loaded, plan, files.run_dir, engine_url, cli_overrides))
+
+
+def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None,
+                 cli_overrides: tuple[str, ...]) -> list[str] | None:
+    """The canary's watch command, where the profile runs one and this node serves the API. It carries no rung:
+    a step-down rewrites launch.json with the rung in APPLIANCE_SET and restarts only the engine."""
+    c = loaded.profile.canary
+    if c is None or not c.enabled or plan.role == "worker" or not engine_url:
+        return None
+    argv = [sys.executable, "-m", "appliance.canary.watch", "--profile", loaded.source.as_posix(),
+            "--run-dir", str(run_dir), "--url", engine_url]
+    for item in cli_overrides:
+        argv += ["--set", item]
+    return argv
 
 
 def launch_file(launch: Launch) -> LaunchFile:
@@ -214,7 +238,7 @@ def supervisord_conf(launch: Launch) -> str:
     commands = launch.supervised()
     programs = ServePlan(commands["vllm"], {}, launch.plan.role,
                          [commands[f"setup{i}"] for i in range(len(launch.plan.setup))])
-    return render_conf(programs, launch.files, {}, commands[EXPORTER])
+    return render_conf(programs, launch.files, {}, commands[EXPORTER], commands.get("canary"))
 
 
 def write_launch(launch: Launch) -> str:

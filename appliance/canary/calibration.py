@@ -1,0 +1,83 @@
+"""Per-model expectations recorded on a known-good serve.
+
+A calibration holds, for one served model, which known-answer prompts it answered right and the
+greedy text of each deterministic probe. A later round then also requires those answers and that
+each greedy reply still agrees with the recorded one. Recorded, never hand-written: a file from
+`appliance canary --record-calibration FILE`, or the same object under `canary_calibration` in a
+gate receipt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from appliance.errors import ApplianceError
+
+RECEIPT_KEY = "canary_calibration"
+
+
+class Calibration(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_: int = Field(1, alias="schema")
+    model: str
+    """The served model name the calibration was recorded against."""
+    recorded_at: str
+    serve_url: str | None = None
+    known_answers_right: list[str]
+    """Ids of the known-answer prompts (healthchecks/canary.yaml) the model answered right."""
+    greedy: dict[str, str]
+    """Probe id -> the greedy reply on the known-good serve."""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+
+def new_calibration(model: str, url: str, right: list[str], greedy: dict[str, str]) -> Calibration:
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return Calibration(model=model, recorded_at=now, serve_url=url, known_answers_right=right, greedy=greedy)
+
+
+def load_calibration(path: Path) -> Calibration:
+    """A calibration file, or a gate receipt carrying one under `canary_calibration`."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ApplianceError(f"calibration file {path} does not exist", field="--calibration", value=str(path),
+                             fix="record one with `appliance canary --url URL --record-calibration FILE` on a "
+                                 "known-good serve") from None
+    except (OSError, ValueError) as exc:
+        raise ApplianceError(f"calibration file {path} is not readable JSON: {exc}", field="--calibration",
+                             value=str(path), fix="re-record it with --record-calibration") from None
+    if isinstance(data, dict) and RECEIPT_KEY in data:
+        data = data[RECEIPT_KEY]
+    try:
+        return Calibration.model_validate(data)
+    except ValidationError as exc:
+        raise ApplianceError(f"calibration file {path}: {exc.errors()[0]['msg']} at "
+                             f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}", field="--calibration",
+                             value=str(path), fix="re-record it with --record-calibration") from None
+
+
+def save_calibration(calibration: Calibration, path: Path) -> str:
+    """Write the calibration to PATH; when PATH is a gate receipt, into it under `canary_calibration`
+    (the receipt of the same known-good serve carries it). Returns what was written."""
+    from appliance.gate.receipt import SCHEMA
+
+    doc: Any = calibration.to_json()
+    what = "calibration file"
+    try:
+        existing = json.loads(path.read_text())
+    except (OSError, ValueError):
+        existing = None
+    if isinstance(existing, dict) and existing.get("schema") == SCHEMA:
+        doc, what = {**existing, RECEIPT_KEY: doc}, "gate receipt (canary_calibration)"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2 if what != "calibration file" else 1) + "\n")
+    tmp.replace(path)  # a half-written calibration or receipt is never left behind
+    return what

@@ -1,0 +1,247 @@
+"""One canary round: golden probes against an OpenAI-compatible serve, judged on the text users get.
+
+Checks and the signatures they report:
+
+- needle (chat + completions, streamed and not): `needle-missing` — a planted code word not repeated;
+  `stream-mismatch` — the streamed reply disagrees with the non-streamed one.
+- endpoint-consistency: `endpoint-mismatch` — completions fed the chat prompt's own tokens (vLLM
+  /tokenize) disagree with the chat reply. Skipped where the serve has no /tokenize.
+- long-decode (completions, chat streamed): `repetition-loop`, `collapsed-vocabulary`,
+  `garbage-characters`, `script-switch` (appliance/canary/degeneration.py).
+- shared-prefix: one request warms a long prefix, then several share its cached blocks at once, each
+  with its own needle: `needle-missing`, `crosstalk` (a reply carries another request's code), and
+  the degeneration signatures. (Solo and concurrent replies are not compared text for text: batch
+  composition moves late tokens even on a healthy CPU serve.)
+- calibrated only: `known-answer-wrong` (a prompt this model answered right on its known-good serve)
+  and `golden-divergence` (a greedy reply no longer agrees with the recorded one).
+
+Every probe is greedy (temperature 0, fixed seed). Consistency compares leading characters only
+(`consistency_min_prefix_chars`): a GPU's batch order may legitimately move a late token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.canary.calibration import Calibration
+from appliance.canary.client import CanaryClient, Completion, Endpoint, Prompt
+from appliance.canary.degeneration import Thresholds, symptoms
+from appliance.canary.golden import Golden
+
+CHECKS = ("needle", "endpoint-consistency", "long-decode", "shared-prefix", "known-answers", "golden")
+CALIBRATED = ("known-answers", "golden")
+
+
+@dataclass(frozen=True)
+class Finding:
+    signature: str
+    check: str
+    evidence: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"signature": self.signature, "check": self.check, "evidence": self.evidence}
+
+    def render(self) -> str:
+        return f"{self.signature} [{self.check}]: {self.evidence}"
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """How big a round is: from the profile's `canary:` section, or the command's flags."""
+
+    long_decode_tokens: int = 192
+    concurrency: int = 4
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+@dataclass
+class RoundResult:
+    model: str
+    findings: list[Finding] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Check -> why it did not run."""
+    greedy: dict[str, str] = field(default_factory=dict)
+    """Probe id -> greedy reply, for the deterministic probes (what a calibration records)."""
+    known_right: list[str] = field(default_factory=list)
+    completion_tokens: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+
+    @property
+    def healthy(self) -> bool:
+        return not self.findings
+
+    @property
+    def signatures(self) -> list[str]:
+        return sorted({f.signature for f in self.findings})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": "healthy" if self.healthy else "corruption", "model": self.model,
+                "findings": [f.to_json() for f in self.findings], "signatures": self.signatures,
+                "checks": self.checks, "skipped": self.skipped, "requests": self.requests,
+                "completion_tokens": self.completion_tokens, "seconds": round(self.seconds, 2)}
+
+
+def _clip(text: str, width: int = 120) -> str:
+    return repr(text if len(text) <= width else text[:width] + "…")
+
+
+def agreeing_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def agree(a: str, b: str, min_chars: int) -> bool:
+    """Both replies agree on their first `min_chars` characters (or on all of the shorter one)."""
+    return agreeing_prefix(a, b) >= min(min_chars, len(a), len(b))
+
+
+class Round:
+    def __init__(self, client: CanaryClient, model: str, golden: Golden, plan: RoundPlan,
+                 calibration: Calibration | None, rng: random.Random) -> None:
+        self.client, self.model, self.golden, self.plan = client, model, golden, plan
+        self.calibration, self.rng = calibration, rng
+        self.t = plan.thresholds
+        self.result = RoundResult(model)
+
+    async def _ask(self, endpoint: Endpoint, prompt: Prompt, max_tokens: int, *,
+                   stream: bool = False) -> Completion:
+        reply = await self.client.complete(self.model, endpoint, prompt, max_tokens, stream=stream)
+        self.result.requests += 1
+        self.result.completion_tokens += reply.tokens or 0
+        return reply
+
+    def _find(self, signature: str, check: str, evidence: str) -> None:
+        self.result.findings.append(Finding(signature, check, evidence))
+
+    def _degeneration(self, check: str, text: str) -> None:
+        for s in symptoms(text, self.t):
+            self._find(s.signature, check, s.evidence)
+
+    def _consistent(self, signature: str, check: str, a: str, b: str, what: str) -> None:
+        if not agree(a, b, self.t.consistency_min_prefix_chars):
+            at = agreeing_prefix(a, b)
+            self._find(signature, check, f"{what} part at char {at}: {_clip(a[at:], 60)} vs {_clip(b[at:], 60)}")
+
+    async def needle(self) -> None:
+        g = self.golden
+        for endpoint in ("completions", "chat"):
+            code = g.code(self.rng)
+            prompt = self._needle_prompt(endpoint, code)
+            plain = await self._ask(endpoint, prompt, g.needle.max_tokens)
+            streamed = await self._ask(endpoint, prompt, g.needle.max_tokens, stream=True)
+            for reply in (plain, streamed):
+                if code not in reply.text:
+                    kind = "streamed" if reply.stream else "non-streamed"
+                    self._find("needle-missing", f"needle:{endpoint}",
+                               f"{kind} reply does not repeat {code}: {_clip(reply.text)}")
+            self._consistent("stream-mismatch", f"needle:{endpoint}", plain.text, streamed.text,
+                             "non-streamed and streamed replies")
+
+    def _needle_prompt(self, endpoint: Endpoint, code: str) -> Prompt:
+        g = self.golden
+        if endpoint == "completions":
+            return g.needle.completions.format(filler=g.filler, code=code)
+        return g.needle.chat_messages(filler=g.filler, code=code, example1=g.code(self.rng),
+                                      example2=g.code(self.rng))
+
+    async def endpoint_consistency(self) -> None:
+        g = self.golden
+        prompt = self._needle_prompt("chat", g.code(self.rng))
+        assert isinstance(prompt, list)
+        ids = await self.client.tokenize_chat(self.model, prompt)
+        if ids is None:
+            self.result.skipped["endpoint-consistency"] = "the serve has no /tokenize (not vLLM?)"
+            return
+        self.result.checks.append("endpoint-consistency")
+        chat = await self._ask("chat", prompt, g.needle.max_tokens)
+        raw = await self._ask("completions", ids, g.needle.max_tokens)
+        self._consistent("endpoint-mismatch", "endpoint-consistency", chat.text, raw.text,
+                         "chat and completions (same tokens) replies")
+
+    async def long_decode(self) -> None:
+        n = self.plan.long_decode_tokens
+        completions = await self._ask("completions", self.golden.long_decode.completions, n)
+        chat = await self._ask("chat", self.golden.long_decode.chat, n, stream=True)
+        self.result.greedy["long:completions"], self.result.greedy["long:chat"] = completions.text, chat.text
+        self._degeneration("long-decode:completions", completions.text)
+        self._degeneration("long-decode:chat", chat.text)
+
+    async def shared_prefix(self) -> None:
+        g = self.golden
+        codes = [g.code(self.rng) for _ in range(self.plan.concurrency)]
+        prompts = [g.shared_prefix.template.format(filler=g.filler, index=i + 1, code=c) for i, c in enumerate(codes)]
+        await self._ask("completions", prompts[0], g.shared_prefix.max_tokens)  # fills the prefix cache
+        replies = await asyncio.gather(*(self._ask("completions", p, g.shared_prefix.max_tokens) for p in prompts))
+        for i, (code, reply) in enumerate(zip(codes, replies, strict=True)):
+            check = f"shared-prefix[{i + 1}/{len(codes)}]"
+            others = [c for c in codes if c != code and c in reply.text]
+            if others:
+                self._find("crosstalk", check, f"reply carries another request's code {others[0]}: {_clip(reply.text)}")
+            elif code not in reply.text:
+                self._find("needle-missing", check, f"reply does not repeat {code}: {_clip(reply.text)}")
+            self._degeneration(check, reply.text)
+
+    async def known_answers(self, record: bool) -> None:
+        cal = self.calibration
+        for ka in self.golden.known_answers:
+            if not record and cal and ka.id not in cal.known_answers_right and f"ka:{ka.id}" not in cal.greedy:
+                continue
+            reply = await self._ask(ka.endpoint, ka.prompt, ka.max_tokens)
+            self.result.greedy[f"ka:{ka.id}"] = reply.text
+            if ka.right(reply.text):
+                self.result.known_right.append(ka.id)
+            elif cal and ka.id in cal.known_answers_right:
+                self._find("known-answer-wrong", f"known-answers:{ka.id}",
+                           f"{ka.prompt!r} no longer matches /{ka.accept}/ (right on the calibrated serve): "
+                           f"{_clip(reply.text)}")
+
+    def golden_compare(self) -> None:
+        assert self.calibration is not None
+        for probe, recorded in self.calibration.greedy.items():
+            now = self.result.greedy.get(probe)
+            if now is None:
+                continue
+            if not agree(now, recorded, self.t.golden_min_prefix_chars):
+                at = agreeing_prefix(now, recorded)
+                self._find("golden-divergence", f"golden:{probe}",
+                           f"greedy reply leaves the calibrated one at char {at}: now {_clip(now[at:], 60)}, "
+                           f"recorded {_clip(recorded[at:], 60)}")
+
+    async def run(self, *, record: bool = False) -> RoundResult:
+        began = time.monotonic()
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("needle", self.needle), ("endpoint-consistency", self.endpoint_consistency),
+            ("long-decode", self.long_decode), ("shared-prefix", self.shared_prefix)]
+        for name, step in steps:
+            if name != "endpoint-consistency":
+                self.result.checks.append(name)
+            await step()
+        if self.calibration or record:
+            await self.known_answers(record)
+        if self.calibration:
+            self.result.checks.append("known-answers")
+            self.golden_compare()
+            self.result.checks.append("golden")
+        else:
+            for name in CALIBRATED:
+                self.result.skipped[name] = ("recording this model's calibration now" if record else
+                                             "no calibration for this model (record one with --record-calibration)")
+        self.result.seconds = time.monotonic() - began
+        return self.result
+
+
+async def run_round(client: CanaryClient, model: str, golden: Golden, plan: RoundPlan,
+                    calibration: Calibration | None, *, record: bool = False,
+                    rng: random.Random | None = None) -> RoundResult:
+    return await Round(client, model, golden, plan, calibration, rng or random.Random()).run(record=record)

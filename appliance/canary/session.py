@@ -1,0 +1,50 @@
+"""One round against a URL, end to end: resolve the model, load golden data and calibration, run."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from appliance.canary.calibration import Calibration, load_calibration
+from appliance.canary.checks import RoundPlan, RoundResult, run_round
+from appliance.canary.client import CanaryClient, Unreachable
+from appliance.canary.golden import load_golden
+from appliance.errors import ApplianceError
+
+
+async def pick_model(client: CanaryClient, model: str | None) -> str:
+    served = await client.models()
+    if model:
+        if model not in served:
+            raise ApplianceError(f"model {model!r} is not served at {client.base_url}", field="--model", value=model,
+                                 fix=f"use one of: {', '.join(served) or '(none listed)'}")
+        return model
+    if len(served) != 1:
+        raise ApplianceError(f"{client.base_url} serves {len(served)} models", field="--model", value=None,
+                             fix=f"name one with --model: {', '.join(served) or '(none listed)'}")
+    return served[0]
+
+
+def check_calibration(calibration: Calibration | None, model: str, source: Path | None) -> None:
+    if calibration and calibration.model != model:
+        raise ApplianceError(f"calibration {source} was recorded for {calibration.model!r}, not {model!r}",
+                             field="--calibration", value=str(source),
+                             fix="pass the calibration recorded for this model, or none (model-agnostic checks only)",
+                             reason="another model's expected answers would report corruption that is not there")
+
+
+async def one_round(url: str, *, model: str | None, plan: RoundPlan, calibration_path: Path | None,
+                    record: bool = False, timeout: float = 120.0, seed: int | None = None) -> RoundResult:
+    """Raises ApplianceError for bad input and for a serve that does not answer (exit 2)."""
+    calibration = load_calibration(calibration_path) if calibration_path else None
+    golden = load_golden()
+    client = CanaryClient(url, timeout=timeout)
+    try:
+        chosen = await pick_model(client, model)
+        check_calibration(calibration, chosen, calibration_path)
+        return await run_round(client, chosen, golden, plan, calibration, record=record, rng=random.Random(seed))
+    except Unreachable as exc:
+        raise ApplianceError(f"the serve at {url} did not answer: {exc}", field="--url", value=url,
+                             fix="check the URL (scheme, host, port; no /v1) and that the serve is up") from None
+    finally:
+        await client.aclose()

@@ -1,0 +1,249 @@
+"""Canary rounds while serving: a supervisord program next to the engine and the exporter.
+
+Every `interval_s` (sooner while a failure awaits confirmation) it runs one round against the
+engine, unless the engine is down (nothing to judge) or busy with real traffic (it yields, for at
+most `max_defer_s`). `confirm_after` consecutive failing rounds confirm corruption: the state turns
+`corrupt` and the ladder takes the next valid rung (appliance/canary/ladder.py), then `rechecking`
+until a round passes on it. Past the last rung: `failed`, and no more rounds. The state file
+(appliance/canary/status.py) is what the exporter shows; it also lets this program resume after a
+restart, re-applying the rung it had reached (a no-op for supervisord when nothing changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.canary.calibration import Calibration
+from appliance.canary.checks import RoundPlan, RoundResult, run_round
+from appliance.canary.client import CanaryClient, Unreachable
+from appliance.canary.golden import load_golden
+from appliance.canary.ladder import RungPlan, last_index, rung
+from appliance.canary.session import pick_model
+from appliance.errors import ApplianceError
+from appliance.health.canary_state import STATE_FILE, CanaryState, read_state, write_state
+from appliance.health.engine import EngineProbe, EngineSample
+from appliance.profile.canary import Canary
+
+CONFIRM_DELAY_S = 5.0
+"""A failing round is re-run this soon (not a whole interval later): detection within two rounds."""
+POLL_S = 5.0
+
+
+@dataclass
+class Ladder:
+    """How to take a rung: validate it, then restart the engine with it (ladder.py; a fake in unit tests)."""
+
+    validate: Callable[[RungPlan], dict[str, str]]
+    restart: Callable[[RungPlan], str]
+
+
+class Watch:
+    def __init__(self, canary: Canary, *, url: str, model: str | None, state_path: Path, ladder: Ladder,
+                 probe: Callable[[], EngineSample], calibration: Calibration | None,
+                 log: Callable[[str], None], clock: Callable[[], float] = time.time) -> None:
+        self.canary, self.url, self.model, self.path = canary, url, model, state_path
+        self.ladder, self.probe, self.calibration, self.log, self.clock = ladder, probe, calibration, log, clock
+        self.plan = RoundPlan(long_decode_tokens=canary.long_decode_tokens, concurrency=canary.concurrency,
+                              thresholds=canary.thresholds)
+        self.state = read_state(state_path) or CanaryState()
+        self.state.interval_s, self.state.confirm_after = canary.interval_s, canary.confirm_after
+        self.state.calibration = canary.calibration
+        self.state.rungs = last_index(canary)
+        self.next_round = 0.0
+        self.busy_since: float | None = None
+
+    def save(self) -> None:
+        write_state(self.path, self.state)
+
+    # -- one step of the loop -------------------------------------------------------------------------------
+    def step(self) -> float:
+        """Do what is due now; seconds until the next step."""
+        now = self.clock()
+        if self.state.status == "failed":
+            return POLL_S * 12
+        if now < self.next_round:
+            return min(POLL_S, self.next_round - now)
+        sample = self.probe()
+        if not sample.healthy:
+            self.state.note = f"waiting for the engine: {sample.error or 'not healthy'}"
+            self.save()
+            return POLL_S
+        if sample.running is not None and sample.running > self.canary.busy_requests:
+            self.busy_since = self.busy_since or now
+            if now - self.busy_since < self.canary.max_defer_s:
+                if self.state.note != "yielding to traffic":
+                    self.state.rounds_total["deferred"] += 1
+                    self.state.note = "yielding to traffic"
+                    self.save()
+                return POLL_S
+        self.busy_since = None
+        self.state.note = ""
+        result = self.round()
+        self.judge(result)
+        self.save()
+        delay = CONFIRM_DELAY_S if self.state.status == "suspect" else self.canary.interval_s
+        self.next_round = self.clock() + delay
+        return min(POLL_S, delay)
+
+    def round(self) -> RoundResult | str:
+        async def go() -> RoundResult:
+            client = CanaryClient(self.url, timeout=self.canary.budget_s)
+            try:
+                model = await pick_model(client, self.model)
+                return await asyncio.wait_for(
+                    run_round(client, model, load_golden(), self.plan, self.calibration, rng=random.Random()),
+                    self.canary.budget_s)
+            finally:
+                await client.aclose()
+
+        try:
+            return asyncio.run(go())
+        except (Unreachable, ApplianceError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        except TimeoutError:
+            return f"the round took longer than budget_s={self.canary.budget_s:g}"
+
+    def judge(self, result: RoundResult | str) -> None:
+        s = self.state
+        now = self.clock()
+        if isinstance(result, str):
+            s.rounds_total["error"] += 1
+            s.last_round = {"verdict": "error", "error": result}
+            self.log(f"round error (not counted as corruption): {result}")
+            return
+        s.last_round, s.last_round_unix = result.to_json(), now
+        if result.healthy:
+            s.rounds_total["healthy"] += 1
+            s.last_success_unix = now
+            if s.status == "rechecking" and s.step_downs:
+                s.step_downs[-1]["recovered_unix"] = now
+                self.log(f"rung {s.rung['name']} passes: recovered")
+            s.consecutive_failures, s.status = 0, "ok"
+            self.log(f"round healthy ({len(result.checks)} checks, {result.seconds:.1f} s)")
+            return
+        s.rounds_total["corruption"] += 1
+        s.consecutive_failures += 1
+        for sig in result.signatures:
+            s.failures_total[sig] = s.failures_total.get(sig, 0) + 1
+        self.log(f"round FAILED {s.consecutive_failures}/{self.canary.confirm_after}: " +
+                 "; ".join(f.render() for f in result.findings[:5]))
+        if s.consecutive_failures < self.canary.confirm_after:
+            s.status = "suspect"
+            return
+        s.status = "corrupt"
+        self.save()  # /status shows `corrupt` while the ladder works
+        self.step_down(result)
+
+    def step_down(self, result: RoundResult) -> None:
+        s = self.state
+        index = int(s.rung["index"]) + 1
+        while index <= last_index(self.canary):
+            plan = rung(self.canary, index)
+            event = {"at_unix": self.clock(), "from": s.rung["name"], "to": plan.name, "set": plan.sets,
+                     "signatures": result.signatures, "evidence": result.findings[0].render()}
+            try:
+                effective = self.ladder.validate(plan)
+                event["supervisorctl"] = self.ladder.restart(plan)
+            except ApplianceError as exc:
+                event["outcome"] = f"not taken: {exc.message}"
+                s.step_downs.append(event)
+                self.log(f"step-down to rung {plan.name} NOT taken: {exc.message}")
+                index += 1
+                continue
+            event["outcome"] = "taken"
+            s.step_downs.append(event)
+            s.rung, s.effective = plan.to_json(), effective
+            s.status, s.consecutive_failures = "rechecking", 0
+            self.log(f"corruption confirmed ({', '.join(result.signatures)}): stepped down to rung {index} "
+                     f"{plan.name} ({'; '.join(plan.sets)}); engine restarting")
+            return
+        s.status = "failed"
+        s.step_downs.append({"at_unix": self.clock(), "from": s.rung["name"], "to": None,
+                             "signatures": result.signatures, "outcome": "past the last rung: serve failed"})
+        self.log(f"corruption confirmed ({', '.join(result.signatures)}) on the last rung {s.rung['name']}: "
+                 "the serve is failed")
+
+    def resume(self) -> None:
+        """After a restart of this program or the serve: put the engine back on the rung the state names."""
+        index = int(self.state.rung.get("index", 0))
+        if index == 0 or index > last_index(self.canary):
+            return
+        plan = rung(self.canary, index)
+        try:
+            self.ladder.validate(plan)
+            self.ladder.restart(plan)
+            self.log(f"resumed on rung {index} {plan.name}")
+        except ApplianceError as exc:
+            self.log(f"could not resume on rung {plan.name}: {exc.message}")
+
+    def run(self, stop: threading.Event) -> None:
+        self.resume()
+        self.save()
+        while not stop.is_set():
+            stop.wait(self.step())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from appliance.canary.calibration import load_calibration
+    from appliance.canary.ladder import restart_with, validate_rung
+    from appliance.profile.loader import load_profile
+    from appliance.settings import load_settings
+
+    parser = argparse.ArgumentParser(prog="python -m appliance.canary.watch", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", required=True, help="the profile's file (as `appliance run` loaded it)")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--url", required=True, help="the engine's API")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="`appliance run`'s --set items")
+    args = parser.parse_args(argv)
+
+    def log(line: str) -> None:
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} appliance canary: {line}", flush=True)
+
+    try:
+        settings = load_settings()
+        env_sets = settings.overrides()
+        loaded = load_profile(args.profile, env_overrides=env_sets, cli_overrides=args.overrides)
+        canary = loaded.profile.canary
+        if canary is None or not canary.enabled:
+            log("no enabled canary section in the profile; nothing to do")
+            return 0
+        calibration = None
+        if canary.calibration:
+            cal_path = Path(canary.calibration)
+            calibration = load_calibration(cal_path if cal_path.is_absolute() else loaded.source.parent / cal_path)
+    except ApplianceError as exc:
+        print(f"appliance canary: error: {exc}", file=sys.stderr)
+        return 2
+    ladder = Ladder(
+        validate=lambda plan: validate_rung(args.profile, env_sets, args.overrides, plan),
+        restart=lambda plan: restart_with(plan, source=args.profile, run_dir=args.run_dir,
+                                          cli_overrides=args.overrides))
+    engine = EngineProbe(args.url, timeout=3.0)
+    watch = Watch(canary, url=args.url, model=loaded.profile.server.served_model_name,
+                  state_path=args.run_dir / STATE_FILE, ladder=ladder, probe=engine.sample,
+                  calibration=calibration, log=log)
+    stop = threading.Event()
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log(f"watching {args.url} every {canary.interval_s:g} s; confirm after {canary.confirm_after}; "
+        f"ladder: {', '.join(r.name for r in canary.step_down) or '(none)'}; "
+        f"calibration: {canary.calibration or 'none (model-agnostic checks)'}")
+    try:
+        watch.run(stop)
+    finally:
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""`appliance canary --url URL [--model NAME] [--json]`: one round of golden checks against any
+OpenAI-compatible serve. Exit 0 healthy, 1 corruption (each finding names its signature and the
+evidence), 2 bad input or a serve that does not answer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", required=True, help="the serve's base URL, e.g. http://127.0.0.1:8000 (no /v1)")
+    parser.add_argument("--model", help="served model name (default: the one the serve lists)")
+    parser.add_argument("--json", action="store_true", help="print the round as JSON")
+    parser.add_argument("--calibration", type=Path, metavar="FILE",
+                        help="this model's calibration (a file from --record-calibration, or a gate receipt "
+                             "carrying one); without it the calibrated checks are skipped and named")
+    parser.add_argument("--record-calibration", type=Path, metavar="FILE",
+                        help="on a known-good serve: run the round and, if it is healthy, record the calibration "
+                             "(into FILE; a gate receipt.json of that serve gets it under canary_calibration)")
+    parser.add_argument("--long-decode-tokens", type=int, default=192, help="length of the long greedy decode")
+    parser.add_argument("--concurrency", type=int, default=4, help="requests sharing one cached prefix at once")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    from appliance.errors import ApplianceError
+
+    if not args.url.startswith(("http://", "https://")):
+        raise ApplianceError(f"--url {args.url!r} is not an http(s) URL", field="--url", value=args.url,
+                             fix="pass e.g. http://127.0.0.1:8000")
+    if not 16 <= args.long_decode_tokens <= 4096:
+        raise ApplianceError(f"--long-decode-tokens {args.long_decode_tokens} is outside 16..4096",
+                             field="--long-decode-tokens", value=args.long_decode_tokens,
+                             fix="use e.g. 192", reason="too short shows no loop; too long costs the serve")
+    if not 2 <= args.concurrency <= 64:
+        raise ApplianceError(f"--concurrency {args.concurrency} is outside 2..64", field="--concurrency",
+                             value=args.concurrency, fix="use e.g. 4", reason="cached blocks are shared by >= 2")
+    if args.calibration and args.record_calibration:
+        raise ApplianceError("--calibration and --record-calibration together", field="--record-calibration",
+                             fix="record on a known-good serve first, then check with --calibration")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from appliance.canary.calibration import new_calibration, save_calibration
+    from appliance.canary.checks import RoundPlan
+    from appliance.canary.session import one_round
+
+    _validate(args)
+    plan = RoundPlan(long_decode_tokens=args.long_decode_tokens, concurrency=args.concurrency)
+    result = asyncio.run(one_round(args.url, model=args.model, plan=plan, calibration_path=args.calibration,
+                                   record=bool(args.record_calibration), timeout=args.timeout))
+    out = result.to_json()
+    if args.record_calibration and result.healthy:
+        what = save_calibration(new_calibration(result.model, args.url, result.known_right, result.greedy),
+                                args.record_calibration)
+        out["calibration_recorded"] = f"{args.record_calibration} ({what})"
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        verdict = "healthy" if result.healthy else f"CORRUPTION ({', '.join(result.signatures)})"
+        print(f"canary {args.url} model {result.model}: {verdict} — {len(result.checks)} checks, "
+              f"{result.requests} requests, {result.completion_tokens} tokens, {result.seconds:.1f} s")
+        for f in result.findings:
+            print(f"  {f.render()}")
+        for name, why in result.skipped.items():
+            print(f"  skipped {name}: {why}")
+        if "calibration_recorded" in out:
+            print(f"  calibration recorded: {out['calibration_recorded']} "
+                  f"({len(result.known_right)} known answers right)")
+        elif args.record_calibration:
+            print("  calibration NOT recorded: the round found corruption")
+    return 0 if result.healthy else 1

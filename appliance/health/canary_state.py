@@ -1,0 +1,81 @@
+"""The canary's state: written by the watch (one JSON file in the run dir), read by the exporter.
+
+The file is the whole interface between them, so the exporter stays a cheap reader (no canary
+code runs in it) and either side may restart without losing the counts. Written atomically.
+
+status: pending (no round yet) | ok | suspect (failing, not yet confirmed) | corrupt (confirmed; a
+step-down follows) | rechecking (a rung was taken; not ready until a round passes on it) | failed
+(confirmed past the last rung). Readiness: ok, pending and suspect are no reason to leave `ready`;
+corrupt and rechecking make the serve `degraded`; failed makes it `failed`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+CanaryStatus = Literal["pending", "ok", "suspect", "corrupt", "rechecking", "failed"]
+STATUSES: tuple[CanaryStatus, ...] = ("pending", "ok", "suspect", "corrupt", "rechecking", "failed")
+ROUND_RESULTS = ("healthy", "corruption", "error", "deferred")
+STATE_FILE = "canary.json"
+
+
+@dataclass
+class CanaryState:
+    status: CanaryStatus = "pending"
+    interval_s: float = 0.0
+    confirm_after: int = 0
+    calibration: str | None = None
+    consecutive_failures: int = 0
+    rounds_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUND_RESULTS, 0))
+    failures_total: dict[str, int] = field(default_factory=dict)
+    """Signature -> failing rounds that showed it."""
+    last_round: dict[str, Any] | None = None
+    last_round_unix: float | None = None
+    last_success_unix: float | None = None
+    rung: dict[str, Any] = field(default_factory=lambda: {"index": 0, "name": "profile", "set": []})
+    rungs: int = 0
+    """Rungs the ladder has beyond the profile as written."""
+    effective: dict[str, str] = field(default_factory=dict)
+    """The settings the rungs taken so far changed (key -> value): what the engine runs with now."""
+    step_downs: list[dict[str, Any]] = field(default_factory=list)
+    """Each ladder event: when, from which rung to which, the signatures that confirmed it, outcome."""
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CanaryState:
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def readiness(self) -> tuple[list[str], bool]:
+        """(reasons the serve is not ready, whether it has failed)."""
+        sigs = ", ".join(sorted((self.last_round or {}).get("signatures", []))) or "-"
+        if self.status == "failed":
+            return [f"canary: corruption confirmed ({sigs}) past the last step-down rung ({self.rung['name']})"], True
+        if self.status == "corrupt":
+            return [f"canary: corruption confirmed ({sigs}) after {self.consecutive_failures} failing rounds on rung "
+                    f"{self.rung['name']}"], False
+        if self.status == "rechecking":
+            return [f"canary: re-checking after the step-down to rung {self.rung['name']}"], False
+        return [], False
+
+
+def write_state(path: Path, state: CanaryState) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=1) + "\n")
+    tmp.replace(path)
+
+
+def read_state(path: Path) -> CanaryState | None:
+    """None when the file is absent (the watch has not written yet) or unreadable (mid-replace is impossible:
+    the write is atomic; a corrupt file is reported as None rather than crashing the exporter)."""
+    try:
+        return CanaryState.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None

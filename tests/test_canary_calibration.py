@@ -1,0 +1,50 @@
+"""Calibration files: recorded, carried by a gate receipt, and refused with a clear error when wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance.canary.calibration import RECEIPT_KEY, load_calibration, new_calibration, save_calibration
+from appliance.canary.golden import load_golden
+from appliance.errors import ApplianceError
+from appliance.gate.receipt import SCHEMA
+
+
+def test_a_calibration_file_round_trips(tmp_path: Path) -> None:
+    cal = new_calibration("smollm2", "http://127.0.0.1:8000", ["capital-france"], {"long:chat": "The sun"})
+    assert save_calibration(cal, tmp_path / "c.json") == "calibration file"
+    assert load_calibration(tmp_path / "c.json") == cal
+
+
+def test_a_gate_receipt_carries_the_calibration_and_keeps_its_own_keys(tmp_path: Path) -> None:
+    receipt = tmp_path / "receipt.json"
+    receipt.write_text(json.dumps({"schema": SCHEMA, "complete": True, "verdict": "pass", "checks": []}))
+    cal = new_calibration("smollm2", "http://127.0.0.1:8000", [], {"ka:x": "Paris"})
+    assert save_calibration(cal, receipt) == "gate receipt (canary_calibration)"
+    data = json.loads(receipt.read_text())
+    assert data["verdict"] == "pass" and data[RECEIPT_KEY]["model"] == "smollm2"
+    assert load_calibration(receipt) == cal
+
+
+@pytest.mark.parametrize(("content", "message"), [(None, "does not exist"), ("{", "not readable JSON"),
+                                                  ('{"model": 1}', "calibration file")])
+def test_a_missing_or_malformed_calibration_is_bad_input(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "c.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ApplianceError, match=message) as err:
+        load_calibration(path)
+    assert err.value.field == "--calibration" and err.value.fix
+
+
+def test_the_golden_table_loads_and_draws_word_codes() -> None:
+    import random
+
+    golden = load_golden()
+    code = golden.code(random.Random(1))
+    first, second, number = code.split("-")
+    assert first in golden.code_words and second in golden.code_words and 10 <= int(number) <= 99
+    assert len({ka.id for ka in golden.known_answers}) == len(golden.known_answers)
