@@ -523,11 +523,7 @@ def test_exporter_argument_types_accept_or_refuse_cleanly(kind: str, text: str) 
 @pytest.fixture(scope="module")
 def exporter_url() -> Iterator[tuple[str, str]]:
     """The real exporter server and poll loop in-process; its log holds a fatal line with the secret."""
-    from appliance.health.context import HealthContext, lock_versions
-    from appliance.health.metrics import make_registry
-    from appliance.health.monitor import ExporterIdentity, Monitor
-    from appliance.health.server import HealthServer, serve
-    from appliance.health.tail import LogTailer
+    from appliance.health.exporter import ExporterConfig, build_exporter
     from appliance.profile.loader import load_profile
 
     secret = "SxHttpFuzzSecret0042"
@@ -536,19 +532,12 @@ def exporter_url() -> Iterator[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "vllm.log"
         log.write_text(f"ERROR EngineDeadError: boom with {secret} and Bearer {secret}\n")
-        loaded = load_profile("cpu-smoke")
-        ctx = HealthContext.load(loaded)
-        identity = ExporterIdentity(profile="cpu-smoke", profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
-                            stack=ctx.lock.stack, role="single", log=str(log), engine_url=None,
-                            lock_versions=lock_versions(ctx.lock))
-        monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(log), identity=identity, clock=time.monotonic)
-        server = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
-                              clock=time.monotonic, stale_after=30, live_grace=3600, connection_timeout=1.0)
+        exporter = build_exporter(ExporterConfig(load_profile("cpu-smoke"), log, "single", interval=0.2,
+                                                 stale_after=30, live_grace=3600, connection_timeout=1.0))
         stop = threading.Event()
-        thread = threading.Thread(target=serve, args=(monitor, server), kwargs={"interval": 0.2, "stop": stop},
-                                  daemon=True)
+        thread = threading.Thread(target=exporter.serve, args=(stop,), daemon=True)
         thread.start()
-        yield f"127.0.0.1:{server.server_address[1]}", secret
+        yield f"127.0.0.1:{exporter.server.server_address[1]}", secret
         stop.set()
         thread.join(10)
     if saved is None:

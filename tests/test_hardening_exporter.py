@@ -20,10 +20,8 @@ import httpx
 import pytest
 
 from appliance.cli import main
-from appliance.health.context import HealthContext, lock_versions
-from appliance.health.metrics import make_registry
-from appliance.health.monitor import ExporterIdentity, Monitor
-from appliance.health.server import HealthServer, serve
+from appliance.health.exporter import ExporterConfig, build_exporter
+from appliance.health.server import HealthServer
 from appliance.health.tail import LogTailer
 from appliance.profile.loader import load_profile
 from tests.conftest import free_port
@@ -76,18 +74,12 @@ def server(tmp_path: Path) -> Iterator[HealthServer]:
     """The exporter's real server and poll loop, in-process, with a short connection timeout and a small cap."""
     log = tmp_path / "vllm.log"
     log.write_text("")
-    loaded = load_profile("cpu-smoke")
-    ctx = HealthContext.load(loaded)
-    identity = ExporterIdentity(profile="cpu-smoke", profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
-                        stack=ctx.lock.stack, role="single", log=str(log), engine_url=None,
-                        lock_versions=lock_versions(ctx.lock))
-    monitor = Monitor(judge=ctx.judge("single"), tailer=LogTailer(log), identity=identity, clock=time.monotonic)
-    srv = HealthServer(("127.0.0.1", 0), monitor, make_registry(lambda: monitor.snapshot, identity),
-                       clock=time.monotonic, stale_after=5, live_grace=60, connection_timeout=0.5, max_connections=8)
+    exporter = build_exporter(ExporterConfig(load_profile("cpu-smoke"), log, "single", interval=0.1, stale_after=5,
+                                             live_grace=60, connection_timeout=0.5, max_connections=8))
     stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(monitor, srv), kwargs={"interval": 0.1, "stop": stop}, daemon=True)
+    thread = threading.Thread(target=exporter.serve, args=(stop,), daemon=True)
     thread.start()
-    yield srv
+    yield exporter.server
     stop.set()
     thread.join(10)
 

@@ -16,7 +16,7 @@ from appliance.health.engine import EngineProbe
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import ExporterIdentity, HostSections, Monitor
 from appliance.health.peers import PeerWatch, compared_facts
-from appliance.health.server import HealthServer, serve
+from appliance.health.server import CONNECTION_TIMEOUT_S, MAX_CONNECTIONS, HealthServer, serve
 from appliance.health.tail import LogTailer
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.topology import Role
@@ -42,6 +42,10 @@ class ExporterConfig:
     table: Path | None = None
     stale_after: float | None = None
     """Default: three polls and two engine timeouts, plus 5 s."""
+    connection_timeout: float = CONNECTION_TIMEOUT_S
+    """Seconds a client may take over one request before its connection is closed."""
+    max_connections: int = MAX_CONNECTIONS
+    """Connections served at once; more are closed (a thousand slow clients must not become a thousand threads)."""
     canary_state: Path | None = None
     """The correctness canary's state file (`appliance run` writes it beside launch.json), read every poll."""
 
@@ -100,7 +104,8 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
         if canary:
             registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
         server = HealthServer((config.host, config.port), monitor, registry,
-                              clock=clock, stale_after=stale_after, live_grace=config.live_grace)
+                              clock=clock, stale_after=stale_after, live_grace=config.live_grace,
+                              connection_timeout=config.connection_timeout, max_connections=config.max_connections)
     except OSError:
         if engine:
             engine.close()
