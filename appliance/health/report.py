@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from appliance.health.expect import Evaluation, ExpectationStatus, verdict
+from appliance.health.expect import Evaluation, ExpectationStatus, Result, verdict
 from appliance.health.facts import Facts
 from appliance.health.peers import Agreement
 
@@ -21,29 +21,16 @@ ALL_LOGS = "*"
 
 
 @dataclass(frozen=True)
-class LogFinding:
-    rule: str
-    name: str
-    status: ExpectationStatus
-    severity: Literal["error", "warning"]
-    detail: str
-    log: str
-    warning: str | None = None
-    fix: str | None = None
+class LogFinding(Result):
+    """An expectation's result (or a fatal line, a log that never said ready, a disagreement) of one log."""
+
+    log: str = ""
+    """The log it was found in (ALL_LOGS for the ranks together)."""
     text: str | None = None
     """The log line itself (a fatal signature's)."""
 
-    @property
-    def blocking(self) -> bool:
-        return self.status == "fail" and self.severity == "error"
-
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rule": self.rule, "name": self.name, "status": self.status,
-                               "severity": self.severity, "detail": self.detail}
-        if self.warning:
-            out["warning"] = self.warning
-        if self.fix and self.status == "fail":
-            out["fix"] = self.fix
+        out = super().to_json()
         if self.text:
             out["text"] = self.text
         return out | {"log": self.log}
@@ -69,18 +56,18 @@ class LogReport:
 def log_report(log: str, evaluation: Evaluation, facts: Facts, evidence: Iterable[str], *,
                finished: bool) -> LogReport:
     """One rank's log judged: `evidence` is the readiness facts its judge looks for."""
-    findings = [LogFinding(r.rule, r.name, r.status, r.severity, r.detail, log, r.warning, r.fix)
+    findings = [LogFinding(r.rule, r.name, r.status, r.severity, r.detail, r.warning, r.fix, log=log)
                 for r in evaluation.results]
     findings += [LogFinding(h.rule, f"fatal:{h.id}", "fail", "error", f"line {h.line} (x{h.count}): {h.message}",
-                            log, text=h.text) for h in evaluation.fatal]
+                            log=log, text=h.text) for h in evaluation.fatal]
     if finished and not evaluation.log_ready:
         missing = ", ".join(n for n in evidence if n not in facts)
         findings.append(LogFinding("K12", "log-ready", "fail", "error",
-                                   f"the log never said ready (no {missing}): nothing it lacks can be judged", log))
+                                   f"the log never said ready (no {missing}): nothing it lacks can be judged", log=log))
     return LogReport(findings, evaluation.log_ready)
 
 
 def cross_rank_report(agreements: Iterable[Agreement]) -> LogReport:
     """The ranks of one serve compared: a fact they disagree on fails."""
-    return LogReport([LogFinding(a.rule, f"same-on-every-rank:{a.fact}", "fail", "error", a.message, ALL_LOGS)
+    return LogReport([LogFinding(a.rule, f"same-on-every-rank:{a.fact}", "fail", "error", a.message, log=ALL_LOGS)
                       for a in agreements if a.status == "fail"], log_ready=True)
