@@ -17,9 +17,6 @@ from appliance.health import exporter_args as arg
 
 if TYPE_CHECKING:
     from appliance.profile.loader import LoadedProfile
-    from appliance.profile.model import Profile
-    from appliance.run.host_side import HostSide
-    from appliance.settings import ApplianceSettings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.profile.topology import role_for
     from appliance.render.serveplan import engine_api_url
     from appliance.render.supervisord import ENGINE_LOG
+    from appliance.run.host_side import host_side_for
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -84,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise ApplianceError(f"--peer is for the head's exporter; this one speaks for a {role}", field="--peer",
                              value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
     port = args.port or settings.health_port_for(profile.server.health_port)
-    host = _host_side(profile, settings, args)
+    host = host_side_for(profile, settings, args.engine_program, args.fabric_report)
     config = ExporterConfig(loaded=loaded, log=log, role=role, engine_url=url, peers=peer_urls, host=args.host,
                             port=port, interval=args.interval, engine_timeout=args.engine_timeout,
                             progress_window=args.progress_window, live_grace=args.live_grace,
@@ -131,17 +129,3 @@ def _from_launch(path: Path) -> tuple[argparse.Namespace, LoadedProfile]:
                              f"{launch.profile_digest[:12]}", field="--launch", value=str(path),
                              fix="run `appliance run` again to rewrite it")
     return parser.parse_args(launch.exporter_args), loaded
-
-
-def _host_side(profile: Profile, settings: ApplianceSettings, args: argparse.Namespace) -> HostSide:
-    """The memory watchdog (K24; the same readers as doctor, APPLIANCE_PROCFS / APPLIANCE_KMSG) and the fabric
-    report (K25). It stops the engine only under supervisord; run alone it reports what it would do."""
-    from appliance.hostmem.sources import KernelLog, load_kernel_checks
-    from appliance.hostmem.watchdog import SupervisorControl, Watchdog
-    from appliance.run.host_side import HostSide, read_fabric_report
-
-    watchdog = None
-    if profile.memory.watchdog != "off":
-        watchdog = Watchdog(profile.memory, load_kernel_checks(), procfs=settings.procfs,
-                            kernel=KernelLog(settings.kmsg), control=SupervisorControl.from_env(args.engine_program))
-    return HostSide(watchdog, read_fabric_report(args.fabric_report))

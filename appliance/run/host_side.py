@@ -12,6 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from appliance.errors import ApplianceError
 from appliance.hostmem.watchdog import Watchdog
+from appliance.profile.model import Profile
+from appliance.settings import ApplianceSettings
 
 
 class HostSide:
@@ -55,3 +57,17 @@ def read_fabric_report(path: Path | None) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise ApplianceError(f"{path} is not a fabric qualification report", field="--fabric-report", value=str(path))
     return data
+
+
+def host_side_for(profile: Profile, settings: ApplianceSettings, engine_program: str,
+                  fabric_report: Path | None) -> HostSide:
+    """The memory watchdog (K24; the same readers as doctor, APPLIANCE_PROCFS / APPLIANCE_KMSG) and the fabric
+    report (K25). It stops the engine only under supervisord; run alone it reports what it would do."""
+    from appliance.hostmem.sources import KernelLog, load_kernel_checks
+    from appliance.hostmem.watchdog import SupervisorControl
+
+    watchdog = None
+    if profile.memory.watchdog != "off":
+        watchdog = Watchdog(profile.memory, load_kernel_checks(), procfs=settings.procfs,
+                            kernel=KernelLog(settings.kmsg), control=SupervisorControl.from_env(engine_program))
+    return HostSide(watchdog, read_fabric_report(fabric_report))
