@@ -24,6 +24,8 @@ RENDEZVOUS_PORT_OFFSET = 1
 """The cross-node consistency exchange listens on master_port + 1 (multinode/rendezvous.py)."""
 MAX_MASTER_PORT = PORT_MAX - RENDEZVOUS_PORT_OFFSET
 IFNAMSIZ = 16
+MAX_NODES = 16
+"""Nodes a serve may span (the profile's hardware.nodes); ranks are 0 (the head) .. MAX_NODES - 1."""
 
 _CONTROL_WHY = ("a newline, carriage return, NUL or escape inside a value can end a config line or an argument "
                 "early and smuggle in another (a supervisor program, an env entry, a flag), or rewrite the terminal")

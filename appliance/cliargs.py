@@ -68,14 +68,14 @@ def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | 
 
 def check_placement_flags(args: argparse.Namespace) -> None:
     """The placement flags keep the bounds the APPLIANCE_* variables and the profile keep (appliance/bounds.py)."""
-    from appliance.bounds import check_host, check_ifname, check_master_port, check_text
+    from appliance.bounds import MAX_NODES, check_host, check_ifname, check_master_port, check_text
     from appliance.errors import ApplianceError
 
     rank = getattr(args, "node_rank", None)
-    if rank is not None and not 0 <= rank <= 15:
-        raise ApplianceError(f"--node-rank={rank}: outside 0-15", field="--node-rank", value=rank,
+    if rank is not None and not 0 <= rank < MAX_NODES:
+        raise ApplianceError(f"--node-rank={rank}: outside 0-{MAX_NODES - 1}", field="--node-rank", value=rank,
                              fix="give this node's rank: 0 for the head, 1..nodes-1 for the workers",
-                             reason="a serve has at most 16 nodes and rank 0 is the head")
+                             reason=f"a serve has at most {MAX_NODES} nodes and rank 0 is the head")
     if getattr(args, "master_addr", None) is not None:
         check_host("--master-addr", args.master_addr)
     if getattr(args, "master_port", None) is not None:

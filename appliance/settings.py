@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from appliance.bounds import MAX_MASTER_PORT, check_host, check_ifname, check_text, show
+from appliance.bounds import MAX_MASTER_PORT, PORT_MAX, PORT_MIN, check_host, check_ifname, check_text, show
 
 
 class ApplianceSettings(BaseSettings):
@@ -27,7 +27,7 @@ class ApplianceSettings(BaseSettings):
     """Network interface of the fast fabric (NCCL/Gloo socket interface, VLLM_HOST_IP)."""
     host_ip: str | None = None
     """This node's address on the fabric; derived from fabric_ifname when unset."""
-    health_port: int | None = Field(None, ge=1, le=65535)
+    health_port: int | None = Field(None, ge=PORT_MIN, le=PORT_MAX)
     """This node's exporter port, overriding server.health_port without changing the profile (and its digest):
     two ranks on one host need two."""
     rendezvous_timeout_s: float = Field(900, ge=1, le=86400)

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from appliance.bounds import MAX_ARG_BYTES, control_char, is_host, is_http_url, show
+from appliance.bounds import MAX_ARG_BYTES, MAX_NODES, PORT_MAX, PORT_MIN, control_char, is_host, is_http_url, show
 
 MAX_SECONDS = 86_400.0
 """A day: no interval or timeout of the exporter is meaningfully longer, and Event.wait() overflows on 1e300."""
@@ -30,9 +30,9 @@ def port(text: str) -> int:
     try:
         value = int(_text(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{show(text)} is not a port number (1-65535)") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{show(text)} is outside 1-65535; choose a free TCP port") from None
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a port number ({PORT_MIN}-{PORT_MAX})") from None
+    if not PORT_MIN <= value <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"{show(text)} is outside {PORT_MIN}-{PORT_MAX}; choose a free TCP port")
     return value
 
 
@@ -40,9 +40,9 @@ def rank(text: str) -> int:
     try:
         value = int(_text(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{show(text)} is not a node rank (0-15)") from None
-    if not 0 <= value <= 15:
-        raise argparse.ArgumentTypeError(f"{show(text)} is outside 0-15 (0 = the head)")
+        raise argparse.ArgumentTypeError(f"{show(text)} is not a node rank (0-{MAX_NODES - 1})") from None
+    if not 0 <= value < MAX_NODES:
+        raise argparse.ArgumentTypeError(f"{show(text)} is outside 0-{MAX_NODES - 1} (0 = the head)")
     return value
 
 
@@ -72,11 +72,11 @@ def bind_host(text: str) -> str:
 
 
 def peer(text: str) -> str:
-    """RANK=URL of a worker's exporter (rank 1-15)."""
+    """RANK=URL of a worker's exporter (a worker's rank: 1 .. MAX_NODES - 1)."""
     head, sep, url = _text(text).partition("=")
     if not sep or not head.isascii() or not head.isdigit() or len(head) > 2 \
-            or not 1 <= int(head) <= 15:
-        raise argparse.ArgumentTypeError(f"{show(text)} is not RANK=URL with a worker rank 1-15, "
+            or not 1 <= int(head) < MAX_NODES:
+        raise argparse.ArgumentTypeError(f"{show(text)} is not RANK=URL with a worker rank 1-{MAX_NODES - 1}, "
                                          f"e.g. 1=http://10.0.0.2:9400")
     http_url(url)
     return text

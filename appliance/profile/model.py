@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from appliance.bounds import MAX_MASTER_PORT, is_host
+from appliance.bounds import MAX_MASTER_PORT, MAX_NODES, PORT_MAX, PORT_MIN, is_host
 from appliance.profile.canary import Canary
 
 GpuKind = Literal["rtx-pro-6000", "rtx-5090", "gb10", "cpu"]
@@ -25,7 +25,7 @@ class Section(BaseModel):
 class Hardware(Section):
     gpu: GpuKind
     """GPU model the profile targets; `cpu` is the CPU smoke target."""
-    nodes: int = Field(1, ge=1, le=16)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
     """Machines in the serve. GB10 has one GPU per machine, so TP=2 there means two nodes."""
     gpus_per_node: int = Field(1, ge=1, le=8)
     """GPUs used on each machine (engine ranks per node on the cpu target)."""
@@ -113,9 +113,9 @@ class Limits(Section):
 
 
 class Server(Section):
-    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    port: int = Field(DEFAULT_PORT, ge=PORT_MIN, le=PORT_MAX)
     """The OpenAI-compatible API port (rank 0)."""
-    health_port: int = Field(DEFAULT_HEALTH_PORT, ge=1, le=65535)
+    health_port: int = Field(DEFAULT_HEALTH_PORT, ge=PORT_MIN, le=PORT_MAX)
     """Port of the appliance's health exporter (/live, /ready, /status, /metrics)."""
     host: str | None = None
     """Bind address; null = the engine's default (all interfaces)."""
