@@ -1,27 +1,38 @@
 """Canary cost: serving throughput with the canary on vs off, in the same serve, through the gate's bench.
 
-One `appliance run PROFILE` (default cpu-smoke-canary, the real vLLM CPU engine) serves throughout.
-Blocks alternate their order of two arms: `on` (the canary's supervisord program running) and `off`
-(`supervisorctl stop canary`); each arm is one `appliance gate --checks bench` (llama-benchy). Cost =
-(off - on) / off of the median tg and pp t/s. The canary's own counts over the `on` arms show what
-it did: rounds run, rounds deferred to traffic.
+One `appliance run PROFILE` (default cpu-smoke-canary, the real vLLM CPU engine) serves throughout. Each
+block runs three arms, in an order that rotates from block to block; each arm is one `appliance gate
+--checks bench` (llama-benchy, which sends its requests back to back):
 
-    .venv/bin/python benchmarks/canary_cost.py [--blocks 3] [--bench-runs 3] [--interval 300] [--max-defer 900]
+- `off`:   the canary's supervisord program stopped (`supervisorctl stop canary`);
+- `watch`: the program running with the profile's schedule, after its first round (a started watch runs
+           one at once). This is what the canary costs while it waits, yields and looks at the engine;
+- `round`: canary rounds (the watch's own `run_round`, same size) back to back from this script for the
+           whole arm, never pausing. This is what a round costs while it overlaps traffic.
 
-A (re)started watch runs its first round at once, so each `on` arm first waits for that round to end
-and then measures the schedule (interval 300 s, yielding to traffic). `--no-settle` starts the arm at
-once instead: the bench then overlaps a round, which measures what one round costs under load; the
-cost at a schedule is that times round duration / interval. Target: <= 2 % at the default schedule.
+Under traffic that never stops, the watch defers a due round for `max_defer_s` and then runs it through
+(corruption that shows only under load must still be seen), so one round overlaps traffic per cycle of
+`interval_s + max_defer_s + round_s`. The cost at the schedule, per bench test, is then
+
+    (off - watch) / off  +  (off - round) / off * round_s / (interval_s + max_defer_s + round_s)
+
+with every term measured in this run (round_s: the median round under load). Traffic with gaps costs less:
+rounds run in the gaps and pause between their steps when traffic comes back (appliance/canary/watch.py).
+Target: <= 2 % at the default schedule.
+
+    .venv/bin/python benchmarks/canary_cost.py [--blocks 4] [--bench-runs 3] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.conftest import BIN, http_ok, start_serve, wait_for  # noqa: E402  (the tests' way to start a serve)
+
+ARMS = ("off", "watch", "round")
 
 
 def bench(serve_url: str, exporter: str, profile: str, out: Path, runs: int, env: dict[str, str]) -> dict[str, float]:
@@ -48,66 +61,126 @@ def canary_counts(exporter: str) -> dict[str, int]:
     return httpx.get(f"{exporter}/status", timeout=5).json()["canary"]["rounds_total"]
 
 
+class RoundsBackToBack:
+    """Canary rounds, one after another, from this process until stopped: the `round` arm's load."""
+
+    def __init__(self, url: str, plan: object) -> None:
+        self.url, self.plan = url, plan
+        self.stopped = threading.Event()
+        self.seconds: list[float] = []
+        self.verdicts: list[bool] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from appliance.canary.session import one_round
+
+        while not self.stopped.is_set():
+            result = asyncio.run(one_round(self.url, model=None, plan=self.plan, calibration_path=None,  # type: ignore[arg-type]
+                                           timeout=300))
+            self.seconds.append(result.seconds)
+            self.verdicts.append(result.healthy)
+
+    def __enter__(self) -> RoundsBackToBack:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(600)
+
+
+def settle(exporter: str) -> None:
+    """A (re)started watch runs its first round at once: wait for it, so the arm sees the schedule."""
+    def judged() -> int:
+        counts = canary_counts(exporter)
+        return sum(counts[k] for k in ("healthy", "corruption", "error"))
+
+    before = judged()
+    wait_for(lambda: judged() > before, 300, 1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="cpu-smoke-canary")
-    parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--bench-runs", type=int, default=3)
-    parser.add_argument("--interval", type=float, help="canary.interval_s (default: the profile's)")
-    parser.add_argument("--max-defer", type=float, help="canary.max_defer_s (default: the profile's)")
-    parser.add_argument("--no-settle", dest="settle", action="store_false",
-                        help="start each `on` arm right after starting the watch, i.e. overlapping its first round "
-                             "(the cost of a round under load)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
+    from appliance.canary.checks import RoundPlan
+    from appliance.profile.loader import load_profile
     from appliance.run.model_location import prepared_model_dir
     from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model
 
-    sets = [f"canary.interval_s={args.interval}"] if args.interval else []
-    sets += [f"canary.max_defer_s={args.max_defer}"] if args.max_defer is not None else []
+    canary = load_profile(args.profile).profile.canary
+    if canary is None:
+        raise SystemExit(f"profile {args.profile} has no canary section")
+    plan = RoundPlan(long_decode_tokens=canary.long_decode_tokens, concurrency=canary.concurrency,
+                     thresholds=canary.thresholds)
     work = Path(tempfile.mkdtemp(prefix="canary-cost-"))
-    serve = start_serve(work / "run", prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT)), *sets,
-                        profile=args.profile)
-    arms: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
-    rounds_on = {"healthy": 0, "corruption": 0, "error": 0, "deferred": 0}
+    serve = start_serve(work / "run", prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT)), profile=args.profile)
+    arms: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+    watch_rounds = {"healthy": 0, "corruption": 0, "error": 0, "deferred": 0}
+    round_seconds: list[float] = []
+    round_healthy: list[bool] = []
+    began = time.monotonic()
     try:
         if not wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=400, interval=2):
             raise SystemExit(f"serve did not start:\n{serve.output.read_text()[-3000:]}")
         wait_for(lambda: http_ok(f"{serve.exporter}/ready"), timeout=300, interval=2)
         for block in range(args.blocks):
-            order = ("on", "off") if block % 2 == 0 else ("off", "on")
+            order = ARMS[block % 3:] + ARMS[:block % 3]
             for arm in order:
-                serve.ctl("start" if arm == "on" else "stop", "canary")
+                serve.ctl("start" if arm == "watch" else "stop", "canary")
                 time.sleep(2)
-                if arm == "on" and args.settle:  # a (re)started watch runs its first round at once: let it finish,
-                    judged = sum(canary_counts(serve.exporter)[k] for k in ("healthy", "corruption", "error"))
-                    wait_for(lambda j=judged: sum(canary_counts(serve.exporter)[k]  # so the arm sees the schedule
-                                                  for k in ("healthy", "corruption", "error")) > j, 300, 1)
-                before = canary_counts(serve.exporter) if arm == "on" else None
-                result = bench(serve.url, serve.exporter, args.profile, work / f"b{block}-{arm}", args.bench_runs,
-                               serve.env)
-                arms[arm].append(result)
-                if before is not None:
+                out = work / f"b{block}-{arm}"
+                if arm == "watch":
+                    settle(serve.exporter)
+                    before = canary_counts(serve.exporter)
+                    result = bench(serve.url, serve.exporter, args.profile, out, args.bench_runs, serve.env)
                     after = canary_counts(serve.exporter)
-                    for k in rounds_on:
-                        rounds_on[k] += after.get(k, 0) - before.get(k, 0)
-                print(f"block {block} {arm:3s}: " + ", ".join(f"{k} {v:.1f} t/s" for k, v in result.items()),
+                    for k in watch_rounds:
+                        watch_rounds[k] += after.get(k, 0) - before.get(k, 0)
+                elif arm == "round":
+                    with RoundsBackToBack(serve.url, plan) as rounds:
+                        result = bench(serve.url, serve.exporter, args.profile, out, args.bench_runs, serve.env)
+                    round_seconds += rounds.seconds
+                    round_healthy += rounds.verdicts
+                else:
+                    result = bench(serve.url, serve.exporter, args.profile, out, args.bench_runs, serve.env)
+                arms[arm].append(result)
+                print(f"block {block} {arm:5s}: " + ", ".join(f"{k} {v:.1f} t/s" for k, v in result.items()),
                       flush=True)
     finally:
         serve.stop()
-    figures: dict[str, object] = {"blocks": args.blocks, "bench_runs": args.bench_runs, "sets": sets,
-                                  "settle": args.settle,
-                                  "canary_rounds_during_on_arms": rounds_on}
-    for test in sorted(arms["on"][0]):
-        on = statistics.median(r[test] for r in arms["on"])
-        off = statistics.median(r[test] for r in arms["off"])
+    round_s = statistics.median(round_seconds)
+    cycle = canary.interval_s + canary.max_defer_s + round_s
+    figures: dict[str, object] = {
+        "profile": args.profile, "blocks": args.blocks, "bench_runs": args.bench_runs,
+        "minutes": round((time.monotonic() - began) / 60, 1),
+        "schedule": {"interval_s": canary.interval_s, "max_defer_s": canary.max_defer_s},
+        "watch_rounds_during_watch_arms": watch_rounds,
+        "rounds_under_load": {"count": len(round_seconds), "healthy": sum(round_healthy),
+                              "median_s": round(round_s, 1), "max_s": round(max(round_seconds), 1)},
+        "cycle_s": round(cycle, 1),
+    }
+    print(f"rounds under load: {len(round_seconds)} ({sum(round_healthy)} healthy), median {round_s:.1f} s; "
+          f"one per {cycle:.0f} s under traffic that never stops")
+    for test in sorted(arms["off"][0]):
+        med = {arm: statistics.median(r[test] for r in arms[arm]) for arm in ARMS}
         spread = max(r[test] for r in arms["off"]) - min(r[test] for r in arms["off"])
-        figures[test] = {"on_t_s": round(on, 2), "off_t_s": round(off, 2),
-                         "cost_percent": round((off - on) / off * 100, 2), "off_spread_t_s": round(spread, 2)}
-        print(f"{test}: on {on:.2f} t/s, off {off:.2f} t/s, cost {(off - on) / off * 100:+.2f} % "
-              f"(off arms spread {spread:.2f} t/s)")
-    print(f"canary rounds during the on arms: {rounds_on}")
+        watch_cost = (med["off"] - med["watch"]) / med["off"]
+        overlap_cost = (med["off"] - med["round"]) / med["off"]
+        at_schedule = watch_cost + overlap_cost * round_s / cycle
+        figures[test] = {"off_t_s": round(med["off"], 2), "watch_t_s": round(med["watch"], 2),
+                         "round_t_s": round(med["round"], 2), "off_spread_percent": round(spread / med["off"] * 100, 2),
+                         "watch_cost_percent": round(watch_cost * 100, 2),
+                         "overlap_cost_percent": round(overlap_cost * 100, 2),
+                         "cost_at_schedule_percent": round(at_schedule * 100, 2)}
+        print(f"{test}: off {med['off']:.2f}, watch {med['watch']:.2f}, round {med['round']:.2f} t/s "
+              f"(off arms spread {spread / med['off'] * 100:.1f} %): waiting {watch_cost * 100:+.2f} %, "
+              f"overlapping {overlap_cost * 100:+.2f} %, at the schedule {at_schedule * 100:+.2f} %")
+    print(f"watch arms: {watch_rounds}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
     return 0

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from appliance.canary.checks import RoundResult
+from appliance.canary.ladder import RungPlan
+from appliance.canary.traffic import QUIET_LOOK_S
+from appliance.canary.watch import Ladder, Watch
+from appliance.health.engine import EngineProbe
+from appliance.profile.canary import Canary
 from tests.conftest import BIN, Serve, http_ok, start_serve, wait_for
 
 pytestmark = pytest.mark.engine
@@ -88,3 +97,69 @@ def test_bad_input_and_an_unreachable_serve_exit_2(flagged_serve, tmp_path: Path
     assert code == 2 and "recorded for 'another-model'" in out
     code, _, out = canary("--url", "127.0.0.1:8000")
     assert code == 2 and "not an http(s) URL" in out
+
+
+class BackToBack:
+    """A real client sending short completions one after another (gaps of milliseconds), until stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.stopped, self.sent = url, threading.Event(), 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=60, trust_env=False) as client:
+            while not self.stopped.is_set():
+                client.post("/v1/completions", json={"model": "smollm2", "prompt": "Once upon a time",
+                                                     "max_tokens": 8, "temperature": 0})
+                self.sent += 1
+
+    def __enter__(self) -> BackToBack:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(90)
+
+
+def test_the_watch_yields_to_a_back_to_back_client_and_a_round_pauses_between_its_steps(flagged_serve,
+                                                                                         tmp_path: Path) -> None:
+    serve, _ = flagged_serve
+    pauses: list[float] = []
+
+    class Watching(Watch):
+        async def pause_for_traffic(self, began: float) -> float:
+            if not pauses:  # the client leaves a few seconds into the first pause
+                threading.Timer(4.0, client.stopped.set).start()
+            waited = await super().pause_for_traffic(began)
+            pauses.append(waited)
+            return waited
+
+    def refuse(plan: RungPlan) -> str:
+        raise AssertionError(f"no step-down expected on a healthy serve ({plan.name})")
+
+    engine = EngineProbe(serve.url)
+    log: list[str] = []
+    watch = Watching(Canary(interval_s=60, max_defer_s=600), url=serve.url, model="smollm2",
+                     state_path=tmp_path / "canary.json", ladder=Ladder(refuse, refuse), probe=engine.sample,
+                     calibration=None, log=log.append)
+    try:
+        with BackToBack(serve.url) as client:
+            assert wait_for(lambda: client.sent >= 3, timeout=120, interval=0.2)
+            for _ in range(4):  # looks, never a round, while the client runs
+                time.sleep(min(watch.step(), QUIET_LOOK_S))
+            assert watch.state.note.startswith("yielding to traffic"), watch.state.note
+            assert watch.state.rounds_total["deferred"] == 1 and watch.state.last_round is None
+            # A round already under way when traffic comes: its first step overlaps, then it waits between steps.
+            result = watch.round()
+        assert isinstance(result, RoundResult) and result.healthy, result
+        assert pauses[0] >= QUIET_LOOK_S, pauses  # the first pause waited for the client to leave
+        assert result.paused_s == sum(pauses) and len(pauses) == 3, (pauses, result.to_json())
+        time.sleep(QUIET_LOOK_S)
+        for _ in range(4):  # traffic gone: the next due round runs
+            time.sleep(min(watch.step(), QUIET_LOOK_S))
+            if watch.state.last_round:
+                break
+        assert watch.state.rounds_total["healthy"] == 1, (watch.state.note, log)
+    finally:
+        engine.close()

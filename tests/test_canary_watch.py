@@ -5,6 +5,7 @@ exporter shows the state (status, readiness, metrics). The real engine runs in t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.canary.checks import Finding, RoundResult
 from appliance.canary.ladder import RungPlan, rung, validate_rung
+from appliance.canary.traffic import QUIET_LOOK_S, Look, Traffic
 from appliance.canary.watch import Ladder, Watch
 from appliance.errors import ApplianceError
 from appliance.health.canary_metrics import CanaryCollector
@@ -126,7 +128,7 @@ def test_a_round_yields_to_real_traffic(tmp_path: Path) -> None:
     w.step()
     w.step()
     state = read_state(tmp_path / "canary.json")
-    assert state is not None and state.note == "yielding to traffic"
+    assert state is not None and state.note == "yielding to traffic (3 requests running)"
     assert state.rounds_total["deferred"] == 1 and state.last_round is None
 
 
@@ -239,3 +241,61 @@ def test_config_with_the_run_dir_shows_the_rung_the_canary_took_as_the_effective
                            str(tmp_path)], capture_output=True, text=True, check=True)
     row = json.loads(done.stdout)["values"]["cache.prefix_caching"]
     assert row == {"value": False, "origin": "canary:rung 1 no-prefix-caching"}
+
+
+def samples(*progress_running: tuple[float, float]) -> Callable[[], EngineSample]:
+    """The engine's /metrics as successive looks read them: (progress counter, requests running)."""
+    seq = iter(progress_running)
+    return lambda: (lambda p, r: EngineSample(True, healthy=True, running=r, progress=p))(*next(seq))
+
+
+def test_a_back_to_back_client_is_seen_between_its_requests_and_a_first_look_is_not_trusted() -> None:
+    traffic = Traffic(samples((10, 0), (18, 0), (18, 0), (18, 2)), busy_requests=0)
+    first = traffic.look()
+    assert first.busy is None and not first.compared  # nothing to compare with yet
+    assert traffic.look().busy == "requests served since the last look"  # 0 running, yet the counters moved
+    assert traffic.look() == Look(EngineSample(True, healthy=True, running=0, progress=18), None, True)
+    assert traffic.look().busy == "2 requests running"
+
+
+def test_with_busy_requests_set_only_running_requests_above_it_count() -> None:
+    traffic = Traffic(samples((10, 0), (30, 2), (40, 3)), busy_requests=2)
+    traffic.look()
+    assert traffic.look().busy is None
+    assert traffic.look().busy == "3 requests running"
+
+
+def test_the_canary_forgets_its_own_requests() -> None:
+    traffic = Traffic(samples((10, 0), (50, 0)), busy_requests=0)
+    traffic.look()
+    traffic.forget()  # its own round moved the counters from 10 to 50
+    assert traffic.look().busy is None
+
+
+def test_a_round_comes_only_after_a_second_quiet_look(tmp_path: Path) -> None:
+    w = watch(tmp_path, Recorder())
+    assert w.step() == QUIET_LOOK_S and w.state.last_round is None  # one look: not yet known to be quiet
+    w.step()  # quiet twice: the round runs (no engine at this URL: an error round, not corruption)
+    assert w.state.rounds_total["error"] == 1 and w.state.rounds_total["deferred"] == 0
+
+
+def test_past_max_defer_a_round_runs_under_traffic_without_pausing(tmp_path: Path) -> None:
+    busy = EngineSample(True, healthy=True, running=3.0, progress=1.0)
+    now = [1000.0]
+    rounds: list[bool] = []  # each round's `forced`
+
+    class Recording(Watch):
+        def round(self, *, forced: bool = False) -> RoundResult | str:
+            rounds.append(forced)
+            return super().round(forced=forced)
+
+    w = Recording(Canary(interval_s=60, max_defer_s=120), url="http://127.0.0.1:9", model="smollm2",
+              state_path=tmp_path / "canary.json", ladder=Ladder(Recorder().validate, Recorder().restart),
+              probe=lambda: busy, calibration=None, log=[].append, clock=lambda: now[0])
+    w.step()
+    now[0] += 119
+    w.step()
+    assert rounds == [] and w.state.rounds_total["deferred"] == 1
+    now[0] += 2
+    w.step()
+    assert rounds == [True] and w.state.rounds_total["error"] == 1

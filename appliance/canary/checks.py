@@ -72,6 +72,8 @@ class RoundResult:
     completion_tokens: int = 0
     requests: int = 0
     seconds: float = 0.0
+    paused_s: float = 0.0
+    """Of `seconds`, the time spent paused between steps for real traffic."""
 
     @property
     def healthy(self) -> bool:
@@ -85,7 +87,8 @@ class RoundResult:
         return {"verdict": "healthy" if self.healthy else "corruption", "model": self.model,
                 "findings": [f.to_json() for f in self.findings], "signatures": self.signatures,
                 "checks": self.checks, "skipped": self.skipped, "requests": self.requests,
-                "completion_tokens": self.completion_tokens, "seconds": round(self.seconds, 2)}
+                "completion_tokens": self.completion_tokens, "seconds": round(self.seconds, 2),
+                "paused_s": round(self.paused_s, 2)}
 
 
 def _clip(text: str, width: int = 120) -> str:
@@ -106,11 +109,15 @@ def agree(a: str, b: str, min_chars: int) -> bool:
     return agreeing_prefix(a, b) >= min(min_chars, len(a), len(b))
 
 
+Pause = Callable[[], Awaitable[float]]
+"""Called between a round's steps (no canary request in flight): waits while real traffic runs; seconds waited."""
+
+
 class Round:
     def __init__(self, client: CanaryClient, model: str, golden: Golden, plan: RoundPlan,
-                 calibration: Calibration | None, rng: random.Random) -> None:
+                 calibration: Calibration | None, rng: random.Random, pause: Pause | None = None) -> None:
         self.client, self.model, self.golden, self.plan = client, model, golden, plan
-        self.calibration, self.rng = calibration, rng
+        self.calibration, self.rng, self.pause = calibration, rng, pause
         self.t = plan.thresholds
         self.result = RoundResult(model)
 
@@ -223,11 +230,15 @@ class Round:
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("needle", self.needle), ("endpoint-consistency", self.endpoint_consistency),
             ("long-decode", self.long_decode), ("shared-prefix", self.shared_prefix)]
-        for name, step in steps:
+        for i, (name, step) in enumerate(steps):
+            if i and self.pause:
+                self.result.paused_s += await self.pause()
             if name != "endpoint-consistency":
                 self.result.checks.append(name)
             await step()
         if self.calibration or record:
+            if self.pause:
+                self.result.paused_s += await self.pause()
             await self.known_answers(record)
         if self.calibration:
             self.result.checks.append("known-answers")
@@ -243,5 +254,5 @@ class Round:
 
 async def run_round(client: CanaryClient, model: str, golden: Golden, plan: RoundPlan,
                     calibration: Calibration | None, *, record: bool = False,
-                    rng: random.Random | None = None) -> RoundResult:
-    return await Round(client, model, golden, plan, calibration, rng or random.Random()).run(record=record)
+                    rng: random.Random | None = None, pause: Pause | None = None) -> RoundResult:
+    return await Round(client, model, golden, plan, calibration, rng or random.Random(), pause).run(record=record)

@@ -1,12 +1,13 @@
 """Canary rounds while serving: a supervisord program next to the engine and the exporter.
 
 Every `interval_s` (sooner while a failure awaits confirmation) it runs one round against the
-engine, unless the engine is down (nothing to judge) or busy with real traffic (it yields, for at
-most `max_defer_s`). `confirm_after` consecutive failing rounds confirm corruption: the state turns
-`corrupt` and the ladder takes the next valid rung (appliance/canary/ladder.py), then `rechecking`
-until a round passes on it. Past the last rung: `failed`, and no more rounds. The state file
-(appliance/canary/status.py) is what the exporter shows; it also lets this program resume after a
-restart, re-applying the rung it had reached (a no-op for supervisord when nothing changed).
+engine, unless the engine is down (nothing to judge) or busy with real traffic (traffic.py): then it
+yields, for at most `max_defer_s`, and a round under way pauses between its steps while traffic
+runs. `confirm_after` consecutive failing rounds confirm corruption: the state turns `corrupt` and
+the ladder takes the next valid rung (appliance/canary/ladder.py), then `rechecking` until a round
+passes on it. Past the last rung: `failed`, and no more rounds. The state file
+(appliance/health/canary_state.py) is what the exporter shows; it also lets this program resume after
+a restart, re-applying the rung it had reached.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from appliance.canary.client import CanaryClient, Unreachable
 from appliance.canary.golden import load_golden
 from appliance.canary.ladder import RungPlan, last_index, rung
 from appliance.canary.session import pick_model
+from appliance.canary.traffic import QUIET_LOOK_S, Traffic
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE, CanaryState, read_state, write_state
 from appliance.health.engine import EngineProbe, EngineSample
@@ -59,6 +61,7 @@ class Watch:
         self.state.rungs = last_index(canary)
         self.next_round = 0.0
         self.busy_since: float | None = None
+        self.traffic = Traffic(probe, canary.busy_requests)
 
     def save(self) -> None:
         write_state(self.path, self.state)
@@ -71,35 +74,59 @@ class Watch:
             return POLL_S * 12
         if now < self.next_round:
             return min(POLL_S, self.next_round - now)
-        sample = self.probe()
-        if not sample.healthy:
-            self.state.note = f"waiting for the engine: {sample.error or 'not healthy'}"
+        look = self.traffic.look()
+        if not look.sample.healthy:
+            self.state.note = f"waiting for the engine: {look.sample.error or 'not healthy'}"
             self.save()
             return POLL_S
-        if sample.running is not None and sample.running > self.canary.busy_requests:
+        if not look.busy and not look.compared:
+            return QUIET_LOOK_S  # a second look tells a quiet engine from a client between two requests
+        forced = False
+        if look.busy:
             self.busy_since = self.busy_since or now
             if now - self.busy_since < self.canary.max_defer_s:
-                if self.state.note != "yielding to traffic":
+                if not self.state.note.startswith("yielding to traffic"):
                     self.state.rounds_total["deferred"] += 1
-                    self.state.note = "yielding to traffic"
+                    self.state.note = f"yielding to traffic ({look.busy})"
                     self.save()
                 return POLL_S
+            forced = True  # corruption that shows only under load must still be seen
         self.busy_since = None
         self.state.note = ""
-        result = self.round()
+        result = self.round(forced=forced)
+        self.traffic.forget()
         self.judge(result)
         self.save()
         delay = CONFIRM_DELAY_S if self.state.status == "suspect" else self.canary.interval_s
         self.next_round = self.clock() + delay
         return min(POLL_S, delay)
 
-    def round(self) -> RoundResult | str:
+    async def pause_for_traffic(self, began: float) -> float:
+        """Between a round's steps: wait while real traffic runs, until half the round's budget is spent;
+        seconds waited."""
+        waited = 0.0
+        self.traffic.forget()  # the step just done moved the counters
+        while self.clock() - began < self.canary.budget_s / 2:
+            look = await asyncio.to_thread(self.traffic.look)
+            if not look.busy and look.compared:
+                break
+            await asyncio.sleep(QUIET_LOOK_S)
+            waited += QUIET_LOOK_S if look.busy else 0.0  # a first look (nothing to compare yet) is no pause
+        self.traffic.forget()
+        return waited
+
+    def round(self, *, forced: bool = False) -> RoundResult | str:
+        """One round. Unless `forced` (deferred for max_defer_s already), it pauses between its steps while real
+        traffic runs: only the step in flight when traffic arrives overlaps it."""
+        began = self.clock()
+
         async def go() -> RoundResult:
             client = CanaryClient(self.url, timeout=self.canary.budget_s)
             try:
                 model = await pick_model(client, self.model)
                 return await asyncio.wait_for(
-                    run_round(client, model, load_golden(), self.plan, self.calibration, rng=random.Random()),
+                    run_round(client, model, load_golden(), self.plan, self.calibration, rng=random.Random(),
+                              pause=None if forced else lambda: self.pause_for_traffic(began)),
                     self.canary.budget_s)
             finally:
                 await client.aclose()
