@@ -10,12 +10,14 @@ import pytest
 from appliance.canary.calibration import RECEIPT_KEY, load_calibration, new_calibration, save_calibration
 from appliance.canary.golden import load_golden
 from appliance.errors import ApplianceError
+from appliance.gate.canary import record_calibration
 from appliance.gate.receipt import SCHEMA
 
 
 def test_a_calibration_file_round_trips(tmp_path: Path) -> None:
     cal = new_calibration("smollm2", "http://127.0.0.1:8000", ["capital-france"], {"long:chat": "The sun"})
     assert save_calibration(cal, tmp_path / "c.json") == "calibration file"
+    assert record_calibration(cal, tmp_path / "d.json") == "calibration file"  # not a receipt: a file of its own
     assert load_calibration(tmp_path / "c.json") == cal
 
 
@@ -23,7 +25,7 @@ def test_a_gate_receipt_carries_the_calibration_and_keeps_its_own_keys(tmp_path:
     receipt = tmp_path / "receipt.json"
     receipt.write_text(json.dumps({"schema": SCHEMA, "complete": True, "verdict": "pass", "checks": []}))
     cal = new_calibration("smollm2", "http://127.0.0.1:8000", [], {"ka:x": "Paris"})
-    assert save_calibration(cal, receipt) == "gate receipt (canary_calibration)"
+    assert record_calibration(cal, receipt) == "gate receipt (canary_calibration)"
     data = json.loads(receipt.read_text())
     assert data["verdict"] == "pass" and data[RECEIPT_KEY]["model"] == "smollm2"
     assert load_calibration(receipt) == cal

@@ -84,6 +84,16 @@ def test_gate_on_the_cpu_serve_writes_a_receipt_whose_facts_match_the_serve(read
         r["t_s"] for r in bench["metrics"]["rows"] if r["kind"] == "tg"]
     assert checks["reasoning"]["status"] == "not_applicable"
     assert checks["structured"]["status"] == "pass" and checks["structured"]["metrics"] == {"valid": 4, "total": 4}
+    canary = checks["canary"]
+    assert canary["status"] == "pass" and canary["metrics"]["findings"] == 0, canary["summary"]
+    assert {"needle", "long-decode", "shared-prefix"} <= set(canary["details"]["round"]["checks"])
+    # The receipt of this known-good serve is the tiny model's calibration, and the model passes it.
+    assert r["canary_calibration"]["model"] == "smollm2" and r["canary_calibration"]["greedy"]
+    done = subprocess.run([str(BIN / "appliance"), "canary", "--url", ready.url, "--calibration",
+                           str(out / "receipt.json"), "--json"], env=ready.env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {"known-answers", "golden"} <= set(json.loads(done.stdout)["checks"])
     assert "# Gate receipt: cpu-smoke — PASS" in (out / "summary.md").read_text()
     print(json.dumps(r, indent=2))  # the docs' sample receipt comes from here (pytest -s)
 

@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
 
 LAYERS: list[set[str]] = [
-    {"errors", "lockfile", "redact"},  # leaves (lockfile: stdlib only, the image build runs it)
+    {"errors", "lockfile", "redact", "apikey"},  # leaves (lockfile: stdlib only, the image build runs it)
     {"bounds"},  # the limits of every value from outside (text, ports, addresses)
     {"paths"},  # where the appliance's files are
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
@@ -29,10 +29,11 @@ LAYERS: list[set[str]] = [
     {"cliargs"},  # argument helpers shared by the entry points
     {"multinode"},  # the cross-node rendezvous
     {"run"},  # the launch: named steps from a profile to a started serve
+    # the correctness canary: one round against a serve, and the watch beside the engine (its profile section
+    # sits in profile/, its state file and metrics in health/; the gate's `canary` check runs a round)
+    {"canary"},
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
-    # the TP=2 test model (converted through smoke_model's GGUF path); the correctness canary (its client
-    # shares the gate's; its profile section sits in profile/, its state file and metrics in health/)
-    {"gemma_model", "canary"},
+    {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program

@@ -123,3 +123,44 @@ def test_exec_runs_the_named_program_with_its_environment_and_refuses_an_unknown
     assert (ok.returncode, ok.stdout) == (0, "a ; b\nc\n")
     bad = subprocess.run([*run, "evil"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "has no program 'evil' (it has vllm)" in bad.stderr
+
+
+def dry_run(profile: str, run_dir: Path, home: Path, rung_sets: str = "") -> None:
+    """`appliance run --dry-run`, as the canary's ladder re-renders a serve (the rung in APPLIANCE_SET)."""
+    env = {"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-m", "appliance", "run", profile, "--dry-run", "--skip-doctor",
+                        "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=120, check=False,
+                       env={**env, "APPLIANCE_SET": rung_sets} if rung_sets else env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_after_a_step_down_rewrites_the_launch_the_exporter_judges_the_rung(tmp_path: Path) -> None:
+    """The K4 guard is expected of prefix caching + speculative decoding: judging the profile the serve started
+    with after the `no-prefix-caching` rung would wait for guard lines the relaunched engine never prints."""
+    from appliance.commands.exporter import _from_launch
+    from appliance.health.exporter import ExporterConfig, build_exporter
+    from appliance.run.launch_profile import LaunchFollower
+
+    run, home = tmp_path / "run", tmp_path / "home"
+    dry_run("rtx-pro-6000-tp2", run, home)
+    _, loaded = _from_launch(run / "launch.json")
+    log = tmp_path / "vllm.log"
+    log.write_text("")
+    follower = LaunchFollower(run / "launch.json", loaded)
+    exporter = build_exporter(ExporterConfig(loaded=loaded, log=log, role="single", follow=follower))
+    try:
+        def judged() -> set[str]:
+            return {r.name for r in exporter.monitor.poll().evaluation.results}
+
+        assert "guard-every-manager" in judged()
+        assert "guard-every-manager" in judged()  # an unchanged launch.json: still the started profile
+        dry_run("rtx-pro-6000-tp2", run, home, rung_sets="cache.prefix_caching=false")
+        assert "guard-every-manager" not in judged()
+        rung = load_profile("rtx-pro-6000-tp2", env_overrides=["cache.prefix_caching=false"])
+        assert exporter.monitor.identity.profile_digest == rung.digest != loaded.digest
+        status = exporter.monitor.snapshot.to_json(exporter.monitor.identity, 0.0)  # what /status serves
+        assert status["profile"]["digest"] == rung.digest
+        (run / "launch.json").write_text("{not json")  # a launch.json it cannot read keeps the last profile judged
+        assert "guard-every-manager" not in judged() and follower.error
+    finally:
+        exporter.close()

@@ -4,7 +4,7 @@ A calibration holds, for one served model, which known-answer prompts it answere
 greedy text of each deterministic probe. A later round then also requires those answers and that
 each greedy reply still agrees with the recorded one. Recorded, never hand-written: a file from
 `appliance canary --record-calibration FILE`, or the same object under `canary_calibration` in a
-gate receipt.
+gate receipt (its `canary` check records it on a healthy round).
 """
 
 from __future__ import annotations
@@ -65,19 +65,8 @@ def load_calibration(path: Path) -> Calibration:
 
 
 def save_calibration(calibration: Calibration, path: Path) -> str:
-    """Write the calibration to PATH; when PATH is a gate receipt, into it under `canary_calibration`
-    (the receipt of the same known-good serve carries it). Returns what was written."""
-    from appliance.gate.receipt import SCHEMA
-
-    doc: Any = calibration.to_json()
-    what = "calibration file"
-    try:
-        existing = json.loads(path.read_text())
-    except (OSError, ValueError):
-        existing = None
-    if isinstance(existing, dict) and existing.get("schema") == SCHEMA:
-        doc, what = {**existing, RECEIPT_KEY: doc}, "gate receipt (canary_calibration)"
+    """Write the calibration file PATH (a gate receipt gets one through appliance/gate/canary.py)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2 if what != "calibration file" else 1) + "\n")
-    tmp.replace(path)  # a half-written calibration or receipt is never left behind
-    return what
+    tmp.write_text(json.dumps(calibration.to_json(), indent=1) + "\n")
+    tmp.replace(path)  # a half-written calibration is never left behind
+    return "calibration file"

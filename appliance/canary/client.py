@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import httpx
 
+from appliance.apikey import api_headers
 from appliance.errors import ApplianceError
-from appliance.gate.client import api_headers
 
 Endpoint = Literal["chat", "completions"]
 Prompt = str | list[int] | list[dict[str, str]]

@@ -45,9 +45,10 @@ def _validate(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from appliance.canary.calibration import new_calibration, save_calibration
+    from appliance.canary.calibration import new_calibration
     from appliance.canary.checks import RoundPlan
     from appliance.canary.session import one_round
+    from appliance.gate.canary import record_calibration
 
     _validate(args)
     plan = RoundPlan(long_decode_tokens=args.long_decode_tokens, concurrency=args.concurrency)
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                                    record=bool(args.record_calibration), timeout=args.timeout))
     out = result.to_json()
     if args.record_calibration and result.healthy:
-        what = save_calibration(new_calibration(result.model, args.url, result.known_right, result.greedy),
+        what = record_calibration(new_calibration(result.model, args.url, result.known_right, result.greedy),
                                 args.record_calibration)
         out["calibration_recorded"] = f"{args.record_calibration} ({what})"
     if args.json:

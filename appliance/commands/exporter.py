@@ -63,11 +63,15 @@ def run(args: argparse.Namespace) -> int:
     from appliance.render.serveplan import engine_api_url
     from appliance.render.supervisord import ENGINE_LOG
     from appliance.run.host_side import host_side_for
+    from appliance.run.launch_profile import LaunchFollower
     from appliance.settings import load_settings
 
     settings = load_settings()
+    follow = None
     if args.launch:
-        args, loaded = _from_launch(args.launch)
+        launch_path = args.launch
+        args, loaded = _from_launch(launch_path)
+        follow = LaunchFollower(launch_path, loaded)
     else:
         loaded = load_from_args(args, settings)
     log = args.log or (settings.log_dir / ENGINE_LOG if settings.log_dir else None)
@@ -86,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     config = ExporterConfig(loaded=loaded, log=log, role=role, engine_url=url, peers=peer_urls, host=args.host,
                             port=port, interval=args.interval, engine_timeout=args.engine_timeout,
                             progress_window=args.progress_window, live_grace=args.live_grace,
-                            peer_interval=args.peer_interval, table=args.table, canary_state=args.canary_state)
+                            peer_interval=args.peer_interval, table=args.table, canary_state=args.canary_state,
+                            follow=follow)
     if role != "worker":
         check_health_port("--port" if args.port else "APPLIANCE_HEALTH_PORT", port, profile.server.port)
     try:
@@ -111,9 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _from_launch(path: Path) -> tuple[argparse.Namespace, LoadedProfile]:
     """The arguments and the resolved profile `appliance run` wrote: a profile YAML edited mid-serve does not
-    change what this exporter judges."""
-    from appliance.profile.loader import LoadedProfile
-    from appliance.profile.model import Profile
+    change what this exporter judges (a step-down's rewritten launch.json does: run/launch_profile.py)."""
+    from appliance.run.launch_profile import loaded_from_launch
     from appliance.run.launchfile import LaunchFileError, read_launch
 
     try:
@@ -123,9 +127,4 @@ def _from_launch(path: Path) -> tuple[argparse.Namespace, LoadedProfile]:
                              fix="pass the launch.json `appliance run` wrote into its run folder") from None
     parser = argparse.ArgumentParser(prog="appliance exporter")
     register(parser)
-    loaded = LoadedProfile(Profile.model_validate(launch.profile), Path(launch.profile_source))
-    if loaded.digest != launch.profile_digest:
-        raise ApplianceError(f"{path}: the stored profile's digest is {loaded.digest[:12]}, the file says "
-                             f"{launch.profile_digest[:12]}", field="--launch", value=str(path),
-                             fix="run `appliance run` again to rewrite it")
-    return parser.parse_args(launch.exporter_args), loaded
+    return parser.parse_args(launch.exporter_args), loaded_from_launch(launch, path)

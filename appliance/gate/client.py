@@ -6,11 +6,12 @@ requests in flight instead of waiting for them in worker threads.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from appliance.apikey import api_headers
 
 
 class ServeError(Exception):
@@ -33,12 +34,6 @@ class Reply:
             msg = err.get("message", err) if isinstance(err, dict) else err
             return f"HTTP {self.status}: {str(msg)[:300]}"
         return f"HTTP {self.status}: {str(self.body)[:300]}"
-
-
-def api_headers() -> dict[str, str]:
-    # VLLM_API_KEY passes through to the serve; it is never written into a receipt.
-    key = os.environ.get("VLLM_API_KEY")
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class ServeClient:

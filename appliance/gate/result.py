@@ -22,6 +22,8 @@ class CheckResult:
     details: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     started_at: str = ""
+    attach: dict[str, Any] = field(default_factory=dict)
+    """Top-level receipt entries a passing check adds (the canary's calibration), beside `checks`."""
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "summary": self.summary, "seconds": round(self.seconds, 2),

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from appliance.gate import bench, gsm8k, reasoning, recall, structured
+from appliance.gate import bench, canary, gsm8k, reasoning, recall, structured
 from appliance.gate.context import GateContext
 from appliance.gate.receipt import finalize, write
 from appliance.gate.result import CheckInterrupted, CheckResult, utc_now
@@ -20,9 +20,11 @@ CHECK_RUNNERS: dict[str, Callable[[GateContext], CheckResult]] = {
     "reasoning": reasoning.run,
     "structured": structured.run,
     "gsm8k": gsm8k.run,
+    "canary": canary.run,
 }
 """Every check the gate can run, by the name --checks uses (sizing.CHECKS lists them in order)."""
-CHECK_RULES: dict[str, tuple[str, ...]] = {"recall": recall.RULES, "reasoning": reasoning.RULES}
+CHECK_RULES: dict[str, tuple[str, ...]] = {"recall": recall.RULES, "reasoning": reasoning.RULES,
+                                           "canary": canary.RULES}
 """The rule ids each check is evidence for (`appliance rules`); a check not named here cites none."""
 
 
@@ -69,6 +71,7 @@ def run_gate(ctx: GateContext, selected: list[str], receipt: dict[str, Any]) -> 
                     ctx.progress.end(stop.partial)
                     raise
                 receipt["checks"].append(result.to_json())
+                receipt.update(result.attach)
                 ctx.progress.end(result)
                 write(receipt, ctx.out_dir)
             complete = True

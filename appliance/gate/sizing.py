@@ -14,8 +14,8 @@ from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING
 if TYPE_CHECKING:  # `appliance gate compare` and --help need no pydantic
     from appliance.profile.model import Profile
 
-CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured", "gsm8k")
-DEFAULT_CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured")
+CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured", "canary", "gsm8k")
+DEFAULT_CHECKS: tuple[str, ...] = ("bench", "recall", "reasoning", "structured", "canary")
 """gsm8k is opt-in: it needs its data set from the hub and takes long on a real serve."""
 
 

@@ -13,6 +13,7 @@ from appliance.health.canary_metrics import CanaryCollector
 from appliance.health.canary_state import read_state
 from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe
+from appliance.health.expect import Judge
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import ExporterIdentity, HostSections, Monitor
 from appliance.health.peers import PeerWatch, compared_facts
@@ -48,6 +49,9 @@ class ExporterConfig:
     """Connections served at once; more are closed (a thousand slow clients must not become a thousand threads)."""
     canary_state: Path | None = None
     """The correctness canary's state file (`appliance run` writes it beside launch.json), read every poll."""
+    follow: Callable[[], LoadedProfile | None] | None = None
+    """Asked every poll: the profile the engine was relaunched with, when it changed (a canary step-down rewrote
+    launch.json); the exporter then judges that one. None = judge `loaded` for the exporter's life."""
 
 
 @dataclass
@@ -80,27 +84,44 @@ class Exporter:
             self.peers.close()
 
 
+def identity_of(config: ExporterConfig, loaded: LoadedProfile, ctx: HealthContext) -> ExporterIdentity:
+    return ExporterIdentity(profile=loaded.profile.name, profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
+                            stack=ctx.lock.stack, role=config.role, log=str(config.log), engine_url=config.engine_url,
+                            lock_versions=lock_versions(ctx.lock))
+
+
+def _follower(config: ExporterConfig) -> Callable[[], tuple[Judge, ExporterIdentity] | None]:
+    assert config.follow is not None
+
+    def follow() -> tuple[Judge, ExporterIdentity] | None:
+        loaded = config.follow()  # type: ignore[misc]
+        if loaded is None:
+            return None
+        ctx = HealthContext.load(loaded, config.table)
+        return ctx.judge(config.role), identity_of(config, loaded, ctx)
+
+    return follow
+
+
 def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.monotonic,
                    context: HealthContext | None = None, host: HostSections | None = None) -> Exporter:
     """Raises OSError when the port cannot be bound (the command names the port). `host`: what the host side
     (memory watchdog, fabric report) adds to each poll."""
     ctx = context or HealthContext.load(config.loaded, config.table)
-    profile = config.loaded.profile
-    identity = ExporterIdentity(profile=profile.name, profile_digest=config.loaded.digest, lock_digest=ctx.lock_digest,
-                        stack=ctx.lock.stack, role=config.role, log=str(config.log), engine_url=config.engine_url,
-                        lock_versions=lock_versions(ctx.lock))
+    identity = identity_of(config, config.loaded, ctx)
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
     peers = PeerWatch(config.peers, compared_facts(ctx.table), clock=clock, every=config.peer_interval,
                       timeout=config.engine_timeout) if config.peers else None
     state_file = config.canary_state
     canary = (lambda: read_state(state_file)) if state_file else None  # a small file: read each poll
     monitor = Monitor(judge=ctx.judge(config.role), tailer=LogTailer(config.log), identity=identity, clock=clock,
-                      engine=engine, progress_window=config.progress_window, peers=peers, host=host, canary=canary)
+                      engine=engine, progress_window=config.progress_window, peers=peers, host=host, canary=canary,
+                      follow=_follower(config) if config.follow else None)
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
     try:
-        registry = make_registry(lambda: monitor.snapshot, identity)
+        registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity)
         if canary:
             registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
         server = HealthServer((config.host, config.port), monitor, registry,

@@ -49,9 +49,9 @@ def _text(value: Any) -> str:
 class _SnapshotCollector(Collector):
     """Builds its metrics at scrape time from the monitor's latest snapshot."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], identity: ExporterIdentity) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], identity: Callable[[], ExporterIdentity]) -> None:
         self._snapshot = snapshot
-        self._identity = identity
+        self._identity = identity  # a step-down's new launch changes it (Monitor.poll)
 
     def describe(self) -> list[Metric]:
         return []  # metrics depend on the table and the log; collect() says what exists
@@ -120,7 +120,7 @@ class IdentityCollector(_SnapshotCollector):
     """Who this exporter speaks for and the versions the serve reports."""
 
     def collect(self) -> Iterator[Metric]:
-        snap, ident = self._snapshot(), self._identity
+        snap, ident = self._snapshot(), self._identity()
         versions = snap.versions(ident)
         yield InfoMetricFamily("appliance_versions", "the serve's identity and the versions it reports", value={
             "profile": ident.profile, "profile_digest": ident.profile_digest[:12],
@@ -134,7 +134,7 @@ class IdentityCollector(_SnapshotCollector):
 COLLECTORS = (StateCollector, VerdictCollector, LogFactsCollector, IdentityCollector)
 
 
-def make_registry(snapshot: Callable[[], Snapshot], identity: ExporterIdentity) -> CollectorRegistry:
+def make_registry(snapshot: Callable[[], Snapshot], identity: Callable[[], ExporterIdentity]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     for collector in COLLECTORS:
         registry.register(collector(snapshot, identity))

@@ -112,7 +112,8 @@ class Monitor:
     def __init__(self, *, judge: Judge, tailer: LogTailer, identity: ExporterIdentity, clock: Callable[[], float],
                  engine: EngineProbe | None = None, progress_window: float = 60.0,
                  peers: PeerWatch | None = None, host: HostSections | None = None,
-                 canary: Callable[[], CanaryState | None] | None = None) -> None:
+                 canary: Callable[[], CanaryState | None] | None = None,
+                 follow: Callable[[], tuple[Judge, ExporterIdentity] | None] | None = None) -> None:
         self.judge = judge
         self.tailer = tailer
         self.identity = identity
@@ -121,6 +122,7 @@ class Monitor:
         self.peers = peers
         self.host = host
         self.canary = canary
+        self.follow = follow
         self.extractor = Extractor(judge.table)
         self.machine = StateMachine(clock, progress_window)
         self._started = False
@@ -131,6 +133,10 @@ class Monitor:
 
     def poll(self) -> Snapshot:
         moved = False
+        followed = self.follow() if self.follow else None
+        if followed:  # the engine was relaunched with another profile (a canary step-down): judge that one
+            self.judge, self.identity = followed
+            moved = True
         for chunk in self.tailer.poll():
             self.extractor.feed(chunk)
             moved = True

@@ -1,0 +1,54 @@
+"""The resolved profile a launch.json holds, for the programs `appliance run` started: read once by the
+exporter, and followed while it serves, since a canary step-down rewrites launch.json with the rung's settings
+and restarts the engine on them (appliance/canary/ladder.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from appliance.errors import ApplianceError
+from appliance.profile.loader import LoadedProfile
+from appliance.profile.model import Profile
+from appliance.run.launchfile import LaunchFile, LaunchFileError, read_launch
+
+
+def loaded_from_launch(launch: LaunchFile, path: Path) -> LoadedProfile:
+    loaded = LoadedProfile(Profile.model_validate(launch.profile), Path(launch.profile_source))
+    if loaded.digest != launch.profile_digest:
+        raise ApplianceError(f"{path}: the stored profile's digest is {loaded.digest[:12]}, the file says "
+                             f"{launch.profile_digest[:12]}", field="--launch", value=str(path),
+                             fix="run `appliance run` again to rewrite it")
+    return loaded
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size  # launch.json is replaced by a rename: a new inode
+
+
+class LaunchFollower:
+    """Called every exporter poll: the profile of a rewritten launch.json when it differs from the one judged so
+    far, else None. A launch.json it cannot read (mid-replace cannot happen; a hand edit can) keeps the last one."""
+
+    def __init__(self, path: Path, loaded: LoadedProfile) -> None:
+        self.path, self.digest, self.stamp = path, loaded.digest, _stamp(path)
+        self.error: str | None = None
+
+    def __call__(self) -> LoadedProfile | None:
+        stamp = _stamp(self.path)
+        if stamp == self.stamp:
+            return None
+        self.stamp = stamp
+        try:
+            launch = read_launch(self.path)
+            if launch.profile_digest == self.digest:
+                return None
+            loaded = loaded_from_launch(launch, self.path)
+        except (LaunchFileError, ApplianceError, ValueError) as exc:
+            self.error = str(exc)
+            return None
+        self.digest, self.error = loaded.digest, None
+        return loaded
