@@ -12,13 +12,15 @@ block runs three arms, in an order that rotates from block to block; each arm is
 - `round`: canary rounds (the watch's own `run_round`, same size) back to back from this script for the
            whole arm, never pausing. This is what a round costs while it overlaps traffic.
 
-Under traffic that never stops, the watch defers a due round for `max_defer_s` and then runs it through
-(corruption that shows only under load must still be seen), so one round overlaps traffic per cycle of
-`interval_s + max_defer_s + round_s`. The cost at the schedule, per bench test, is then
+Under traffic that never stops, the watch defers a due round for `max_defer_s`, looking at the engine
+(/health + /metrics) every POLL_S s, and then runs it through (corruption that shows only under load must
+still be seen), so one round overlaps traffic per cycle of `interval_s + max_defer_s + round_s`. The cost at
+the schedule, per bench test, is then
 
-    (off - watch) / off  +  (off - round) / off * round_s / (interval_s + max_defer_s + round_s)
+    (off - watch) / off  +  look_s / POLL_S  +  (off - round) / off * round_s / (interval_s + max_defer_s + round_s)
 
-with every term measured in this run (round_s: the median round under load). Traffic with gaps costs less:
+with every term measured in this run (look_s: the median wall time of one look, counted as if all of it were
+taken from serving; round_s: the median round under load). Traffic with gaps costs less:
 rounds run in the gaps and pause between their steps when traffic comes back (appliance/canary/watch.py).
 Target: <= 2 % at the default schedule.
 
@@ -91,6 +93,23 @@ class RoundsBackToBack:
         self.thread.join(600)
 
 
+def look_seconds(url: str, looks: int = 40) -> float:
+    """The median wall time of one of the watch's looks at the engine (appliance/canary/traffic.py)."""
+    from appliance.health.engine import EngineProbe
+
+    probe = EngineProbe(url, timeout=5)
+    times = []
+    try:
+        for _ in range(looks):
+            began = time.perf_counter()
+            probe.sample()
+            times.append(time.perf_counter() - began)
+            time.sleep(0.05)
+    finally:
+        probe.close()
+    return statistics.median(times)
+
+
 def settle(exporter: str) -> None:
     """A (re)started watch runs its first round at once: wait for it, so the arm sees the schedule."""
     def judged() -> int:
@@ -112,16 +131,16 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    from appliance.canary.checks import RoundPlan
+    from appliance.canary.session import plan_for
     from appliance.profile.loader import load_profile
     from appliance.run.model_location import prepared_model_dir
     from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model
 
-    canary = load_profile(args.profile).profile.canary
+    profile = load_profile(args.profile).profile
+    canary = profile.canary
     if canary is None:
         raise SystemExit(f"profile {args.profile} has no canary section")
-    plan = RoundPlan(long_decode_tokens=canary.long_decode_tokens, concurrency=canary.concurrency,
-                     thresholds=canary.thresholds)
+    plan = plan_for(canary, profile.server.reasoning_parser)
     work = Path(tempfile.mkdtemp(prefix="canary-cost-"))
     serve = start_serve(work / "run", prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT)),
                         f"canary.interval_s={args.watch_interval}", profile=args.profile)
@@ -134,6 +153,8 @@ def main() -> int:
         if not wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=400, interval=2):
             raise SystemExit(f"serve did not start:\n{serve.output.read_text()[-3000:]}")
         wait_for(lambda: http_ok(f"{serve.exporter}/ready"), timeout=300, interval=2)
+        serve.ctl("stop", "canary")
+        look_s = look_seconds(serve.url)
         for block in range(args.blocks):
             order = ARMS[block % 3:] + ARMS[:block % 3]
             for arm in order:
@@ -159,6 +180,8 @@ def main() -> int:
                       flush=True)
     finally:
         serve.stop()
+    from appliance.canary.watch import POLL_S
+
     round_s = statistics.median(round_seconds)
     cycle = canary.interval_s + canary.max_defer_s + round_s
     figures: dict[str, object] = {
@@ -170,15 +193,16 @@ def main() -> int:
         "rounds_under_load": {"count": len(round_seconds), "healthy": sum(round_healthy),
                               "median_s": round(round_s, 1), "max_s": round(max(round_seconds), 1)},
         "cycle_s": round(cycle, 1),
+        "look_ms": round(look_s * 1000, 2), "poll_s": POLL_S, "polling_cost_percent": round(look_s / POLL_S * 100, 3),
     }
     print(f"rounds under load: {len(round_seconds)} ({sum(round_healthy)} healthy), median {round_s:.1f} s; "
-          f"one per {cycle:.0f} s under traffic that never stops")
+          f"one per {cycle:.0f} s under traffic that never stops; a look {look_s * 1000:.1f} ms every {POLL_S:g} s")
     for test in sorted(arms["off"][0]):
         med = {arm: statistics.median(r[test] for r in arms[arm]) for arm in ARMS}
         spread = max(r[test] for r in arms["off"]) - min(r[test] for r in arms["off"])
         watch_cost = (med["off"] - med["watch"]) / med["off"]
         overlap_cost = (med["off"] - med["round"]) / med["off"]
-        at_schedule = watch_cost + overlap_cost * round_s / cycle
+        at_schedule = watch_cost + look_s / POLL_S + overlap_cost * round_s / cycle
         figures[test] = {"off_t_s": round(med["off"], 2), "watch_t_s": round(med["watch"], 2),
                          "round_t_s": round(med["round"], 2), "off_spread_percent": round(spread / med["off"] * 100, 2),
                          "watch_cost_percent": round(watch_cost * 100, 2),
@@ -186,7 +210,8 @@ def main() -> int:
                          "cost_at_schedule_percent": round(at_schedule * 100, 2)}
         print(f"{test}: off {med['off']:.2f}, watch {med['watch']:.2f}, round {med['round']:.2f} t/s "
               f"(off arms spread {spread / med['off'] * 100:.1f} %): waiting {watch_cost * 100:+.2f} %, "
-              f"overlapping {overlap_cost * 100:+.2f} %, at the schedule {at_schedule * 100:+.2f} %")
+              f"looking {look_s / POLL_S * 100:+.2f} %, overlapping {overlap_cost * 100:+.2f} %, "
+              f"at the schedule {at_schedule * 100:+.2f} %")
     print(f"watch arms: {watch_rounds}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

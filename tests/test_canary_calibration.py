@@ -50,3 +50,20 @@ def test_the_golden_table_loads_and_draws_word_codes() -> None:
     first, second, number = code.split("-")
     assert first in golden.code_words and second in golden.code_words and 10 <= int(number) <= 99
     assert len({ka.id for ka in golden.known_answers}) == len(golden.known_answers)
+
+
+def test_a_reasoning_profile_asks_its_chat_probes_to_answer_without_thinking() -> None:
+    from appliance.canary.client import greedy_body
+    from appliance.canary.session import plan_for
+    from appliance.profile.loader import load_profile
+
+    deepseek = load_profile("rtx-pro-6000-tp2").profile
+    plan = plan_for(deepseek.canary, deepseek.server.reasoning_parser)
+    assert deepseek.server.reasoning_parser and plan.reasoning_effort == "none"
+    chat = greedy_body("m", "chat", "Repeat the code.", 24, False, plan.reasoning_effort)
+    assert chat["reasoning_effort"] == "none" and chat["temperature"] == 0
+    assert "reasoning_effort" not in greedy_body("m", "completions", "Repeat", 24, False, plan.reasoning_effort)
+    smoke = load_profile("cpu-smoke-canary").profile
+    small = plan_for(smoke.canary, smoke.server.reasoning_parser)
+    assert small.reasoning_effort is None and "reasoning_effort" not in greedy_body("m", "chat", "x", 8, False)
+    assert small.long_decode_tokens == smoke.canary.long_decode_tokens

@@ -299,3 +299,18 @@ def test_past_max_defer_a_round_runs_under_traffic_without_pausing(tmp_path: Pat
     now[0] += 2
     w.step()
     assert rounds == [True] and w.state.rounds_total["error"] == 1
+
+
+def test_a_step_down_ladder_on_a_multi_node_profile_is_refused_the_canary_alone_is_not() -> None:
+    from appliance.rules import context_for, evaluate
+
+    ladder = "canary.step_down=[{name: no-prefix-caching, set: ['cache.prefix_caching=false']}]"
+    two_nodes = load_profile("cpu-smoke-2node", cli_overrides=[ladder]).profile
+    q1 = [f for f in evaluate(context_for(two_nodes)) if f.rule == "Q1"]
+    assert [(f.severity, f.path, f.value) for f in q1] == [("error", "canary.step_down", ["no-prefix-caching"])]
+    assert "drop canary.step_down" in q1[0].fix
+    watch_only = load_profile("cpu-smoke-2node", cli_overrides=["canary.interval_s=60"]).profile
+    assert watch_only.canary is not None
+    assert not [f for f in evaluate(context_for(watch_only)) if f.rule == "Q1"]
+    one_node = load_profile("cpu-smoke", cli_overrides=[ladder]).profile
+    assert not [f for f in evaluate(context_for(one_node)) if f.rule == "Q1"]

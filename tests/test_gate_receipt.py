@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -201,7 +202,7 @@ def test_loading_something_that_is_not_a_receipt_is_bad_input(tmp_path):
 
 
 def test_unknown_check_names_are_refused_with_the_valid_ones():
-    assert select(None) == ["bench", "recall", "reasoning", "structured"]
+    assert select(None) == ["bench", "recall", "reasoning", "structured", "canary"]
     assert select("structured,recall,structured") == ["structured", "recall"]
     with pytest.raises(ApplianceError) as err:
         select("bench,speed")
@@ -247,3 +248,20 @@ def test_lm_eval_gets_the_serves_key_and_never_the_users_openai_key():
     assert lm_eval_env({"VLLM_API_KEY": "serve", "OPENAI_API_KEY": "user", "A": "1"}) == {
         "VLLM_API_KEY": "serve", "OPENAI_API_KEY": "serve", "A": "1"}
     assert lm_eval_env({"OPENAI_API_KEY": "user", "A": "1"}) == {"A": "1"}
+
+
+def test_what_a_check_attaches_reaches_the_receipts_top_level(tmp_path: Path, monkeypatch) -> None:
+    """The canary's calibration reaches the receipt's top level this way (appliance/gate/canary.py)."""
+    from appliance.gate import runner
+    from appliance.gate.result import CheckResult
+
+    def calibrated(ctx) -> CheckResult:
+        result = CheckResult("canary", "pass", "healthy")
+        result.attach["canary_calibration"] = {"model": "smollm2"}
+        return result
+
+    monkeypatch.setitem(runner.CHECK_RUNNERS, "canary", calibrated)
+    ctx = types.SimpleNamespace(out_dir=tmp_path, progress=Quiet())  # run_gate reads only these
+    receipt = runner.run_gate(ctx, ["canary"], _receipt())
+    assert receipt["canary_calibration"] == {"model": "smollm2"} and "attach" not in receipt["checks"][0]
+    assert json.loads((tmp_path / "receipt.json").read_text())["canary_calibration"] == {"model": "smollm2"}

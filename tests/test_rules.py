@@ -37,6 +37,8 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "M1": ("rtx-pro-6000-tp2-nvfp4", ("model.quantization=mxfp4",), "error", "model.quantization"),
     "P1": ("gb10-tp2", ("engine.runner=v1", "engine.cudagraph_mode=FULL_DECODE_ONLY"), "warning", "engine.runner"),
     "K24": ("gb10-tp2", ("memory.stop_below_gib=12",), "error", "memory.stop_below_gib"),
+    "Q1": ("gb10-tp2", ("canary.step_down=[{name: no-prefix-caching, set: ['cache.prefix_caching=false']}]",),
+           "error", "canary.step_down"),
     "C1": ("cpu-smoke", ("engine.runner=v2",), "error", "engine.runner"),
     "C2": ("cpu-smoke", ("engine.enforce_eager=false",), "warning", "engine.enforce_eager"),
     "C3": ("cpu-smoke", ("model.checkpoint=deepseek-ai/DeepSeek-V4-Flash-0731", "model.quantization=mxfp4",

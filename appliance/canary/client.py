@@ -36,11 +36,13 @@ class Completion:
 
 
 def greedy_body(model: str, endpoint: Endpoint, prompt: Prompt, max_tokens: int,
-                stream: bool) -> dict[str, Any]:
+                stream: bool, reasoning_effort: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0, "seed": SEED,
                             "stream": stream}
     if endpoint == "chat":
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        if reasoning_effort:
+            body["reasoning_effort"] = reasoning_effort
     else:
         body["prompt"] = prompt
     if stream:
@@ -81,8 +83,8 @@ class CanaryClient:
         return tokens if isinstance(tokens, list) else None
 
     async def complete(self, model: str, endpoint: Endpoint, prompt: Prompt, max_tokens: int, *,
-                       stream: bool = False) -> Completion:
-        body = greedy_body(model, endpoint, prompt, max_tokens, stream)
+                       stream: bool = False, reasoning_effort: str | None = None) -> Completion:
+        body = greedy_body(model, endpoint, prompt, max_tokens, stream, reasoning_effort)
         try:
             if stream:
                 return await self._streamed(endpoint, body)

@@ -7,7 +7,8 @@ the rules (K*), and only if no command-line --set outweighs one of its keys. The
 by re-rendering the launch through `appliance run --dry-run` (the one place a serve is rendered) with the
 rung in APPLIANCE_SET — launch.json changes, supervisord.conf (which names only that file) does not — then
 `supervisorctl restart vllm`: the engine starts again from the new launch.json; the exporter and the canary
-keep running (the exporter keeps judging the profile it started with; the rung is in /status → canary).
+keep running, and the exporter judges the rung's profile from then on (run/launch_profile.py). Single-node only
+(rule Q1): other ranks would keep the old settings.
 """
 
 from __future__ import annotations

@@ -10,6 +10,20 @@ from appliance.canary.checks import RoundPlan, RoundResult, run_round
 from appliance.canary.client import CanaryClient, Unreachable
 from appliance.canary.golden import load_golden
 from appliance.errors import ApplianceError
+from appliance.profile.canary import Canary
+
+QUIET_EFFORT = "none"
+"""The reasoning effort a canary's chat requests ask of a serve with a reasoning parser: answer, do not think
+(the gate's reasoning check proves `none` does not reason on the DeepSeek serves)."""
+
+
+def plan_for(section: Canary | None, reasoning_parser: str | None) -> RoundPlan:
+    """A round's size and thresholds from a profile's `canary:` section (defaults without one)."""
+    effort = QUIET_EFFORT if reasoning_parser else None
+    if section is None:
+        return RoundPlan(reasoning_effort=effort)
+    return RoundPlan(long_decode_tokens=section.long_decode_tokens, concurrency=section.concurrency,
+                     thresholds=section.thresholds, reasoning_effort=effort)
 
 
 async def pick_model(client: CanaryClient, model: str | None) -> str:

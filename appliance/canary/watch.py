@@ -27,7 +27,7 @@ from appliance.canary.checks import RoundPlan, RoundResult, run_round
 from appliance.canary.client import CanaryClient, Unreachable
 from appliance.canary.golden import load_golden
 from appliance.canary.ladder import RungPlan, last_index, rung
-from appliance.canary.session import pick_model
+from appliance.canary.session import pick_model, plan_for
 from appliance.canary.traffic import QUIET_LOOK_S, Traffic
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE, CanaryState, read_state, write_state
@@ -49,12 +49,12 @@ class Ladder:
 
 class Watch:
     def __init__(self, canary: Canary, *, url: str, model: str | None, state_path: Path, ladder: Ladder,
+                 plan: RoundPlan | None = None,
                  probe: Callable[[], EngineSample], calibration: Calibration | None,
                  log: Callable[[str], None], clock: Callable[[], float] = time.time) -> None:
         self.canary, self.url, self.model, self.path = canary, url, model, state_path
         self.ladder, self.probe, self.calibration, self.log, self.clock = ladder, probe, calibration, log, clock
-        self.plan = RoundPlan(long_decode_tokens=canary.long_decode_tokens, concurrency=canary.concurrency,
-                              thresholds=canary.thresholds)
+        self.plan = plan or plan_for(canary, None)
         self.state = read_state(state_path) or CanaryState()
         self.state.interval_s, self.state.confirm_after = canary.interval_s, canary.confirm_after
         self.state.calibration = canary.calibration
@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = EngineProbe(args.url, timeout=3.0)
     watch = Watch(canary, url=args.url, model=loaded.profile.server.served_model_name,
                   state_path=args.run_dir / STATE_FILE, ladder=ladder, probe=engine.sample,
+                  plan=plan_for(canary, loaded.profile.server.reasoning_parser),
                   calibration=calibration, log=log)
     stop = threading.Event()
     import signal

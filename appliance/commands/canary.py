@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 
@@ -22,6 +23,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--long-decode-tokens", type=int, default=192, help="length of the long greedy decode")
     parser.add_argument("--concurrency", type=int, default=4, help="requests sharing one cached prefix at once")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    parser.add_argument("--reasoning-effort", metavar="EFFORT",
+                        help="sent with every chat request; `none` for a reasoning model (DeepSeek-V4), so a reply "
+                             "answers instead of thinking (`appliance run` and the gate set it from the profile)")
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -37,6 +41,11 @@ def _validate(args: argparse.Namespace) -> None:
     if not 2 <= args.concurrency <= 64:
         raise ApplianceError(f"--concurrency {args.concurrency} is outside 2..64", field="--concurrency",
                              value=args.concurrency, fix="use e.g. 4", reason="cached blocks are shared by >= 2")
+    if args.reasoning_effort is not None and not re.fullmatch(r"[a-z]{1,16}", args.reasoning_effort):
+        raise ApplianceError(f"--reasoning-effort {args.reasoning_effort!r} is not an effort name",
+                             field="--reasoning-effort", value=args.reasoning_effort,
+                             fix="pass e.g. none (answer without thinking), low or high",
+                             reason="it is sent to the serve as the OpenAI `reasoning_effort` field")
     if args.calibration and args.record_calibration:
         raise ApplianceError("--calibration and --record-calibration together", field="--record-calibration",
                              fix="record on a known-good serve first, then check with --calibration")
@@ -51,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from appliance.gate.canary import record_calibration
 
     _validate(args)
-    plan = RoundPlan(long_decode_tokens=args.long_decode_tokens, concurrency=args.concurrency)
+    plan = RoundPlan(long_decode_tokens=args.long_decode_tokens, concurrency=args.concurrency,
+                     reasoning_effort=args.reasoning_effort)
     result = asyncio.run(one_round(args.url, model=args.model, plan=plan, calibration_path=args.calibration,
                                    record=bool(args.record_calibration), timeout=args.timeout))
     out = result.to_json()

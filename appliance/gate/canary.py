@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 from appliance.canary.calibration import RECEIPT_KEY, Calibration, new_calibration, save_calibration
-from appliance.canary.checks import RoundPlan
-from appliance.canary.session import one_round
+from appliance.canary.session import one_round, plan_for
 from appliance.gate.context import GateContext
 from appliance.gate.receipt import SCHEMA
 from appliance.gate.result import CheckResult, utc_now
@@ -28,14 +27,13 @@ TIMEOUT_S = 600.0
 
 def run(ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
-    section = ctx.profile.canary
-    plan = RoundPlan(long_decode_tokens=section.long_decode_tokens, concurrency=section.concurrency,
-                     thresholds=section.thresholds) if section else RoundPlan()
+    plan = plan_for(ctx.profile.canary, ctx.profile.server.reasoning_parser)
     ctx.progress.step(f"one round: {plan.concurrency} requests on a shared prefix, a {plan.long_decode_tokens}-token "
                       "greedy decode, needles on both endpoints, streamed and not")
     result = asyncio.run(one_round(ctx.url, model=ctx.model, plan=plan, calibration_path=None, record=True,
                                    timeout=TIMEOUT_S))
-    params = {"long_decode_tokens": plan.long_decode_tokens, "concurrency": plan.concurrency}
+    params = {"long_decode_tokens": plan.long_decode_tokens, "concurrency": plan.concurrency,
+              "reasoning_effort": plan.reasoning_effort}
     metrics = {"checks": len(result.checks), "findings": len(result.findings), "requests": result.requests,
                "completion_tokens": result.completion_tokens}
     summary = (f"healthy: {len(result.checks)} checks, {result.requests} requests; calibration recorded "

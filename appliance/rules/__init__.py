@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from appliance.catalogue import CheckpointFacts, load_catalogue
 from appliance.profile.model import Profile
-from appliance.rules import cpu, deepseek, hardware, memory, model_facts, provenance  # noqa: F401  (registration)
+from appliance.rules import (  # noqa: F401  (registration)
+    canary,
+    cpu,
+    deepseek,
+    hardware,
+    memory,
+    model_facts,
+    provenance,
+)
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext
 
 __all__ = ["REGISTRY", "Finding", "Rule", "RuleContext", "context_for", "evaluate", "has_errors", "require_valid"]
