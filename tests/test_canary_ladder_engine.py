@@ -2,7 +2,8 @@
 corruption injector loaded (a logits processor that corrupts only while prefix caching is on).
 Switched on, the canary confirms corruption within two failing rounds, the serve turns `degraded`,
 the ladder takes `no-prefix-caching` (the engine restarted by supervisord with
---no-enable-prefix-caching), a round passes on it and the serve is `ready` again. Corruption no rung
+--no-enable-prefix-caching, the exporter judging that profile), a round passes on it and the serve is `ready`
+again. Corruption no rung
 cures (`always`) then ends in `failed`: the ladder never loops."""
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def test_confirmed_corruption_degrades_steps_down_recovers_and_past_the_last_run
         assert up, serve.output.read_text()[-3000:]
         assert wait_for(lambda: observe()["canary"]["rounds_total"]["healthy"] >= 1 and observe()["ready"],
                         timeout=240, interval=2), seen[-5:]
+        started_digest = observe()["profile"]["digest"]
         first = observe()["canary"]["last_round_unix"]
         assert wait_for(lambda: observe()["canary"]["last_round_unix"] != first, timeout=120, interval=0.5)
         flag.write_text("")  # corrupt from now on, while prefix caching is on
@@ -80,6 +82,8 @@ def test_confirmed_corruption_degrades_steps_down_recovers_and_past_the_last_run
         launch = json.loads((serve.run_dir / "launch.json").read_text())
         assert "--no-enable-prefix-caching" in launch["programs"]["vllm"]["argv"]
         assert "'enable_prefix_caching': False" in (serve.run_dir / "vllm.log").read_text()
+        # …and the exporter judges that launch's profile, not the one the serve started with.
+        assert body["profile"]["digest"] == launch["profile"]["digest"] != started_digest
         assert metric(serve.exporter, "appliance_canary_step_downs_total") == 1
         assert metric(serve.exporter, "appliance_canary_failures_total", signature="repetition-loop") == 2
         assert metric(serve.exporter, "appliance_canary_rung", name="no-prefix-caching") == 1
