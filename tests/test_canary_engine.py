@@ -57,6 +57,15 @@ def test_a_healthy_serve_passes_and_the_calibrated_checks_are_named_as_skipped(f
     assert "no calibration" in body["skipped"]["golden"]
 
 
+def test_with_a_reasoning_effort_chat_probes_carry_it_and_endpoint_consistency_is_skipped(flagged_serve) -> None:
+    serve, _ = flagged_serve
+    code, body, out = canary("--url", serve.url, "--reasoning-effort", "none", "--json")
+    assert code == 0, out  # vLLM takes `none` (and tells the chat template enable_thinking=false)
+    assert "reasoning_effort=none" in body["skipped"]["endpoint-consistency"]
+    code, _, out = canary("--url", serve.url, "--reasoning-effort", "none; rm", "--json")
+    assert code == 2 and "--reasoning-effort" in out and "Traceback" not in out
+
+
 def test_the_tiny_model_passes_its_own_calibration(flagged_serve, tmp_path: Path) -> None:
     serve, _ = flagged_serve
     cal = tmp_path / "smollm2.json"
