@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from appliance.canary.checks import agree, agreeing_prefix
@@ -115,3 +117,55 @@ def test_replies_agree_when_the_shorter_is_a_prefix_or_the_first_chars_match() -
     assert agree("Paris.", "Paris. It is", 48)
     assert agree("x" * 50 + "late", "x" * 50 + "other", 48)
     assert not agree("Paris", "London", 48)
+
+
+class ScriptedClient:
+    """Stands in for a serve whose greedy replies move (a near-tie flipped by batch composition): that cannot be
+    produced on demand by the real engine. Replies are scripted per call; each repeats the planted code."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.calls = 0
+
+    async def complete(self, model, endpoint, prompt, max_tokens, *, stream=False, reasoning_effort=None):
+        from appliance.canary.client import Completion
+
+        code = re.search(r"[a-z]+-[a-z]+-\d\d", prompt if isinstance(prompt, str) else prompt[-1]["content"])
+        text = self.texts[self.calls % len(self.texts)].format(code=code.group(0) if code else "")
+        self.calls += 1
+        return Completion(endpoint, stream, text, "length", 8)
+
+
+def needle_round(texts: list[str]):
+    import asyncio
+    import random
+
+    from appliance.canary.checks import Round, RoundPlan
+    from appliance.canary.golden import load_golden
+
+    client = ScriptedClient(texts)
+    pauses: list[int] = []
+
+    async def pause() -> float:
+        pauses.append(client.calls)
+        return 0.0
+
+    r = Round(client, "m", load_golden(), RoundPlan(), None, random.Random(3), pause)  # type: ignore[arg-type]
+    asyncio.run(r.needle())
+    return r.result, client.calls, pauses
+
+
+def test_a_stream_pair_that_disagrees_once_is_asked_again_after_a_pause_and_passes() -> None:
+    same = "The code is {code}. It was written on the wall of the old mill by the river."
+    other = "The code is {code}. Nobody knows who wrote it there, or why it was kept."
+    result, calls, pauses = needle_round([same, other, same, same, same, same])
+    assert result.findings == [] and result.retried == ["needle:completions"]
+    assert calls == 6 and pauses == [2]  # the pause came before the pair was asked again
+
+
+def test_a_stream_pair_that_disagrees_twice_is_a_stream_mismatch() -> None:
+    same = "The code is {code}. It was written on the wall of the old mill by the river."
+    other = "The code is {code}. Nobody knows who wrote it there, or why it was kept."
+    result, _, _ = needle_round([same, other])
+    assert [f.signature for f in result.findings] == ["stream-mismatch", "stream-mismatch"]
+    assert "asked again, at char" in result.findings[0].evidence
