@@ -22,7 +22,10 @@ SHOW_CHARS = 60
 PORT_MIN, PORT_MAX = 1, 65535
 RENDEZVOUS_PORT_OFFSET = 1
 """The cross-node consistency exchange listens on master_port + 1 (multinode/rendezvous.py)."""
-MAX_MASTER_PORT = PORT_MAX - RENDEZVOUS_PORT_OFFSET
+QUALIFY_PORT_OFFSET = 2
+"""The fabric qualification's process group meets on master_port + 2 (multinode/fabric.py, K25)."""
+MAX_MASTER_PORT = PORT_MAX - max(RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET)
+"""The highest master port whose derived ports (rendezvous, fabric qualification) are still ports."""
 IFNAMSIZ = 16
 MAX_NODES = 16
 """Nodes a serve may span (the profile's hardware.nodes); ranks are 0 (the head) .. MAX_NODES - 1."""

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.paths import profiles_dir
-from appliance.yamlstrict import load_file
+from appliance.yamlstrict import load_data_table
 
 GIB = 1024**3
 
@@ -78,4 +78,4 @@ class Catalogue(BaseModel):
 
 @cache
 def load_catalogue(path: Path | None = None) -> Catalogue:
-    return Catalogue.model_validate(load_file(path or profiles_dir() / "catalogue.yaml"))
+    return load_data_table(path or profiles_dir() / "catalogue.yaml", Catalogue, "hardware catalogue")

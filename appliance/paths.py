@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -90,3 +91,11 @@ def read_capped(path: Path, field: str, max_bytes: int, what: str = "file") -> b
                              value=show(str(path), 512), fix=f"give the right {what}",
                              reason="the reader caps its input so a huge file cannot exhaust memory")
     return data
+
+
+def write_json_atomic(path: Path, data: object, *, indent: int = 1) -> None:
+    """Write JSON aside (a name unique to this process) and rename it into place: a reader never sees half a file,
+    and nothing half-written is left behind."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=indent) + "\n")
+    os.replace(tmp, path)

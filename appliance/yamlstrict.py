@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from appliance.bounds import show
 from appliance.errors import ApplianceError
+
+Model = TypeVar("Model")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -159,3 +161,17 @@ def load_file(path: Path) -> Any:
 def parse_scalar(text: str, source: str) -> Any:
     """Read one override value (``--set a.b=VALUE``) with the same strict rules as a profile."""
     return load_text(text, source)
+
+
+def load_data_table(path: Path, model: type[Model], what: str) -> Model:
+    """A data file the appliance ships (catalogue, log checks, kernel checks, canary probes) read strictly and
+    validated against its pydantic model; a bad entry is exit 2 naming every invalid key, never a traceback."""
+    from pydantic import BaseModel, ValidationError
+
+    assert issubclass(model, BaseModel)
+    try:
+        return model.model_validate(load_file(path))  # type: ignore[return-value]
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ApplianceError(f"{path}: invalid {what}\n    " + "\n    ".join(lines), value=str(path),
+                             fix="correct the entries named above (the header of the file explains each key)") from None

@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -50,7 +49,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import BIN, Serve, http_ok, start_serve, wait_for  # noqa: E402  (the tests' way to start a serve)
+from tests.conftest import BIN, Serve, UntilStopped, http_ok, start_serve, wait_for  # noqa: E402  (the tests' way to start a serve)
 
 ARMS = ("off", "watch", "round")
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 11: 2.20, 12: 2.18,
@@ -73,32 +72,22 @@ def canary_counts(exporter: str) -> dict[str, int]:
     return httpx.get(f"{exporter}/status", timeout=5).json()["canary"]["rounds_total"]
 
 
-class RoundsBackToBack:
+class RoundsBackToBack(UntilStopped):
     """Canary rounds, one after another, from this process until stopped: the `round` arm's load."""
 
     def __init__(self, url: str, plan: object) -> None:
+        super().__init__(self._one, join_s=600)
         self.url, self.plan = url, plan
-        self.stopped = threading.Event()
         self.seconds: list[float] = []
         self.verdicts: list[bool] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
+    def _one(self) -> None:
         from appliance.canary.session import one_round
 
-        while not self.stopped.is_set():
-            result = asyncio.run(one_round(self.url, model=None, plan=self.plan, calibration_path=None,  # type: ignore[arg-type]
-                                           timeout=300))
-            self.seconds.append(result.seconds)
-            self.verdicts.append(result.healthy)
-
-    def __enter__(self) -> RoundsBackToBack:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.thread.join(600)
+        result = asyncio.run(one_round(self.url, model=None, plan=self.plan, calibration_path=None,  # type: ignore[arg-type]
+                                       timeout=300))
+        self.seconds.append(result.seconds)
+        self.verdicts.append(result.healthy)
 
 
 def look_seconds(url: str, looks: int = 40) -> float:
@@ -127,7 +116,8 @@ def watch_cpu(serve: Serve) -> float:
 def paired(arms: dict[str, list[dict[str, float]]], arm: str, test: str) -> tuple[float, float]:
     """Mean over blocks of (off - arm) / off, and the half-width of its 95 % confidence interval."""
     costs = [(off[test] - other[test]) / off[test] for off, other in zip(arms["off"], arms[arm], strict=True)]
-    half = T95[len(costs) - 1] * statistics.stdev(costs) / math.sqrt(len(costs)) if len(costs) > 1 else math.inf
+    t = T95.get(len(costs) - 1, 2.0)  # past 15 degrees of freedom t is within 2.13..1.96
+    half = t * statistics.stdev(costs) / math.sqrt(len(costs)) if len(costs) > 1 else math.inf
     return statistics.mean(costs), half
 
 

@@ -10,8 +10,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,27 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+
+class UntilStopped:
+    """`once()` over and over in a background thread from `with` until its end (load beside a serve: a client
+    sending requests back to back, canary rounds back to back); the end waits for the call in flight."""
+
+    def __init__(self, once: Callable[[], None], join_s: float = 90) -> None:
+        self.once, self.join_s, self.stopped = once, join_s, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            self.once()
+
+    def __enter__(self) -> UntilStopped:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(self.join_s)
 
 
 def free_port() -> int:

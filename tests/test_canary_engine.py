@@ -20,7 +20,7 @@ from appliance.canary.traffic import QUIET_LOOK_S
 from appliance.canary.watch import Ladder, Watch
 from appliance.health.engine import EngineProbe
 from appliance.profile.canary import Canary
-from tests.conftest import BIN, Serve, http_ok, start_serve, wait_for
+from tests.conftest import BIN, Serve, UntilStopped, http_ok, start_serve, wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -108,27 +108,21 @@ def test_bad_input_and_an_unreachable_serve_exit_2(flagged_serve, tmp_path: Path
     assert code == 2 and "not an http(s) URL" in out
 
 
-class BackToBack:
+class BackToBack(UntilStopped):
     """A real client sending short completions one after another (gaps of milliseconds), until stopped."""
 
     def __init__(self, url: str) -> None:
-        self.url, self.stopped, self.sent = url, threading.Event(), 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(self._one)
+        self.client, self.sent = httpx.Client(base_url=url, timeout=60, trust_env=False), 0
 
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=60, trust_env=False) as client:
-            while not self.stopped.is_set():
-                client.post("/v1/completions", json={"model": "smollm2", "prompt": "Once upon a time",
-                                                     "max_tokens": 8, "temperature": 0})
-                self.sent += 1
-
-    def __enter__(self) -> BackToBack:
-        self.thread.start()
-        return self
+    def _one(self) -> None:
+        self.client.post("/v1/completions", json={"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 8,
+                                                  "temperature": 0})
+        self.sent += 1
 
     def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.thread.join(90)
+        super().__exit__(*exc)
+        self.client.close()
 
 
 def test_the_watch_yields_to_a_back_to_back_client_and_a_round_pauses_between_its_steps(flagged_serve,

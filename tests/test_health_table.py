@@ -91,3 +91,22 @@ def test_a_broken_table_is_refused_with_the_reason(tmp_path, mutate, message):
 
 def test_the_shipped_table_is_strict_yaml():
     assert isinstance(load_table(default_table_path()), LogTable)
+
+
+@pytest.mark.parametrize(("loader", "what"), [
+    ("appliance.health.table:load_table", "log-check table"),
+    ("appliance.hostmem.sources:load_kernel_checks", "kernel-check table"),
+    ("appliance.canary.golden:load_golden", "golden-probe table"),
+    ("appliance.catalogue:load_catalogue", "hardware catalogue"),
+])
+def test_every_shipped_data_table_refuses_a_bad_entry_by_name_not_a_traceback(tmp_path, loader: str, what: str):
+    import importlib
+
+    module, name = loader.split(":")
+    load = getattr(importlib.import_module(module), name)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("unexpected_key: 1\n")
+    with pytest.raises(ApplianceError) as err:
+        load(bad)
+    assert f"invalid {what}" in err.value.message and "unexpected_key" in err.value.message
+    assert err.value.fix and err.value.value == str(bad)

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError
+from appliance.paths import write_json_atomic
 
 RECEIPT_KEY = "canary_calibration"
 
@@ -66,7 +67,5 @@ def load_calibration(path: Path) -> Calibration:
 
 def save_calibration(calibration: Calibration, path: Path) -> str:
     """Write the calibration file PATH (a gate receipt gets one through appliance/gate/canary.py)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(calibration.to_json(), indent=1) + "\n")
-    tmp.replace(path)  # a half-written calibration is never left behind
+    write_json_atomic(path, calibration.to_json())
     return "calibration file"

@@ -34,7 +34,6 @@ from appliance.canary.client import CanaryClient, Completion, Endpoint, Prompt
 from appliance.canary.degeneration import Thresholds, symptoms
 from appliance.canary.golden import Golden
 
-CHECKS = ("needle", "endpoint-consistency", "long-decode", "shared-prefix", "known-answers", "golden")
 CALIBRATED = ("known-answers", "golden")
 
 

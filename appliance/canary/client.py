@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from appliance.apikey import api_headers
+from appliance.canary.golden import Endpoint
 from appliance.errors import ApplianceError
 
-Endpoint = Literal["chat", "completions"]
 Prompt = str | list[int] | list[dict[str, str]]
 """Text; token ids (completions); or chat messages (chat)."""
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}

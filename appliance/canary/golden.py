@@ -8,9 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from appliance.errors import ApplianceError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Endpoint = Literal["chat", "completions"]
 
@@ -82,13 +80,6 @@ def golden_path() -> Path:
 
 @cache
 def load_golden(path: Path | None = None) -> Golden:
-    from appliance.yamlstrict import load_file
+    from appliance.yamlstrict import load_data_table
 
-    path = path or golden_path()
-    try:
-        return Golden.model_validate(load_file(path))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ApplianceError(f"{path}: {len(exc.errors())} invalid entr(ies); first at "
-                             f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}",
-                             field=str(path), fix="correct the golden-probe table") from None
+    return load_data_table(path or golden_path(), Golden, "golden-probe table")

@@ -20,8 +20,7 @@ QUIET_EFFORT = "none"
 def plan_for(section: Canary | None, reasoning_parser: str | None) -> RoundPlan:
     """A round's size and thresholds from a profile's `canary:` section (defaults without one)."""
     effort = QUIET_EFFORT if reasoning_parser else None
-    if section is None:
-        return RoundPlan(reasoning_effort=effort)
+    section = section or Canary()
     return RoundPlan(long_decode_tokens=section.long_decode_tokens, concurrency=section.concurrency,
                      thresholds=section.thresholds, reasoning_effort=effort)
 
@@ -48,7 +47,7 @@ def check_calibration(calibration: Calibration | None, model: str, source: Path 
 
 
 async def one_round(url: str, *, model: str | None, plan: RoundPlan, calibration_path: Path | None,
-                    record: bool = False, timeout: float = 120.0, seed: int | None = None) -> RoundResult:
+                    record: bool = False, timeout: float = 120.0) -> RoundResult:
     """Raises ApplianceError for bad input and for a serve that does not answer (exit 2)."""
     calibration = load_calibration(calibration_path) if calibration_path else None
     golden = load_golden()
@@ -56,7 +55,7 @@ async def one_round(url: str, *, model: str | None, plan: RoundPlan, calibration
     try:
         chosen = await pick_model(client, model)
         check_calibration(calibration, chosen, calibration_path)
-        return await run_round(client, chosen, golden, plan, calibration, record=record, rng=random.Random(seed))
+        return await run_round(client, chosen, golden, plan, calibration, record=record, rng=random.Random())
     except Unreachable as exc:
         raise ApplianceError(f"the serve at {url} did not answer: {exc}", field="--url", value=url,
                              fix="check the URL (scheme, host, port; no /v1) and that the serve is up") from None

@@ -76,8 +76,10 @@ class Watch:
             return min(POLL_S, self.next_round - now)
         look = self.traffic.look()
         if not look.sample.healthy:
-            self.state.note = f"waiting for the engine: {look.sample.error or 'not healthy'}"
-            self.save()
+            note = f"waiting for the engine: {look.sample.error or 'not healthy'}"
+            if note != self.state.note:  # the state file changes only when what it says does
+                self.state.note = note
+                self.save()
             return POLL_S
         if not look.busy and not look.compared:
             return QUIET_LOOK_S  # a second look tells a quiet engine from a client between two requests
@@ -244,8 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         calibration = None
         if canary.calibration:
-            cal_path = Path(canary.calibration)
-            calibration = load_calibration(cal_path if cal_path.is_absolute() else loaded.source.parent / cal_path)
+            calibration = load_calibration(loaded.source.parent / canary.calibration)  # an absolute path stays itself
     except ApplianceError as exc:
         print(f"appliance canary: error: {exc}", file=sys.stderr)
         return 2

@@ -20,27 +20,41 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record-calibration", type=Path, metavar="FILE",
                         help="on a known-good serve: run the round and, if it is healthy, record the calibration "
                              "(into FILE; a gate receipt.json of that serve gets it under canary_calibration)")
-    parser.add_argument("--long-decode-tokens", type=int, default=192, help="length of the long greedy decode")
-    parser.add_argument("--concurrency", type=int, default=4, help="requests sharing one cached prefix at once")
+    parser.add_argument("--long-decode-tokens", type=int,
+                        help="length of the long greedy decode (default: a profile's canary.long_decode_tokens)")
+    parser.add_argument("--concurrency", type=int,
+                        help="requests sharing one cached prefix at once (default: a profile's canary.concurrency)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
     parser.add_argument("--reasoning-effort", metavar="EFFORT",
                         help="sent with every chat request; `none` for a reasoning model (DeepSeek-V4), so a reply "
                              "answers instead of thinking (`appliance run` and the gate set it from the profile)")
 
 
+def _in_section_bounds(args: argparse.Namespace, key: str, why: str) -> None:
+    """A size flag takes the profile section's default and limits (appliance/profile/canary.py), not copies."""
+    from appliance.errors import ApplianceError
+    from appliance.profile.canary import Canary
+
+    field = Canary.model_fields[key]
+    low = next(m.ge for m in field.metadata if hasattr(m, "ge"))
+    high = next(m.le for m in field.metadata if hasattr(m, "le"))
+    value = getattr(args, key)
+    if value is None:
+        setattr(args, key, field.default)
+    elif not low <= value <= high:
+        flag = "--" + key.replace("_", "-")
+        raise ApplianceError(f"{flag} {value} is outside {low}..{high}", field=flag, value=value,
+                             fix=f"use e.g. {field.default}", reason=why)
+
+
 def _validate(args: argparse.Namespace) -> None:
+    from appliance.bounds import check_http_url
     from appliance.errors import ApplianceError
 
-    if not args.url.startswith(("http://", "https://")):
-        raise ApplianceError(f"--url {args.url!r} is not an http(s) URL", field="--url", value=args.url,
-                             fix="pass e.g. http://127.0.0.1:8000")
-    if not 16 <= args.long_decode_tokens <= 4096:
-        raise ApplianceError(f"--long-decode-tokens {args.long_decode_tokens} is outside 16..4096",
-                             field="--long-decode-tokens", value=args.long_decode_tokens,
-                             fix="use e.g. 192", reason="too short shows no loop; too long costs the serve")
-    if not 2 <= args.concurrency <= 64:
-        raise ApplianceError(f"--concurrency {args.concurrency} is outside 2..64", field="--concurrency",
-                             value=args.concurrency, fix="use e.g. 4", reason="cached blocks are shared by >= 2")
+    check_http_url("--url", args.url)
+    for key, why in (("long_decode_tokens", "too short shows no loop; too long costs the serve"),
+                     ("concurrency", "cached blocks are shared by >= 2")):
+        _in_section_bounds(args, key, why)
     if args.reasoning_effort is not None and not re.fullmatch(r"[a-z]{1,16}", args.reasoning_effort):
         raise ApplianceError(f"--reasoning-effort {args.reasoning_effort!r} is not an effort name",
                              field="--reasoning-effort", value=args.reasoning_effort,

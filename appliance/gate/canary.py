@@ -18,6 +18,7 @@ from appliance.canary.session import one_round, plan_for
 from appliance.gate.context import GateContext
 from appliance.gate.receipt import SCHEMA
 from appliance.gate.result import CheckResult, utc_now
+from appliance.paths import write_json_atomic
 
 RULES = ("K2", "K4", "K6")
 """Garbled text from a too-small speculative block (K2), a poisoned prefix cache (K4), the eager scratch pool (K6):
@@ -56,7 +57,5 @@ def record_calibration(calibration: Calibration, path: Path) -> str:
         existing = None
     if not (isinstance(existing, dict) and existing.get("schema") == SCHEMA):
         return save_calibration(calibration, path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**existing, RECEIPT_KEY: calibration.to_json()}, indent=2) + "\n")
-    tmp.replace(path)  # a half-written receipt is never left behind
+    write_json_atomic(path, {**existing, RECEIPT_KEY: calibration.to_json()}, indent=2)
     return "gate receipt (canary_calibration)"

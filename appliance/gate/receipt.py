@@ -4,12 +4,12 @@ still leaves what it measured (`complete: false`), plus a Markdown summary for p
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.result import OK_STATUSES
+from appliance.paths import write_json_atomic
 from appliance.redact import redact_tree
 
 SCHEMA = "appliance-gate-receipt/1"
@@ -41,10 +41,8 @@ def write(receipt: dict[str, Any], out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "receipt.json"
-    tmp = path.with_suffix(".json.tmp")
     receipt = redact_tree(json.loads(json.dumps(receipt, default=str)))  # a receipt is shared: no secrets in it
-    tmp.write_text(json.dumps(receipt, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, receipt, indent=2)
     (out_dir / "summary.md").write_text(render(receipt))
     return path
 

@@ -12,13 +12,14 @@ corrupt and rechecking make the serve `degraded`; failed makes it `failed`.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from appliance.paths import write_json_atomic
 
 CanaryStatus = Literal["pending", "ok", "suspect", "corrupt", "rechecking", "failed"]
-STATUSES: tuple[CanaryStatus, ...] = ("pending", "ok", "suspect", "corrupt", "rechecking", "failed")
+STATUSES: tuple[CanaryStatus, ...] = get_args(CanaryStatus)
 ROUND_RESULTS = ("healthy", "corruption", "error", "deferred")
 STATE_FILE = "canary.json"
 
@@ -67,9 +68,7 @@ class CanaryState:
 
 
 def write_state(path: Path, state: CanaryState) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state.to_json(), indent=1) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, state.to_json())
 
 
 def read_state(path: Path) -> CanaryState | None:

@@ -11,14 +11,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from appliance.errors import ApplianceError
 from appliance.health.predicates import PREDICATES
 from appliance.paths import healthchecks_dir
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
-from appliance.yamlstrict import load_file
+from appliance.yamlstrict import load_data_table
 
 ROLES: tuple[Role, ...] = get_args(Role)
 FactType = Literal["str", "int", "float"]
@@ -241,13 +240,4 @@ def default_table_path() -> Path:
 
 @cache
 def load_table(path: Path | None = None) -> LogTable:
-    path = path or default_table_path()
-    try:
-        return LogTable.model_validate(load_file(path))
-    except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ApplianceError(
-            f"{path}: invalid log-check table\n    " + "\n    ".join(lines),
-            value=str(path),
-            fix="correct the entries named above (the header of the file explains each key)",
-        ) from None
+    return load_data_table(path or default_table_path(), LogTable, "log-check table")

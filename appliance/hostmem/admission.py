@@ -51,11 +51,6 @@ class Need:
                 f"{self.overhead_gib:.1f} + OS reserve {self.reserve_gib:.1f} = {self.total_gib:.1f} GiB "
                 f"per {self.per}")
 
-    def to_json(self) -> dict[str, object]:
-        return {"weights_gib": round(self.weights_gib, 2), "kv_gib": round(self.kv_gib, 2),
-                "overhead_gib": round(self.overhead_gib, 2), "reserve_gib": round(self.reserve_gib, 2),
-                "total_gib": round(self.total_gib, 2), "per": self.per, "kv_source": self.kv_source}
-
 
 @dataclass(frozen=True)
 class Admission:
@@ -67,11 +62,6 @@ class Admission:
     """Where `available_gib` was read (MemAvailable under a procfs root, or NVML free memory)."""
     detail: str
     fix: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {"rule": self.rule, "verdict": self.verdict, "need": self.need.to_json(),
-                "available_gib": None if self.available_gib is None else round(self.available_gib, 2),
-                "source": self.source, "detail": self.detail, "fix": self.fix}
 
 
 def _ranks_on_node(p: Profile) -> int:

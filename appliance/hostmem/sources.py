@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.paths import healthchecks_dir
-from appliance.yamlstrict import load_file
+from appliance.yamlstrict import load_data_table
 
 GIB = 1024**3
 DEV_KMSG = Path("/dev/kmsg")
@@ -104,7 +104,7 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 @cache
 def load_kernel_checks(path: Path | None = None) -> KernelChecks:
-    return KernelChecks.model_validate(load_file(path or healthchecks_dir() / "kernelchecks.yaml"))
+    return load_data_table(path or healthchecks_dir() / "kernelchecks.yaml", KernelChecks, "kernel-check table")
 
 
 @dataclass(frozen=True)

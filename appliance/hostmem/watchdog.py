@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from appliance.hostmem.sources import KernelChecks, KernelLog, Pressure, kernel_hits, mem_available_gib, memory_pressure
 from appliance.profile.model import Memory
@@ -41,7 +41,7 @@ RATE_WINDOW_S = 3.0
 MAX_EVENTS = 20
 
 Level = Literal["ok", "not-ready", "stop"]
-LEVELS: tuple[Level, ...] = ("ok", "not-ready", "stop")
+LEVELS: tuple[Level, ...] = get_args(Level)
 
 
 @dataclass(frozen=True)

@@ -25,21 +25,18 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from appliance.bounds import QUALIFY_PORT_OFFSET
 from appliance.errors import ApplianceError
 from appliance.lock import NCCL_DISTRIBUTIONS
 
 RULE = "K25"
 NONE = "none"
-QUALIFY_PORT_OFFSET = 2
 SYSFS = Path("/sys")
 MEASURE_TIMEOUT_S = 120.0
 K25_REASON = ("K25: a fabric that fell back to sockets, or nodes with different NCCL binaries, HCAs or MTU, make "
@@ -270,7 +267,9 @@ def _cannot(message: str, master_addr: str, port: int) -> ApplianceError:
 def qualify_for(profile: Any, plan: Any, placement: Any) -> dict[str, Any]:
     """`appliance run`'s call after the rendezvous: this rank's qualification with the profile's floor."""
     fabric = profile.distributed.fabric
-    port = (placement.master_port or profile.distributed.master_port) + QUALIFY_PORT_OFFSET
+    from appliance.render.serveplan import qualify_port
+
+    port = qualify_port(profile, placement)
     return qualify(rank=placement.node_rank, world=profile.hardware.nodes, master_addr=placement.master_addr,
                    port=port, backend="nccl" if profile.hardware.target == "gpu" else "gloo",
                    transfer_mib=fabric.transfer_mib, min_gbps=fabric.min_bandwidth_gbps,
@@ -278,37 +277,6 @@ def qualify_for(profile: Any, plan: Any, placement: Any) -> dict[str, Any]:
 
 
 # --- metrics --------------------------------------------------------------------------------------------
-
-class FabricCollector(Collector):
-    """This node's qualification before launch (static for the serve's life)."""
-
-    def __init__(self, report: Mapping[str, Any]) -> None:
-        self.report = report
-
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        r = self.report
-        verdict = GaugeMetricFamily("appliance_fabric_qualification", "1 for this node's fabric qualification "
-                                    "verdict before launch", labels=["rule", "backend", "verdict"])
-        for one in ("pass", "warn", "fail"):
-            verdict.add_metric([RULE, str(r.get("backend")), one], 1.0 if r.get("verdict") == one else 0.0)
-        yield verdict
-        bw = GaugeMetricFamily("appliance_fabric_bandwidth_bytes_per_second",
-                               "point-to-point bandwidth rank <-> head measured before launch", labels=["peer"])
-        lat = GaugeMetricFamily("appliance_fabric_latency_seconds",
-                                "small-message round trip / 2, rank <-> head, measured before launch", labels=["peer"])
-        for peer, m in sorted(r.get("peers", {}).items()):
-            bw.add_metric([peer], m["bandwidth_gbps"] * 1e9)
-            lat.add_metric([peer], m["latency_us"] / 1e6)
-        yield bw
-        yield lat
-        if isinstance(r.get("allreduce_busbw_gbps"), int | float):
-            yield GaugeMetricFamily("appliance_fabric_allreduce_bus_bandwidth_bytes_per_second",
-                                    "all-reduce bus bandwidth over all ranks, measured before launch",
-                                    value=r["allreduce_busbw_gbps"] * 1e9)
-
 
 def qualify_here(world: int, master: str, port: int, backend: str, transfer_mib: int, iters: int,
                  min_gbps: float | None, max_latency_us: float | None, on_fail: str) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from appliance.bounds import RENDEZVOUS_PORT_OFFSET
+from appliance.bounds import QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
 
@@ -55,3 +55,7 @@ def engine_api_url(role: Role, port: int, master_addr: str | None) -> str | None
 
 def rendezvous_port(profile: Profile, placement: Placement) -> int:
     return (placement.master_port or profile.distributed.master_port) + RENDEZVOUS_PORT_OFFSET
+
+
+def qualify_port(profile: Profile, placement: Placement) -> int:
+    return (placement.master_port or profile.distributed.master_port) + QUALIFY_PORT_OFFSET

@@ -28,7 +28,7 @@ class HostSide:
 
     def register(self, registry: CollectorRegistry) -> None:
         from appliance.hostmem.metrics import WatchdogCollector
-        from appliance.multinode.fabric import FabricCollector
+        from appliance.multinode.fabric_metrics import FabricCollector
 
         if self.watchdog:
             watchdog = self.watchdog

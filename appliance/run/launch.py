@@ -27,6 +27,7 @@ from typing import Any
 from appliance.bounds import check_health_port
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
+from appliance.health.canary_state import STATE_FILE
 from appliance.lock import lock_digest
 from appliance.multinode.netif import with_host_ip
 from appliance.multinode.rendezvous import Peer, preflight
@@ -46,7 +47,6 @@ from appliance.settings import ApplianceSettings
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
 FABRIC_FILE = "fabric.json"
-CANARY_FILE = "canary.json"
 EXPORTER = "exporter"
 # Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks):
 # a run folder holding one could not be named in supervisord.conf safely.
@@ -87,7 +87,7 @@ class Launch:
         if self.fabric is not None:  # K25: this node's figures, shown by its exporter in /status and metrics
             args += ["--fabric-report", str(self.files.run_dir / FABRIC_FILE)]
         if self.canary:  # the watch writes its rounds and rung there; the exporter turns them into readiness
-            args += ["--canary-state", str(self.files.run_dir / CANARY_FILE)]
+            args += ["--canary-state", str(self.files.run_dir / STATE_FILE)]
         return args
 
     def programs(self) -> dict[str, Program]:
