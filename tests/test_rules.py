@@ -9,27 +9,33 @@ from appliance.profile import list_profiles, load_profile
 from appliance.rules import REGISTRY, context_for, evaluate
 
 
-def findings(profile: str, *overrides: str, checkpoint_facts: dict | None = None) -> list:
+ADVICE = {"K31", "K38"}
+"""Warnings that hold for every shipped profile of their kind on this pin (multi-node autotuning, V2 without
+#50843): the exact-list tests below leave them out, and test_pitfalls_since_the_seed covers them."""
+
+
+def findings(profile: str, *overrides: str, checkpoint_facts: dict | None = None, advice: bool = False) -> list:
     p = load_profile(profile, cli_overrides=list(overrides)).profile
     ck = None
     if checkpoint_facts is not None:
         base = load_catalogue().checkpoint(p.model.checkpoint)
         ck = base.model_copy(update=checkpoint_facts)
-    return evaluate(context_for(p, ck))
+    return [f for f in evaluate(context_for(p, ck)) if advice or f.rule not in ADVICE]
 
 
 # rule id -> (profile, overrides that break it, severity, field)
 FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "K1": ("gb10-tp2", ("cache.kv_dtype=auto",), "error", "cache.kv_dtype"),
     "K2": ("gb10-tp2", ("speculative.num_tokens=3",), "error", "speculative.num_tokens"),
-    "K3": ("rtx-pro-6000-tp2-nvfp4", ("speculative.method=dspark", "speculative.num_tokens=5"), "error",
-           "speculative.method"),
+    # The seed: 0731 "ships no MTP heads" (a refusal); NVFP4 without DSpark weights is a catalogue fact from
+    # outside the seed, a warning until the checkpoint's config.json says so (test_pitfalls_since_the_seed).
+    "K3": ("gb10-tp2", ("speculative.method=mtp", "speculative.num_tokens=2"), "error", "speculative.method"),
     "K4": ("gb10-tp2", ("cache.guard=0",), "warning", "cache.guard"),
     "K5": ("gb10-tp2", ("engine.runner=v1",), "warning", "engine.cudagraph_mode"),  # this pin predates #51768
     "K6": ("gb10-tp2", ("engine.eager_scratch_pool=true",), "error", "engine.eager_scratch_pool"),
-    "K7": ("gb10-tp2", ("engine.sm120_decode=false",), "warning", "engine.sm120_prefill"),
+    "K7": ("gb10-tp2", ("engine.sm120_decode=false",), "warning", "engine.sm120_decode"),
     "K8": ("gb10-tp2-nvfp4", ("parallel.expert=true",), "error", "parallel.expert"),
-    "K9": ("gb10-tp2", ("cache.block_size=96",), "error", "cache.block_size"),
+    "K9": ("gb10-tp2", ("cache.block_size=96",), "warning", "cache.block_size"),
     "K10": ("gb10-tp2", ("parallel.tensor=1",), "error", "parallel.tensor"),
     "K11": ("gb10-tp2", ("engine.kv_offload_gib=16",), "warning", "engine.kv_offload_gib"),
     "K20": ("rtx-5090-tp8", ("hardware.gpus_per_node=4", "parallel.tensor=4"), "error", "parallel.tensor"),
@@ -39,6 +45,11 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "K24": ("gb10-tp2", ("memory.stop_below_gib=12",), "error", "memory.stop_below_gib"),
     "Q1": ("gb10-tp2", ("canary.step_down=[{name: no-prefix-caching, set: ['cache.prefix_caching=false']}]",),
            "error", "canary.step_down"),
+    "K32": ("gb10-tp2", ("limits.max_num_seqs=128",), "warning", "engine.cudagraph_capture_sizes"),
+    "K33": ("gb10-tp2", ("limits.kv_cache_memory_gib=12",), "warning", "limits.kv_cache_memory_gib"),
+    "K34": ("gb10-tp2", ("cache.kv_dtype=nvfp4_ds_mla",), "error", "cache.kv_dtype"),
+    "K36": ("gb10-tp2", ("distributed.nccl_ib_hca=rocep1s0f1,roceP2p1s0f1", "distributed.nccl_ib_gid_index=3"),
+            "warning", "distributed.nccl_ib_gid_index"),
     "C1": ("cpu-smoke", ("engine.runner=v2",), "error", "engine.runner"),
     "C2": ("cpu-smoke", ("engine.enforce_eager=false",), "warning", "engine.enforce_eager"),
     "C3": ("cpu-smoke", ("model.checkpoint=deepseek-ai/DeepSeek-V4-Flash-0731", "model.quantization=mxfp4",
@@ -46,8 +57,13 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
 }
 
 
+STACK_RULES = {"K31", "K37", "K38"}
+"""Rules whose failing case is a fact of the host or the stack rather than a profile override:
+tests/test_pitfalls_since_the_seed.py holds their failing and passing cases."""
+
+
 def test_every_registered_rule_has_a_failing_case_here() -> None:
-    assert set(REGISTRY) == set(FAILING)
+    assert set(REGISTRY) == set(FAILING) | STACK_RULES
 
 
 @pytest.mark.parametrize("rule_id", sorted(FAILING))
@@ -58,7 +74,7 @@ def test_rule_fires_on_its_pitfall_with_field_fix_and_reason(rule_id: str) -> No
     assert hits[0].severity == severity
     assert hits[0].path == field
     assert hits[0].fix and hits[0].reason == REGISTRY[rule_id].reason
-    untouched = {(f.rule, f.path) for f in findings(profile)}
+    untouched = {(f.rule, f.path) for f in findings(profile, advice=True)}
     assert (rule_id, field) not in untouched, f"{rule_id} fires on the untouched {profile}"
 
 
@@ -66,7 +82,8 @@ def test_rule_fires_on_its_pitfall_with_field_fix_and_reason(rule_id: str) -> No
 def test_every_shipped_profile_passes_without_errors_and_warns_only_what_the_seed_says(name: str) -> None:
     # The seed's advice is kept: NVFP4 "is not a memory or throughput win" on SM12x (K8), and a runner the seed
     # did not measure on that hardware (P1). Nothing else may fire on a shipped profile.
-    advice = {("K8", "model.quantization"), ("P1", "engine.runner")}
+    advice = {("K8", "model.quantization"), ("P1", "engine.runner"), ("P1", "limits.max_model_len"),
+              ("P1", "parallel.tensor")}
     assert [(f.rule, f.path) for f in findings(name) if (f.rule, f.path) not in advice] == []
 
 

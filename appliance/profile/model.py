@@ -66,8 +66,9 @@ class Speculative(Section):
 
 
 class Cache(Section):
-    kv_dtype: Literal["auto", "fp8", "fp8_ds_mla", "fp8_e4m3", "bfloat16"] = "auto"
-    """--kv-cache-dtype; DeepSeek-V4 needs fp8."""
+    kv_dtype: Literal["auto", "fp8", "fp8_ds_mla", "fp8_e4m3", "bfloat16", "nvfp4_ds_mla"] = "auto"
+    """--kv-cache-dtype; DeepSeek-V4 needs fp8. `nvfp4_ds_mla` is accepted here only so that K34 can say why it is
+    refused on SM12x."""
     block_size: int | None = Field(None, ge=1, le=4096)
     """--block-size; null = the engine's default."""
     prefix_caching: bool = True
@@ -86,7 +87,7 @@ class Engine(Section):
     sm120_decode: bool = True
     """Expect and enable the FlashInfer SM120 packed sparse-MLA decode path."""
     sm120_prefill: bool = True
-    """Enable the FlashInfer SM120 prefill path (only active when decode is)."""
+    """Enable the FlashInfer SM120 prefill path (its own switch: the seed, "set either=0 to fall back")."""
     eager_scratch_pool: bool = False
     """DSv4 eager scratch pool: corrupts output under concurrent mixed prefill+decode. Off."""
     accept_scratch_pool_corruption_risk: bool = False
@@ -95,6 +96,12 @@ class Engine(Section):
     """--kv-offloading-size in GiB; 0 = off."""
     fp4_indexer_cache: bool = False
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
+    flashinfer_autotune: bool | None = None
+    """--enable-flashinfer-autotune / --no-enable-flashinfer-autotune; null = the engine's default (on at -O1
+    and above). Ranks that tune apart can desynchronize and hang a TP launch (K31)."""
+    cudagraph_capture_sizes: Literal["engine", "profile"] = "engine"
+    """engine = vLLM's own capture list; profile = computed from the profile so that every uniform decode batch
+    (n x (speculative tokens + 1) for n up to max_num_seqs) has a graph (K32), rendered in --compilation-config."""
     logits_processors: list[str] = Field(default_factory=list, max_length=8)
     """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
 
@@ -160,6 +167,12 @@ class Distributed(Section):
     """Rendezvous port on the head's fabric address (the consistency exchange uses the next one)."""
     nccl_ib_hca: str | None = None
     """NCCL_IB_HCA (e.g. the ConnectX device); null = NCCL's choice."""
+    nccl_ib_merge_nics: bool | None = None
+    """NCCL_IB_MERGE_NICS; null = 1 when nccl_ib_hca names two or more devices (GB10's QSFP port is two
+    virtual NICs: one alone runs at about half the port, K36), else NCCL's default."""
+    nccl_ib_gid_index: int | None = Field(None, ge=0, le=255)
+    """NCCL_IB_GID_INDEX; null = NCCL picks the RoCEv2 GID per device. A pinned index can drift on one of two HCAs
+    and hang the handshake (K36)."""
     nccl_ib_disable: bool = False
     """NCCL_IB_DISABLE; keep IB on: the seed's harness baselines on GB10 (not a figure of the seed itself) give
     15.1 vs 21.9 tok/s decode with IB disabled."""

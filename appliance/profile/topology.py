@@ -26,3 +26,11 @@ def role_for(profile: Profile, node_rank: int) -> Role:
             field="APPLIANCE_NODE_RANK", value=node_rank,
             fix=f"use a rank from 0 (head) to {profile.hardware.nodes - 1}")
     return "head" if node_rank == 0 else "worker"
+
+
+def ib_devices(hca: str | None) -> list[str]:
+    """The devices an NCCL_IB_HCA value names: `a,b`, `=a,b` (exact match), `a:1` (a port); `^a` excludes and
+    so names none to use."""
+    if not hca or hca.startswith("^"):
+        return []
+    return [d.split(":", 1)[0] for d in hca.lstrip("=").split(",") if d.strip()]

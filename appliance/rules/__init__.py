@@ -11,6 +11,7 @@ from appliance.rules import (  # noqa: F401  (registration)
     hardware,
     memory,
     model_facts,
+    pitfalls,
     provenance,
 )
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext

@@ -19,12 +19,26 @@ PRE_51768: frozenset[str] = frozenset({
 """Fork refs/commits known to predate #51768 (the seed's "Fixed preview tags" table and its acceptance
 section). Anything else — a later head, another fork, an unknown ref — is assumed to carry the check."""
 
+DECLINED_50843: frozenset[str] = frozenset({
+    # The seed, Update 2026-08-04: "Not taking #50843 (V2-tree only, inert on our default)"; no later head of the
+    # seed says it was taken, and the 20260809 tag made V2 the default.
+    "sm120-pr-41834-stable-preview-20260809", "aa0d513027", "d44e224ab9",
+    "sm120-pr-41834-stable-preview-20260804", "0f59188db1",
+})
+"""Fork refs/commits without upstream #50843 (bound the V2 samplers' tile-local argmax to vocab_size), by the
+seed's own account. Elsewhere it is unknown, and K38 says nothing."""
+
 
 @dataclass(frozen=True)
 class EnginePin:
     repo: str
     ref: str
     commit: str
+    packages: tuple[tuple[str, str], ...] = ()
+    """(name, version) of the lock's GPU packages: facts some rules judge the stack by (K37)."""
+
+    def package(self, name: str) -> str | None:
+        return dict(self.packages).get(name)
 
     @property
     def label(self) -> str:
@@ -35,10 +49,17 @@ class EnginePin:
         """True when this engine rejects DSv4 + V1 + PIECEWISE at config time (#51768)."""
         return not ({self.ref, self.commit[:10]} & PRE_51768)
 
+    @property
+    def lacks_50843(self) -> bool:
+        """True where the seed says this engine did not take #50843 (K38)."""
+        return bool({self.ref, self.commit[:10]} & DECLINED_50843)
+
 
 def pinned_engine() -> EnginePin:
     """The engine versions.json pins (engine_source)."""
     from appliance.lock import load_lock
 
-    src = load_lock().engine_source
-    return EnginePin(str(src.get("repo", "")), str(src.get("ref", "")), str(src.get("commit", "")))
+    lock = load_lock()
+    src = lock.engine_source
+    gpu = tuple((p.name, p.version) for p in lock.packages if "gpu" in p.targets)
+    return EnginePin(str(src.get("repo", "")), str(src.get("ref", "")), str(src.get("commit", "")), gpu)
