@@ -8,7 +8,6 @@ from appliance.catalogue import load_catalogue
 from appliance.profile import list_profiles, load_profile
 from appliance.rules import REGISTRY, context_for, evaluate
 
-
 ADVICE = {"K31", "K38"}
 """Warnings that hold for every shipped profile of their kind on this pin (multi-node autotuning, V2 without
 #50843): the exact-list tests below leave them out, and test_pitfalls_since_the_seed covers them."""
