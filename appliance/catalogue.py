@@ -24,6 +24,8 @@ class CheckpointFacts(BaseModel):
     size_bytes: int
     dspark_block_size: int | None = None
     mtp_heads: int = 0
+    attention_heads: int | None = None
+    """Query heads of the model: TP divides them, so heads per rank follow from parallel.tensor (P1)."""
     confirmed: str = ""
     unconfirmed: list[str] = []
     """Facts of this entry taken from outside the seed (a model page): rules warn on them rather than refuse

@@ -195,7 +195,11 @@ class Measured(Section):
     checks: list[str] = []
     """Which checks ran (gsm8k, recall, bench, reasoning, tests/v1/core, ...); empty = the seed does not list them."""
     max_model_len: int | None = Field(None, ge=16)
-    """max_model_len of the measurement, where it differs from what the profile serves."""
+    """max_model_len of the measurement, where it differs from what the profile serves (P1 says so)."""
+    tensor: int | None = Field(None, ge=1, le=16)
+    """Tensor-parallel size of the measurement (heads per rank follow from it; P1)."""
+    unverified: list[str] = []
+    """Coverage the seed ran but could not turn into a verdict (a suite that wedged): named, never a pass."""
     figures: str | None = None
     """The measured figures, named as the seed names them."""
 
@@ -233,8 +237,9 @@ class Memory(Section):
 
 class Provenance(Section):
     status: Literal["validated", "partial", "community", "unvalidated", "test"]
-    """validated = the seed's battery passed on this hardware; partial = only measured.checks ran;
-    community = reports only."""
+    """validated = the seed's acceptance battery passed on this hardware, on measured.head, with this runner, guard,
+    checkpoint and speculative method (what the profile changes from that shape, P1 names); partial = only
+    measured.checks ran, or on another head or runner than the profile's; community = reports only."""
     hardware: str | None = None
     """The hardware the status refers to."""
     source: str
