@@ -123,8 +123,14 @@ def recaller(poisoned: set[int]) -> Handler:
 
 def test_recall_scores_24_of_24_on_a_perfect_serve_at_c12(tmp_path):
     result = recall.run(ctx_for("gb10-tp2", recaller(set()), tmp_path))
-    assert result.status == "pass" and result.metrics["score"] == "24/24"
+    # 24/24, the healthy band; still one serve of a profile the race can reach: inconclusive, never a pass.
+    assert result.status == "inconclusive" and result.metrics["score"] == "24/24"
+    assert result.metrics["band"] == "pass" and "single clean serve proves nothing" in result.summary
     assert result.params["concurrency"] == 12 and result.metrics["context_tokens"] <= 36864
+    assert "131072" in result.params["bands_calibrated_on"]
+    # Without speculative decoding no hash is published before its KV is written: one serve can pass.
+    nospec = recall.run(ctx_for("gb10-tp2-nospec", recaller(set()), tmp_path))
+    assert nospec.status == "pass" and nospec.metrics["band"] == "pass"
 
 
 def test_recall_fails_a_poisoned_serve_in_the_poisoned_band(tmp_path):

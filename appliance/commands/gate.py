@@ -46,6 +46,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gsm8k-fewshot", type=int, help="lm-eval --num_fewshot (default 8)")
     parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
     parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
+    parser.add_argument("--gsm8k-runs", type=_positive, help="lm-eval runs on this serve (the seed resolved a "
+                                                             "difference with three runs per cell)")
     sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves]")
     cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
@@ -56,6 +58,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     par.add_argument("--json", action="store_true", help="machine-readable result")
     srv = sub.add_parser("serves", help="judge recall over receipts of several fresh serves (the seed's design)")
     srv.add_argument("receipts", type=Path, nargs="+", help="one receipt.json per fresh serve")
+    srv.add_argument("--against", type=Path, nargs="+", metavar="RECEIPT",
+                     help="the reference arm of fresh serves to judge these against: exact Mann-Whitney U on the "
+                          "serve means, exit 1 when these sit lower")
     srv.add_argument("--json", action="store_true", help="machine-readable verdict")
 
 
@@ -73,6 +78,13 @@ def _serves(args: argparse.Namespace) -> int:
     from appliance.gate.receipt import load
     from appliance.gate.serves import judge_receipts, render
 
+    if args.against:
+        from appliance.gate.arms import judge_arms
+        from appliance.gate.arms import render as render_arms
+
+        arms = judge_arms([(str(p), load(p)) for p in args.against], [(str(p), load(p)) for p in args.receipts])
+        print(json.dumps(arms, indent=2) if args.json else render_arms(arms))
+        return 1 if arms["verdict"] == "regression" else 0
     result = judge_receipts([(str(p), load(p)) for p in args.receipts])
     print(json.dumps(result, indent=2) if args.json else render(result))
     return EXIT[result["verdict"]]

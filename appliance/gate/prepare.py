@@ -38,7 +38,7 @@ class GateRequest:
 
 
 TUNABLE = ("bench_corpus", "bench_runs", "recall_concurrency", "recall_min", "recall_runs", "gsm8k_limit",
-           "gsm8k_fewshot", "gsm8k_task", "gsm8k_include")
+           "gsm8k_fewshot", "gsm8k_task", "gsm8k_include", "gsm8k_runs")
 
 
 def select(checks: str | None) -> list[str]:
@@ -81,6 +81,8 @@ def tune(params: GateParams, t: dict[str, Any]) -> GateParams:
     gsm = replace(gsm, limit=t.get("gsm8k_limit") or gsm.limit, task=t.get("gsm8k_task") or gsm.task)
     if t.get("gsm8k_fewshot") is not None:
         gsm = replace(gsm, num_fewshot=t["gsm8k_fewshot"])
+    if t.get("gsm8k_runs"):
+        gsm = replace(gsm, runs=t["gsm8k_runs"])
     return replace(params, bench=bench, recall=recall, gsm8k=gsm)
 
 

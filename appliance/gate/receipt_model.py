@@ -112,6 +112,8 @@ class ReasoningMetrics(_Part):
 class Gsm8kMetrics(_Part):
     strict_match: Fraction | None = None
     strict_match_stderr: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    strict_match_runs: list[Fraction | None] | None = None
+    """Each lm-eval run's accuracy (--gsm8k-runs): what `compare` judges interleaving by."""
 
 
 class RecallParams(_Part):
