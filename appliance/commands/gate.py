@@ -32,6 +32,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser, positional=False)
     parser.add_argument("--checks", help=f"comma-separated, from {','.join(CHECKS)} "
                                          f"(default {','.join(DEFAULT_CHECKS)})")
+    parser.add_argument("--battery", metavar="NAME", help="run a whole acceptance battery instead of --checks: `seed` "
+                                                          "is the seed harness's final acceptance (what `validated` "
+                                                          "means; docs/gate.md)")
+    parser.add_argument("--arm", default="default", help="the battery's serve this is: default, v1 (started with "
+                                                         "engine.runner=v1) or noguard (cache.guard=0); "
+                                                         "`gate battery` judges the arms' receipts together")
+    parser.add_argument("--bench-reference", type=Path, metavar="RECEIPT",
+                        help="battery C10: the receipt whose pp2048 @ d8192 is the reference (default: the seed "
+                             "harness's GB10 figure; none elsewhere)")
     parser.add_argument("--out", type=Path, help="receipt folder (default $APPLIANCE_HOME/receipts/PROFILE-TIME)")
     parser.add_argument("--tokenizer", help="local tokenizer folder for llama-benchy/lm-eval "
                                             "(default: the checkpoint on disk)")
@@ -48,7 +57,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
     parser.add_argument("--gsm8k-runs", type=_positive, help="lm-eval runs on this serve (the seed resolved a "
                                                              "difference with three runs per cell)")
-    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves]")
+    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves|battery]")
     cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
@@ -62,6 +71,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                      help="the reference arm of fresh serves to judge these against: exact Mann-Whitney U on the "
                           "serve means, exit 1 when these sit lower")
     srv.add_argument("--json", action="store_true", help="machine-readable verdict")
+    bat = sub.add_parser("battery", help="judge a battery over its arms' receipts (exit 0 accepted, 1 not)")
+    bat.add_argument("receipts", type=Path, nargs="+", help="the receipt of each arm (default, v1, noguard)")
+    bat.add_argument("--json", action="store_true", help="machine-readable verdict")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -88,6 +100,21 @@ def _serves(args: argparse.Namespace) -> int:
     result = judge_receipts([(str(p), load(p)) for p in args.receipts])
     print(json.dumps(result, indent=2) if args.json else render(result))
     return EXIT[result["verdict"]]
+
+
+def _battery(args: argparse.Namespace) -> int:
+    from appliance.gate.battery.merge import judge_receipts, render
+    from appliance.gate.receipt import load
+
+    loaded = [(str(p), load(p)) for p in args.receipts]
+    battery, lines, result = judge_receipts(loaded)
+    if args.json:
+        print(json.dumps({"battery": battery.name, **result.to_json(),
+                          "lines": [{k: line.get(k) for k in ("name", "status", "summary")} for line in lines]},
+                         indent=2))
+    else:
+        print(render(battery, lines, result, battery.expect))
+    return 0 if result.accepted else 1
 
 
 def _paired(args: argparse.Namespace) -> int:
@@ -118,7 +145,8 @@ def _check_flags(args: argparse.Namespace) -> None:
     for flag in ("url", "exporter"):
         if getattr(args, flag):
             check_http_url(f"--{flag}", getattr(args, flag))
-    for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out"):
+    for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out", "battery", "arm",
+                 "bench_reference"):
         if getattr(args, flag) is not None:
             check_text(f"--{flag.replace('_', '-')}", str(getattr(args, flag)))
 
@@ -130,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         return _serves(args)
     if args.gate_action == "paired":
         return _paired(args)
+    if args.gate_action == "battery":
+        return _battery(args)
     from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
@@ -140,15 +170,29 @@ def run(args: argparse.Namespace) -> int:
     tune = {k: getattr(args, k) for k in TUNABLE}
     request = GateRequest(url=args.url, exporter=args.exporter, profile=args.profile or settings.profile,
                           overrides=args.overrides, env_overrides=settings.overrides(), checks=args.checks,
-                          out=args.out, tokenizer=args.tokenizer, model_dir=settings.model_dir, tune=tune)
+                          out=args.out, tokenizer=args.tokenizer, model_dir=settings.model_dir, tune=tune,
+                          battery=args.battery, arm=args.arm, bench_reference=args.bench_reference)
     progress = Progress()
     ctx, selected, receipt = prepare(request, progress)
     progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt['size']} sizing): {', '.join(selected)}; "
                   f"receipt in {ctx.out_dir}")
     receipt = run_gate(ctx, selected, receipt)
     print(f"{receipt['verdict'].upper()}: {ctx.out_dir / 'receipt.json'}")
-    for c in receipt["checks"]:
-        print(f"  {c['name']:<10} {c['status']:<14} {c['summary']}")
+    if receipt.get("battery"):
+        from appliance.gate.battery.merge import check_line
+        from appliance.gate.battery.verdict import word
+
+        for c in receipt["checks"]:
+            print(check_line(c["name"], c["params"].get("title", ""), word(c["status"]), c["summary"]))
+        result = receipt["battery"]["result"]
+        print(f"{result['passed']}/{result['recorded']} PASS on arm {receipt['battery']['arm']}; "
+              + ("ACCEPTED" if result["accepted"] else f"not accepted: {result['why']}"))
+        if result["missing"]:
+            print("  the other arms: start their serves and run gate --battery "
+                  f"{receipt['battery']['name']} --arm ARM, then `appliance gate battery` over all receipts")
+    else:
+        for c in receipt["checks"]:
+            print(f"  {c['name']:<10} {c['status']:<14} {c['summary']}")
     if not receipt["complete"]:
         return 130
     return EXIT.get(receipt["verdict"], 1)

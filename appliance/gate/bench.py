@@ -231,7 +231,9 @@ def run(ctx: GateContext) -> CheckResult:
     if rc == 0 and rows:
         return _result("pass", _summary(rows), p, cmd, rows, about, raw, started, began)
     status, why = _classify(rc, tail) if rc != 0 else ("error", "llama-benchy produced no rows")
-    return _result(status, why, p, cmd, rows, about, raw, started, began)
+    result = _result(status, why, p, cmd, rows, about, raw, started, began)
+    result.details["timed_out"] = rc == 124  # _drive's own bound (p.timeout_s) ran out
+    return result
 
 
 def _drive(cmd: list[str], env: dict[str, str], log: Path, ctx: GateContext,
