@@ -33,8 +33,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checks", help=f"comma-separated, from {','.join(CHECKS)} "
                                          f"(default {','.join(DEFAULT_CHECKS)})")
     parser.add_argument("--battery", metavar="NAME", help="run a whole acceptance battery instead of --checks: `seed` "
-                                                          "is the seed harness's final acceptance (what `validated` "
-                                                          "means; docs/gate.md)")
+                                                          "is jasl/vllm-ds4-sm120-harness's final acceptance (what "
+                                                          "`validated` means; docs/gate.md)")
     parser.add_argument("--arm", default="default", help="the battery's serve this is: default, v1 (started with "
                                                          "engine.runner=v1) or noguard (cache.guard=0); "
                                                          "`gate battery` judges the arms' receipts together")

@@ -13,7 +13,7 @@ serve's recall in the healthy band is `inconclusive`, never a pass, wherever the
 with speculative decoding: "the only configuration in which a block hash can be published before its KV is
 written and a second request admitted in the same step to match it").
 
-Where the bands come from, and where they are applied. They were measured with the seed harness's arthur
+Where the bands come from, and where they are applied. They were measured with the harness's arthur
 coherence gate (12 concurrent requests x 2, each prompt ~900 numbered lines with three planted codes, a request
 counted as passed when its answer holds all three codes and reads as coherent text; `passed=N/24` counts
 requests) on serves at max_model_len 131072. The appliance's recall check plants its own needles (two per request,
@@ -52,7 +52,7 @@ MORE_SERVES = (f"inconclusive: run more serves — the seed's design is {SEED_SE
 ONE_SERVE = (f"a single clean serve proves nothing at ~50% incidence (the seed): confirm over {SEED_SERVES} fresh "
              f"serves x {SEED_RUNS_PER_SERVE} runs (appliance gate --recall-runs {SEED_RUNS_PER_SERVE} on each, then "
              f"appliance gate serves RECEIPT...)")
-CALIBRATION = ("the seed harness's arthur coherence gate (c=12 x 2, 3 codes per request, scored per request) at "
+CALIBRATION = ("the harness's arthur coherence gate (c=12 x 2, 3 codes per request, scored per request) at "
                "max_model_len 131072; applied here as fractions of needles found")
 
 Band = Literal["pass", "inconclusive", "fail"]

@@ -1,4 +1,4 @@
-"""The long-context coherence gate in the shape of the seed harness's ("arthur", checks C5, C6, D*-c1).
+"""The long-context coherence gate in the shape of the harness's ("arthur", checks C5, C6, D*-c1).
 
 The shape, as the harness defines it: a prompt of numbered filler lines with three validation codes planted at
 lines 17, n/2 and n-13, the question asking for the three codes; `concurrency` identical requests at once,

@@ -1,4 +1,4 @@
-"""The seed battery as data: every check of the seed harness's final acceptance script, its pass line, the
+"""The seed battery as data: every check of the harness's final acceptance script, its pass line, the
 serve (arm) it runs against, and the ones the appliance cannot run.
 
 Source: jasl/vllm-ds4-sm120-harness, the script that sets `EXPECT=d44e224ab9` and prints `CHECK <name> ::

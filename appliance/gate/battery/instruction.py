@@ -1,4 +1,4 @@
-"""Instruction following with thinking off, in the shape of the seed harness's issue19 gate (check C7).
+"""Instruction following with thinking off, in the shape of the harness's issue19 gate (check C7).
 
 jasl/vllm#19: with thinking disabled the SM12x serve answered a "return ONLY a JSON array" system prompt with a
 prose preamble, because an indexer bug dropped the distant context carrying the instruction; the prompt is short

@@ -1,4 +1,4 @@
-"""Multi-needle retrieval with distractors in the shape of the seed harness's probe (check C9).
+"""Multi-needle retrieval with distractors in the shape of the harness's probe (check C9).
 
 The shape: for each line count and each repeat (the seed re-rolled per repeat), a haystack of numbered filler
 lines with N facts "the access code for vault KEY is CODE" that the question asks for and N distractors of the

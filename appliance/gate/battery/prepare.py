@@ -76,7 +76,7 @@ def reference(params: BatteryParams, profile: Profile, receipt: Path | None) -> 
     figure = REFERENCE_PP2048_D8192.get(profile.hardware.gpu) if params.bench_row == "pp2048 @ d8192" else None
     if figure is None:
         return None, f"none for {profile.hardware.gpu}"
-    return figure, "the seed harness's acceptance: 'the V2 arm measured 1471.8 at d8192' (GB10)"
+    return figure, "the harness's acceptance: 'the V2 arm measured 1471.8 at d8192' (GB10)"
 
 
 def battery_run(name: str, arm: str, profile: Profile, gate_params: GateParams, exporter: str | None,
