@@ -251,6 +251,7 @@ def test_the_seed_battery_runs_every_check_of_every_arm_and_records_each_with_ev
     assert list(v1) == ["D1", "D1-c1"]
     assert v1["D1"]["status"] == "pass" and v1["D1"]["summary"].startswith("no V2 banner")
 
+    (tmp_path / "noguard-serve").mkdir()
     serve = start_serve(tmp_path / "noguard-serve" / "run", smoke_model_dir, "cache.guard=0")
     try:
         assert wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=240, interval=2), \
