@@ -1,6 +1,6 @@
 """Multi-needle retrieval with distractors in the shape of the harness's probe (check C9).
 
-The shape: for each line count and each repeat (the seed re-rolled per repeat), a haystack of numbered filler
+The shape: for each line count and each repeat (the harness re-rolls per repeat), a haystack of numbered filler
 lines with N facts "the access code for vault KEY is CODE" that the question asks for and N distractors of the
 same form that it does not; facts spread evenly and shuffled, so a distractor sits near each needle. A needle is
 found only when its key and code appear paired (`KEY=CODE`, `KEY: CODE`, `KEY is CODE`); a distractor reported
