@@ -174,8 +174,8 @@ class Distributed(Section):
     """NCCL_IB_GID_INDEX; null = NCCL picks the RoCEv2 GID per device. A pinned index can drift on one of two HCAs
     and hang the handshake (K36)."""
     nccl_ib_disable: bool = False
-    """NCCL_IB_DISABLE; keep IB on: 15.1 vs 21.9 tok/s decode with IB disabled, recorded from the harness's GB10
-    baselines in an earlier round (not a figure of the seed itself, and not re-found in the public harness since:
+    """NCCL_IB_DISABLE; keep IB on: 15.1 vs 21.9 tok/s decode with IB disabled, recorded from the harness baselines
+    on GB10 in an earlier round (not a figure of the seed itself, and not re-found in the public harness since:
     a lead)."""
     fabric: Fabric = Fabric()
     """Fabric qualification before launch (K25): a short transfer from each rank to the head."""
