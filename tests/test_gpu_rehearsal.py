@@ -19,15 +19,17 @@ from appliance.profile import list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = lockfile.load(ROOT / "versions.json")
-GPU_PINS = {p["name"]: p["version"] for p in lockfile.pins(LOCK, "gpu")}
-ELSEWHERE = {p["name"] for p in lockfile.pins(LOCK, "gpu") if p.get("index", "pypi") != "pypi"}
+FORK = lockfile.channel(LOCK, lockfile.default_channel(LOCK, "gpu"))
+GPU_PINS = {p["name"]: p["version"] for p in lockfile.pins(FORK)}
+ELSEWHERE = {p["name"] for p in lockfile.pins(FORK) if p.get("index", "pypi") != "pypi"}
 GPU_PROFILES = {n: load_profile(n).profile.hardware.nodes for n in list_profiles()
                 if load_profile(n).profile.hardware.target == "gpu"}
 
 
 def with_pin(name: str, version: str) -> dict:
     lock = copy.deepcopy(LOCK)
-    next(p for p in lock["packages"] if p["name"] == name)["version"] = version
+    fork = lock["channels"][lock["default_channel"]]
+    next(p for p in fork["packages"] if p["name"] == name)["version"] = version
     return lock
 
 
@@ -43,7 +45,7 @@ def test_platform_tags_cover_every_manylinux_a_glibc_2_39_host_accepts() -> None
 
 def test_the_stack_is_the_locks_pins_plus_the_upstream_stand_in_and_names_what_it_cannot_check() -> None:
     inputs = rehearsal.stack_inputs(LOCK, env={})
-    base = LOCK["engine_source"]["upstream_base"]
+    base = FORK["engine"]["base"]
     assert f"{base['name']}=={base['version']}" == "vllm==0.27.1"
     assert "vllm==0.27.1" in inputs.requirements
     assert inputs.last == ["nvidia-nccl-cu13==2.30.7"]  # K15: --no-deps, after everything
@@ -101,7 +103,7 @@ def test_the_install_runs_again_when_the_lock_or_dockerfile_changes(tmp_path: Pa
 
 @pytest.mark.rehearsal
 def test_the_complete_locked_gpu_stack_resolves_for_both_platforms() -> None:
-    out = rehearsal.resolve(LOCK, list(LOCK["images"]["gpu"]["platforms"]))
+    out = rehearsal.resolve(LOCK, list(FORK["images"]["platforms"]))
     assert set(out["platforms"]) == {"linux/amd64", "linux/arm64"}
     for platform, got in out["platforms"].items():
         resolved = got["resolved"]

@@ -1,7 +1,7 @@
 """The GPU-stack rehearsal: the locked GPU Python stack resolved, installed and exercised without a GPU.
 
 No SM12x GPU and no CUDA base image exist where CI runs, but PyPI carries the CUDA-13 wheels of almost
-the whole locked stack, and upstream vLLM (versions.json engine_source.upstream_base, the fork's base)
+the whole locked stack, and upstream vLLM (the default channel's engine.base, the fork's base release)
 pins the same stack as the fork wheel. Three steps, each a subcommand:
 
     resolve   the complete stack for every GPU platform (cp312 manylinux, binary wheels only), metadata
@@ -91,15 +91,28 @@ class Inputs:
     extra_indexes: list[str] = field(default_factory=list)
 
 
-def stack_inputs(lock: dict, env: dict[str, str] | None = None) -> Inputs:
+def channel_of(lock: dict, name: str | None = None) -> tuple[str, dict]:
+    """(name, lock) of a GPU channel: the named one, else the lock's default channel."""
+    name = name or lockfile.default_channel(lock, "gpu")
+    ch = lockfile.channel(lock, name)
+    if ch["target"] != "gpu":
+        raise RehearsalError(f"channel {name} is a {ch['target']} channel: the GPU-stack rehearsal installs GPU "
+                             f"channels only")
+    return name, ch
+
+
+def stack_inputs(lock: dict, env: dict[str, str] | None = None, channel: str | None = None) -> Inputs:
+    """The pip inputs of one GPU channel's stack. A fork's engine wheel exists only after an SM12x build, so its
+    upstream base release stands in for it (the same torch/triton/FlashInfer pins); a PyPI engine is its pin."""
     env = os.environ if env is None else env
-    files = buildargs.lock_files(lock, "gpu", ROOT / "pyproject.toml")
+    _, ch = channel_of(lock, channel)
+    files = buildargs.lock_files(ch, ROOT / "pyproject.toml")
     lines = {name: [x for x in text.splitlines() if x.strip()] for name, text in files.items()}
-    base = lock["engine_source"]["upstream_base"]
-    inputs = Inputs(requirements=[*lines["requirements.txt"], *lines["appliance.txt"],
-                                  f"{base['name']}=={base['version']}"],
+    stand_in = [] if ch["engine"]["source"] == "pypi" else [
+        f"{ch['engine']['base']['name']}=={ch['engine']['base']['version']}"]
+    inputs = Inputs(requirements=[*lines["requirements.txt"], *lines["appliance.txt"], *stand_in],
                     constraints=lines["constraints.txt"], last=lines["last.txt"])
-    for p in lockfile.pins(lock, "gpu"):
+    for p in lockfile.pins(ch):
         index = p.get("index", "pypi")
         if index == "pypi":
             continue
@@ -175,14 +188,16 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def resolve(lock: dict, platforms: list[str], python: str = sys.executable) -> dict[str, object]:
-    """Resolve the whole GPU stack per platform; raise RehearsalError naming every failing pin."""
-    inputs = stack_inputs(lock)
-    glibc = str(lock["images"]["gpu"]["glibc"])
-    pyver = str(lock["python"]["gpu"])
+def resolve(lock: dict, platforms: list[str], python: str = sys.executable,
+            channel: str | None = None) -> dict[str, object]:
+    """Resolve one GPU channel's whole stack per platform; raise RehearsalError naming every failing pin."""
+    inputs = stack_inputs(lock, channel=channel)
+    _, ch = channel_of(lock, channel)
+    glibc = str(ch["images"]["glibc"])
+    pyver = str(ch["python"])
     out: dict[str, object] = {"unchecked": inputs.unchecked, "platforms": {}}
     errors = []
-    work = cache_dir() / "resolve"
+    work = cache_dir() / "resolve" / channel_of(lock, channel)[0]
     work.mkdir(parents=True, exist_ok=True)
     for platform in platforms:
         start = time.monotonic()
@@ -244,7 +259,8 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     """Install the amd64 stack into a fresh venv as the Dockerfile does, check and exercise it."""
     if os.uname().machine != PLATFORM_ARCH[INSTALL_PLATFORM]:
         raise RehearsalError(f"the install step runs on {INSTALL_PLATFORM} only (this host is {os.uname().machine})")
-    pyver = str(lock["python"]["gpu"])
+    _, ch = channel_of(lock)
+    pyver = str(ch["python"])
     python = python or find_python(pyver)
     inputs = stack_inputs(lock)
     root = cache_dir()
@@ -293,7 +309,7 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     # K15 read back as the cross-node check does it: ncclGetVersion of the very file VLLM_NCCL_SO_PATH names.
     from appliance.multinode.identity import library_nccl_version
 
-    nccl_pin = next(p for p in lockfile.pins(lock, "gpu") if p.get("rule") == "K15")
+    nccl_pin = next(p for p in lockfile.pins(ch) if p.get("rule") == "K15")
     from appliance.errors import ApplianceError
 
     try:
@@ -451,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("resolve", help="resolve the locked GPU stack per platform (metadata only)")
     p.add_argument("--platform", action="append", choices=sorted(PLATFORM_ARCH))
+    p.add_argument("--channel", help="the GPU channel (default: the lock's default_channel)")
     p = sub.add_parser("install", help="install the amd64 stack into a throwaway venv and exercise it")
     p.add_argument("--python", help="the interpreter of versions.json python.gpu (default: found)")
     sub.add_parser("changed", help="exit 0 when the install's inputs changed since its last pass")
@@ -460,8 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     lock = lockfile.load(args.versions)
     try:
         if args.cmd == "resolve":
-            platforms = args.platform or list(lock["images"]["gpu"]["platforms"])
-            print(json.dumps(resolve(lock, platforms), indent=2))
+            platforms = args.platform or list(channel_of(lock, args.channel)[1]["images"]["platforms"])
+            print(json.dumps(resolve(lock, platforms, channel=args.channel), indent=2))
         elif args.cmd == "install":
             print(json.dumps(install(lock, args.python), indent=2))
         elif args.cmd == "changed":
