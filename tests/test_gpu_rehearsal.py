@@ -23,7 +23,8 @@ FORK = lockfile.channel(LOCK, lockfile.default_channel(LOCK, "gpu"))
 GPU_PINS = {p["name"]: p["version"] for p in lockfile.pins(FORK)}
 ELSEWHERE = {p["name"] for p in lockfile.pins(FORK) if p.get("index", "pypi") != "pypi"}
 GPU_PROFILES = {n: load_profile(n).profile.hardware.nodes for n in list_profiles()
-                if load_profile(n).profile.hardware.target == "gpu"}
+                if load_profile(n).profile.engine.channel == LOCK["default_channel"]}
+"""The default GPU channel's profiles: the fork's stack parses them (others: tooling/channel_rehearsal.py)."""
 
 
 def with_pin(name: str, version: str) -> dict:

@@ -315,7 +315,9 @@ def _templates(tree: ast.AST) -> Iterator[tuple[ast.AST, str, list[ast.AST]]]:
 def _printed_by(rel: str, parents: list[ast.AST]) -> dict[str, Any]:
     process = next(p for prefix, p in PROCESS_BY_MODULE if rel.startswith(prefix) or prefix == "vllm/")
     call = next((p for p in reversed(parents) if isinstance(p, ast.Call)), None)
-    method = call.func.attr if call is not None and isinstance(call.func, ast.Attribute) else None
+    method = None
+    if call is not None:
+        method = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
     logged = method in LOG_METHODS
     ranks = "all"
     if logged and method.endswith("_once"):

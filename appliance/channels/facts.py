@@ -217,3 +217,27 @@ def diff_entries(a: dict[str, Any], b: dict[str, Any], *, committed_name: str = 
                     out.append(f"{section} {name}: {committed_name} {json.dumps(sa[name], sort_keys=True)} vs "
                                f"{fresh_name} {json.dumps(sb[name], sort_keys=True)}")
     return out
+
+
+def node_ranks(ranks: str) -> str:
+    """The extractor's ranks as the log table says them (`printed_by.ranks`: all | rank0): a `*_once` line of the
+    node's first local rank is printed once on every node, which is what a per-node log reader sees as `all`."""
+    return "rank0" if ranks == "rank0" else "all"
+
+
+def printed_by_disagreements(declared: dict[str, dict[str, str]], facts: EngineFacts) -> list[str]:
+    """pattern id -> the table's `printed_by` ({process, ranks}), against who the channel's engine prints it by:
+    each disagreement as a line naming the pattern, the channel and both sides. A pattern the engine does not
+    print is no disagreement here (the channel rehearsal's `patterns` step refuses that where it is expected)."""
+    out = []
+    for pattern, want in sorted(declared.items()):
+        entry = facts.line(pattern) or {}
+        if not entry.get("found") or want.get("process") == "nccl":
+            continue
+        got = {(s["process"], node_ranks(s["ranks"])) for s in entry.get("sources", []) if
+               str(s.get("call", "")).startswith("logger.")}
+        if got and (want.get("process"), want.get("ranks")) not in got:
+            out.append(f"{pattern}: the log table says printed by {want.get('process')} on {want.get('ranks')} ranks, "
+                       f"channel {facts.channel}'s engine logs it from "
+                       f"{', '.join(f'{p} on {r}' for p, r in sorted(got))}")
+    return out

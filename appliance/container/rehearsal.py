@@ -374,33 +374,20 @@ def _run_allow_drift(cmd: list[str], env: dict[str, str], times: dict[str, float
 
 
 def parse_profiles() -> dict[str, list[int]]:
-    """Inside the rehearsal venv: every GPU profile's argv, on every rank, through this vLLM's parser.
+    """Inside the rehearsal venv: every profile of the default GPU channel, on every rank, through this vLLM's parser.
     Returns profile -> ranks parsed; raises naming the profile and vLLM's own message."""
-    import vllm.platforms
-    from vllm.platforms.interface import Platform, PlatformEnum
-
     from appliance.engine_args import parse_serve_argv
     from appliance.profile import list_profiles, load_profile
     from appliance.render import Placement, build_plan
+    from tooling.platform_double import install_sm12x_platform_double
 
-    class SM12xPlatformDouble(Platform):
-        """Test double for the SM12x GPU that is not here. vLLM's own CudaPlatform cannot even be imported
-        without a driver (libcuda.so.1), and its auto-detection gives up ("Failed to infer device type"):
-        this says "CUDA" to the parser's defaults and touches no device."""
-
-        _enum = PlatformEnum.CUDA
-        device_name = "cuda"
-        device_type = "cuda"
-        dispatch_key = "CUDA"
-        ray_device_key = "GPU"
-        device_control_env_var = "CUDA_VISIBLE_DEVICES"
-
-    vllm.platforms._current_platform = SM12xPlatformDouble()
+    install_sm12x_platform_double()  # the SM12x GPU that is not here (tooling/platform_double.py)
+    channel = lockfile.default_channel(lockfile.load(ROOT / "versions.json"), "gpu")
     done: dict[str, list[int]] = {}
     for name in list_profiles():
         profile = load_profile(name).profile
-        if profile.hardware.target != "gpu":
-            continue
+        if profile.hardware.target != "gpu" or profile.engine.channel != channel:
+            continue  # another channel's profiles are parsed by its own engine (tooling/channel_rehearsal.py)
         for rank in range(profile.hardware.nodes):
             argv = build_plan(profile, Placement(node_rank=rank, master_addr="10.1.0.1")).argv
             try:
