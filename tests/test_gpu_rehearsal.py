@@ -84,11 +84,21 @@ def test_pips_failures_are_turned_into_the_pins_that_failed() -> None:
 
 
 def test_the_install_runs_again_when_the_lock_or_dockerfile_changes(tmp_path: Path, monkeypatch) -> None:
-    for rel in rehearsal.CHANGE_INPUTS:
+    for rel in (*rehearsal.CHANGE_INPUTS, "versions.json"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     before = rehearsal.change_key(tmp_path)
     assert before == rehearsal.change_key(ROOT)
+    # Another channel's edit leaves the default channel's installed stack as it is ...
+    lock = json.loads((tmp_path / "versions.json").read_text())
+    lock["channels"]["vllm-0.32.0"]["provenance"]["source"] += " (edited)"
+    (tmp_path / "versions.json").write_text(json.dumps(lock))
+    assert rehearsal.change_key(tmp_path) == before
+    # ... the default channel's own lock, or the Dockerfile, installs it again.
+    next(p for p in lock["channels"][lock["default_channel"]]["packages"] if p["name"] == "tilelang")["version"] = "0"
+    (tmp_path / "versions.json").write_text(json.dumps(lock))
+    assert rehearsal.change_key(tmp_path) != before
+    shutil.copy(ROOT / "versions.json", tmp_path / "versions.json")
     (tmp_path / "Dockerfile").write_text((tmp_path / "Dockerfile").read_text() + "\n# touched\n")
     assert rehearsal.change_key(tmp_path) != before
     monkeypatch.setenv("APPLIANCE_REHEARSAL_CACHE", str(tmp_path / "cache"))

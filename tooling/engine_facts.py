@@ -58,6 +58,7 @@ _RANK0_TEST = re.compile(r"\b(?:rank|tp_rank|global_rank|rank_in_group)\s*==\s*0
                          r"is_global_first_rank|is_first_rank")
 _LOCAL0_TEST = re.compile(r"\blocal_rank\s*==\s*0\b|is_local_first_rank")
 _PRINTF = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diouxXeEfFgGcrsa]")
+VARIES = "<varies per process>"
 _ENV_READ = re.compile(r"""(?:getenv|environ\.get|environ\.setdefault|environ\[)\(?\s*["'](VLLM_[A-Z0-9_]+)["']""")
 
 
@@ -102,9 +103,9 @@ def _plain(value: object) -> str:
 
 # --- env ----------------------------------------------------------------------------------------
 
-def env_vars(package_root: Path) -> dict[str, dict[str, Any]]:
-    """VLLM_* name -> {default, module, registered}: the registered getters evaluated in an empty environment,
-    then names the sources read straight from os.environ."""
+def env_vars(package_root: Path, *, second: bool = True) -> dict[str, dict[str, Any]]:
+    """VLLM_* name -> {default, module, registered}: the registered getters evaluated in an empty environment
+    (and, with `second`, again in a fresh process), then names the sources read straight from os.environ."""
     out: dict[str, dict[str, Any]] = {}
     for module_name in _env_modules(package_root):
         try:
@@ -119,13 +120,30 @@ def env_vars(package_root: Path) -> dict[str, dict[str, Any]]:
             for name, getter in table.items():
                 if name.startswith("VLLM_") and name not in out:
                     first, again = _default(getter), _default(getter)
-                    # A default made fresh per process (a random buffer name) is no fact of the release.
-                    out[name] = {"default": first if first == again else "<varies per process>",
+                    # A default made fresh per call (a random buffer name) is no fact of the release.
+                    out[name] = {"default": first if first == again else VARIES,
                                  "module": module_name, "registered": True}
+    if second:
+        elsewhere = env_defaults_elsewhere(package_root)
+        for name, entry in out.items():
+            if name in elsewhere and elsewhere[name] != entry["default"]:
+                entry["default"] = VARIES
     for rel, text in _sources(package_root):
         for name in _ENV_READ.findall(text):
             out.setdefault(name, {"default": None, "module": _module_of(rel), "registered": False})
     return dict(sorted(out.items()))
+
+
+def env_defaults_elsewhere(package_root: Path) -> dict[str, Any]:
+    """The registered defaults as a second, fresh process evaluates them: one made per process (a module-level
+    random name) differs from this process's, and is no fact of the release."""
+    import subprocess
+
+    code = ("import json, sys; from pathlib import Path; from tooling.engine_facts import env_vars; "
+            "print(json.dumps({k: v['default'] for k, v in env_vars(Path(sys.argv[1]), second=False).items()}))")
+    out = subprocess.run([sys.executable, "-c", code, str(package_root)], capture_output=True, text=True,
+                         check=True, env=os.environ.copy())
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _env_modules(root: Path) -> list[str]:

@@ -112,6 +112,21 @@ def _service(lay: Layout, lock: dict) -> str:
     return "\n".join(lines)
 
 
+def _other_channel_example(lock: dict, lays: list[Layout], root: Path) -> str:
+    """The header lines for a serve profile of another channel than its layout's (it runs that channel's image)."""
+    from appliance.profile import load_profile
+
+    for lay in lays:
+        for name in lay.serve_profiles:
+            channel = str(load_profile(name, root=root / "profiles").profile.engine.channel)
+            if channel != lay.channel:
+                var = "APPLIANCE_GPU_IMAGE" if lay.target == "gpu" else "APPLIANCE_CPU_IMAGE"
+                return (f"# A serve profile of another engine channel runs that channel's image (doctor refuses a "
+                        f"mismatch):\n#   APPLIANCE_PROFILE={name} {var}={buildargs.image_tag(lock, channel)} \\\n"
+                        f"#     docker compose --profile {lay.name} up -d")
+    return "# Every serve profile of a layout runs the layout's engine channel."
+
+
 def compose_yaml(root: Path = ROOT) -> str:
     from appliance.profile.model import DEFAULT_HEALTH_PORT as HEALTH_PORT_DEFAULT
     from appliance.render.supervisord import STOP_WAIT_S
@@ -125,6 +140,7 @@ def compose_yaml(root: Path = ROOT) -> str:
 # One compose profile per hardware layout: {names}.
 #   docker compose --profile rtx-pro-6000-tp2 up -d
 #   APPLIANCE_PROFILE=gb10-tp2-nvfp4 docker compose --profile gb10-tp2 up -d   (another serve profile)
+{_other_channel_example(lock, lays, root)}
 # GB10 two-node: the same file on both nodes; per node APPLIANCE_NODE_RANK (0 = head, 1 = worker),
 # APPLIANCE_MASTER_ADDR (the head's fabric address) and APPLIANCE_FABRIC_IFNAME (docs/containers.md).
 # Secrets (HF_TOKEN, VLLM_API_KEY) are passed through from the caller's environment, never written.

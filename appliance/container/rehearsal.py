@@ -13,8 +13,8 @@ pins the same stack as the fork wheel. Three steps, each a subcommand:
               vllm with no GPU visible, then every GPU profile's rendered argv through that vLLM's parser.
     parse     the parser step alone, in the venv of the last install, with this checkout's profiles: cheap
               (≈ 20 s), so every CI run does it even when the install is not repeated.
-    changed   exit 0 when the inputs of `install` (versions.json, Dockerfile, this file) differ from the
-              last passing install, 1 when they do not: scripts/test.sh runs the install test only then.
+    changed   exit 0 when the inputs of `install` (the default channel's lock digest, Dockerfile, this file)
+              differ from the last passing install, 1 when they do not: scripts/test.sh runs the install then.
 
     python -m appliance.container.rehearsal resolve [--platform linux/amd64 ...]
     python -m appliance.container.rehearsal install [--python PY]
@@ -50,7 +50,8 @@ INSTALL_PLATFORM = "linux/amd64"
 OLDEST_MANYLINUX = 17  # manylinux2014 = manylinux_2_17: the oldest tag a CUDA 13 wheel carries
 IMPORTS = ("torch", "flashinfer", "tilelang", "vllm")
 READ_BY_THE_DRIVER = {"CUDA_CACHE_PATH"}  # libcuda reads it, no Python package: not looked for in the wheels
-CHANGE_INPUTS = ("versions.json", "Dockerfile", "pyproject.toml", "appliance/container/rehearsal.py")
+CHANGE_INPUTS = ("Dockerfile", "pyproject.toml", "appliance/container/rehearsal.py")
+"""With the default channel's lock digest (not all of versions.json: another channel's edit needs no reinstall)."""
 
 
 class RehearsalError(Exception):
@@ -420,8 +421,10 @@ def cache_variables_read(site: Path) -> dict[str, list[str]]:
 # --- when CI runs the install -------------------------------------------------------------------
 
 def change_key(root: Path = ROOT) -> str:
-    """sha256 over the files whose change can break the installed stack."""
+    """sha256 over the default channel's lock digest and the files whose change can break the installed stack."""
     h = hashlib.sha256()
+    lock = lockfile.load(root / "versions.json")
+    h.update(b"channel\0" + lockfile.channel_digest(lock, lockfile.default_channel(lock, "gpu")).encode() + b"\0")
     for rel in CHANGE_INPUTS:
         h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return h.hexdigest()
@@ -443,7 +446,8 @@ def changed_since_last_pass() -> tuple[bool, str]:
         return True, f"no passing install recorded in {_stamp()}"
     now = change_key()
     if last != now:
-        return True, f"{', '.join(CHANGE_INPUTS)} changed since the last passing install ({last[:12]} -> {now[:12]})"
+        return True, (f"the default channel's lock or {', '.join(CHANGE_INPUTS)} changed since the last passing "
+                      f"install ({last[:12]} -> {now[:12]})")
     return False, f"unchanged since the last passing install ({now[:12]})"
 
 
