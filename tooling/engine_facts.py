@@ -141,8 +141,10 @@ def env_defaults_elsewhere(package_root: Path) -> dict[str, Any]:
 
     code = ("import json, sys; from pathlib import Path; from tooling.engine_facts import env_vars; "
             "print(json.dumps({k: v['default'] for k, v in env_vars(Path(sys.argv[1]), second=False).items()}))")
+    # Without the VLLM_* a getter may have set in this process (get_env_or_set_default writes its default back).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
     out = subprocess.run([sys.executable, "-c", code, str(package_root)], capture_output=True, text=True,
-                         check=True, env=os.environ.copy())
+                         check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
