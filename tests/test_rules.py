@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.catalogue import load_catalogue
+from appliance.lock import load_lock
 from appliance.profile import list_profiles, load_profile
 from appliance.rules import REGISTRY, context_for, evaluate
 
@@ -79,6 +80,10 @@ def test_every_shipped_profile_passes_without_errors_and_warns_only_what_the_see
     # The seed's advice is kept: NVFP4 "is not a memory or throughput win" on SM12x (K8), and a runner the seed
     # did not measure on that hardware (P1). Nothing else may fire on a shipped profile.
     advice = {("K8", "model.quantization"), ("P1", "engine.runner")}
+    # And the channel's own status: an unvalidated engine line is said on every profile that runs it (E7).
+    channel = load_profile(name).profile.engine.channel
+    if load_lock().channel(channel).status != "validated":
+        advice.add(("E7", "engine.channel"))
     assert [(f.rule, f.path) for f in findings(name) if (f.rule, f.path) not in advice] == []
 
 
