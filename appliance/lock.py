@@ -65,6 +65,8 @@ class EngineSource(_Strict):
     repo: str | None = None
     ref: str | None = None
     commit: str | None = None
+    branch: str | None = None
+    """The branch the commit is on (a moved tag is checked out by commit on it)."""
     confirmed: dict[str, str] = {}
     base: UpstreamBase | None = None
     """The upstream release the fork is based on: its facts (plus the fork's cited overlay) stand for the fork's."""
