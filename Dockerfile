@@ -20,6 +20,8 @@ ARG GPU_RUNTIME_IMAGE
 ARG CPU_BASE_IMAGE
 # online: build vLLM from the fork and fetch wheels; offline: install only from the gpu-wheelhouse context.
 ARG BUILD_MODE=online
+# fork: build vLLM from the channel's commit; pypi: take the channel's release wheel (vllm-build-${ENGINE_SOURCE}).
+ARG ENGINE_SOURCE
 
 # ============================================================================================
 # GPU

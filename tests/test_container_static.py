@@ -478,6 +478,10 @@ def test_a_pypi_channel_takes_the_releases_wheel_and_a_fork_is_built_from_its_co
     """The engine stage is chosen by the channel's ENGINE_SOURCE (fork | pypi), both feeding /wheels."""
     chooser = DOCKERFILE.stage("vllm-build")
     assert chooser.base == "vllm-build-${ENGINE_SOURCE}"
+    # A variable in FROM is expanded from the global ARGs only (those before the first FROM).
+    head = DOCKERFILE.text.split("\nFROM ", 1)[0]
+    for var in sorted(set(re.findall(r"^FROM \S*\$\{(\w+)\}", DOCKERFILE.text, re.M))):
+        assert re.search(rf"^ARG {var}(=|$)", head, re.M), f"{var} is used in a FROM but not declared before it"
     assert {lockfile.channel(LOCK, n)["engine"]["source"] for n in lockfile.channel_names(LOCK)} == {"fork", "pypi"}
     pypi = " ".join(DOCKERFILE.stage("vllm-build-pypi").runs())
     assert 'pip download --no-deps --only-binary=:all: --dest /wheels "${ENGINE_DIST}==${ENGINE_VERSION}"' in pypi
