@@ -18,7 +18,8 @@ from appliance.container import forkcheck
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "appliance" / "container" / "forkcheck.py"
 LOCK = json.loads((ROOT / "versions.json").read_text())
-V = {p["name"]: p["version"] for p in LOCK["packages"]}
+FORK = LOCK["channels"][LOCK["default_channel"]]
+V = {p["name"]: p["version"] for p in FORK["packages"]}
 
 
 def fork_tree(root: Path, *, flashinfer: str = V["flashinfer-python"], torch_build: str = V["torch"],
@@ -223,3 +224,11 @@ def test_a_commit_without_the_docker_homes_says_so_instead_of_passing_them_silen
 ])
 def test_ranges_are_judged_the_way_pip_orders_versions(version: str, spec: str, ok: bool) -> None:
     assert forkcheck.satisfies(version, spec) is ok
+
+
+def test_forkcheck_checks_the_channel_it_is_given_and_refuses_a_pypi_channel(tmp_path: Path) -> None:
+    src = fork_tree(tmp_path / "vllm")
+    out = run("--channel", "vllm-0.32.0", "requirements", "--source", str(src))
+    assert out.returncode == 2 and "installs vllm==0.32.0 from a package index" in out.stderr
+    out = run("--channel", "vllm-0.3", "requirements", "--source", str(src))
+    assert out.returncode == 2 and "no channel 'vllm-0.3'" in out.stderr

@@ -14,13 +14,13 @@ from appliance.health.context import lock_versions
 from appliance.health.expect import Judge
 from appliance.health.scan import scan_file
 from appliance.health.table import load_table
-from appliance.lock import load_lock
+from appliance.lock import ChannelLock, channel_lock, load_lock
 from appliance.profile import load_profile
 from appliance.profile.graph_sizes import engine_largest_capture, profile_capture_sizes, widest_decode_batch
 from appliance.render import Placement, build_plan
 from appliance.rules import context_for, evaluate
-from appliance.rules.engine_pin import EnginePin, pinned_engine
-from appliance.rules.pitfalls import FLASHINFER_DSV4_GAP
+from appliance.rules.base import Channel
+from appliance.rules.pitfalls import FLASHINFER_DSV4_GAP, channel_package
 
 GB10 = load_catalogue().gpus["gb10"]
 
@@ -29,13 +29,14 @@ def profile(name: str, *overrides: str):
     return load_profile(name, cli_overrides=list(overrides)).profile
 
 
-def hits(name: str, rule: str, *overrides: str, engine: EnginePin | None = None, checkpoint=None) -> list:
+def hits(name: str, rule: str, *overrides: str, lock: ChannelLock | None = None, checkpoint=None) -> list:
+    """The findings of one rule; `lock`: the profile's channel with another lock (its facts unchanged)."""
     p = profile(name, *overrides)
     ctx = context_for(p, checkpoint)
-    if engine is not None:
+    if lock is not None:
         from dataclasses import replace
 
-        ctx = replace(ctx, engine=engine)
+        ctx = replace(ctx, channel=Channel(lock, ctx.channel.facts, ctx.channel.caps))
     return [f for f in evaluate(ctx) if f.rule == rule]
 
 
@@ -135,20 +136,35 @@ def test_one_hca_renders_no_merge_and_says_nothing():
 
 # --- K37 FlashInfer 0.7.0: a fact of the stack ---------------------------------------------------------------
 
-def _pin_with(flashinfer: str) -> EnginePin:
-    pin = pinned_engine()
-    packages = tuple((n, flashinfer if n == "flashinfer-python" else v) for n, v in pin.packages)
-    return EnginePin(pin.repo, pin.ref, pin.commit, packages)
+FORK = "jasl-sm120-20260809"
 
 
-def test_a_stack_on_flashinfer_070_is_refused_and_its_post1_is_not():
+def _lock_with(flashinfer: str, channel: str = FORK) -> ChannelLock:
+    lock = channel_lock(channel)
+    packages = [p.model_copy(update={"version": flashinfer}) if p.name == "flashinfer-python" else p
+                for p in lock.packages]
+    return lock.model_copy(update={"packages": packages})
+
+
+def test_a_channel_on_flashinfer_070_is_refused_and_its_post1_is_not():
     assert {"0.7.0"} == FLASHINFER_DSV4_GAP
-    found = hits("gb10-tp2", "K37", engine=_pin_with("0.7.0"))
-    assert [f.severity for f in found] == ["error"] and "#58069" in found[0].reason
-    assert not hits("gb10-tp2", "K37", engine=_pin_with("0.7.0.post1"))
-    assert not hits("gb10-tp2", "K37")  # the lock: 0.6.16.post3
-    locked = {p.name: p.version for p in load_lock().packages}
-    assert pinned_engine().package("flashinfer-python") == locked["flashinfer-python"]
+    found = hits("gb10-tp2", "K37", lock=_lock_with("0.7.0"))
+    assert [(f.severity, f.path) for f in found] == [("error", "engine.channel")] and "#58069" in found[0].reason
+    assert f"channel {FORK}" in str(found[0].value)
+    assert not hits("gb10-tp2", "K37", lock=_lock_with("0.7.0.post1"))
+    assert not hits("gb10-tp2", "K37")  # the fork channel's lock: 0.6.16.post3
+    assert channel_package(channel_lock(FORK), "flashinfer-python") == "0.6.16.post3"
+    assert channel_package(channel_lock(FORK), "no-such-package") is None
+
+
+def test_each_channel_is_judged_by_its_own_flashinfer_pin():
+    # Upstream vLLM 0.32.0 pins 0.7.0.post1 (its wheel's metadata): the upstream DeepSeek channel passes as locked.
+    upstream = [n for n, c in load_lock().channels.items()
+                if c.target == "gpu" and c.engine.source == "pypi"]
+    assert upstream
+    for name in upstream:
+        assert channel_package(channel_lock(name), "flashinfer-python") not in FLASHINFER_DSV4_GAP
+        assert hits("gb10-tp2", "K37", lock=_lock_with("0.7.0", name))
 
 
 # --- K38 V2 and structured output on this pin ----------------------------------------------------------------
@@ -157,8 +173,12 @@ def test_v2_on_the_pin_that_declined_50843_warns_and_v1_or_another_engine_does_n
     found = hits("gb10-tp2", "K38")
     assert found and "#50843" in found[0].reason and "inert on our default" in found[0].reason
     assert not hits("gb10-tp2", "K38", "engine.runner=v1", "engine.cudagraph_mode=FULL_DECODE_ONLY")
-    later = EnginePin("jasl/vllm", "sm120-pr-41834-stable-preview-20260901", "abcdef1234")
-    assert not hits("gb10-tp2", "K38", engine=later)  # unknown whether it carries #50843: nothing claimed
+    fork = channel_lock(FORK)
+    later = fork.model_copy(update={"engine": fork.engine.model_copy(
+        update={"ref": "sm120-pr-41834-stable-preview-20260901", "commit": "abcdef1234"})})
+    assert not hits("gb10-tp2", "K38", lock=later)  # unknown whether it carries #50843: nothing claimed
+    upstream = next(n for n, c in load_lock().channels.items() if c.target == "gpu" and c.engine.source == "pypi")
+    assert not hits("gb10-tp2", "K38", lock=channel_lock(upstream))  # an upstream release: not the seed's account
 
 
 # --- K35 the GB10 kernel -------------------------------------------------------------------------------------
@@ -227,7 +247,7 @@ def judge_text(tmp_path: Path, lines: list[str], name: str = "gb10-tp2"):
     log = tmp_path / "serve.log"
     log.write_text("\n".join(lines) + "\n")
     facts = scan_file(log, TABLE)
-    return facts, Judge(TABLE, profile(name), "head", lock_versions(load_lock())).evaluate(facts)
+    return facts, Judge(TABLE, profile(name), "head", lock_versions(channel_lock(FORK))).evaluate(facts)
 
 
 READY = ["(APIServer pid=1) INFO 08-09 10:00:00 [api_server.py:1805] vLLM API server version 0.27.1",

@@ -6,6 +6,7 @@ where part of a report did not hold up, what was left out.
 
 from __future__ import annotations
 
+from appliance.lock import ChannelLock
 from appliance.profile.graph_sizes import (
     decode_query_len,
     engine_largest_capture,
@@ -130,6 +131,34 @@ def k36_dual_hca(ctx: RuleContext, r: Rule) -> list[Finding]:
     return out
 
 
+def channel_package(lock: ChannelLock, name: str) -> str | None:
+    """The version a channel's lock pins for a package, or None."""
+    try:
+        return lock.pin(name).version
+    except KeyError:
+        return None
+
+
+def engine_label(lock: ChannelLock) -> str:
+    return f"channel {lock.name} ({lock.engine.label})"
+
+
+DECLINED_50843: frozenset[str] = frozenset({
+    # The seed, Update 2026-08-04: "Not taking #50843 (V2-tree only, inert on our default)"; no later head of the
+    # seed says it was taken, and the 20260809 tag made V2 the default.
+    "sm120-pr-41834-stable-preview-20260809", "aa0d513027", "d44e224ab9",
+    "sm120-pr-41834-stable-preview-20260804", "0f59188db1",
+})
+"""Fork refs/commits without upstream #50843 (bound the V2 samplers' tile-local argmax to vocab_size), by the
+seed's own account. Elsewhere (a later fork head, an upstream release) it is unknown, and K38 says nothing."""
+
+
+def lacks_50843(lock: ChannelLock) -> bool:
+    """True where the seed says this channel's engine did not take #50843 (K38)."""
+    e = lock.engine
+    return e.source == "fork" and bool({e.ref, (e.commit or "")[:10]} & DECLINED_50843)
+
+
 FLASHINFER_DSV4_GAP = frozenset({"0.7.0"})
 """FlashInfer releases that break vLLM's DeepSeek-V4 sparse-MLA call (K37); 0.7.0.post1 is what upstream pins."""
 
@@ -142,16 +171,17 @@ FLASHINFER_DSV4_GAP = frozenset({"0.7.0"})
       deepseek_on_gpu,
       fix="lock flashinfer-python (and cubin, jit-cache) at 0.7.0.post1 or the channel's validated release, not 0.7.0")
 def k37_flashinfer_070(ctx: RuleContext, r: Rule) -> list[Finding]:
-    """A fact of the engine stack, not of the profile: the lock's (a channel's) flashinfer-python. The report was
+    """A fact of the engine stack, not of the profile: the flashinfer-python the profile's channel locks (each
+    channel judged by its own pins; upstream vLLM's channels pin 0.7.0.post1). The report was
     measured on GB300 (SM103) with DeepSeek-V4.1; that the same call fails on SM120 is inferred from the shared API
     (trtllm_batch_decode_sparse_mla_dsv4), not measured."""
-    version = ctx.engine.package("flashinfer-python")
+    version = channel_package(ctx.channel.lock, "flashinfer-python")
     if version not in FLASHINFER_DSV4_GAP:
         return []
-    return [r.finding("error", "engine", ctx.engine.label,
+    return [r.finding("error", "engine.channel", engine_label(ctx.channel.lock),
                       f"the engine stack pins flashinfer-python {version}, whose sparse-MLA API refuses vLLM's packed "
-                      f"DeepSeek-V4 KV pools at warmup", "use a stack with flashinfer-python 0.7.0.post1 or the "
-                      "validated 0.6.16.post3 (appliance versions)")]
+                      f"DeepSeek-V4 KV pools at warmup", "use a channel whose lock pins flashinfer-python "
+                      "0.7.0.post1 or the validated 0.6.16.post3 (appliance channels)")]
 
 
 @rule("K38", "structured output on the V2 runner meets an unbounded V2 sampler on this pin",
@@ -162,10 +192,10 @@ def k37_flashinfer_070(ctx: RuleContext, r: Rule) -> list[Finding]:
       fix="serve structured-output traffic on engine.runner: v1 (the seed's fallback), or an engine that carries "
           "#50843; appliance gate --checks structured exercises it")
 def k38_v2_structured(ctx: RuleContext, r: Rule) -> list[Finding]:
-    if ctx.profile.engine.runner != "v2" or not ctx.engine.lacks_50843:
+    if ctx.profile.engine.runner != "v2" or not lacks_50843(ctx.channel.lock):
         return []
     return [r.finding("warning", "engine.runner", "v2",
-                      f"V2 on {ctx.engine.label}, which does not carry #50843: a fully masked row (structured output) "
-                      f"can sample an id past the vocabulary in the V2 samplers",
+                      f"V2 on {engine_label(ctx.channel.lock)}, which does not carry #50843: a fully masked row "
+                      f"(structured output) can sample an id past the vocabulary in the V2 samplers",
                       "route structured-output requests to a serve with engine.runner: v1, or gate this one with "
                       "appliance gate --checks structured")]

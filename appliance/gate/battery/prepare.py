@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.battery.definition import ARM_SERVES, ARMS, BATTERIES, Arm, Battery
@@ -18,6 +18,9 @@ from appliance.gate.battery.run_context import BatteryRun
 from appliance.gate.battery.sizing import REFERENCE_PP2048_D8192, BatteryParams, battery_params_for
 from appliance.gate.sizing import GateParams
 from appliance.profile.model import Profile
+
+if TYPE_CHECKING:
+    from appliance.lock import ChannelLock
 
 ARM_NEEDS: dict[Arm, tuple[str, str, object]] = {
     "v1": ("engine.runner", "runner", "v1"),
@@ -95,11 +98,13 @@ def battery_run(name: str, arm: str, profile: Profile, gate_params: GateParams, 
     return BatteryRun(battery, checked, params, exporter, ref, source)
 
 
-def receipt_section(run: BatteryRun, lock: Any, image: dict[str, str] | None) -> dict[str, Any]:
-    """What the receipt says about the battery before its lines: the definition, this arm, what is not run."""
+def receipt_section(run: BatteryRun, lock: ChannelLock, image: dict[str, str] | None) -> dict[str, Any]:
+    """What the receipt says about the battery before its lines: the definition, this arm, what is not run.
+    `lock`: the profile's channel."""
     b = run.battery
-    commit = str(lock.engine_source.get("commit", "?"))
-    tree = (f"versions.json pins {lock.engine_source.get('repo')}@{commit}"
+    e = lock.engine
+    pinned = (f"{e.repo}@{e.commit}" if e.source == "fork" else f"{e.name}=={e.version} from a package index")
+    tree = (f"channel {lock.name} of versions.json pins {pinned}"
             + (f"; image label engine commit {image['engine_commit']}" if image and image.get("engine_commit") else "")
             + f"; the battery was accepted on {b.expect}")
     return {
