@@ -26,14 +26,14 @@ BIN = Path(sys.executable).parent
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> object:
-    """Ports a fixture reserves stay reserved until that fixture is torn down (tests/ports.py)."""
-    ports.push_owner()
+    """Ports a fixture reserves stay reserved until that fixture is torn down (tests/ports.py). Registered
+    before the fixture runs, so that it runs after the fixture's own teardown (finalizers run last first)."""
+    taken = ports.push_owner()
+    fixturedef.addfinalizer(lambda: ports.release(taken))
     try:
         return (yield)
     finally:
-        taken = ports.pop_owner()
-        if taken:
-            fixturedef.addfinalizer(lambda: ports.release(taken))
+        ports.pop_owner()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -69,7 +69,7 @@ _handed: set[int] = set()
 
 
 def _lock(port: int) -> IO[str] | None:
-    LOCK_DIR.mkdir(mode=0o1777, exist_ok=True)
+    LOCK_DIR.mkdir(exist_ok=True)
     f = (LOCK_DIR / str(port)).open("a")  # never deleted: unlinking a locked file would let two holders in
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -115,8 +115,10 @@ def reserve(span: int = 1, candidates: Iterable[int] | None = None) -> int:
                        f"{pool[-1] if pool else '-'} that no other test process holds")
 
 
-def push_owner() -> None:
+def push_owner() -> list[Reservation]:
+    """A new frame for the reservations made until `pop_owner`; returned to release them later."""
     _owners.append([])
+    return _owners[-1]
 
 
 def pop_owner() -> list[Reservation]:
