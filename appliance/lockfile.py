@@ -1,7 +1,9 @@
 """versions.json read with the standard library only: the lock's digest and its plain values.
 
 A leaf: the profile loader, `appliance.lock` and the image build (before anything is installed) all
-read the lock through it, so the digest that names a stack is computed in one place.
+read the lock through it, so the digest that names a stack is computed in one place. Standard library (and the
+stdlib-only appliance.errors) only; a missing lock or pin is an ApplianceError, which each program's main says
+and exits 2 on.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+from appliance.errors import ApplianceError
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,7 +27,9 @@ def find_versions(start: Path = HERE) -> Path:
     for parent in [start, *start.parents]:
         if (parent / "versions.json").is_file():
             return parent / "versions.json"
-    raise SystemExit("lockfile: versions.json not found (set APPLIANCE_VERSIONS)")
+    raise ApplianceError(f"versions.json not found in {start} or any folder above it", field="APPLIANCE_VERSIONS",
+                         fix="set APPLIANCE_VERSIONS to the lock file (or APPLIANCE_ROOT to the folder holding it)",
+                         reason="every version the appliance installs or checks is read from that one file")
 
 
 def load(path: Path) -> dict:
@@ -43,7 +49,9 @@ def pin(lock: dict, name: str) -> dict:
     for p in lock["packages"]:
         if p["name"] == name:
             return p
-    raise SystemExit(f"lockfile: {name} is not in versions.json")
+    raise ApplianceError(f"{name} is not in versions.json", field="packages", value=name,
+                         fix=f"add a pin for {name} to versions.json's packages, or ask for a locked one",
+                         reason="versions are written only in versions.json")
 
 
 def requirement(p: dict, *, constraint: bool = False) -> str:

@@ -252,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ladder = Ladder(
         validate=lambda plan: validate_rung(args.profile, env_sets, args.overrides, plan),
-        restart=lambda plan: restart_with(plan, source=args.profile, run_dir=args.run_dir,
-                                          cli_overrides=args.overrides))
+        restart=lambda plan: restart_with(plan, source=args.profile, run_dir=args.run_dir, env_overrides=env_sets,
+                                          cli_overrides=args.overrides, report=log))
     engine = EngineProbe(args.url, timeout=3.0)
     watch = Watch(canary, url=args.url, model=loaded.profile.server.served_model_name,
                   state_path=args.run_dir / STATE_FILE, ladder=ladder, probe=engine.sample,

@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run by path (the image build, the scripts): the
 
 from appliance.container.buildargs import TARGETS, all_build_args, image_tag, lock_files, verify
 from appliance.container.cpu_engine import cpu_engine_fixup
+from appliance.errors import ApplianceError
 from appliance.lockfile import MissingKey, canonical_digest, find_versions, get, load, pin
 
 
@@ -62,7 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("get", help="one scalar of versions.json by its dotted key, e.g. images.cpu.suite")
     p.add_argument("key")
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except ApplianceError as exc:  # the library raises; this command says it and exits 2, as `appliance` does
+        print(f"lockcli {args.cmd}: {exc}", file=sys.stderr)
+        return 2
 
+
+def _run(args: argparse.Namespace) -> int:
     path = args.versions or find_versions()
     lock = load(path)
     if args.cmd == "build-args":

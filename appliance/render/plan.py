@@ -7,12 +7,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from appliance.catalogue import load_catalogue
+from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.errors import ApplianceError
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
 from appliance.profile.topology import Role, role_for
 from appliance.render.launcher import launcher_plan
-from appliance.render.serveplan import Placement, ServePlan, engine_api_url, http_url
+from appliance.render.serveplan import (
+    Placement,
+    ResolvedPlacement,
+    ServePlan,
+    engine_api_url,
+    http_url,
+    resolve_placement,
+)
 
 # Env names in one place: engine behaviour (must reach every rank) and the fabric.
 ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
@@ -84,13 +91,13 @@ def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
     return argv
 
 
-def engine_env(profile: Profile) -> dict[str, str]:
-    """Env that changes engine behaviour; it goes to every rank."""
+def engine_env(profile: Profile, gpu: GpuFacts) -> dict[str, str]:
+    """Env that changes engine behaviour; it goes to every rank. `gpu`: the catalogue's facts of the profile's GPU."""
     p = profile
     env = {ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"}
     if p.cache.guard != "auto":
         env[ENV_GUARD] = str(p.cache.guard)
-    if load_catalogue().gpus[p.hardware.gpu].is_sm12x:
+    if gpu.is_sm12x:
         env[ENV_SM120_DECODE] = "1" if p.engine.sm120_decode else "0"
         env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
     if p.engine.eager_scratch_pool:
@@ -104,7 +111,7 @@ def engine_env(profile: Profile) -> dict[str, str]:
     return env
 
 
-def fabric_env(profile: Profile, place: Placement) -> dict[str, str]:
+def fabric_env(profile: Profile, place: ResolvedPlacement) -> dict[str, str]:
     env: dict[str, str] = {}
     if place.host_ip:
         env["VLLM_HOST_IP"] = place.host_ip
@@ -118,25 +125,25 @@ def fabric_env(profile: Profile, place: Placement) -> dict[str, str]:
     return env
 
 
-def build_plan(profile: Profile, place: Placement | None = None) -> ServePlan:
-    place = place or Placement()
-    role = role_for(profile, place.node_rank)
-    argv = engine_argv(profile, place.model_dir)
-    env = engine_env(profile)
-    if role == "single":
-        return ServePlan(argv, env, role)
-    if not place.master_addr:
+def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = None, *,
+               gpu: GpuFacts | None = None) -> ServePlan:
+    """`place`: where this node stands, resolved against the profile here when only what was given is passed.
+    `gpu`: the catalogue's facts of the profile's GPU (default: the shipped catalogue's)."""
+    at = place if isinstance(place, ResolvedPlacement) else resolve_placement(profile, place)
+    argv = engine_argv(profile, at.model_dir)
+    env = engine_env(profile, gpu or load_catalogue().gpus[profile.hardware.gpu])
+    if at.role == "single":
+        return ServePlan(argv, env, at.role)
+    if not at.master_addr:
         raise ApplianceError(
             f"{profile.name} spans {profile.hardware.nodes} nodes and needs the head's fabric address",
             field="APPLIANCE_MASTER_ADDR", value=None,
             fix="set APPLIANCE_MASTER_ADDR (or --master-addr) to the head's address on the fast fabric",
             reason="K10: every rank rendezvous at the head; an address off the fabric runs NCCL over the slow path",
         )
-    port = place.master_port or profile.distributed.master_port
-    host_ip = place.host_ip or (place.master_addr if role == "head" else None)
-    env |= fabric_env(profile, Placement(place.node_rank, place.master_addr, port, host_ip, place.fabric_ifname))
-    return launcher_plan(profile, argv, env, role, place.node_rank, place.master_addr, port)
+    env |= fabric_env(profile, at)
+    return launcher_plan(profile, argv, env, at.role, at.node_rank, at.master_addr, at.master_port)
 
 
-__all__ = ["ENGINE_ENV_KEYS", "Placement", "Role", "ServePlan", "build_plan", "engine_api_url", "engine_argv",
-           "engine_env", "fabric_env", "http_url", "role_for"]
+__all__ = ["ENGINE_ENV_KEYS", "Placement", "ResolvedPlacement", "Role", "ServePlan", "build_plan", "engine_api_url",
+           "engine_argv", "engine_env", "fabric_env", "http_url", "resolve_placement", "role_for"]
