@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from appliance.profile.model import Profile
     from appliance.profile.topology import Role
 
+ROLES = ("head", "worker", "single")
 GIVEN = "given"
 DEFAULT = "default"
 RESOLVED_KINDS = ("default", "profile:", "derived:")
@@ -119,7 +120,7 @@ class ResolvedPlacement:
         for name in ("node_rank", "master_port", "api_port", "health_port"):
             if not isinstance(values[name], int) or isinstance(values[name], bool):
                 raise TypeError(f"placement.{name} is {values[name]!r}, not a number")
-        if values["role"] not in ("head", "worker", "single"):
+        if values["role"] not in ROLES:
             raise ValueError(f"placement.role is {values['role']!r}, not head, worker or single")
         if values["model_dir"] is not None:
             values["model_dir"] = Path(values["model_dir"])

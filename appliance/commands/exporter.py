@@ -21,7 +21,6 @@ from appliance.health import exporter_args as arg
 
 if TYPE_CHECKING:
     from appliance.health.exporter import ExporterConfig
-    from appliance.profile.topology import Role
     from appliance.run.host_side import HostSide
     from appliance.settings import ApplianceSettings
 
@@ -59,7 +58,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine-program", default="vllm",
                         help="the supervisord program the memory watchdog stops and starts (default vllm)")
     parser.add_argument("--fabric-report", type=Path,
-                        help="this node's fabric qualification (K25), written by `appliance run`, for /status")
+                        help="a fabric qualification report (K25; a line of `python -m appliance.multinode.fabric "
+                             "here`) to show in /status; `appliance run` hands its own over in launch.json")
 
 
 HAND_FLAGS = ("profile", "profile_option", "overrides", "log", "engine_url", "host", "health_port", "node_rank",
@@ -142,8 +142,7 @@ def _from_launch(args: argparse.Namespace, settings: ApplianceSettings) -> tuple
                              fix="pass the launch.json `appliance run` wrote into its run folder") from None
     loaded = loaded_from_launch(launch, args.launch)
     section = launch.exporter
-    role: Role = launch.placement.role
-    config = ExporterConfig(loaded=loaded, log=section.log, role=role,
+    config = ExporterConfig(loaded=loaded, log=section.log, role=section.role,
                             engine_url=None if args.no_engine else section.engine_url, peers=dict(section.peers),
                             host=section.host, port=section.port, canary_state=section.canary_state,
                             follow=LaunchFollower(args.launch, loaded))

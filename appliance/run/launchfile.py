@@ -20,10 +20,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.multinode.fabric_report import FabricReport
-from appliance.placement import ResolvedPlacement
+from appliance.placement import ROLES, ResolvedPlacement
+
+if TYPE_CHECKING:
+    from appliance.profile.topology import Role
 
 SCHEMA = 2
 EXPORTER_BIND = "0.0.0.0"
@@ -50,7 +53,7 @@ class ExporterSection:
     port: int
     host: str
     """Bind address: every interface, so the head's exporter reaches a worker's over the fabric."""
-    role: str
+    role: Role
     engine_url: str | None
     peers: Mapping[int, str] = field(default_factory=dict)
     """On the head: each worker's exporter (rank -> URL), from the rendezvous, to compare what each rank loaded."""
@@ -70,8 +73,10 @@ class ExporterSection:
         port = data["port"]
         if not isinstance(port, int) or isinstance(port, bool):
             raise TypeError(f"exporter.port is {port!r}, not a number")
-        canary, fabric = data.get("canary_state"), data.get("fabric")
-        return cls(log=Path(data["log"]), port=port, host=str(data["host"]), role=str(data["role"]),
+        canary, fabric, role = data.get("canary_state"), data.get("fabric"), data["role"]
+        if role not in ROLES:
+            raise ValueError(f"exporter.role is {role!r}, not one of {', '.join(ROLES)}")
+        return cls(log=Path(data["log"]), port=port, host=str(data["host"]), role=role,
                    engine_url=data["engine_url"], peers={int(r): str(u) for r, u in data.get("peers", {}).items()},
                    canary_state=None if canary is None else Path(canary),
                    fabric=None if fabric is None else FabricReport.from_json(fabric))
@@ -91,7 +96,7 @@ class LaunchFile:
     exporter: ExporterSection
 
     @property
-    def role(self) -> str:
+    def role(self) -> Role:
         return self.placement.role
 
     @property
