@@ -133,3 +133,19 @@ def test_a_different_fabric_mtu_is_refused_naming_both_values() -> None:
     assert (h_rc, w_rc) == (2, 2)
     for err in (h_err, w_err):
         assert f"fabric_mtu: head none, rank 1 {mtu}" in err
+
+
+def test_real_nccl_and_gloo_reports_read_as_the_typed_report_and_write_back_the_same() -> None:
+    """The reports measured on 2 x H200 over NCCL (docs/evidence/fabric-h200x2/) and by two `appliance run` ranks over
+    Gloo (docs/evidence/gemma-tp2-2node/): what launch.json hands the exporter is exactly what was measured."""
+    evidence = Path(__file__).resolve().parents[1] / "docs" / "evidence"
+    lines = [json.loads(line) for name in ("nccl-nvlink-64MiB.jsonl", "nccl-nvlink-1GiB.jsonl")
+             for line in (evidence / "fabric-h200x2" / name).read_text().splitlines() if line.startswith("{")]
+    reports = [r for r in lines if "peers" in r]
+    reports.append(json.loads((evidence / "gemma-tp2-2node" / "head-status.json").read_text())["fabric"])
+    assert len(reports) >= 3 and {r["backend"] for r in reports} == {"nccl", "gloo"}
+    for data in reports:
+        report = FabricReport.from_json(data)
+        assert report.to_json() == data
+        assert report.nccl == data.get("nccl")
+        assert report.peers["1"].bandwidth_gbps == data["peers"]["1"]["bandwidth_gbps"]
