@@ -19,8 +19,9 @@ LOCK = lockfile.load(ROOT / "versions.json")
 
 def test_a_missing_pin_or_lock_is_an_appliance_error_naming_the_field(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ApplianceError, match=r"no-such-package is not in versions\.json") as err:
-        lockfile.pin(LOCK, "no-such-package")
+    channel = lockfile.channel(LOCK, lockfile.default_channel(LOCK))
+    with pytest.raises(ApplianceError, match=r"no-such-package is not pinned by this channel of versions\.json") as err:
+        lockfile.pin(channel, "no-such-package")
     assert err.value.field == "packages" and err.value.fix
     monkeypatch.delenv("APPLIANCE_VERSIONS", raising=False)
     monkeypatch.delenv("APPLIANCE_ROOT", raising=False)
@@ -42,8 +43,12 @@ def test_the_lock_command_runs_from_what_the_dockerfile_copies_and_exits_2_on_an
             shutil.copy(ROOT / source, target)
     lockcli = tmp_path / "opt/appliance/lock/appliance/container/lockcli.py"
     run = [sys.executable, "-S", str(lockcli), "--versions", str(ROOT / "versions.json"), "version"]
+    missing = subprocess.run([sys.executable, "-S", str(lockcli), "--versions", str(tmp_path / "none.json"), "version",
+                              "torch"], capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
     ok = subprocess.run([*run, "torch"], capture_output=True, text=True, timeout=60, check=False)
-    assert (ok.returncode, ok.stdout.strip()) == (0, lockfile.pin(LOCK, "torch")["version"]), ok.stderr
+    torch = lockfile.pin(lockfile.channel(LOCK, lockfile.default_channel(LOCK)), "torch")["version"]
+    assert (ok.returncode, ok.stdout.strip()) == (0, torch), ok.stderr
     bad = subprocess.run([*run, "no-such-package"], capture_output=True, text=True, timeout=60, check=False)
-    assert bad.returncode == 2 and "no-such-package is not in versions.json" in bad.stderr
+    assert bad.returncode == 2 and "pins no no-such-package" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -8,6 +8,7 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from appliance.errors import ApplianceError
 from appliance.placement import Placement, ResolvedPlacement, resolve_placement
 from appliance.profile import load_profile
 from appliance.render.k8s import placements_for
-from appliance.render.plan import ENV_SM120_DECODE, build_plan, engine_env
+from appliance.render.plan import ENV_SM120_DECODE, build_plan, engine_env, plan_facts
 from appliance.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,14 +107,16 @@ def test_kubernetes_pods_get_their_ports_from_the_same_resolution() -> None:
     assert places["head"].origin("master_addr") == "k8s:LWS_LEADER_ADDRESS"
 
 
-def test_engine_env_takes_the_gpu_facts_it_is_given() -> None:
-    """No hidden read of the catalogue: the SM120 switches follow the facts passed in."""
-    profile = load_profile("cpu-smoke").profile
+def test_the_plan_takes_the_catalogue_and_channel_facts_it_is_given() -> None:
+    """No hidden read of the catalogue below plan_facts: the SM120 switches follow the facts passed in."""
+    profile = load_profile("gb10-tp2").profile
+    facts = plan_facts(profile)
     gpus = load_catalogue().gpus
-    assert ENV_SM120_DECODE not in engine_env(profile, gpus["cpu"])
-    assert engine_env(profile, gpus["rtx-pro-6000"])[ENV_SM120_DECODE] == "0"
-    assert ENV_SM120_DECODE in build_plan(profile, gpu=gpus["gb10"]).env
-    assert ENV_SM120_DECODE not in build_plan(profile).env  # the shipped catalogue's cpu entry
+    assert engine_env(profile, facts)[ENV_SM120_DECODE] == "1"
+    assert ENV_SM120_DECODE not in engine_env(profile, replace(facts, gpu=gpus["cpu"]))
+    place = Placement(node_rank=0, master_addr="10.0.0.1")
+    assert ENV_SM120_DECODE not in build_plan(profile, place, facts=replace(facts, gpu=gpus["cpu"])).env
+    assert build_plan(profile, place).env[ENV_SM120_DECODE] == "1"  # the shipped catalogue's gb10: SM121
 
 
 def test_what_launch_json_carries_is_read_back_without_pydantic(tmp_path: Path) -> None:

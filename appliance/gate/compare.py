@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from appliance.errors import ApplianceError
 from appliance.gate.engine_steps import attribution
 from appliance.gate.recall_bands import MORE_SERVES, PASS_LINE, POISONED_CEILING, Bands
 from appliance.gate.receipt_model import (
@@ -258,8 +259,26 @@ def _like_for_like(a: Receipt, b: Receipt) -> list[str]:
     return out
 
 
-def compare(a: Receipt, b: Receipt) -> ReceiptComparison:
+def receipt_channel(r: Receipt) -> str | None:
+    """The engine channel a receipt's serve ran (receipts before channels existed name none)."""
+    return r.provenance.channel
+
+
+def compare(a: Receipt, b: Receipt, *, across_channels: bool = False) -> ReceiptComparison:
+    """Raises ApplianceError (exit 2) for receipts of two channels unless `across_channels`: a regression between
+    engine lines is a different question from a regression of one stack, and is asked for by name."""
+    chan_a, chan_b = receipt_channel(a), receipt_channel(b)
+    if chan_a != chan_b and not across_channels:
+        raise ApplianceError(
+            f"receipt A is of channel {chan_a or 'unknown (no channel recorded)'}, receipt B of channel "
+            f"{chan_b or 'unknown (no channel recorded)'}", field="gate compare", value=f"{chan_a} vs {chan_b}",
+            fix="compare receipts of one channel, or pass --across-channels to compare two engine lines knowingly",
+            reason="across channels the engine, its kernels and its defaults all differ: a delta is not the change "
+                   "under test")
     result = ReceiptComparison(warnings=_like_for_like(a, b))
+    if chan_a != chan_b:
+        result.warnings.insert(0, f"across channels (--across-channels): {chan_a} vs {chan_b}: engine, kernels and "
+                                  f"defaults differ, not only the change under test")
     if a.engine_version != b.engine_version:
         result.findings.append(ReceiptDelta("provenance", "engine version", a.engine_version, b.engine_version,
                                             "changed"))

@@ -5,9 +5,21 @@ Role, role_for, Placement, ServePlan and the URL helpers are re-exported: caller
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.catalogue import GpuFacts, load_catalogue
+from appliance.channels.capabilities import (
+    DSV4_FLASHINFER,
+    DSV4_FLASHMLA,
+    ENV_GUARD,
+    ENV_RUNNER,
+    ENV_SCRATCH_POOL,
+    ENV_SM120_DECODE,
+    ENV_SM120_PREFILL,
+    Capabilities,
+    profile_capabilities,
+)
 from appliance.errors import ApplianceError
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
 from appliance.profile.topology import Role, role_for
@@ -21,12 +33,7 @@ from appliance.render.serveplan import (
     resolve_placement,
 )
 
-# Env names in one place: engine behaviour (must reach every rank) and the fabric.
-ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
-ENV_GUARD = "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT"
-ENV_SM120_DECODE = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE"
-ENV_SM120_PREFILL = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL"
-ENV_SCRATCH_POOL = "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"  # name unconfirmed by the seed (K6)
+# Env that changes engine behaviour (must reach every rank); the names are the channels' (channels/capabilities).
 ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL)
 
 
@@ -39,7 +46,7 @@ def _compact(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
+def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> list[str]:
     """`vllm serve …` for the profile, in the seed's reference order, without launcher flags."""
     p = profile
     argv = ["vllm", "serve", str(model_dir) if model_dir else p.model.checkpoint]
@@ -85,22 +92,52 @@ def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
         argv += ["--logits-processors", *p.engine.logits_processors]
     if p.engine.kv_offload_gib > 0:
         _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
+    _flag(argv, "--attention-backend", _sm120_backend(p, facts))
     _flag(argv, "--host", p.server.host)
     if p.server.port != DEFAULT_PORT:
         _flag(argv, "--port", p.server.port)
     return argv
 
 
-def engine_env(profile: Profile, gpu: GpuFacts) -> dict[str, str]:
-    """Env that changes engine behaviour; it goes to every rank. `gpu`: the catalogue's facts of the profile's GPU."""
-    p = profile
-    env = {ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"}
-    if p.cache.guard != "auto":
+@dataclass(frozen=True)
+class PlanFacts:
+    """What a plan reads beyond the profile, passed in (no hidden read below `plan_facts`): the catalogue's facts of
+    the profile's GPU and checkpoint family, and the capabilities of the profile's engine channel."""
+
+    gpu: GpuFacts
+    family: str | None
+    """The checkpoint's family in the catalogue (deepseek-v4, ...); None for a checkpoint it does not list."""
+    caps: Capabilities
+
+
+def plan_facts(profile: Profile) -> PlanFacts:
+    """The shipped catalogue's and the channel's facts for `profile`: the one place a plan reads them from disk."""
+    cat = load_catalogue()
+    ck = cat.checkpoints.get(profile.model.checkpoint)
+    return PlanFacts(cat.gpus[profile.hardware.gpu], ck.family if ck else None, profile_capabilities(profile))
+
+
+def _sm120_backend(p: Profile, facts: PlanFacts) -> str | None:
+    """engine.sm120_decode on a channel that chooses the path by attention backend (upstream): FlashInfer's
+    DeepSeek-V4 sparse MLA (its SM120 kernels on SM12x) or FlashMLA's, named explicitly so the engine cannot pick
+    another one silently. None where the channel switches it by env (the fork) or the serve is no DSv4 on SM12x."""
+    if facts.caps.sm120_decode != "backend" or not (facts.gpu.is_sm12x and facts.family == "deepseek-v4"):
+        return None
+    return DSV4_FLASHINFER if p.engine.sm120_decode else DSV4_FLASHMLA
+
+
+def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
+    """Env that changes engine behaviour; it goes to every rank. Each channel's adapter: a switch the channel's
+    engine does not have is not rendered (the rules refuse a profile that asks for one: K4, E6, E9)."""
+    p, caps = profile, facts.caps
+    env = {ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"} if caps.runner_switch else {}
+    if p.cache.guard != "auto" and caps.guard:
         env[ENV_GUARD] = str(p.cache.guard)
-    if gpu.is_sm12x:
+    if facts.gpu.is_sm12x and caps.sm120_decode == "env":
         env[ENV_SM120_DECODE] = "1" if p.engine.sm120_decode else "0"
-        env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
-    if p.engine.eager_scratch_pool:
+        if caps.sm120_prefill:
+            env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
+    if p.engine.eager_scratch_pool and caps.scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
     if p.hardware.gpu != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
@@ -126,12 +163,13 @@ def fabric_env(profile: Profile, place: ResolvedPlacement) -> dict[str, str]:
 
 
 def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = None, *,
-               gpu: GpuFacts | None = None) -> ServePlan:
+               facts: PlanFacts | None = None) -> ServePlan:
     """`place`: where this node stands, resolved against the profile here when only what was given is passed.
-    `gpu`: the catalogue's facts of the profile's GPU (default: the shipped catalogue's)."""
+    `facts`: the catalogue's and the channel's facts the plan depends on (default: `plan_facts(profile)`)."""
     at = place if isinstance(place, ResolvedPlacement) else resolve_placement(profile, place)
-    argv = engine_argv(profile, at.model_dir)
-    env = engine_env(profile, gpu or load_catalogue().gpus[profile.hardware.gpu])
+    facts = facts or plan_facts(profile)
+    argv = engine_argv(profile, at.model_dir, facts)
+    env = engine_env(profile, facts)
     if at.role == "single":
         return ServePlan(argv, env, at.role)
     if not at.master_addr:
@@ -145,5 +183,6 @@ def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = N
     return launcher_plan(profile, argv, env, at.role, at.node_rank, at.master_addr, at.master_port)
 
 
-__all__ = ["ENGINE_ENV_KEYS", "Placement", "ResolvedPlacement", "Role", "ServePlan", "build_plan", "engine_api_url",
-           "engine_argv", "engine_env", "fabric_env", "http_url", "resolve_placement", "role_for"]
+__all__ = ["ENGINE_ENV_KEYS", "ENV_GUARD", "ENV_RUNNER", "ENV_SCRATCH_POOL", "ENV_SM120_DECODE", "ENV_SM120_PREFILL",
+           "Placement", "PlanFacts", "ResolvedPlacement", "Role", "ServePlan", "build_plan", "engine_api_url",
+           "engine_argv", "engine_env", "fabric_env", "http_url", "plan_facts", "resolve_placement", "role_for"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.multinode.fabric_report import FabricReport
 from appliance.multinode.netif import ipv4_of
 from appliance.multinode.rendezvous import Peer, preflight
@@ -188,7 +188,9 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
     fabric = qualify_fabric(profile, plan, place, report) if measure_fabric else None
     if not measure_fabric and plan.role != "single":
         report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")
-    env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
+    # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
+    lock = channel_lock(profile.engine.channel, profile.hardware.target)
+    env = plan.env | cache_env(lock.digest, engine_digest(profile), home / "cache")
     if place.model_dir is not None:  # a checkpoint on disk: the engine asks no hub for it
         env.setdefault("HF_HUB_OFFLINE", "1")
     return Launch(loaded, place, plan, env, files, peers, fabric,
