@@ -19,8 +19,9 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
-    # leaves (lockfile: stdlib only, the image build runs it; metricfamilies: prometheus-client only)
-    {"lockfile", "redact", "apikey", "metricfamilies"},
+    # leaves (lockfile: stdlib only, the image build runs it; metricfamilies: prometheus-client only;
+    # port_holder: who holds a port, from procfs)
+    {"lockfile", "redact", "apikey", "metricfamilies", "port_holder"},
     {"bounds"},  # the limits of every value from outside (text, ports, addresses)
     {"paths"},  # where the appliance's files are
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
