@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from appliance.cli import main
-from appliance.gate.compare import GSM8K_SPREAD, gsm8k_finding
+from appliance.gate.compare import GSM8K_SPREAD
+from appliance.gate.compare import gsm8k_finding as typed_gsm8k_finding
 from appliance.gate.mannwhitney import mann_whitney, midranks
 from appliance.gate.recall_bands import PASS_LINE, V1_UNGUARDED_MEAN, Bands
+from appliance.gate.receipt_model import Gsm8kMetrics
 from tests.test_gate_seed_bands import _receipt
 
 # The seed, runner arbitration on the fixed tree: "V1 serve means 22.3 / 21.7 / 21.7 / 21.0 ... V2 serve means
@@ -111,6 +113,10 @@ def test_decode_cells_neither_get_a_verdict_nor_widen_the_prefill_correction(tmp
     for tg in ("tg128", "tg128 @ d8192"):
         assert cells[tg]["verdict"].startswith("for the record") and cells[tg]["p_holm"] is None
         assert cells[tg]["p"] < 0.01 and cells[tg]["mean_change"] < -0.15  # measured, shown, not judged
+
+
+def gsm8k_finding(a: dict, b: dict):
+    return typed_gsm8k_finding(Gsm8kMetrics.model_validate(a), Gsm8kMetrics.model_validate(b))
 
 
 # --- GSM8K --------------------------------------------------------------------------------------------------

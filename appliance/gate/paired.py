@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.gate.receipt import check
+from appliance.gate.receipt_model import BenchRow, Receipt
 
 ALPHA = 0.05
 PREFILL_KINDS = frozenset({"pp", "ctx_pp"})
@@ -53,20 +53,22 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def _bench_rows(receipt: dict[str, Any]) -> list[dict[str, Any]]:
-    bench = check(receipt, "bench") or {}
-    return [r for r in (bench.get("metrics") or {}).get("rows") or [] if r.get("t_s")]
+def _bench_rows(receipt: Receipt) -> dict[str, BenchRow]:
+    bench = receipt.bench()
+    if bench is None or bench.metrics is None:
+        return {}
+    return bench.metrics.measured()
 
 
-def _rows(receipt: dict[str, Any]) -> dict[str, float]:
-    return {r["test"]: float(r["t_s"]) for r in _bench_rows(receipt)}
+def _rows(receipt: Receipt) -> dict[str, float]:
+    return {test: float(row.t_s) for test, row in _bench_rows(receipt).items() if row.t_s}
 
 
-def _kinds(receipt: dict[str, Any]) -> dict[str, str]:
-    return {r["test"]: str(r.get("kind", "")) for r in _bench_rows(receipt)}
+def _kinds(receipt: Receipt) -> dict[str, str]:
+    return {test: row.kind for test, row in _bench_rows(receipt).items()}
 
 
-def judge_blocks(blocks: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+def judge_blocks(blocks: list[tuple[Receipt, Receipt]]) -> dict[str, Any]:
     if not 2 <= len(blocks) <= MAX_BLOCKS:
         raise ApplianceError(f"{len(blocks)} block(s): the paired test needs 2 to {MAX_BLOCKS}", value=len(blocks),
                              fix="give one A:B receipt pair per block (the seed used 10)")

@@ -13,20 +13,19 @@ from typing import Any
 from appliance.errors import ApplianceError
 from appliance.gate.battery.definition import BATTERIES, Battery
 from appliance.gate.battery.verdict import BatteryResult, judge, word
+from appliance.gate.receipt_model import Receipt
 
 
-def _build(r: dict[str, Any]) -> tuple[Any, ...]:
-    prov = r.get("provenance") or {}
-    return (prov.get("lock_digest"), (prov.get("engine") or {}).get("version"),
-            (prov.get("profile") or {}).get("name"))
+def _build(r: Receipt) -> tuple[str | None, ...]:
+    return r.provenance.lock_digest, r.engine_version, r.profile.name
 
 
-def merge(receipts: list[tuple[str, dict[str, Any]]]) -> tuple[Battery, list[dict[str, Any]], dict[str, Any]]:
+def merge(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[dict[str, Any]], dict[str, str]]:
     """(battery, every line of every arm, {arm: label}); ApplianceError when the receipts are not one battery run."""
     if not receipts:
         raise ApplianceError("no receipt given", fix="give the receipt of each arm of the battery")
-    names = {(r.get("battery") or {}).get("name") for _, r in receipts}
-    not_battery = [label for label, r in receipts if not r.get("battery")]
+    names = {r.battery.name if r.battery else None for _, r in receipts}
+    not_battery = [label for label, r in receipts if r.battery is None]
     if not_battery:
         raise ApplianceError(f"{not_battery[0]} is not a battery receipt", value=not_battery[0],
                              fix="give receipts written by appliance gate --battery seed --arm ARM")
@@ -43,15 +42,16 @@ def merge(receipts: list[tuple[str, dict[str, Any]]]) -> tuple[Battery, list[dic
     arms: dict[str, str] = {}
     lines: list[dict[str, Any]] = []
     for label, r in receipts:
-        arm = r["battery"]["arm"]
+        assert r.battery is not None  # refused above
+        arm = r.battery.arm
         if arm in arms:
             raise ApplianceError(f"two receipts of arm {arm}: {arms[arm]} and {label}", value=label,
                                  fix="give one receipt per arm (the newest of each)")
         arms[arm] = label
-        if not r.get("complete"):
+        if not r.complete:
             lines.append({"name": f"{arm}-incomplete", "status": "interrupted",
                           "summary": f"{label} was interrupted before its checks finished"})
-        lines += list(r.get("checks") or [])
+        lines += [c.model_dump() for c in r.checks]  # the lines as written, extras (seconds, details) kept
     return battery, lines, arms
 
 
@@ -81,7 +81,7 @@ def render(battery: Battery, lines: list[dict[str, Any]], result: BatteryResult,
     return "\n".join(out)
 
 
-def judge_receipts(receipts: list[tuple[str, dict[str, Any]]]) -> tuple[Battery, list[dict[str, Any]],
+def judge_receipts(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[dict[str, Any]],
                                                                          BatteryResult]:
     battery, lines, _ = merge(receipts)
     return battery, lines, judge(lines, battery)
