@@ -124,7 +124,6 @@ def test_managed_flags_in_other_spellings_are_refused(args: list[str], owner: st
 @pytest.mark.parametrize(("var", "owner"), [
     ("VLLM_USE_V2_MODEL_RUNNER", "engine.runner"),
     ("NCCL_DEBUG", "K15"),
-    ("VLLM_CACHE_ROOT", "APPLIANCE_HOME"),
     ("HF_TOKEN", "never in a profile"),
     ("APPLIANCE_PROFILE", "settings"),
 ])
@@ -190,3 +189,16 @@ def test_a_boolean_env_value_is_refused_at_load() -> None:
 
     with pytest.raises(ApplianceError, match="extra_env"):
         load_profile("cpu-smoke", cli_overrides=["engine.extra_env.FOO=true"])
+
+
+def test_extra_env_reaches_the_launched_engine_and_a_cache_variable_is_refused_at_launch(tmp_path) -> None:
+    from appliance.errors import ApplianceError
+    from appliance.run.launch import resolve_launch
+    from appliance.settings import load_settings
+
+    launch = resolve_launch(loaded(env={"HF_HUB_ENABLE_HF_TRANSFER": "1"}), Placement(), load_settings(), None,
+                            tmp_path / "run", tmp_path / "home")
+    assert launch.programs()["vllm"].env["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
+    with pytest.raises(ApplianceError, match="APPLIANCE_HOME owns it"):
+        resolve_launch(loaded(env={"VLLM_CACHE_ROOT": "/tmp/elsewhere"}), Placement(), load_settings(), None,
+                       tmp_path / "run2", tmp_path / "home")

@@ -1,6 +1,7 @@
 """What the appliance manages on the engine's command line and in its environment, and which profile key (or
 setting) owns each: the renderer emits a flag or variable only through these tables (plan.py, launcher.py), so
-a passthrough that names one of them is refused naming its owner (rules X2, X3) and the two cannot drift apart."""
+a passthrough that names one of them is refused naming its owner (rules X2, X3) and the two cannot drift apart.
+The compile-cache variables `run` adds (run/caches.py, a layer above the rules) are refused by the launch itself."""
 
 from __future__ import annotations
 
@@ -85,15 +86,7 @@ def flag_owner(flag: str) -> str:
         raise AssertionError(f"the renderer emits {flag}, which render/managed.py does not own") from None
 
 
-def env_owners() -> dict[str, str]:
-    """Every variable the appliance sets: the plan's (above), the caches' (keyed by lock and engine digest)."""
-    from appliance.run.caches import CACHE_ENV
-
-    return ENV_OWNERS | {name: "APPLIANCE_HOME (compile caches keyed by the lock and engine digest)"
-                         for name in CACHE_ENV}
-
-
 def managed_env_owner(name: str) -> str | None:
     if name.startswith("APPLIANCE_"):
         return "the appliance's own settings (appliance/settings.py)"
-    return env_owners().get(name)
+    return ENV_OWNERS.get(name)

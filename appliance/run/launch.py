@@ -206,7 +206,14 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
         (run_dir / FABRIC_FILE).write_text(json.dumps(fabric, indent=1))
     # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
     lock = channel_lock(profile.engine.channel, profile.hardware.target)
-    env = plan.env | cache_env(lock.digest, engine_digest(profile), home / "cache")
+    caches = cache_env(lock.digest, engine_digest(profile), home / "cache")
+    for name in sorted(set(profile.engine.extra_env) & set(caches)):  # the rules' X3 for what `run` adds
+        raise ApplianceError(f"engine.extra_env.{name}: the appliance sets it (APPLIANCE_HOME owns it)",
+                             field=f"engine.extra_env.{name}", value=name,
+                             fix="remove it from engine.extra_env and set APPLIANCE_HOME",
+                             reason="the compile caches are keyed by the lock and engine digest: another folder "
+                                    "would mix the artefacts of different engines")
+    env = plan.env | caches
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     engine_url = engine_api_url(plan.role, profile.server.port, place.master_addr)
