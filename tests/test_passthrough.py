@@ -193,12 +193,24 @@ def test_a_boolean_env_value_is_refused_at_load() -> None:
 
 def test_extra_env_reaches_the_launched_engine_and_a_cache_variable_is_refused_at_launch(tmp_path) -> None:
     from appliance.errors import ApplianceError
-    from appliance.run.launch import resolve_launch
+    from appliance.placement import Placement as Given
+    from appliance.run.launch import resolve_launch, resolve_place, run_files
     from appliance.settings import load_settings
 
-    launch = resolve_launch(loaded(env={"HF_HUB_ENABLE_HF_TRANSFER": "1"}), Placement(), load_settings(), None,
-                            tmp_path / "run", tmp_path / "home")
-    assert launch.programs()["vllm"].env["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
+    def launch(env: dict[str, str], run: str):  # type: ignore[no-untyped-def]
+        got = loaded(env=env)
+        return resolve_launch(got, resolve_place(got, Given(), None), load_settings(), run_files(tmp_path / run),
+                              tmp_path / "home")
+
+    assert launch({"HF_HUB_ENABLE_HF_TRANSFER": "1"}, "a").programs()["vllm"].env["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
     with pytest.raises(ApplianceError, match="APPLIANCE_HOME owns it"):
-        resolve_launch(loaded(env={"VLLM_CACHE_ROOT": "/tmp/elsewhere"}), Placement(), load_settings(), None,
-                       tmp_path / "run2", tmp_path / "home")
+        launch({"VLLM_CACHE_ROOT": "/tmp/elsewhere"}, "b")
+
+
+def test_a_secret_passed_with_force_is_masked_in_rendered_output_and_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "cpu-smoke", "--force", "--", "--api-key", "sk-passed-1234"]) == 0
+    out, err = capsys.readouterr()
+    assert "sk-passed-1234" not in out + err and "--api-key '***'" in out
+    assert main(["config", "cpu-smoke", "--json", "--set", "engine.extra_args=[--api-key, sk-passed-1234]"]) == 0
+    out, err = capsys.readouterr()
+    assert "sk-passed-1234" not in out + err

@@ -11,7 +11,7 @@ from typing import Any
 
 from appliance.cliargs import add_profile_args, load_from_args
 from appliance.redact import SECRET_ENV as SECRETS
-from appliance.redact import redact_argv, redact_tree
+from appliance.redact import redact_tree
 
 
 def _flatten(data: object, prefix: str = "") -> dict[str, object]:
@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
             if path == key or path.startswith(f"{key}."):
                 rows[path]["origin"] = f"canary:rung {rung['index']} {rung['name']}"
     if "engine.extra_args" in rows:  # a secret after its flag is masked as on any command line
-        rows["engine.extra_args"]["value"] = redact_argv(list(loaded.profile.engine.extra_args))
+        from appliance.render.passthrough import masked_argv
+
+        rows["engine.extra_args"]["value"] = masked_argv(list(loaded.profile.engine.extra_args))
     passed = [path for path in rows if _is_passthrough(path) and rows[path]["value"] not in ([], {})]
     for path in passed:  # unmodelled: said as such, with the layer it came from
         rows[path]["origin"] = f"passthrough ({rows[path]['origin']})"

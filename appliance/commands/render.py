@@ -34,12 +34,13 @@ def run(args: argparse.Namespace) -> int:
     if has_errors(findings) and not args.force:
         print(f"appliance render: {loaded.profile.name} is invalid; nothing rendered", file=sys.stderr)
         return 2
-    plan = build_plan(loaded.profile, placement_from_args(args))
-    from appliance.redact import redact, redact_argv
+    plan = build_plan(loaded.profile, placement_from_args(args))  # resolved against the profile there
+    from appliance.redact import redact
+    from appliance.render.passthrough import masked_argv
 
     # A secret never reaches rendered output, not even one passed through with --force (X2 refuses it otherwise).
-    plan = ServePlan(redact_argv(plan.argv), {k: redact(v) for k, v in plan.env.items()}, plan.role,
-                     [redact_argv(step) for step in plan.setup])
+    plan = ServePlan(masked_argv(plan.argv), {k: redact(v) for k, v in plan.env.items()}, plan.role,
+                     [masked_argv(step) for step in plan.setup])
     if args.format == "json":
         print(json.dumps(plan.to_json(), indent=2))
         return 0

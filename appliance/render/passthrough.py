@@ -100,3 +100,15 @@ def passthrough_env(profile: Profile) -> dict[str, str]:
 def passed_options(profile: Profile) -> set[str]:
     """The options extra_args passes, by the name they are written with (the channel rules leave them to X1)."""
     return {w.partition("=")[0].replace("_", "-") for w in profile.engine.extra_args if w.startswith("-")}
+
+
+def masked_argv(argv: list[str]) -> list[str]:
+    """An argv as it may be shown: each word redacted, and the word after a secret-named flag (`--api-key X`)
+    masked whole, by the one redaction's own patterns."""
+    from appliance.redact import MASK, redact
+
+    out, prev = [], ""
+    for word in argv:
+        out.append(MASK if prev and redact(f"{prev} probe").endswith(MASK) else redact(word))
+        prev = word
+    return out
