@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from appliance import __version__
 
@@ -31,8 +32,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse echoes a refused value ("invalid int value: '…'"): a token pasted into the wrong flag would be
+    printed. Its messages pass the one redaction (masked, escaped) first; every subcommand's parser is this class."""
+
+    def error(self, message: str) -> NoReturn:
+        from appliance.redact import clip
+
+        super().error(clip(message, 2000))
+
+
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="appliance", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"appliance {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

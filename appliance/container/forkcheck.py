@@ -124,7 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forkcheck: {RUNTIME_REQS} and {', '.join(build)} agree with versions.json "
           f"(build requirements layout: {build[0]})")
     if args.write_build_reqs:
-        args.write_build_reqs.write_text("".join(f"-r {(args.source / f).resolve()}\n" for f in build))
+        from appliance.errors import ApplianceError
+        from appliance.safe_write import write_file
+
+        try:
+            write_file(args.write_build_reqs, "".join(f"-r {(args.source / f).resolve()}\n" for f in build),
+                       field="--write-build-reqs")
+        except ApplianceError as exc:
+            print(f"forkcheck: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -68,9 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "build-args":
         print(_format(all_build_args(lock, args.target, path.parent), args.format))
     elif args.cmd == "lock-files":
+        from appliance.errors import ApplianceError
+        from appliance.safe_write import write_files
+
         args.dir.mkdir(parents=True, exist_ok=True)
-        for name, content in lock_files(lock, args.target, args.pyproject).items():
-            (args.dir / name).write_text(content)
+        files = {args.dir / name: content for name, content in lock_files(lock, args.target, args.pyproject).items()}
+        try:
+            write_files(files, field="--dir")
+        except ApplianceError as exc:
+            print(f"lockcli lock-files: {exc}", file=sys.stderr)
+            return 2
     elif args.cmd == "version":
         print(pin(lock, args.name)["version"])
     elif args.cmd == "image-tag":

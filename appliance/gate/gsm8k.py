@@ -18,6 +18,7 @@ from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import Gsm8kParams
 from appliance.paths import venv_executable
+from appliance.safe_write import open_for_writing
 
 TASK = "gsm8k"
 DATASET = "openai/gsm8k"
@@ -120,7 +121,7 @@ def run(ctx: GateContext) -> CheckResult:
     ctx.progress.step(f"lm-eval {p.task} {p.num_fewshot}-shot" + (f", limit {p.limit}" if p.limit else ""))
     log = ctx.out_dir / "lm-eval.log"
     env = lm_eval_env(dict(os.environ))
-    with log.open("w") as sink:
+    with open_for_writing(log, field="--out") as sink:
         try:
             rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False,
                                 env=env).returncode

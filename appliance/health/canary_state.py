@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from appliance.paths import write_json_atomic
+from appliance.safe_write import write_json
 
 CanaryStatus = Literal["pending", "ok", "suspect", "corrupt", "rechecking", "failed"]
 STATUSES: tuple[CanaryStatus, ...] = get_args(CanaryStatus)
@@ -68,7 +68,7 @@ class CanaryState:
 
 
 def write_state(path: Path, state: CanaryState) -> None:
-    write_json_atomic(path, state.to_json())
+    write_json(path, state.to_json(), field="canary state")
 
 
 def read_state(path: Path) -> CanaryState | None:

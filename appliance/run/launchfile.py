@@ -51,9 +51,16 @@ class LaunchFile:
             "exporter_args": self.exporter_args,
         }
 
+    def text(self) -> str:
+        """The file's content; written through the one writer (appliance/safe_write.py) with supervisord.conf,
+        so a program (re)started never reads half of it or a launch.json of another config."""
+        return json.dumps(self.to_json(), indent=1) + "\n"
+
     def write(self, path: Path) -> None:
-        """The caller writes it aside and renames it into place: a program (re)started then never reads half."""
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        """launch.json alone, through the one writer (`appliance run` writes it with its supervisord.conf)."""
+        from appliance.safe_write import write_file
+
+        write_file(path, self.text(), field="launch.json")
 
 
 class LaunchFileError(ValueError):
