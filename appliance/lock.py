@@ -7,7 +7,6 @@ messages because each of them fails in its own, non-obvious way.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,13 +72,17 @@ class Lock(_Strict):
         raise KeyError(name)
 
 
+MAX_LOCK_BYTES = 4 << 20
+"""versions.json is a few KiB."""
+
+
 @cache
 def _read(path: Path) -> tuple[Lock, str]:
-    try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the version lock {path}: {exc}", value=str(path)) from None
+    from appliance.jsonstrict import load_file
+
+    # Read strictly and bounded: every command reads the lock, so a FIFO, a huge or a deeply nested file under the
+    # data root is exit 2 naming it, never a hang or a traceback in all of them.
+    data = load_file(path, "versions.json", MAX_LOCK_BYTES, "version lock")
     try:
         lock = Lock.model_validate(data)
     except ValidationError as exc:

@@ -27,7 +27,17 @@ def find_versions(start: Path = HERE) -> Path:
 
 
 def load(path: Path) -> dict:
-    return json.loads(path.read_text())
+    """versions.json, read as the runtime reads it (appliance/jsonstrict.py: no FIFO, no duplicate key, bounded)."""
+    from appliance.errors import ApplianceError
+    from appliance.jsonstrict import load_file
+
+    try:
+        data = load_file(path, "versions.json", 4 << 20, "version lock")
+    except ApplianceError as exc:
+        raise SystemExit(f"lockfile: {exc}") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"lockfile: {path} is not a JSON object")
+    return data
 
 
 def canonical_digest(data: object) -> str:

@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
+    from appliance.redact import clip
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     receipt = run_gate(ctx, selected, receipt)
     print(f"{receipt['verdict'].upper()}: {ctx.out_dir / 'receipt.json'}")
     for c in receipt["checks"]:
-        print(f"  {c['name']:<10} {c['status']:<14} {c['summary']}")
+        print(f"  {c['name']:<10} {c['status']:<14} {clip(c['summary'], 500)}")  # a summary quotes the serve
     if not receipt["complete"]:
         return 130
     return EXIT.get(receipt["verdict"], 1)

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from appliance.health.monitor import Monitor
-from appliance.redact import redact, redact_tree
+from appliance.redact import clip, redact_tree
 
 CONNECTION_TIMEOUT_S = 10.0
 """A client that sends nothing for this long is dropped: a slow or stuck client cannot hold a thread."""
@@ -60,7 +60,7 @@ class HealthServer(ThreadingHTTPServer):
         """One line per failed connection (a client that hung up mid-reply), never a traceback."""
         exc = sys.exc_info()[1]
         print(f"appliance exporter: client {client_address[0]}:{client_address[1]}: "
-              f"{type(exc).__name__}: {redact(str(exc))[:200]}", file=sys.stderr, flush=True)
+              f"{type(exc).__name__}: {clip(str(exc), 200)}", file=sys.stderr, flush=True)
 
     def verdicts(self) -> dict[str, tuple[bool, dict[str, Any]]]:
         snap, now = self.monitor.snapshot, self.clock()
