@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.bounds import check_health_port
     from appliance.health.exporter import ExporterConfig, build_exporter
     from appliance.health.peers import parse_peer
+    from appliance.health.server import probe_socket_name
     from appliance.profile.topology import role_for
     from appliance.render.serveplan import engine_api_url
     from appliance.render.supervisord import ENGINE_LOG
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         exporter = build_exporter(config, host=host)
         host.register(exporter.server.registry)
     except OSError as exc:
-        raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,
+        raise ApplianceError(f"cannot listen on {args.host}:{port} (and its probe socket @{probe_socket_name(port)}): "
+                             f"{exc.strerror}", field="--port", value=port,
                              fix="choose a free port (--port) or stop what holds it") from None
     stop = threading.Event()
 
@@ -107,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    print(f"appliance exporter: {profile.name} ({role}) log {log} engine {url or '-'} on {args.host}:{port}",
-          flush=True)
+    print(f"appliance exporter: {profile.name} ({role}) log {log} engine {url or '-'} on {args.host}:{port}, "
+          f"probes also on @{probe_socket_name(exporter.server.server_address[1])}", flush=True)
     host.start(stop, args.memory_interval)
     exporter.serve(stop)
     return 0
