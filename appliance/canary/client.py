@@ -125,6 +125,7 @@ class CanaryClient:
         parts: list[str] = []
         finish: str | None = None
         tokens: int | None = None
+        done = False
         path = PATHS[endpoint]
         try:
             async with event_stream(self._http, "POST", path, deadline=self.timeout, json=body) as (status, lines):
@@ -135,6 +136,7 @@ class CanaryClient:
                         continue
                     payload = line[5:].strip()
                     if payload == "[DONE]":
+                        done = True
                         break
                     chunk = loads(payload, f"{path} (stream)")
                     if not isinstance(chunk, dict):
@@ -151,6 +153,8 @@ class CanaryClient:
                         piece = _field(choice.get("delta"), "content") if endpoint == "chat" else choice.get("text")
                         parts.append(_text(piece))
                         finish = _finish(choice) or finish
+                if not done:  # every OpenAI-compatible stream ends so; a body without it is no event stream
+                    raise ReplyError("the stream ended without `data: [DONE]`")
         except httpx.HTTPError as exc:
             raise Unreachable(f"{path} (stream): {type(exc).__name__}: {clip(str(exc), 200)}") from None
         except (ReplyError, JsonError) as exc:
