@@ -50,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / loaded.profile.name
-    check_run_dir(run_dir)
-    make_dir(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME")
+    field = "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME"
+    check_run_dir(run_dir, field)  # supervisord.conf names it: no '%', ';', '#' or control character
+    make_dir(run_dir, field)
     launch = resolve_launch(loaded, place, settings, model_dir, run_dir, home, measure_fabric=not args.dry_run,
                             cli_overrides=tuple(args.overrides))
     conf = write_launch(launch)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
-import json
 import os
 import signal
 import subprocess
@@ -227,7 +226,7 @@ def run(ctx: GateContext) -> CheckResult:
         rc, tail, interrupted = _drive(launch(cmd), env, log, ctx, p.timeout_s)
     spec = engine_steps.acceptance(before, engine_steps.scrape(ctx.url))
     about = {**about, "spec_decode": spec}
-    raw = json.loads(result_file.read_text()) if result_file.is_file() else None
+    raw = _tool_json(result_file)
     rows = parse_results(raw) if raw else []
     rows = engine_steps.with_verify_steps(rows, spec["mean_acceptance_length"] if spec else None)
     if interrupted:
@@ -237,6 +236,19 @@ def run(ctx: GateContext) -> CheckResult:
         return _result("pass", _summary(rows), p, cmd, rows, about, raw, started, began)
     status, why = _classify(rc, tail) if rc != 0 else ("error", "llama-benchy produced no rows")
     return _result(status, why, p, cmd, rows, about, raw, started, began)
+
+
+def _tool_json(path: Path) -> Any:
+    """llama-benchy's result file: strict JSON, bounded; None when it wrote none (or none this reader takes)."""
+    from appliance.errors import ApplianceError
+    from appliance.jsonstrict import load_file
+
+    if not path.is_file():
+        return None
+    try:
+        return load_file(path, "llama-benchy result", 64 << 20, "llama-benchy result")
+    except ApplianceError:
+        return None
 
 
 def _drive(cmd: list[str], env: dict[str, str], log: Path, ctx: GateContext,

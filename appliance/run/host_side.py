@@ -3,7 +3,6 @@ qualification this node passed before launch (K25), as /status sections and metr
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -48,12 +47,9 @@ class HostSide:
 def read_fabric_report(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the fabric qualification report {path}: {exc}", field="--fabric-report",
-                             value=str(path),
-                             fix="pass the file `appliance run` wrote, or leave the flag out") from None
+    from appliance.jsonstrict import load_file
+
+    data = load_file(path, "--fabric-report", 4 << 20, "fabric qualification report")
     if not isinstance(data, dict):
         raise ApplianceError(f"{path} is not a fabric qualification report", field="--fabric-report", value=str(path))
     return data

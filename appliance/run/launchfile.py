@@ -67,16 +67,38 @@ class LaunchFileError(ValueError):
     """launch.json is missing, unreadable or not one this appliance wrote."""
 
 
+MAX_LAUNCH_BYTES = 16 << 20
+"""A launch.json is a few KiB (the resolved profile, the argv and env of each program)."""
+
+
+def _program(name: str, p: Any) -> Program:
+    """One program, typed: an argv of at least the program itself, text only; an env of text to text."""
+    argv, env = p["argv"], p["env"]
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
+        raise LaunchFileError(f"program {name!r}: argv must be a non-empty list of words, starting with the program")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise LaunchFileError(f"program {name!r}: env must map names to text")
+    return Program(list(argv), dict(env))
+
+
 def read_launch(path: Path) -> LaunchFile:
+    from appliance.errors import ApplianceError
+    from appliance.jsonstrict import load_file
+
     try:
-        data = json.loads(path.read_text())
+        try:  # no FIFO, device or folder; bounded; strict JSON (duplicate keys, NaN, deep nesting refused)
+            data = load_file(path, "--launch", MAX_LAUNCH_BYTES, "launch file")
+        except ApplianceError as exc:
+            raise LaunchFileError(exc.message) from None
+        if not isinstance(data, dict) or not isinstance(data.get("programs"), dict):
+            raise LaunchFileError(f"{path} is no launch file (no `programs` object)")
         if data.get("schema") != SCHEMA:
             raise LaunchFileError(f"{path}: schema {data.get('schema')!r}, this appliance reads {SCHEMA}")
         prof = data["profile"]
         return LaunchFile(
             profile_name=prof["name"], profile_digest=prof["digest"], profile_source=prof["source"],
             profile=prof["resolved"], role=data["role"], node_rank=int(data["node_rank"]),
-            programs={name: Program(list(p["argv"]), dict(p["env"])) for name, p in data["programs"].items()},
+            programs={name: _program(name, p) for name, p in data["programs"].items()},
             exporter_args=list(data["exporter_args"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, LaunchFileError):

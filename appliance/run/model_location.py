@@ -7,13 +7,17 @@ When the checkpoint is on disk, K2/K3/K20 use its real `dspark_block_size`, MTP 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 
 from appliance.catalogue import CheckpointFacts
 from appliance.errors import ApplianceError
 from appliance.paths import appliance_home
+
+MAX_CONFIG_BYTES = 16 << 20
+"""A checkpoint's config.json is KiBs."""
+MAX_INDEX_BYTES = 256 << 20
+"""A weight index lists every tensor: MBs for DeepSeek-V4."""
 
 
 def hf_home() -> Path:
@@ -42,11 +46,24 @@ def in_hf_cache(checkpoint: str, revision: str | None, cache: Path | None = None
     rev = revision
     if rev is None:
         ref = repo / "refs" / "main"
-        rev = ref.read_text().strip() if ref.is_file() else None
+        rev = _ref(ref)
     if rev is None:
         return None
     snapshot = repo / "snapshots" / rev
     return snapshot if (snapshot / "config.json").is_file() else None
+
+
+def _ref(ref: Path) -> str | None:
+    """The revision a cache ref names (a commit hash); None for anything else (a FIFO, a folder, a path)."""
+    import re
+
+    from appliance.paths import read_capped
+
+    try:
+        text = read_capped(ref, "HF cache", 4096, "cache ref").decode("ascii", "replace").strip()
+    except ApplianceError:
+        return None
+    return text if re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", text) else None
 
 
 def locate(checkpoint: str, revision: str | None, model_dir: Path | None) -> Path | None:
@@ -70,11 +87,13 @@ def locate(checkpoint: str, revision: str | None, model_dir: Path | None) -> Pat
 
 def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     """Facts from the checkpoint's own files; what they do not say keeps the catalogue's value."""
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"{model_dir}/config.json is unreadable: {exc}", field="model_dir",
-                             value=str(model_dir), fix="re-download the checkpoint") from None
+    from appliance.jsonstrict import load_file
+
+    # The checkpoint's own files, read strictly and bounded (a FIFO or a 10 GB file there must not stall a start).
+    config = load_file(model_dir / "config.json", "APPLIANCE_MODEL_DIR", MAX_CONFIG_BYTES, "checkpoint config.json")
+    if not isinstance(config, dict):
+        raise ApplianceError(f"{model_dir}/config.json is not a JSON object", field="APPLIANCE_MODEL_DIR",
+                             value=str(model_dir), fix="re-download the checkpoint")
     from appliance.profile.checkpoint_facts import mtp_heads_from_index, quantization_from_config
 
     block = config.get("dspark_block_size")
@@ -83,8 +102,8 @@ def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     size = fallback.size_bytes
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
-            data = json.loads(index.read_text())
+        with contextlib.suppress(ApplianceError, ValueError, KeyError, TypeError, AttributeError):
+            data = load_file(index, "APPLIANCE_MODEL_DIR", MAX_INDEX_BYTES, "weight index")
             size = int(data["metadata"]["total_size"])
             mtp = mtp_heads_from_index(data["weight_map"].keys())  # the seed's evidence, not config.json
     else:
