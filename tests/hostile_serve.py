@@ -5,7 +5,8 @@ this part).
 `modes` maps a path (`/v1/models`, `/v1/completions`, `/v1/chat/completions`, `/tokenize`, `/version`, `/status`;
 `PATH#stream` for streamed requests only) to a mode; unmapped paths answer well. Modes: good, not-json, empty,
 wrong-shape, deep, huge, status-500, trickle (a byte every 0.2 s, forever), endless (SSE events forever, never
-[DONE]), bad-events (SSE data that is no JSON), dup-keys, nan.
+[DONE]), bad-events (SSE data that is no JSON), dup-keys, nan, echo (a well-formed answer whose model ids and text
+are the request's Authorization header: what the client sent must not come back on its screen).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MODES = ("good", "not-json", "empty", "wrong-shape", "deep", "huge", "status-500", "trickle", "endless",
-         "bad-events", "dup-keys", "nan")
+         "bad-events", "dup-keys", "nan", "echo")
 GOOD: dict[str, Any] = {
     "/v1/models": {"object": "list", "data": [{"id": "m", "root": "m", "max_model_len": 2048}]},
     "/v1/completions": {"choices": [{"text": "a reply", "finish_reason": "stop"}], "usage": {"completion_tokens": 2}},
@@ -110,6 +111,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"data: {not json\n\ndata: [1, 2]\n\ndata: {\"choices\": 5}\n\n", "text/event-stream")
         elif mode == "dup-keys":
             self._send(200, b'{"data": [{"id": "a"}], "data": [{"id": "b"}], "choices": [], "choices": []}')
+        elif mode == "echo":
+            said = self.headers.get("Authorization", "none")
+            text = json.dumps(good).replace("a reply", f"you sent {said}").replace('"m"', json.dumps(said))
+            echoed = json.loads(text)
+            if stream:
+                piece = {"text": f"you sent {said}", "delta": {"content": f"you sent {said}"}}
+                self._send(200, f"data: {json.dumps({'choices': [piece]})}\n\ndata: [DONE]\n\n".encode(),
+                           "text/event-stream")
+            else:
+                self._send(200, json.dumps(echoed).encode())
         elif mode == "nan":
             self._send(200, b'{"data": [{"id": NaN}], "choices": [{"text": NaN}], "tokens": [NaN]}')
         else:
