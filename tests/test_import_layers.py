@@ -16,10 +16,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
 
 LAYERS: list[set[str]] = [
-    {"errors", "lockfile", "redact", "apikey"},  # leaves (lockfile: stdlib only, the image build runs it)
+    {"errors", "redact", "apikey"},  # leaves
     {"bounds"},  # the limits of every value from outside (text, ports, addresses)
-    {"paths"},  # where the appliance's files are
-    {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
+    {"safe_write"},  # the one writer: every file the appliance writes
+    {"paths"},  # where the appliance's files are (and read_capped, the bounded reader)
+    {"jsonstrict"},  # the strict JSON reader of every JSON document read back
+    # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser, the lock file (stdlib only: the image build
+    # runs it), bounded HTTP replies
+    {"yamlstrict", "settings", "engine_args", "lockfile", "http_bounded"},
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
     {"rules"},  # K rules over a profile
     {"hostmem"},  # the host's memory, pressure and kernel log: admission (K23) and the watchdog (K24)

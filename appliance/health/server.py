@@ -67,7 +67,7 @@ class _Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.accepted = time.monotonic()
-        self.phase: Literal["request", "reply"] = "request"
+        self.phase: Literal["request", "reply", "evicted"] = "request"
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -101,6 +101,8 @@ class _Guarded(socketserver.ThreadingMixIn):
     def _guard(self, policy: ConnectionPolicy) -> None:
         self.policy = policy
         self._open: dict[int, _Connection] = {}
+        self._evicted: set[int] = set()
+        """Connections closed to make room whose threads are still ending: their errors are expected, not logged."""
         self._lock = threading.Lock()
         self.evicted = 0
         self.refused = 0
@@ -117,6 +119,8 @@ class _Guarded(socketserver.ThreadingMixIn):
                 else:
                     self.evicted += 1
                     del self._open[id(victim.sock)]
+                    victim.phase = "evicted"
+                    self._evicted.add(id(victim.sock))
                     refuse = False
             else:
                 refuse = False
@@ -140,6 +144,7 @@ class _Guarded(socketserver.ThreadingMixIn):
     def _forget(self, request: Any) -> None:
         with self._lock:
             self._open.pop(id(request), None)
+            self._evicted.discard(id(request))
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -168,7 +173,10 @@ class _Guarded(socketserver.ThreadingMixIn):
         return len(self._open)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """One line per failed connection (a client that hung up mid-reply, or ran out of time), never a traceback."""
+        """One line per failed connection (a client that hung up mid-reply, or ran out of time), never a traceback;
+        none for a connection evicted at the cap (a flood would fill the log with them)."""
+        if id(request) in self._evicted:
+            return
         exc = sys.exc_info()[1]
         who = f"{client_address[0]}:{client_address[1]}" if isinstance(client_address, tuple) else "probe socket"
         print(f"appliance exporter: client {who}: {type(exc).__name__}: {clip(str(exc), 200)}", file=sys.stderr,
