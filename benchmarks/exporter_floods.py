@@ -132,7 +132,7 @@ class Series:
                 "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, 1) if lat else None}
 
 
-def flood(kind: str, port: int, stop: threading.Event, held: list[socket.socket]) -> None:
+def flood(kind: str, port: int, stop: threading.Event, held: list[socket.socket], opened: list[int]) -> None:
     lock = threading.Lock()
 
     def trickle() -> None:
@@ -162,6 +162,7 @@ def flood(kind: str, port: int, stop: threading.Event, held: list[socket.socket]
                     s.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")
                 with lock:
                     held.append(s)
+                opened[0] += 1
             except OSError:
                 pass
         if kind == "idle":  # a connection the server closed is dropped, making room for the next
@@ -185,9 +186,9 @@ def run_arm(server: str, kind: str, seconds: float) -> dict[str, object]:
         log.write_text("")
         port = free_port()
         proc = start(server, log, port)
-        stop, held = threading.Event(), []
+        stop, held, opened = threading.Event(), [], [0]
         tcp, sock = Series(), Series()
-        attacker = threading.Thread(target=flood, args=(kind, port, stop, held), daemon=True)
+        attacker = threading.Thread(target=flood, args=(kind, port, stop, held, opened), daemon=True)
         began = time.monotonic()
         attacker.start()
         try:
@@ -206,8 +207,8 @@ def run_arm(server: str, kind: str, seconds: float) -> dict[str, object]:
                 s.close()
             proc.terminate()
             proc.wait(20)
-        out: dict[str, object] = {"server": server, "flood": kind, "seconds": seconds, "held_at_end": peak,
-                                  "tcp": tcp.summary(seconds)}
+        out: dict[str, object] = {"server": server, "flood": kind, "seconds": seconds, "opened": opened[0],
+                                  "held_at_end": peak, "tcp": tcp.summary(seconds)}
         if server == "shipped":
             out["probe_socket"] = sock.summary(seconds)
         return out
@@ -226,7 +227,7 @@ def main() -> int:
         print(json.dumps({"machine": f"{os.cpu_count()} CPUs", "results": results}, indent=1))
         return 0
     print(f"{'flood':<10} {'server':<9} {'path':<13} {'answered':>9} {'kept answering':>15} {'longest gap':>12} "
-          f"{'p50 ms':>7} {'p99 ms':>7}")
+          f"{'p50 ms':>7} {'p99 ms':>7}  connections opened")
     for r in results:
         for path in ("tcp", "probe_socket"):
             if path not in r:
@@ -234,7 +235,8 @@ def main() -> int:
             s = r[path]
             kept = "whole run" if s["kept_answering_s"] is None else f"{s['kept_answering_s']} s"  # type: ignore[index]
             print(f"{r['flood']:<10} {r['server']:<9} {path:<13} {s['answered']:>4}/{s['asked']:<4} "  # type: ignore[index]
-                  f"{kept:>15} {s['longest_gap_s']:>10} s {s['p50_ms']!s:>7} {s['p99_ms']!s:>7}")  # type: ignore[index]
+                  f"{kept:>15} {s['longest_gap_s']:>10} s {s['p50_ms']!s:>7} {s['p99_ms']!s:>7}  "  # type: ignore[index]
+                  f"{r['opened']}")
     return 0
 
 
