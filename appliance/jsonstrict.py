@@ -51,8 +51,15 @@ def _float(text: str) -> float:
     return value
 
 
+class _Constant:
+    """NaN or Infinity where the text had it, so the walk can say where (a reader names the field)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 def _constant(name: str) -> Any:
-    raise JsonError(f"{name} is no JSON number")
+    return _Constant(name)
 
 
 def _walk(value: Any, max_depth: int) -> None:
@@ -63,16 +70,18 @@ def _walk(value: Any, max_depth: int) -> None:
         if isinstance(node, str):
             _text(node, where)
             continue
+        if isinstance(node, _Constant):
+            raise JsonError(f"{node.name} at {where or 'the top'} is no JSON number")
         if not isinstance(node, dict | list):
             continue
         if depth >= max_depth:
             raise JsonError(f"nested more than {max_depth} levels deep (at {where or 'the top'})")
         if isinstance(node, dict):
-            for key, child in node.items():
+            for key, child in reversed(node.items()):  # depth first, in document order: the first problem is named
                 _text(key, where)
                 stack.append((child, depth + 1, f"{where}.{key[:40]}" if where else key[:40]))
         else:
-            stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(node))
+            stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in reversed(list(enumerate(node))))
 
 
 def _text(text: str, where: str) -> None:

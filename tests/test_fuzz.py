@@ -428,7 +428,8 @@ def test_logscan_keeps_the_contract_for_any_log(data: st.DataObject, secret: str
 
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**64), max_value=2**64),
-              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20)),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+              st.sampled_from([10**400, 5e-324, 1e308, -1e308, "a/b/c", "5/5", "\ud800", "0/0"])),  # issue 22
     lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=6), children,
                                                                                max_size=3)),
     max_leaves=8)
@@ -459,22 +460,32 @@ def receipts(draw: st.DrawFn, secret: str) -> str:
         else:
             parent[path[-1]] = draw(json_values)
     text = json.dumps(r)
-    if draw(now_and_then(10)):
-        cut = draw(st.integers(0, len(text)))
-        text = text[:cut]
+    hostile = draw(st.sampled_from(["none"] * 6 + ["cut", "duplicate-key", "deep", "surrogate-escape"]))
+    if hostile == "cut":
+        text = text[:draw(st.integers(0, len(text)))]
+    elif hostile == "duplicate-key":
+        text = text.replace('"complete":', '"complete": true, "complete":', 1)
+    elif hostile == "deep":
+        text = text[:-1] + ', "x": ' + "[" * draw(st.integers(60, 5000)) + "]" * 5000 + "}"
+    elif hostile == "surrogate-escape":
+        text = text.replace('"gb10-tp2"', '"gb10\\udc80"', 1)
     return text
 
 
 @settings(BUDGET, max_examples=300)
-@given(data=st.data(), secret=secret_values, as_json=st.booleans())
-def test_gate_compare_keeps_the_contract_for_any_receipts(data: st.DataObject, secret: str, as_json: bool) -> None:
+@given(data=st.data(), secret=secret_values, as_json=st.booleans(),
+       command=st.sampled_from(["compare", "compare", "serves", "paired"]))
+def test_gate_compare_keeps_the_contract_for_any_receipts(data: st.DataObject, secret: str, as_json: bool,
+                                                          command: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         a, b = Path(tmp) / "a.json", Path(tmp) / "b.json"
         a.write_text(data.draw(receipts(secret)))
         b.write_text(data.draw(receipts(secret)))
-        argv = ["gate", "compare", str(a), str(b)] + (["--json"] if as_json else [])
-        result = run_cli("gate-compare", argv, env={"VLLM_API_KEY": secret}, secrets=(secret,), codes=(0, 1, 2))
-        if as_json and result.code != 2:  # a judged number is always finite: NaN is never an improvement
+        pair = [str(a), str(b)] if command != "paired" else [f"{a}:{b}", f"{b}:{a}"]
+        argv = ["gate", command, *pair] + (["--json"] if as_json else [])
+        result = run_cli(f"gate-{command}", argv, env={"VLLM_API_KEY": secret}, secrets=(secret,),
+                         codes=(0, 1, 2, 3) if command == "serves" else (0, 1, 2))
+        if command == "compare" and as_json and result.code != 2:  # a judged number is always finite
             import math
 
             for f in json.loads(result.out)["findings"]:

@@ -53,13 +53,14 @@ def write(receipt: dict[str, Any], out_dir: Path) -> Path:
 def load(path: Path) -> dict[str, Any]:
     """A receipt from disk, or ApplianceError saying why it is not one."""
     from appliance.gate.receipt_model import validate_receipt
+    from appliance.jsonstrict import JsonError, loads
     from appliance.paths import read_capped
 
     raw = read_capped(path, "receipt", MAX_RECEIPT_BYTES, "receipt")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, an int past the digit limit, too deep
-        raise ApplianceError(f"{path} is not JSON: {str(exc)[:200]}", field="receipt", value=str(path),
+    try:  # strict: duplicate keys, NaN, 400-digit numbers, deep nesting and lone surrogates are no receipt
+        data = loads(raw, str(path))
+    except JsonError as exc:
+        raise ApplianceError(f"{path} is not JSON this reader takes: {exc.problem}", field="receipt", value=str(path),
                              fix="give the receipt.json written by `appliance gate`") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ApplianceError(f"{path} is not a gate receipt (schema {SCHEMA!r} expected)", value=str(path),

@@ -20,8 +20,9 @@ def judge_receipts(receipts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]
         if not c or not m.get("total"):
             raise ApplianceError(f"{label}: no recall result in this receipt", value=label,
                                  fix="run `appliance gate --checks recall --recall-runs 3` on each fresh serve")
-        line = float(p.get("min_found", PASS_LINE))
-        these = Bands(line, min(float(p.get("poisoned_max", POISONED_CEILING)), line))  # older receipts: no ceiling
+        line = PASS_LINE if p.get("min_found") is None else float(p["min_found"])  # null: the default line
+        ceiling = POISONED_CEILING if p.get("poisoned_max") is None else float(p["poisoned_max"])  # older: none
+        these = Bands(line, min(ceiling, line))
         if bands is not None and these != bands:
             raise ApplianceError(f"{label}: recall bands {these} differ from the first receipt's {bands}",
                                  value=label, fix="judge receipts of one profile and gate size together")
