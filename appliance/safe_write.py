@@ -71,7 +71,7 @@ def check_target(path: Path, field: str) -> os.stat_result | None:
             target = ""
             if stat.S_ISLNK(st.st_mode):
                 with contextlib.suppress(OSError):
-                    target = f" (to {os.readlink(path)})"
+                    target = f" (to {_shown(Path(os.readlink(path)))})"
             raise _error(path, field, f"is {kind}{target}, not a regular file",
                          f"give {field} the path of a regular file (or of one to create)", _WHY)
     parent = path.parent

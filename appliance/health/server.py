@@ -153,13 +153,15 @@ class _Guarded(socketserver.ThreadingMixIn):
             self._forget(request)
 
     def replying(self, request: Any) -> float | None:
-        """The handler has its request: it is no longer evictable. The deadline left for the reply (None: none)."""
+        """The handler has its request: it is no longer evictable. Seconds left for the reply (None: no deadline;
+        0: the connection was evicted meanwhile, so nothing is answered)."""
         with self._lock:
             conn = self._open.get(id(request))
-            if conn is not None:
-                conn.phase = "reply"
-        if conn is None or self.policy.deadline == "read":
-            return None if conn is not None else 0.0
+            if conn is None:
+                return 0.0
+            conn.phase = "reply"
+        if self.policy.deadline == "read":
+            return None
         return conn.accepted + self.policy.deadline_s - time.monotonic()
 
     def deadline_at(self, request: Any) -> float | None:
