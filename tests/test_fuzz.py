@@ -767,7 +767,7 @@ def _probe_socket_live(name: str) -> bool:
     return reply.startswith(b"HTTP/1.0 200")
 
 
-@settings(BUDGET, max_examples=15)
+@settings(BUDGET, max_examples=10)
 @given(idle=st.integers(0, 60), slow=st.integers(0, 30), pace_ms=st.sampled_from([0, 1, 5, 20]),
        partial=st.sampled_from([b"", b"G", b"GET /live HTTP/1.1\r\n", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 4000]))
 def test_the_exporter_answers_probes_through_any_paced_flood(small_exporter: tuple[int, str], idle: int, slow: int,
@@ -978,7 +978,7 @@ def _argv_bound_fields() -> dict[str, bool]:
     return ARGV_BOUND
 
 
-@settings(BUDGET, max_examples=150)
+@settings(BUDGET, max_examples=100)
 @given(data=st.data(), base=st.sampled_from(["cpu-smoke", "gb10-tp2"]))
 def test_no_profile_value_becomes_an_engine_flag(data: st.DataObject, base: str) -> None:
     from appliance.profile.loader import load_profile
