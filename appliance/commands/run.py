@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
             _stderr(f"appliance run: preflight failed ({len(failed)} check(s)); nothing started")
             return 1
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
-    run_dir = args.run_dir or settings.log_dir or home / "run" / loaded.profile.name
+    # Absolute: supervisord.conf and every program's arguments name paths in it (a relative `-x` would read as a flag,
+    # and supervisord resolves relative paths against its own working folder).
+    run_dir = (args.run_dir or settings.log_dir or home / "run" / loaded.profile.name).absolute()
     field = "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME"
     check_run_dir(run_dir, field)  # supervisord.conf names it: no '%', ';', '#' or control character
     make_dir(run_dir, field)
