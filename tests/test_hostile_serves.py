@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import io
 import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,14 +38,35 @@ class Run:
     stderr: str
 
 
+class Hang(Exception):
+    pass
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise Hang(f"no answer within {LIMIT_S} s")
+
+
+@contextlib.contextmanager
+def limited(seconds: float = LIMIT_S) -> Iterator[None]:
+    """A hard time limit: a client that waits on a trickle fails the test instead of hanging it."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def appliance(*args: str) -> tuple[Run, float]:
-    """`appliance ARGS` in-process (the CLI's main; argparse's exit caught), with a secret in the environment."""
+    """`appliance ARGS` in-process (the CLI's main; argparse's exit caught), with a secret in the environment and a
+    hard time limit: a client that waits on a trickle fails the test instead of hanging it."""
     out, err = io.StringIO(), io.StringIO()
     saved = os.environ.get("VLLM_API_KEY")
     os.environ["VLLM_API_KEY"] = "SxHostileKey1234"
     began = time.monotonic()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with limited(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(args))
             except SystemExit as exc:
@@ -97,7 +119,8 @@ def test_a_tokenize_endpoint_that_answers_nonsense_only_skips_its_check(serve: H
             finally:
                 await client.aclose()
 
-        assert asyncio.run(ask()) is None, mode
+        with limited():
+            assert asyncio.run(ask()) is None, mode
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "deep", "dup-keys"])
@@ -157,7 +180,7 @@ def test_the_gate_clients_end_a_trickling_endless_or_huge_reply_at_their_deadlin
 
     serve.modes = {"/v1/chat/completions": mode, "/version": mode}
     began = time.monotonic()
-    with pytest.raises(ServeError):
+    with limited(), pytest.raises(ServeError):
         get_json(f"{serve.url}/version", timeout=1.0)
     assert time.monotonic() - began < 5  # one read timeout past the deadline at most
 
@@ -166,7 +189,7 @@ def test_the_gate_clients_end_a_trickling_endless_or_huge_reply_at_their_deadlin
             await client.post("/v1/chat/completions", {"model": "m", "messages": []})
 
     began = time.monotonic()
-    with pytest.raises(ServeError, match=r"within 1 s|over"):
+    with limited(), pytest.raises(ServeError, match=r"within 1 s|over"):
         asyncio.run(post())
     assert time.monotonic() - began < 5
 
@@ -177,12 +200,14 @@ def test_the_exporters_engine_probe_and_peer_watch_end_a_trickle_at_their_timeou
 
     serve.modes = {"/health": "trickle", "/status": "trickle"}
     began = time.monotonic()
-    sample = EngineProbe(serve.url, timeout=0.5).sample()
+    with limited():
+        sample = EngineProbe(serve.url, timeout=0.5).sample()
     assert not sample.healthy and "within" in (sample.error or "") and time.monotonic() - began < 3
     began = time.monotonic()
     watch = PeerWatch({1: serve.url}, {"nccl_version": "K15"}, clock=time.monotonic, timeout=0.5)
     try:
-        view = watch.check({}).peers[0]
+        with limited():
+            view = watch.check({}).peers[0]
     finally:
         watch.close()
     assert view.error and "within" in view.error and time.monotonic() - began < 3
