@@ -69,9 +69,11 @@ def _is_complete(folder: Path, sha: str) -> bool:
         return False
     if not any(any(folder.glob(g)) for g in _WEIGHT_GLOBS):
         return False
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
+    from appliance.jsonstrict import load_file
+
+    try:  # a FIFO or a huge file in the model folder is no marker: convert again
+        marker = load_file(folder / MARKER, "APPLIANCE_MODEL_DIR", 1 << 20, "smoke model marker")
+    except ApplianceError:
         return False
     return isinstance(marker, dict) and marker.get("gguf_sha256") == sha and marker.get("dtype") == SMOKE_DTYPE
 

@@ -97,6 +97,7 @@ def engagement(status: dict[str, Any] | None, error: str | None = None) -> dict[
         "fatal": [h for h in _list(status.get("fatal")) if isinstance(h, dict)],
         "profile": {"name": _str(profile.get("name")), "digest": _str(profile.get("digest"))} if profile else None,
         "lock_digest": _str(status.get("lock_digest")),
+        "channel": _str(status.get("channel")),
         "versions": status.get("versions") if isinstance(status.get("versions"), dict) else None,
         "facts": facts,
     }

@@ -29,7 +29,7 @@ from appliance.bounds import check_health_port
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.multinode.netif import with_host_ip
 from appliance.multinode.rendezvous import Peer, preflight
 from appliance.paths import venv_executable
@@ -216,7 +216,9 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
     if not measure_fabric and plan.role != "single":
         report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")
     files = run_files(run_dir)
-    env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
+    # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
+    lock = channel_lock(profile.engine.channel, profile.hardware.target)
+    env = plan.env | cache_env(lock.digest, engine_digest(profile), home / "cache")
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     engine_url = engine_api_url(plan.role, profile.server.port, place.master_addr)
