@@ -30,18 +30,29 @@ def find_versions(start: Path = HERE) -> Path:
     raise SystemExit("lockfile: versions.json not found (set APPLIANCE_VERSIONS)")
 
 
-def load(path: Path) -> dict:
-    """versions.json, read as the runtime reads it (appliance/jsonstrict.py: no FIFO, no duplicate key, bounded)."""
+def read(path: Path) -> dict:
+    """versions.json, read as the runtime reads it (appliance/jsonstrict.py: no FIFO, no duplicate key, bounded).
+
+    Raises ApplianceError (exit 2 in the CLI, naming the version lock); the image build's tools use `load`."""
     from appliance.errors import ApplianceError
     from appliance.jsonstrict import load_file
 
+    data = load_file(path, "versions.json", 4 << 20, "version lock")
+    if not isinstance(data, dict):
+        raise ApplianceError(f"version lock {path} is not a JSON object", field="versions.json", value=str(path),
+                             fix="restore versions.json from the repository",
+                             reason="the lock is an object of channels")
+    return data
+
+
+def load(path: Path) -> dict:
+    """`read`, for the image build's tools: a bad lock ends the tool with its message, never a traceback."""
+    from appliance.errors import ApplianceError
+
     try:
-        data = load_file(path, "versions.json", 4 << 20, "version lock")
+        return read(path)
     except ApplianceError as exc:
         raise SystemExit(f"lockfile: {exc}") from None
-    if not isinstance(data, dict):
-        raise SystemExit(f"lockfile: {path} is not a JSON object")
-    return data
 
 
 def canonical_digest(data: object) -> str:

@@ -41,11 +41,11 @@ def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
 
 @pytest.fixture
 def data_root(tmp_path: Path) -> Path:
-    """A copy of the data root (versions.json, profiles/, healthchecks/) a test may break; APPLIANCE_ROOT points there
-    for subprocesses, and the in-process caches are cleared around it."""
+    """A copy of the data root (versions.json, profiles/, healthchecks/, channels/) a test may break; APPLIANCE_ROOT
+    points there for subprocesses, and the in-process caches are cleared around it."""
     root = tmp_path / "root"
     root.mkdir()
-    for name in ("versions.json", "profiles", "healthchecks"):
+    for name in ("versions.json", "profiles", "healthchecks", "channels"):
         src = ROOT / name
         shutil.copytree(src, root / name) if src.is_dir() else shutil.copy(src, root / name)
     return root
@@ -272,9 +272,11 @@ def test_a_hostile_versions_json_is_exit_2_for_every_command_never_a_hang(data_r
     elif kind == "deep":
         lock.write_text("[" * 50_000 + "]" * 50_000)
     elif kind == "dup-keys":
-        lock.write_text(text.replace("{", '{"stack": "a", ', 1))
+        assert '"schema": 2' in text
+        lock.write_text(text.replace("{", '{"schema": 2, ', 1))  # the lock's own first key, given twice
     else:
-        lock.write_text(text.replace('"schema": 1', '"schema": 1' + "0" * 400, 1))
+        lock.write_text(text.replace('"schema": 2', '"schema": 2' + "0" * 400, 1))
+        assert "0" * 400 in lock.read_text()
     for command in (["render", "cpu-smoke"], ["validate", "cpu-smoke"], ["versions"]):
         r = run_in(data_root, *command, timeout=30)
         assert r.returncode == 2 and "version lock" in r.stderr and "Traceback" not in r.stderr, (command, r.stderr)
