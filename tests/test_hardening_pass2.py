@@ -9,9 +9,9 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,10 +23,22 @@ from appliance.errors import ApplianceError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+class Hang(BaseException):
+    """Raised by the time limit; a BaseException so no handler in the CLI can take it for an error it reports."""
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise Hang("the command ran past its time limit (a read that blocks, e.g. on a FIFO?)")
+
+
+def cli(*args: str, env: dict[str, str] | None = None, limit_s: float = 30) -> tuple[int, str, str]:
+    """`appliance ARGS` in-process under a hard time limit (SIGALRM interrupts a blocking open or read), so a
+    regression that reads a FIFO fails the test instead of hanging the suite."""
     out, err = io.StringIO(), io.StringIO()
     saved = dict(os.environ)
     os.environ.update(env or {})
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -34,6 +46,8 @@ def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 2
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
         os.environ.clear()
         os.environ.update(saved)
     return code, out.getvalue(), err.getvalue()
@@ -291,11 +305,8 @@ def test_a_launch_file_without_an_argv_is_exit_2_in_exec(tmp_path: Path) -> None
     assert code == 2 and "argv must be a non-empty list" in err
     os.unlink(path)
     os.mkfifo(path)
-    done: list[int] = []
-    t = threading.Thread(target=lambda: done.append(cli("exec", "--launch", str(path), "vllm")[0]), daemon=True)
-    t.start()
-    t.join(10)
-    assert done == [2]  # a FIFO as launch.json is refused, not read
+    code, _, err = cli("exec", "--launch", str(path), "vllm", limit_s=10)
+    assert code == 2 and "FIFO" in err  # a FIFO as launch.json is refused, not read (a read would hang: Hang)
 
 
 def test_terminal_escapes_from_a_log_are_shown_escaped(tmp_path: Path) -> None:
