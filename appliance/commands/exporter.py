@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
         host.register(exporter.server.registry)
     except OSError as exc:
         held = f"; {port_holder.describe(port)}" if port_holder.in_use(exc) else ""
-        raise ApplianceError(f"cannot listen on {args.host}:{port} (and its probe socket @{probe_socket_name(port)}): "
-                             f"{exc.strerror}{held}", field="--port", value=port,
+        raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}{held} (the exporter listens there "
+                             f"and on its probe socket @{probe_socket_name(port)})", field="--port", value=port,
                              fix="choose a free port (--port) or stop what holds it") from None
     stop = threading.Event()
 
