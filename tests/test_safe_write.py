@@ -72,6 +72,19 @@ def test_a_target_that_is_no_regular_file_is_refused_by_name_and_left_as_it_was(
     assert _listing(tmp_path) == before  # the target untouched, no .out.json.*.tmp left
 
 
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_the_old_write_json_atomic_name_goes_through_the_one_writer(tmp_path: Path, kind: str) -> None:
+    from appliance.paths import write_json_atomic  # branches written before the one writer landed still call it
+
+    target = KINDS[kind](tmp_path / "out.json")
+    before = _listing(tmp_path)
+    with pytest.raises(ApplianceError, match=f"is {kind}"):
+        write_json_atomic(target, {"a": 1})
+    assert _listing(tmp_path) == before
+    write_json_atomic(tmp_path / "plain.json", {"a": 1}, indent=2)
+    assert json.loads((tmp_path / "plain.json").read_text()) == {"a": 1}
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root may replace /dev/null; the refusal is what is tested")
 def test_dev_null_as_root_stays_a_device() -> None:
     with pytest.raises(ApplianceError, match="is a character device"):
