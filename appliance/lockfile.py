@@ -1,7 +1,9 @@
 """versions.json read with the standard library only: its channels, their digests and plain values.
 
 A leaf: the profile loader, `appliance.lock` and the image build (before anything is installed) all
-read the lock through it, so the digest that names a channel's stack is computed in one place.
+read the lock through it, so the digest that names a channel's stack is computed in one place. Standard library
+(and the stdlib-only appliance.errors) only; a missing lock or pin is an ApplianceError, which each program's main
+says and exits 2 on.
 
 versions.json holds named channels (`channels`), each a complete lock of one engine line: where the engine
 comes from, its pins, images, arch lists, status and image target. `default_channel` is the one a GPU profile
@@ -15,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+from appliance.errors import ApplianceError
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -27,32 +31,23 @@ def find_versions(start: Path = HERE) -> Path:
     for parent in [start, *start.parents]:
         if (parent / "versions.json").is_file():
             return parent / "versions.json"
-    raise SystemExit("lockfile: versions.json not found (set APPLIANCE_VERSIONS)")
-
-
-def read(path: Path) -> dict:
-    """versions.json, read as the runtime reads it (appliance/jsonstrict.py: no FIFO, no duplicate key, bounded).
-
-    Raises ApplianceError (exit 2 in the CLI, naming the version lock); the image build's tools use `load`."""
-    from appliance.errors import ApplianceError
-    from appliance.jsonstrict import load_file
-
-    data = load_file(path, "versions.json", 4 << 20, "version lock")
-    if not isinstance(data, dict):
-        raise ApplianceError(f"version lock {path} is not a JSON object", field="versions.json", value=str(path),
-                             fix="restore versions.json from the repository",
-                             reason="the lock is an object of channels")
-    return data
+    raise ApplianceError(f"versions.json not found in {start} or any folder above it", field="APPLIANCE_VERSIONS",
+                         fix="set APPLIANCE_VERSIONS to the lock file (or APPLIANCE_ROOT to the folder holding it)",
+                         reason="every version the appliance installs or checks is read from that one file")
 
 
 def load(path: Path) -> dict:
-    """`read`, for the image build's tools: a bad lock ends the tool with its message, never a traceback."""
-    from appliance.errors import ApplianceError
+    """versions.json, read as the runtime reads it (appliance/jsonstrict.py: no FIFO, no duplicate key, bounded);
+    a lock that cannot be read is an ApplianceError naming it (exit 2 in the CLI, the build tools' message)."""
+    from appliance.jsonstrict import load_file
 
-    try:
-        return read(path)
-    except ApplianceError as exc:
-        raise SystemExit(f"lockfile: {exc}") from None
+    data = load_file(path, "APPLIANCE_VERSIONS", 4 << 20, "version lock")
+    if not isinstance(data, dict):
+        raise ApplianceError(f"the version lock {path} is not a JSON object", field="APPLIANCE_VERSIONS",
+                             value=str(path), fix="point APPLIANCE_VERSIONS (or --versions) at the repository's "
+                             "versions.json", reason="every version the appliance installs or checks is read from it")
+    return data
+
 
 
 def canonical_digest(data: object) -> str:
@@ -110,7 +105,9 @@ def pin(ch: dict, name: str) -> dict:
     for p in pins(ch):
         if p["name"] == name:
             return p
-    raise SystemExit(f"lockfile: {name} is not pinned by this channel of versions.json")
+    raise ApplianceError(f"{name} is not pinned by this channel of versions.json", field="packages", value=name,
+                         fix=f"add a pin for {name} to the channel's packages in versions.json, or use a pinned one",
+                         reason="versions are written only in versions.json")
 
 
 def requirement(p: dict, *, constraint: bool = False) -> str:

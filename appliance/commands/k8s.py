@@ -29,7 +29,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.container.buildargs import image_tag
-    from appliance.lockfile import channel_digest, read
+    from appliance.lockfile import channel_digest, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
     from appliance.render.k8s_names import check_options
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     loaded = load_from_args(args, settings)
     require_valid(context_for(loaded.profile), "no manifests rendered")
-    lock = read(versions_path())
+    lock = load(versions_path())
     opts = K8sOptions(
         image=args.image or image_tag(lock, str(loaded.profile.engine.channel)),  # the tag the image build gives
         namespace=args.namespace, name=args.name, secret=args.secret,

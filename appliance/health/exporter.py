@@ -27,6 +27,7 @@ from appliance.health.server import (
     serve,
 )
 from appliance.health.tail import LogTailer
+from appliance.health.verdicts import Verdicts
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.topology import Role
 
@@ -134,16 +135,15 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
+    verdicts = Verdicts(monitor, clock, stale_after, config.live_grace)
     policy = ConnectionPolicy(deadline_s=config.connection_timeout, max_connections=config.max_connections)
     server: HealthServer | None = None
     try:
-        registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity)
+        registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity, verdicts.ready)
         if canary:
             registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
-        server = HealthServer((config.host, config.port), monitor, registry,
-                              clock=clock, stale_after=stale_after, live_grace=config.live_grace, policy=policy)
-        probe = ProbeServer(probe_socket_name(server.server_address[1]), monitor, clock=clock,
-                            stale_after=stale_after, live_grace=config.live_grace,
+        server = HealthServer((config.host, config.port), verdicts, registry, policy=policy)
+        probe = ProbeServer(probe_socket_name(server.server_address[1]), verdicts,
                             policy=policy) if config.probe_socket else None
     except OSError:
         if server is not None:

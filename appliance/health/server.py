@@ -31,6 +31,7 @@ from typing import Any, Literal
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from appliance.health.monitor import Monitor
+from appliance.health.verdicts import Verdict, Verdicts
 from appliance.redact import clip, redact_tree
 
 CONNECTION_TIMEOUT_S = 10.0
@@ -191,34 +192,20 @@ def _hang_up(sock: socket.socket) -> None:
 
 
 class _Views:
-    """What both listeners answer from: the monitor's snapshot, judged against the clock."""
+    """What both listeners answer from: the monitor's snapshot, judged by the one Verdicts (health/verdicts.py) the
+    `appliance_ready` metric reads too."""
 
     monitor: Monitor
     clock: Callable[[], float]
-    stale_after: float
-    live_grace: float
+    judge: Verdicts
 
-    def _views(self, monitor: Monitor, *, clock: Callable[[], float], stale_after: float, live_grace: float) -> None:
-        self.monitor = monitor
-        self.clock = clock
-        self.stale_after = stale_after
-        """A snapshot older than this means the poll loop is stuck: not live, not ready."""
-        self.live_grace = live_grace
-        """How long `failed` may last before /live fails (time for supervisord to restart the engine)."""
+    def _views(self, verdicts: Verdicts) -> None:
+        self.judge = verdicts
+        self.monitor = verdicts.monitor
+        self.clock = verdicts.clock
 
-    def verdicts(self) -> dict[str, tuple[bool, dict[str, Any]]]:
-        snap, now = self.monitor.snapshot, self.clock()
-        fresh = now - snap.at <= self.stale_after
-        stale = [] if fresh else [f"exporter poll loop stale for {now - snap.at:.0f} s"]
-        failed_long = snap.state == "failed" and now - snap.since > self.live_grace
-        live_reasons = stale + ([f"failed for {now - snap.since:.0f} s: {snap.reasons[0]}"] if failed_long else [])
-        ready_reasons = stale + (snap.reasons if not snap.ready else [])
-        return {
-            "live": (not live_reasons, {"live": not live_reasons, "state": snap.state, "reasons": live_reasons}),
-            "ready": (not ready_reasons,
-                      {"ready": not ready_reasons, "state": snap.state, "reasons": ready_reasons}),
-            "startup": (snap.started and fresh, {"started": snap.started, "state": snap.state, "reasons": stale}),
-        }
+    def verdicts(self) -> dict[str, Verdict]:
+        return self.judge.all()
 
 
 class HealthServer(_Guarded, _Views, http.server.HTTPServer):
@@ -227,11 +214,10 @@ class HealthServer(_Guarded, _Views, http.server.HTTPServer):
     allow_reuse_address = True
     probes_only = False
 
-    def __init__(self, address: tuple[str, int], monitor: Monitor, registry: CollectorRegistry, *,
-                 clock: Callable[[], float], stale_after: float, live_grace: float,
+    def __init__(self, address: tuple[str, int], verdicts: Verdicts, registry: CollectorRegistry, *,
                  policy: ConnectionPolicy = ConnectionPolicy()) -> None:
         self._guard(policy)
-        self._views(monitor, clock=clock, stale_after=stale_after, live_grace=live_grace)
+        self._views(verdicts)
         self.registry = registry
         super().__init__(address, _Handler)
 
@@ -241,10 +227,9 @@ class ProbeServer(_Guarded, _Views, socketserver.UnixStreamServer):
 
     probes_only = True
 
-    def __init__(self, name: str, monitor: Monitor, *, clock: Callable[[], float], stale_after: float,
-                 live_grace: float, policy: ConnectionPolicy = ConnectionPolicy()) -> None:
+    def __init__(self, name: str, verdicts: Verdicts, *, policy: ConnectionPolicy = ConnectionPolicy()) -> None:
         self._guard(policy)
-        self._views(monitor, clock=clock, stale_after=stale_after, live_grace=live_grace)
+        self._views(verdicts)
         self.name = name
         super().__init__("\0" + name, _Handler)
 
