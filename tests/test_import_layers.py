@@ -19,9 +19,10 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
-    # leaves (metricfamilies: prometheus-client only; port_holder: who holds a port, from procfs)
-    {"redact", "apikey", "metricfamilies", "port_holder"},
-    {"bounds"},  # the limits of every value from outside (text, ports, addresses)
+    {"redact", "apikey", "metricfamilies"},  # leaves (metricfamilies: prometheus-client only)
+    # the limits of every value from outside (text, ports, addresses); port_holder: who holds a port, from procfs
+    # (its command line masked before it is cut)
+    {"bounds", "port_holder"},
     {"safe_write"},  # the one writer: every file the appliance writes
     {"paths"},  # where the appliance's files are (and read_capped, the bounded reader)
     {"jsonstrict"},  # the strict JSON reader of every JSON document read back
