@@ -64,11 +64,16 @@ def _rendered(base: str, override: str) -> list[str] | None:
     return build_plan(profile, Placement(node_rank=0, master_addr="10.1.0.1")).argv
 
 
+PASSTHROUGH = {"engine.extra_args"}
+"""Engine flags by design (issue 25): rules X1-X5 check each against the channel's facts and refuse the flags the
+appliance manages, so they are no values that could turn into a flag (test_passthrough_cannot_take_a_managed_flag)."""
+
+
 def argv_bound_fields() -> dict[str, bool]:
     """path -> is a list, for each text field whose value shows up in the rendered engine argv."""
     found: dict[str, bool] = {}
     for path, (_, is_list) in TEXT_FIELDS.items():
-        if path == "name":
+        if path == "name" or path in PASSTHROUGH:
             continue  # the profile's name is the file's; it is no override
         value = f"[{MARKER}]" if is_list else MARKER
         for base in BASES:
@@ -103,6 +108,11 @@ def test_a_dash_led_or_empty_value_is_refused_naming_the_field(path: str, value:
     assert main(["validate", "gb10-tp2", f"--set={path}={item}"]) == 2
     err = capsys.readouterr().err
     assert path.split(".")[-1] in err and ("'-'" in err or "empty" in err or "at least 1" in err), err
+
+
+def test_passthrough_cannot_take_a_managed_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "gb10-tp2", "--set", "engine.extra_args=[--trust-remote-code]"]) == 2
+    assert "X2" in capsys.readouterr().err
 
 
 def test_logits_processors_cannot_smuggle_trust_remote_code(capsys: pytest.CaptureFixture[str]) -> None:
