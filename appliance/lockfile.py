@@ -36,18 +36,53 @@ def find_versions(start: Path = HERE) -> Path:
                          reason="every version the appliance installs or checks is read from that one file")
 
 
+MAX_LOCK_BYTES = 4 << 20
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is no JSON number")
+
+
 def load(path: Path) -> dict:
-    """versions.json, read as the runtime reads it (appliance/jsonstrict.py: no FIFO, no duplicate key, bounded);
-    a lock that cannot be read is an ApplianceError naming it (exit 2 in the CLI, the build tools' message)."""
-    from appliance.jsonstrict import load_file
+    """versions.json, read strictly with the standard library only (the image build runs this before anything is
+    installed, from the few files the Dockerfile copies): a regular file only (a FIFO would block), at most 4 MiB, no
+    duplicate key, no NaN, no number past 4,300 digits, bounded nesting. A lock that cannot be read is an
+    ApplianceError naming it (exit 2 in the CLI, the build tools' message)."""
+    import stat
 
-    data = load_file(path, "APPLIANCE_VERSIONS", 4 << 20, "version lock")
+    def refuse(problem: str) -> ApplianceError:
+        return ApplianceError(f"the version lock {path} {problem}", field="APPLIANCE_VERSIONS", value=str(path),
+                              fix="point APPLIANCE_VERSIONS (or --versions) at the repository's versions.json",
+                              reason="every version the appliance installs or checks is read from it")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise refuse("is not a regular file (a FIFO or a device would block the reader or never end)")
+            if st.st_size > MAX_LOCK_BYTES:
+                raise refuse(f"is {st.st_size} bytes, more than {MAX_LOCK_BYTES}")
+            raw = os.read(fd, MAX_LOCK_BYTES + 1)
+        finally:
+            os.close(fd)
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except OSError as exc:
+        raise refuse(f"cannot be read: {exc.strerror}") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, a duplicate key, too deep, too many digits
+        raise refuse(f"is not readable JSON: {str(exc)[:200] or type(exc).__name__}") from None
     if not isinstance(data, dict):
-        raise ApplianceError(f"the version lock {path} is not a JSON object", field="APPLIANCE_VERSIONS",
-                             value=str(path), fix="point APPLIANCE_VERSIONS (or --versions) at the repository's "
-                             "versions.json", reason="every version the appliance installs or checks is read from it")
+        raise refuse("is not a JSON object")
     return data
-
 
 
 def canonical_digest(data: object) -> str:
