@@ -16,7 +16,7 @@ from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.profile.loader import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD = json.loads((ROOT / "healthchecks" / "grafana-dashboard.json").read_text())
+DASHBOARD = json.loads((ROOT / "monitoring" / "grafana" / "dashboards" / "appliance.json").read_text())
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 # vLLM's speculative-decoding counters exist only when a drafter runs (not in the CPU smoke serve).
 SPEC_DECODE = {"vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"}
