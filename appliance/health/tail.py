@@ -50,6 +50,11 @@ class LogTailer:
             if not self._open():
                 return
 
+    @property
+    def pending(self) -> bytes:
+        """The partial last line held back so far (what a progress bar is drawing now), left in place."""
+        return self._partial
+
     def flush(self) -> bytes:
         """The held-back partial last line, for a reader that knows the file is complete."""
         rest, self._partial = self._partial, b""
