@@ -94,8 +94,11 @@ def run(args: argparse.Namespace) -> int:
                             follow=follow)
     if role != "worker":
         check_health_port("--port" if args.port else "APPLIANCE_HEALTH_PORT", port, profile.server.port)
+    from appliance.health.events import EventLog
+
+    events = EventLog(lambda line: print(line, flush=True), settings.log_format)
     try:
-        exporter = build_exporter(config, host=host)
+        exporter = build_exporter(config, host=host, report=events)
         host.register(exporter.server.registry)
     except OSError as exc:
         raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,

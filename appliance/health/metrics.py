@@ -112,6 +112,14 @@ class LogFactsCollector(_SnapshotCollector):
             value = snap.facts.get(fact)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 yield GaugeMetricFamily(name, help_text, value=float(value) * scale)
+        networks = snap.facts.get("nccl_network")
+        if networks:  # K10: IB over RDMA, Socket is NCCL's silent fallback
+            transport = GaugeMetricFamily("appliance_nccl_network",
+                                          "1 for each transport NCCL said it uses (NCCL INFO Using network X)",
+                                          labels=["network"])
+            for network in networks if isinstance(networks, list) else [networks]:
+                transport.add_metric([str(network)], 1.0)
+            yield transport
         yield CounterMetricFamily("appliance_engine_runs", "engine starts seen in the log", value=float(snap.runs))
         yield CounterMetricFamily("appliance_log_read_bytes", "bytes of serve log read", value=float(snap.bytes_read))
 

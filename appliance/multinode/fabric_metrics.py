@@ -37,6 +37,15 @@ class FabricCollector(Collector):
             lat.add_metric([peer], m["latency_us"] / 1e6)
         yield bw
         yield lat
+        floor = r.get("floor") or {}
+        if isinstance(floor.get("min_bandwidth_gbps"), int | float):
+            yield GaugeMetricFamily("appliance_fabric_floor_bandwidth_bytes_per_second",
+                                    "the profile's bandwidth floor the links were judged against",
+                                    value=floor["min_bandwidth_gbps"] * 1e9)
+        if isinstance(floor.get("max_latency_us"), int | float):
+            yield GaugeMetricFamily("appliance_fabric_floor_latency_seconds",
+                                    "the profile's latency ceiling the links were judged against",
+                                    value=floor["max_latency_us"] / 1e6)
         if isinstance(r.get("allreduce_busbw_gbps"), int | float):
             yield GaugeMetricFamily("appliance_fabric_allreduce_bus_bandwidth_bytes_per_second",
                                     "all-reduce bus bandwidth over all ranks, measured before launch",
