@@ -9,10 +9,16 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
 scripts/install-engine.sh
-# promtool (Debian's prometheus package) lints the exporter's /metrics (tests/test_health_metrics_lint.py).
-if ! command -v promtool >/dev/null 2>&1; then
+# Debian's prometheus package: promtool lints the exporter's /metrics and tests the alert rules, and the server runs
+# the monitoring bundle against the CPU serve (tests/test_health_metrics_lint.py, tests/test_monitoring_*.py).
+# Debian's chromium opens the receipt report headless for its screenshot (tests/test_gate_report.py).
+missing=()
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if ((${#missing[@]})); then
   sudo_=""; [[ $(id -u) == 0 ]] || sudo_=sudo
-  $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends prometheus
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
 

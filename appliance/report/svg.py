@@ -23,12 +23,8 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     raw = (hi - lo) / max(1, count)
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    start = math.floor(lo / step) * step
-    ticks, value = [], start
-    while value <= hi + step * 1e-9:
-        ticks.append(round(value, 10))
-        value += step
-    return ticks
+    start, stop = math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step
+    return [round(start + i * step, 10) for i in range(round((stop - start) / step) + 1)]
 
 
 def fmt_percent(value: float) -> str:
