@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
     # sits in profile/, its state file and metrics in health/; the gate's `canary` check runs a round)
     {"canary"},
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
+    {"report"},  # receipts drawn as one self-contained page (reads the gate's receipts and its noise bands)
     {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"commands"},  # parse and delegate

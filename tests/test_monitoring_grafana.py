@@ -99,4 +99,4 @@ def test_the_dashboard_uses_the_provisioned_prometheus_and_the_provider_reads_a_
         if p["type"] != "row":
             assert p["datasource"]["uid"] == "${datasource}", p["title"]
     (provider,) = PROVIDERS["providers"]
-    assert provider["type"] == "file" and provider["options"]["path"].startswith("/var/lib/grafana/dashboards")
+    assert provider["type"] == "file" and provider["options"]["path"] == "/etc/grafana/dashboards/appliance"
