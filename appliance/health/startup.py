@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from appliance.health.table import StartupPhase
@@ -55,6 +56,8 @@ class Startup:
     """The engine's estimate of the phase's time left, aged by the time since its line was read."""
     history: tuple[tuple[str, float], ...] = ()
     """(phase, seconds after the run's first line it was entered), in order."""
+    ready: bool = False
+    """The phase is the table's `ready: true` one: the log said this rank finished starting."""
 
     @property
     def fraction(self) -> float | None:
@@ -62,17 +65,12 @@ class Startup:
             return None
         return min(1.0, self.done / self.total)
 
-    @property
-    def ready(self) -> bool:
-        return self.phase == (self.phases[-1] if self.phases else None)
-
     def line(self) -> str:
         """The concise line for the container's output."""
         if self.phase is None:
             return "waiting for the engine's first log line"
         if self.ready:
-            steps = ", ".join(f"{name} {_clock(later - at)}" for (name, at), (_, later)
-                              in zip(self.history, self.history[1:], strict=False))
+            steps = ", ".join(f"{name} {_clock(later - at)}" for (name, at), (_, later) in pairwise(self.history))
             return f"ready after {_clock(self.elapsed_s)}" + (f" ({steps})" if steps else "")
         text = f"loading {_clock(self.elapsed_s)}: {self.label} ({self.phase}, phase {self.index}/{len(self.phases)}"
         text += f", {_clock(self.phase_elapsed_s)} in it)"
@@ -155,7 +153,7 @@ class StartupTracker:
         detail = self._facts.get(phase.detail) if phase.detail else None
         return Startup(phase.id, phase.label, self.phases.index(phase) + 1, self._names, end - run.started,
                        end - at, done, total, phase.unit if total else None,
-                       str(detail) if detail is not None else None, eta, history)
+                       str(detail) if detail is not None else None, eta, history, phase.ready)
 
     def _count(self, phase: StartupPhase, run: _Run, now: float) -> tuple[int | None, int | None, float | None]:
         if phase.done is None or phase.total is None:
