@@ -96,6 +96,18 @@ def test_a_hub_checkpoint_is_downloaded_then_loaded_shard_by_shard_with_the_engi
     assert [p for p, _ in view.history] == ["engine", "download", "weights"]
 
 
+def test_the_v2_runner_names_no_model_so_the_api_servers_line_tells_a_download_from_a_load() -> None:
+    v2 = "(Worker_TP0 pid=520) INFO 12-01 10:00:00 [model_runner.py:392] Loading model from scratch...\n"
+    for model, phase in (("deepseek-ai/DeepSeek-V4-Flash-0731", "download"), ("/models/DeepSeek-V4-Flash", "weights")):
+        start = Start("gb10-tp2", "head")
+        start.feed(f"(APIServer pid=211) INFO 12-01 09:58:02 [api_utils.py:286] non-default args: {{'model_tag': "
+                   f"'{model}', 'model': '{model}', 'trust_remote_code': True}}\n")
+        assert start.feed(v2).phase == phase, model
+    alone = Start("gb10-tp2", "head")  # the API server's line not read (an exporter started late): no guess
+    alone.feed("(APIServer pid=211) INFO 12-01 09:58:02 [api_server.py:1805] vLLM API server version 0.32.0\n")
+    assert alone.feed(v2).phase == "engine"
+
+
 def test_a_graph_bar_still_being_drawn_is_read_live_and_its_last_redraw_when_it_closes() -> None:
     start = Start("gb10-tp2", "head")
     start.feed("(APIServer pid=211) INFO 08-09 09:58:02 [api_utils.py:286] non-default args: {}\n")

@@ -137,7 +137,10 @@ class StartupTracker:
 
     @staticmethod
     def _entered(phase: StartupPhase, facts: Mapping[str, Any], log_ready: bool) -> bool:
-        return log_ready if phase.ready else any(f in facts for f in phase.enter)
+        if phase.ready:
+            return log_ready
+        return any(f in facts for f in phase.enter) or any(all(f in facts for f in group)
+                                                           for group in phase.enter_together)
 
     def view(self, now: float | None = None) -> Startup:
         now = self.clock() if now is None else now

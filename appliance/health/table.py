@@ -207,6 +207,9 @@ class StartupPhase(_Strict):
     """What the engine is doing, as the container's output and /status say it."""
     enter: list[str] = []
     """Facts whose first sight means the phase has begun (any of them)."""
+    enter_together: list[list[str]] = []
+    """Groups of facts that begin the phase once every fact of one group was seen (a line that means this phase
+    only with another's context: the V2 runner's load line, downloading only when the model is a hub id)."""
     ready: bool = False
     """Entered when the log says this rank is ready (the `readiness:` section) instead of by a fact."""
     done: str | None = None
@@ -222,14 +225,17 @@ class StartupPhase(_Strict):
 
     @model_validator(mode="after")
     def _entered_somehow(self) -> StartupPhase:
-        if bool(self.enter) == self.ready:
+        if bool(self.enter or self.enter_together) == self.ready:
             raise ValueError(f"startup phase {self.id}: give `enter` facts or `ready: true`, not both or neither")
+        if any(not group for group in self.enter_together):
+            raise ValueError(f"startup phase {self.id}: an `enter_together` group names no fact")
         if (self.done is None) != (self.total is None):
             raise ValueError(f"startup phase {self.id}: `done` and `total` come together")
         return self
 
     def facts(self) -> list[str]:
-        return [*self.enter, *(f for f in (self.done, self.total, self.remaining, self.detail) if f)]
+        return [*self.enter, *(f for group in self.enter_together for f in group),
+                *(f for f in (self.done, self.total, self.remaining, self.detail) if f)]
 
 
 class LogTable(_Strict):
