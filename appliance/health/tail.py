@@ -58,7 +58,7 @@ class LogTailer:
     @property
     def pending(self) -> bytes:
         """The partial last line held back so far (what a progress bar is drawing now), left in place."""
-        return self._partial
+        return bytes(self._buf[: self._held]) if self._buf is not None and self._held else b""
 
     def flush(self) -> bytes:
         """The held-back partial last line, for a reader that knows the file is complete."""
