@@ -1,6 +1,7 @@
-"""`appliance gate report RECEIPT... --html FILE` on real receipts: three fresh CPU serves' gate runs (bench, recall
+"""`appliance gate report RECEIPT... --html FILE` on real receipts: three gate runs on a real CPU serve (bench, recall
 over 3 runs, structured output, GSM8K on the local task; trimmed of their per-reply details) and a DSpark serve's
-receipt built from the DeepSeek fixture log's own lines (the only test double here: no SM12x serve runs in CI).
+receipt whose engagement a head exporter read from the DeepSeek fixture log (the only test double here: no SM12x serve
+runs in CI). tests/fixtures/gate/receipts/make_receipts.py writes them.
 The page is opened in headless Chromium (Debian's package) for a screenshot, which must show the page drawn.
 
 APPLIANCE_REPORT_SCREENSHOT=FILE keeps the screenshot (docs/evidence/gate-report/)."""
@@ -31,6 +32,7 @@ def report(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    assert [p.parent.name for p in RECEIPTS] == [*(f"cpu-smoke-run{i}" for i in (1, 2, 3)), "gb10-tp2-dspark-fixture"]
     out = tmp_path_factory.mktemp("report") / "report.html"
     done = report(*RECEIPTS, "--html", out, "--title", "CPU serves and a DSpark fixture")
     assert done.returncode == 0, done.stderr
@@ -39,7 +41,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_page_draws_every_section_from_the_receipts(page: Path) -> None:
     html = unescape(page.read_text())
-    for name in ("serve1", "serve2", "serve3", "gb10-tp2-dspark-fixture"):
+    for name in ("cpu-smoke-run1", "cpu-smoke-run2", "cpu-smoke-run3", "gb10-tp2-dspark-fixture"):
         assert name in html
     assert html.count("<svg") >= 4
     assert "recall per serve (needles found per run)" in html and "GSM8K strict match" in html
