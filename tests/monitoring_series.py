@@ -23,6 +23,7 @@ from appliance.hostmem.metrics import WatchdogCollector
 from appliance.hostmem.sources import Pressure
 from appliance.hostmem.watchdog import WatchState
 from appliance.multinode.fabric_metrics import FabricCollector
+from appliance.multinode.fabric_report import FabricReport
 from appliance.profile.loader import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +71,7 @@ def exporter_metrics(log: Path, tmp: Path, profile: str = "gb10-tp2") -> str:
                                    failures_total={"repetition-loop": 1}))
     exporter = build_exporter(ExporterConfig(load_profile(profile), log, "head", peers={1: peer}, engine_timeout=1,
                                              canary_state=state))
-    report = json.loads(FABRIC_REPORT.read_text().splitlines()[0])
+    report = FabricReport.from_json(json.loads(FABRIC_REPORT.read_text().splitlines()[0]))
     exporter.server.registry.register(WatchdogCollector(_watchdog))
     exporter.server.registry.register(FabricCollector(report))
     try:

@@ -6,38 +6,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import Metric
 
 from appliance.health.startup import Startup
+from appliance.metricfamilies import DescribedCollector, Family
+
+PHASE = Family("gauge", "appliance_startup_phase", "1 for the engine start's current phase, read from the serve log",
+               ("phase",))
+ELAPSED = Family("gauge", "appliance_startup_elapsed_seconds",
+                 "seconds since this engine run's first log line (after ready: the time it took)")
+PHASE_ELAPSED = Family("gauge", "appliance_startup_phase_elapsed_seconds", "seconds in the current start-up phase")
+PROGRESS = Family("gauge", "appliance_startup_progress_ratio",
+                  "the counted phase's fraction done (weights shards, CUDA graphs), 0-1")
+ETA = Family("gauge", "appliance_startup_eta_seconds", "the engine's own estimate of the counted phase's time left")
 
 
-class StartupCollector(Collector):
+class StartupCollector(DescribedCollector):
+    """The start's phase always; its times once the log began; the fraction and estimate while a count runs."""
+
+    FAMILIES = (PHASE, ELAPSED, PHASE_ELAPSED, PROGRESS, ETA)
+
     def __init__(self, startup: Callable[[], Startup | None], phases: tuple[str, ...]) -> None:
         self._startup = startup
         self._phases = phases
 
-    def describe(self) -> list[Metric]:
-        return []  # the count families exist only while a counted phase runs; collect() says what exists
-
     def collect(self) -> Iterator[Metric]:
         s = self._startup()
-        phase = GaugeMetricFamily("appliance_startup_phase",
-                                  "1 for the engine start's current phase, read from the serve log", labels=["phase"])
+        phase = PHASE.new()
         for one in self._phases:
             phase.add_metric([one], 1.0 if s is not None and s.phase == one else 0.0)
         yield phase
         if s is None or s.phase is None:
             return
-        yield GaugeMetricFamily("appliance_startup_elapsed_seconds",
-                                "seconds since this engine run's first log line (after ready: the time it took)",
-                                value=s.elapsed_s)
-        yield GaugeMetricFamily("appliance_startup_phase_elapsed_seconds", "seconds in the current start-up phase",
-                                value=s.phase_elapsed_s)
+        yield ELAPSED.new(s.elapsed_s)
+        yield PHASE_ELAPSED.new(s.phase_elapsed_s)
         if s.fraction is not None:
-            yield GaugeMetricFamily("appliance_startup_progress_ratio",
-                                    "the counted phase's fraction done (weights shards, CUDA graphs), 0-1",
-                                    value=s.fraction)
+            yield PROGRESS.new(s.fraction)
         if s.eta_s is not None:
-            yield GaugeMetricFamily("appliance_startup_eta_seconds",
-                                    "the engine's own estimate of the counted phase's time left", value=s.eta_s)
+            yield ETA.new(s.eta_s)

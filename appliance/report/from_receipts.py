@@ -1,4 +1,6 @@
-"""Receipts (as `gate.receipt.load` reads them back, validated) → what the report draws of each (evidence.py)."""
+"""Receipts (as `gate.receipt.load` reads them back, typed and validated) → what the report draws of each
+(evidence.py). The drawing reads the receipt as its JSON (the model keeps unknown keys): the hardware, the stack and
+the per-check params and metrics it draws are a receipt's free-form parts."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.gate.receipt import check
 from appliance.report.evidence import (
     AcceptancePoint,
     BenchPoint,
@@ -18,6 +19,10 @@ from appliance.report.evidence import (
 
 POSITIONS = 7
 """Draft positions the log-check table reads (spec_pos1_rate ... spec_pos7_rate)."""
+
+
+def check(receipt: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((c for c in receipt["checks"] if c.get("name") == name), None)
 
 
 def _num(value: Any) -> float | None:
@@ -110,5 +115,5 @@ def labels(paths: Sequence[Path], receipts: Sequence[dict[str, Any]]) -> list[st
 def views(paths: Sequence[Path]) -> list[ReceiptView]:
     from appliance.gate.receipt import load
 
-    receipts = [load(p) for p in paths]
+    receipts = [load(p).model_dump(mode="json", by_alias=True) for p in paths]
     return [view(r, str(p), name) for p, r, name in zip(paths, receipts, labels(paths, receipts), strict=True)]
