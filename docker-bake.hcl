@@ -3,7 +3,7 @@
 #
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \
-#     docker buildx bake gpu --push            both platforms -> appliance:gpu-5f6a41486058
+#     docker buildx bake gpu --push            both platforms -> appliance:gpu-3b69d4b67d83
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -25,10 +25,10 @@ variable "TORCH_INDEX_URL" {
   default = ""
 }
 variable "GPU_TAG" {
-  default = "appliance:gpu-5f6a41486058"
+  default = "appliance:gpu-3b69d4b67d83"
 }
 variable "CPU_TAG" {
-  default = "appliance:cpu-5f6a41486058"
+  default = "appliance:cpu-3b69d4b67d83"
 }
 variable "GPU_WHEELHOUSE" {
   default = "build/wheelhouse-gpu"
@@ -43,7 +43,7 @@ target "_lock" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_LOCK_DIGEST      = "5f6a4148605888ecb1cb8dac83c27af6e9accea2c5e145d4a80319cba952269c"
+    APPLIANCE_LOCK_DIGEST      = "3b69d4b67d834b213252a1a99f42a5c586d7b623014d852dfc57c21c35958d91"
     APPLIANCE_STACK            = "sm120-pr-41834-stable-preview-20260809"
     ENGINE_REPO                = "jasl/vllm"
     ENGINE_REF                 = "sm120-pr-41834-stable-preview-20260809"

@@ -50,6 +50,15 @@ class PackagePin(_Strict):
         return f"{self.name}{extras}=={self.version}"
 
 
+class CheckpointPin(_Strict):
+    """A checkpoint's pinned hub commit and where the pin comes from (W1, W2)."""
+
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    """The 40-hex commit `--revision` and `fetch-model` use; null = no pin known (W2 refuses such a profile)."""
+    confirmed: str = Field(min_length=1)
+    """The pin's source: who pins it, or why none is known."""
+
+
 class Lock(_Strict):
     schema_version: int = Field(alias="schema")
     note: str = ""
@@ -61,7 +70,7 @@ class Lock(_Strict):
     packages: list[PackagePin]
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
-    checkpoints: dict[str, dict[str, object]]
+    checkpoints: dict[str, CheckpointPin]
 
     def pins(self, target: Target) -> list[PackagePin]:
         return [p for p in self.packages if target in p.targets]

@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"paths"},  # where the appliance's files are
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
+    {"weights"},  # checkpoint weights: pins, verification on disk (huggingface_hub's cache), the transfer tool
     {"rules"},  # K rules over a profile
     {"hostmem"},  # the host's memory, pressure and kernel log: admission (K23) and the watchdog (K24)
     # Siblings that never import each other: the ServePlan and its views (shell, json, supervisord, k8s);

@@ -43,11 +43,28 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "C2": ("cpu-smoke", ("engine.enforce_eager=false",), "warning", "engine.enforce_eager"),
     "C3": ("cpu-smoke", ("model.checkpoint=deepseek-ai/DeepSeek-V4-Flash-0731", "model.quantization=mxfp4",
                          "cache.kv_dtype=fp8"), "error", "hardware.gpu"),
+    "W1": ("gb10-tp2", (f"model.revision={'f' * 40}",), "warning", "model.revision"),
+}
+# Rules whose pitfall is in the lock, not the profile: the context the rule reads is built with the pitfall.
+FAILING_CONTEXT: dict[str, tuple[str, dict[str, object], str, str]] = {
+    "W2": ("gb10-tp2", {"pins": {}}, "error", "model.revision"),  # a checkpoint the lock does not pin
 }
 
 
 def test_every_registered_rule_has_a_failing_case_here() -> None:
-    assert set(REGISTRY) == set(FAILING)
+    assert set(REGISTRY) == set(FAILING) | set(FAILING_CONTEXT)
+
+
+@pytest.mark.parametrize("rule_id", sorted(FAILING_CONTEXT))
+def test_rule_fires_on_its_pitfall_in_the_lock_with_field_fix_and_reason(rule_id: str) -> None:
+    import dataclasses
+
+    profile, update, severity, field = FAILING_CONTEXT[rule_id]
+    ctx = context_for(load_profile(profile).profile)
+    hits = [f for f in evaluate(dataclasses.replace(ctx, **update)) if f.rule == rule_id]  # type: ignore[arg-type]
+    assert [(h.severity, h.path) for h in hits] == [(severity, field)]
+    assert hits[0].fix and hits[0].reason == REGISTRY[rule_id].reason
+    assert rule_id not in {f.rule for f in evaluate(ctx)}, f"{rule_id} fires on the shipped lock"
 
 
 @pytest.mark.parametrize("rule_id", sorted(FAILING))

@@ -39,8 +39,9 @@ class Hardware(Section):
 class Model(Section):
     checkpoint: str = Field(min_length=1)
     """Hugging Face repository id of the checkpoint (its facts come from profiles/catalogue.yaml or its config.json)."""
-    revision: str | None = None
-    """Pinned revision (commit) of the checkpoint; null = whatever the cache holds."""
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    """Hub commit (40 lowercase hex) overriding the lock's pin (versions.json `checkpoints`); null = the lock's.
+    A branch or tag is refused: it moves. Overriding the validated pin is a warning (W1)."""
     quantization: Literal["mxfp4", "nvfp4", "none"]
     """Expert weight format: MXFP4 (0731 / original), NVFP4 (NVIDIA checkpoints), none (tiny test models)."""
     trust_remote_code: bool = False

@@ -13,6 +13,7 @@ from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profil
 from appliance.profile.topology import Role, role_for
 from appliance.render.launcher import launcher_plan
 from appliance.render.serveplan import Placement, ServePlan, engine_api_url, http_url
+from appliance.weights.pins import revision_for
 
 # Env names in one place: engine behaviour (must reach every rank) and the fabric.
 ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
@@ -38,8 +39,6 @@ def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
     argv = ["vllm", "serve", str(model_dir) if model_dir else p.model.checkpoint]
     served = p.server.served_model_name or (p.model.checkpoint if model_dir else None)
     _flag(argv, "--served-model-name", served)
-    if p.model.revision and not model_dir:
-        _flag(argv, "--revision", p.model.revision)
     if p.model.trust_remote_code:
         argv.append("--trust-remote-code")
     _flag(argv, "--tokenizer-mode", p.server.tokenizer_mode)
@@ -74,6 +73,9 @@ def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
         _flag(argv, "--compilation-config", _compact({"cudagraph_mode": p.engine.cudagraph_mode}))
     if p.engine.fp4_indexer_cache:
         _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
+    if not model_dir:  # a local folder is one revision already; a hub id is fetched at the pin (W1, W2)
+        # vLLM takes the tokenizer at the same revision when --tokenizer-revision is unset (config/model.py)
+        _flag(argv, "--revision", revision_for(p.model.checkpoint, p.model.revision))
     if p.engine.logits_processors:
         argv += ["--logits-processors", *p.engine.logits_processors]
     if p.engine.kv_offload_gib > 0:

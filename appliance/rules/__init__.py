@@ -6,6 +6,7 @@ from appliance.catalogue import CheckpointFacts, load_catalogue
 from appliance.profile.model import Profile
 from appliance.rules import (  # noqa: F401  (registration)
     canary,
+    checkpoint_pin,
     cpu,
     deepseek,
     hardware,

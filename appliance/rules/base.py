@@ -8,8 +8,10 @@ from typing import Literal
 
 from appliance.bounds import show
 from appliance.catalogue import CheckpointFacts, GpuFacts
+from appliance.lock import CheckpointPin
 from appliance.profile.model import Profile
 from appliance.rules.engine_pin import EnginePin, pinned_engine
+from appliance.weights.pins import checkpoint_pins
 
 Severity = Literal["error", "warning"]
 
@@ -36,6 +38,8 @@ class RuleContext:
     gpu: GpuFacts
     engine: EnginePin = field(default_factory=pinned_engine)
     """The engine the lock pins: some rules' severity depends on what it does (K5)."""
+    pins: dict[str, CheckpointPin] = field(default_factory=checkpoint_pins)
+    """The lock's pinned checkpoint revisions (W1, W2)."""
 
     @property
     def is_deepseek(self) -> bool:

@@ -1,6 +1,6 @@
 """The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
 
-    check_profile    locate the checkpoint; validate with its real facts (exit 2 on errors)
+    check_profile    locate the checkpoint and check it complete (W3); validate with its real facts (exit 2 on errors)
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
     resolve_plan     placement (+ fabric address) -> ServePlan, programs made absolute
     join_peers       multi-node: the consistency exchange; the head gets its workers' exporters
@@ -31,7 +31,7 @@ from appliance.health.canary_state import STATE_FILE
 from appliance.lock import lock_digest
 from appliance.multinode.netif import with_host_ip
 from appliance.multinode.rendezvous import Peer, preflight
-from appliance.paths import venv_executable
+from appliance.paths import appliance_home, venv_executable
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.profile.model import Profile
 from appliance.profile.topology import role_for
@@ -43,6 +43,8 @@ from appliance.run.caches import cache_env
 from appliance.run.launchfile import LaunchFile, Program
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.settings import ApplianceSettings
+from appliance.weights.pins import revision_for
+from appliance.weights.stamps import stamp_root
 
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
@@ -105,9 +107,14 @@ class Launch:
 
 
 def check_profile(loaded: LoadedProfile, place: Placement, report: Report) -> Path | None:
-    """The checkpoint's folder when it is on disk; the profile re-validated with its real facts."""
+    """The checkpoint's folder when it is on disk and complete (W3); the profile re-validated with its real facts."""
     profile = loaded.profile
-    model_dir = locate(profile.model.checkpoint, profile.model.revision, place.model_dir)
+    revision = revision_for(profile.model.checkpoint, profile.model.revision)
+    found = locate(profile.model.checkpoint, revision, place.model_dir, stamp_root=stamp_root(appliance_home()),
+                   profile_name=profile.name)  # W3: an incomplete or damaged snapshot is refused here
+    model_dir = found.folder if found else None
+    if found is not None:
+        report(f"appliance run: checkpoint {found.check.summary()}")
     ctx = context_for(profile)
     if model_dir is not None:
         ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
