@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -160,18 +161,19 @@ class FakeHub:
             self._server.server_close()
 
 
-def safetensors_bytes(n: int, fill: int = 7) -> bytes:
-    """A valid safetensors file holding one uint8 tensor of n bytes."""
+def safetensors_bytes(n: int, seed: int = 7) -> bytes:
+    """A valid safetensors file holding one uint8 tensor of n bytes of seeded noise (like weights, no two blocks
+    alike: a delta transfer cannot match a block of one file against another block)."""
     header = json.dumps({"w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
     header += b" " * (-len(header) % 8)
-    return len(header).to_bytes(8, "little") + header + bytes([fill]) * n
+    return len(header).to_bytes(8, "little") + header + random.Random(seed).randbytes(n)
 
 
 def checkpoint_files(shards: int = 3, shard_bytes: int = 300_000, config: dict[str, object] | None = None
                      ) -> dict[str, bytes]:
     """A small checkpoint laid out like a real one: config.json, the safetensors index and its shards."""
     names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
-    files = {name: safetensors_bytes(shard_bytes, fill=i) for i, name in enumerate(names, 1)}
+    files = {name: safetensors_bytes(shard_bytes, seed=i) for i, name in enumerate(names, 1)}
     index = {"metadata": {"total_size": shards * shard_bytes}, "weight_map": {f"layer{i}.w": n for i, n in
                                                                                enumerate(names)}}
     files["model.safetensors.index.json"] = json.dumps(index).encode()

@@ -44,6 +44,7 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "C3": ("cpu-smoke", ("model.checkpoint=deepseek-ai/DeepSeek-V4-Flash-0731", "model.quantization=mxfp4",
                          "cache.kv_dtype=fp8"), "error", "hardware.gpu"),
     "W1": ("gb10-tp2", (f"model.revision={'f' * 40}",), "warning", "model.revision"),
+    "W4": ("cpu-smoke", ("distributed.sync_model=true",), "warning", "distributed.sync_model"),
 }
 # Rules whose pitfall is in the lock, not the profile: the context the rule reads is built with the pitfall.
 FAILING_CONTEXT: dict[str, tuple[str, dict[str, object], str, str]] = {

@@ -1,6 +1,7 @@
 """`appliance run`: the container entrypoint (also usable natively).
 
-Parses, then delegates to appliance.run.launch: check the profile -> doctor (exit 1 on a failed check) ->
+Parses, then delegates to appliance.run.launch: (a worker with distributed.sync_model: the head's snapshot) ->
+check the profile -> doctor (exit 1 on a failed check) ->
 resolve the launch (plan, env, run folder, peers) -> write launch.json + supervisord.conf -> exec supervisord -n.
 """
 
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         describe,
         preflight_host,
         resolve_launch,
+        sync_from_head,
         write_launch,
     )
     from appliance.settings import load_settings
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     loaded = load_from_args(args, settings)
     place = placement_from_args(args, settings)
+    sync_from_head(loaded, place, settings, _stderr)  # distributed.sync_model: a worker's copy comes from the head
     model_dir = check_profile(loaded, place, _stderr)
     if not args.skip_doctor:
         failed = preflight_host(loaded.profile, place, settings, print)

@@ -21,7 +21,8 @@ ENV_GUARD = "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT"
 ENV_SM120_DECODE = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE"
 ENV_SM120_PREFILL = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL"
 ENV_SCRATCH_POOL = "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"  # name unconfirmed by the seed (K6)
-ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL)
+ENV_AOT_COMPILE = "VLLM_USE_AOT_COMPILE"  # vllm/envs.py: use_aot_compile(), default on from torch 2.10
+ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_AOT_COMPILE)
 
 
 def _flag(argv: list[str], name: str, value: object) -> None:
@@ -97,6 +98,14 @@ def engine_env(profile: Profile) -> dict[str, str]:
         env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
     if p.engine.eager_scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
+    if p.hardware.gpu == "cpu" and not p.engine.enforce_eager:
+        # W5: the CPU platform compiles in DYNAMO_TRACE_ONCE mode with torch's own inductor backend
+        # (vllm/platforms/cpu.py: `compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE`), whose AOT artefact
+        # holds a plain function; loading it calls `compiled_fn.finalize_loading` (vllm/compilation/decorators.py,
+        # _try_load_aot_compiled_fn), which fails ("'function' object has no attribute 'finalize_loading'") and every
+        # start recompiles. Without AOT compile the start re-traces and takes inductor's own cache (C++ kernels and
+        # FX graphs in TORCHINDUCTOR_CACHE_DIR): measured cold vs warm in benchmarks/warm_start.py.
+        env[ENV_AOT_COMPILE] = "0"
     if p.hardware.gpu != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
         # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from appliance.bounds import QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
+from appliance.bounds import MODEL_SYNC_PORT_OFFSET, QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
 
@@ -59,3 +59,9 @@ def rendezvous_port(profile: Profile, placement: Placement) -> int:
 
 def qualify_port(profile: Profile, placement: Placement) -> int:
     return (placement.master_port or profile.distributed.master_port) + QUALIFY_PORT_OFFSET
+
+
+def model_sync_port(profile: Profile, placement: Placement) -> int:
+    """Where the head serves its verified snapshot to the workers (distributed.sync_model), and the default port of
+    `appliance sync-model`."""
+    return (placement.master_port or profile.distributed.master_port) + MODEL_SYNC_PORT_OFFSET

@@ -6,13 +6,13 @@ from appliance.catalogue import CheckpointFacts, load_catalogue
 from appliance.profile.model import Profile
 from appliance.rules import (  # noqa: F401  (registration)
     canary,
-    checkpoint_pin,
     cpu,
     deepseek,
     hardware,
     memory,
     model_facts,
     provenance,
+    weights,
 )
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext
 

@@ -1,8 +1,10 @@
 """The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
 
+    sync_from_head   distributed.sync_model, a worker: take the head's verified snapshot first (W4)
     check_profile    locate the checkpoint and check it complete (W3); validate with its real facts (exit 2 on errors)
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
     resolve_plan     placement (+ fabric address) -> ServePlan, programs made absolute
+    serve_snapshot   distributed.sync_model, the head: serve its snapshot read-only while the ranks meet (W4)
     join_peers       multi-node: the consistency exchange; the head gets its workers' exporters
     qualify_fabric   multi-node: this rank's measured link to the head against the profile's floor (K25)
     resolve_launch   the above + run folder, engine env (caches), the exporter's arguments, the canary's watch
@@ -13,13 +15,14 @@ Library code: it reports through the `report` callable it is given and raises Ap
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,7 @@ from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.profile.model import Profile
 from appliance.profile.topology import role_for
 from appliance.render.plan import build_plan
-from appliance.render.serveplan import Placement, ServePlan, engine_api_url
+from appliance.render.serveplan import Placement, ServePlan, engine_api_url, model_sync_port
 from appliance.render.supervisord import RunFiles, render_conf
 from appliance.rules import context_for, require_valid
 from appliance.run.caches import cache_env
@@ -104,6 +107,64 @@ class Launch:
         launch = ["--launch", str(self.launch_file)]
         out = {name: [sys.executable, "-m", "appliance", "exec", *launch, name] for name in self.programs()}
         return out | {EXPORTER: [sys.executable, "-m", "appliance", "exporter", *launch]}
+
+
+def sync_from_head(loaded: LoadedProfile, place: Placement, settings: ApplianceSettings, report: Report) -> None:
+    """distributed.sync_model on a worker whose copy is not complete: fetch what it lacks from the head's snapshot
+    over the fabric (rsync, master port + 3), before anything else; check_profile then checks it on arrival.
+    The head serves while the ranks meet (serve_snapshot), so this waits for it as long as the rendezvous would."""
+    profile = loaded.profile
+    if not profile.distributed.sync_model or role_for(profile, place.node_rank) != "worker":
+        return
+    revision = revision_for(profile.model.checkpoint, profile.model.revision)
+    if revision is None:
+        return  # W2 refuses the profile in check_profile
+    if place.model_dir is not None:
+        report(f"appliance run: model sync skipped: APPLIANCE_MODEL_DIR={place.model_dir} is served as it is")
+        return
+    from appliance.weights.rsync import MODULE_MODEL, SECRET_ENV
+    from appliance.weights.snapshot import check_hub_snapshot
+    from appliance.weights.sync import daemon_peer, pull, wait_for_daemon
+
+    here = check_hub_snapshot(profile.model.checkpoint, revision, stamp_root=stamp_root(appliance_home()))
+    if here.complete:
+        report(f"appliance run: model sync: nothing to fetch, {here.summary()}")
+        return
+    if not place.master_addr:
+        raise ApplianceError("a multi-node serve needs the head's fabric address", field="APPLIANCE_MASTER_ADDR",
+                             fix="set APPLIANCE_MASTER_ADDR on every node to the head's address on the fabric")
+    port = model_sync_port(profile, place)
+    report(f"appliance run: model sync: {here.summary()}; fetching it from the head at {place.master_addr}:{port}")
+    wait_for_daemon(place.master_addr, port, settings.rendezvous_timeout_s)
+    pull(profile.model.checkpoint, revision, daemon_peer(place.master_addr, port, MODULE_MODEL),
+         secret=os.environ.get(SECRET_ENV) or None, report=report)
+
+
+@contextlib.contextmanager
+def serve_snapshot(profile: Profile, plan: ServePlan, place: Placement, model_dir: Path | None,
+                   report: Report) -> Iterator[None]:
+    """distributed.sync_model on the head: its complete snapshot, served read-only on its fabric address while the
+    block runs (the rendezvous: a worker joins it only once its copy arrived). Nothing else is served."""
+    if not profile.distributed.sync_model or plan.role != "head":
+        yield
+        return
+    from appliance.weights.hub import repo_folder
+    from appliance.weights.rsync import MODULE_MODEL, SECRET_ENV, daemon
+
+    storage = repo_folder(profile.model.checkpoint)
+    if model_dir is None or not model_dir.resolve().is_relative_to(storage.resolve()):
+        raise ApplianceError(
+            f"distributed.sync_model: the head has no complete snapshot of {profile.model.checkpoint} in its hub "
+            f"cache ({'APPLIANCE_MODEL_DIR is served instead' if model_dir else 'it is not on disk'})",
+            field="distributed.sync_model", value=True,
+            fix="run `appliance fetch-model` on the head first (and unset APPLIANCE_MODEL_DIR), or turn "
+                "distributed.sync_model off and give every rank its own copy",
+            reason="W4: the workers copy the head's verified snapshot; the head must have one")
+    address = place.master_addr or place.host_ip or "127.0.0.1"
+    with daemon(MODULE_MODEL, storage, address=address, port=model_sync_port(profile, place), writable=False,
+                secret=os.environ.get(SECRET_ENV) or None,
+                report=lambda line: report(f"appliance run: {line}")):
+        yield
 
 
 def check_profile(loaded: LoadedProfile, place: Placement, report: Report) -> Path | None:
@@ -204,7 +265,8 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
     health_port = settings.health_port_for(profile.server.health_port)
     if plan.role != "worker":  # a headless worker serves no API of its own
         check_health_port("APPLIANCE_HEALTH_PORT", health_port, profile.server.port)
-    peers = join_peers(profile, plan, place, settings, health_port)
+    with serve_snapshot(profile, plan, place, model_dir, report):
+        peers = join_peers(profile, plan, place, settings, health_port)
     fabric = qualify_fabric(profile, plan, place, report) if measure_fabric else None
     if not measure_fabric and plan.role != "single":
         report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")

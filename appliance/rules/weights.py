@@ -1,4 +1,4 @@
-"""W1, W2: the checkpoint's weights are pinned like every package.
+"""W1, W2: the checkpoint's weights are pinned like every package; W4: one download shared with every rank.
 
 The lock pins each checkpoint's hub commit (versions.json `checkpoints`); `model.revision` in a profile overrides
 it. A revision other than the validated one is a warning naming both (the weights differ from what was validated);
@@ -41,3 +41,17 @@ def w2_unpinned(ctx: RuleContext, r: Rule) -> list[Finding]:
     return [r.finding("error", "model.revision", None, f"{m.checkpoint} has no pinned revision ({why})",
                       "set model.revision to the 40-hex commit you fetched and verified, or add the pin with its "
                       "source to versions.json `checkpoints`")]
+
+
+@rule("W4", "workers take the head's verified snapshot (distributed.sync_model)",
+      "each rank downloading ~160 GB on its own multiplies the slowest step of a cold start by the rank count; "
+      "the head's copy, checked complete, moves over the fabric incrementally and is checked again on arrival",
+      always,
+      fix="set distributed.sync_model: true on multi-node serves whose ranks have their own storage")
+def w4_sync_single_node(ctx: RuleContext, r: Rule) -> list[Finding]:
+    d = ctx.profile.distributed
+    if not d.sync_model or ctx.profile.hardware.nodes > 1:
+        return []
+    return [r.finding("warning", "distributed.sync_model", True, "a single-node serve has no other rank to copy to",
+                      "set distributed.sync_model: false (or use `appliance sync-model --to` to fill another "
+                      "machine)")]
