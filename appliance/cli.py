@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("appliance.commands.run", "container entrypoint: validate, doctor, render, exec supervisord"),
     "fetch-model": ("appliance.commands.fetch_model", "the profile's pinned checkpoint in the HF cache, verified"),
     "sync-model": ("appliance.commands.sync_model", "copy a verified snapshot to other ranks (rsync), or receive one"),
+    "bundle": ("appliance.commands.bundle", "an offline bundle of a profile: create, verify, apply"),
     "smoke-model": ("appliance.commands.smoke_model", "convert the packaged SmolLM2 GGUF for cpu-smoke"),
     "logscan": ("appliance.commands.logscan", "read a serve log back: facts, expectations, fatal lines"),
     "exporter": ("appliance.commands.exporter", "health exporter: /live /ready /status /metrics"),

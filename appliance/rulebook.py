@@ -55,6 +55,11 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
            "loads a truncated or corrupt shard, and is restarted in a loop",
            "run `appliance fetch-model` (it keeps complete files and fetches the rest again) or `appliance "
            "sync-model` from a rank whose copy is complete; `appliance fetch-model --check` lists every problem"),
+    "W5": ("a warm start loads its compile caches instead of compiling again",
+           "torch.compile, FlashInfer JIT and autotuning cost minutes per start on GPU (about 100 s on the CPU "
+           "build); a cache that does not load makes every start cold, silently",
+           "keep APPLIANCE_HOME/cache (keyed by lock digest + engine digest) across starts, or carry it in a bundle; "
+           "the log check names the engine's reason when a cache does not load"),
     "K25": ("the fabric between ranks is qualified before launch",
             "a fabric that fell back to sockets, or nodes with different NCCL binaries, HCAs or MTU, make NCCL slow "
             "or hang minutes into the serve instead of failing at start",

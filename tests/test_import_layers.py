@@ -35,6 +35,7 @@ LAYERS: list[set[str]] = [
     {"canary"},
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
     {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
+    {"bundle"},  # the offline bundle: checkpoint, image, wheelhouse, caches and lock, made and applied
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program

@@ -36,8 +36,37 @@ def cache_key(lock_digest: str, engine_digest: str) -> str:
     return f"{lock_digest[:12]}-{engine_digest[:12]}"
 
 
+def cache_dir(lock_digest: str, engine_digest: str, root: Path | None = None) -> Path:
+    """The folder of one stack + engine configuration's caches (one subfolder per tool, CACHE_ENV)."""
+    return (root or appliance_home() / "cache") / cache_key(lock_digest, engine_digest)
+
+
+def inventory(folder: Path) -> dict[str, tuple[int, int]]:
+    """relative path -> (size, mtime_ns) of every file under `folder`: what the caches hold, so that two
+    inventories say what a start wrote (a warm start that compiled nothing writes nothing new)."""
+    out: dict[str, tuple[int, int]] = {}
+    if not folder.is_dir():
+        return out
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            st = path.stat()
+            out[path.relative_to(folder).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def written(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """Per tool subfolder (vllm, inductor, ...): (files, bytes) created or rewritten between two inventories."""
+    out: dict[str, tuple[int, int]] = {}
+    for rel, (size, mtime) in after.items():
+        if before.get(rel) != (size, mtime):
+            sub = rel.split("/", 1)[0]
+            files, total = out.get(sub, (0, 0))
+            out[sub] = (files + 1, total + size)
+    return out
+
+
 def cache_env(lock_digest: str, engine_digest: str, root: Path | None = None) -> dict[str, str]:
-    base = (root or appliance_home() / "cache") / cache_key(lock_digest, engine_digest)
+    base = cache_dir(lock_digest, engine_digest, root)
     env = {}
     for var, sub in CACHE_ENV.items():
         path = base / sub
