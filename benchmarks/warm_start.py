@@ -79,14 +79,15 @@ def appliance_start(label: str, base: Path, model: Path, timeout: float, home: P
 def engine_default_start(label: str, base: Path, model: Path, timeout: float) -> dict[str, Any]:
     """Bare `vllm serve` with the appliance's argv and keyed caches, under vLLM's default AOT compile (the
     behaviour before W5's fix)."""
-    from appliance.run.caches import cache_env, inventory, written
+    from appliance.run.caches import cache_dir, cache_env, inventory, written
 
     plan = json.loads(subprocess.run([str(BIN / "appliance"), "render", "cpu-smoke", "--set", COMPILE_ON,
                                       "--format", "json"], capture_output=True, text=True, check=True,
                                      env={**os.environ, "APPLIANCE_MODEL_DIR": str(model)}).stdout)
-    caches = base / "engine-default-cache"
-    env = {**os.environ, **plan["env"], **cache_env("engine", "default", caches), "VLLM_USE_AOT_COMPILE": "1",
+    root = base / "engine-default-cache"
+    env = {**os.environ, **plan["env"], **cache_env("engine", "default", root), "VLLM_USE_AOT_COMPILE": "1",
            "HF_HUB_OFFLINE": "1"}
+    caches = cache_dir("engine", "default", root)
     port = free_port()
     log = base / f"{label}.log"
     before = inventory(caches)

@@ -95,6 +95,18 @@ def test_a_stamp_stops_vouching_once_the_file_is_rewritten(fetched: Path, tmp_pa
     assert check.complete and (check.hashed, check.vouched) == (1, 4)
 
 
+def test_bit_rot_under_an_unchanged_file_is_found_only_when_rehashing(fetched: Path, tmp_path: Path) -> None:
+    path = blob(fetched, SHARD2)
+    st = path.stat()
+    with path.open("r+b") as fh:  # in place: same inode, same size
+        fh.seek(5000)
+        fh.write(b"\x00\x00\x00\x00")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old date: nothing on disk says it changed
+    assert check_hub_snapshot(REPO, REV, fetched, stamp_root=tmp_path / "stamps").complete  # the stamp vouches
+    rehashed = check_hub_snapshot(REPO, REV, fetched, stamp_root=None)  # `fetch-model --check --rehash`
+    assert [(p.path, p.kind) for p in rehashed.problems] == [(SHARD2, "hash")]
+
+
 def test_fetch_fetches_only_the_damaged_files_again(hub: FakeHub, fetched: Path, tmp_path: Path) -> None:
     with blob(fetched, SHARD2).open("r+b") as fh:
         fh.truncate(10)

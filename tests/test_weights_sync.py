@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from appliance.errors import ApplianceError
 from appliance.weights.fetch import fetch
@@ -252,3 +254,22 @@ def test_the_launch_step_gives_a_worker_the_heads_snapshot_before_the_ranks_meet
     assert str(arrived.folder) in launch["programs"]["vllm"]["argv"]  # the worker serves its own, verified copy
     assert not wait_for(lambda: subprocess.run(["bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{master + 3}"],
                                                check=False).returncode == 0, 1, 0.2)  # the head stopped serving
+
+
+# --- any PEER a user may type -------------------------------------------------------------------------------------
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+@given(spec=st.one_of(st.text(max_size=40), st.builds(lambda h, p: f"{h}:{p}", st.sampled_from(
+    ["10.1.0.2", "fd00::2", "[fd00::2]", "head-1", "a b", "", "-x"]), st.integers(-5, 70000)),
+    st.sampled_from(["/abs/dir", "rel/dir", "rsync://h/x", "[fd00::1]:873", "h:", ":1", "h:1:2"])))
+def test_a_peer_is_an_rsync_daemon_or_an_absolute_folder_or_refused_naming_the_flag(spec: str) -> None:
+    try:
+        peer = parse_peer(spec, 29504, MODULE_HUB)
+    except ApplianceError as exc:
+        assert exc.field == "--to" and exc.fix
+        return
+    if spec.startswith("/"):
+        assert peer.url == spec.rstrip("/") + "/" and not peer.is_daemon
+    else:
+        assert peer.is_daemon and peer.url.startswith("rsync://appliance@") and peer.url.endswith(f"/{MODULE_HUB}/")
+        assert "\n" not in peer.url and " " not in peer.url

@@ -21,6 +21,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="check the snapshot on disk (sizes and hashes against the hub's listing); download "
                              "nothing; exit 1 when it is incomplete")
     parser.add_argument("--json", action="store_true", help="with --check: the result as JSON")
+    parser.add_argument("--rehash", action="store_true",
+                        help="with --check: hash every file again, trusting no earlier hashing (a disk suspected of "
+                             "bit rot; a file rewritten since is always hashed again)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         from appliance.weights.snapshot import check_hub_snapshot
 
-        check = check_hub_snapshot(checkpoint, revision, stamp_root=stamps)
+        check = check_hub_snapshot(checkpoint, revision, stamp_root=None if args.rehash else stamps)
         if args.json:
             print(json.dumps({"checkpoint": checkpoint, "revision": revision, "complete": check.complete,
                               "folder": str(check.folder) if check.folder else None, "listing": check.listing,

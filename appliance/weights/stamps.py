@@ -3,7 +3,7 @@
 A stamp records a file's identity on disk (device, inode, size, mtime in ns) with the digest it was found to have.
 While the identity holds, the file has not been rewritten and its digest stands; anything that touches the file
 (a re-download, a copy, a truncation, rsync replacing it) changes the identity and the file is hashed again. Stamps
-live per host under APPLIANCE_HOME/verified/ and are never copied with the weights: on another rank every file is
+live per host under APPLIANCE_HOME/cache/verified/ and are never copied with the weights: on another rank every file is
 a new file and is hashed on arrival.
 """
 
@@ -65,5 +65,7 @@ class StampBook:
 
 
 def stamp_root(home: Path) -> Path:
-    return home / "verified"
+    """Under the cache folder, the one the images keep on a volume (compose's compile-cache, Kubernetes' appliance
+    home): a re-created container does not read the weights again."""
+    return home / "cache" / "verified"
 
