@@ -229,3 +229,16 @@ def test_a_killed_download_is_reported_interrupted_refused_by_run_and_completed_
 def test_fetch_model_never_downloads_an_unpinned_revision(tmp_path: Path) -> None:
     done = appliance(_env(tmp_path, None), "fetch-model", "cpu-smoke", "--set", "model.revision=main")
     assert done.returncode == 2 and "model.revision" in done.stderr
+
+
+def test_scan_cache_dir_names_an_older_revision_still_on_disk(fetched: Path) -> None:
+    from appliance.weights.snapshot import cached_revisions
+
+    older = "01d" + "0" * 37
+    with FakeHub() as other:
+        other.add(FakeRepo(REPO, older, checkpoint_files(shards=1, shard_bytes=2000)))
+        fetch(REPO, older, cache=fetched, endpoint=other.url, report=lambda _: None)
+    revisions, corrupt = cached_revisions(REPO, fetched)
+    assert [r.commit for r in revisions] == sorted([REV, older]) and corrupt == []
+    blob(fetched, SHARD2).unlink()  # huggingface_hub's own scan calls the repository corrupt now
+    assert cached_revisions(REPO, fetched)[1]

@@ -48,20 +48,27 @@ def run(args: argparse.Namespace) -> int:
     assert revision is not None  # W2 refused an unpinned checkpoint above
     stamps = stamp_root(appliance_home())
     if args.check:
-        from appliance.weights.snapshot import check_hub_snapshot
+        from appliance.weights.snapshot import cached_revisions, check_hub_snapshot
 
         check = check_hub_snapshot(checkpoint, revision, stamp_root=None if args.rehash else stamps)
+        others, corrupt = cached_revisions(checkpoint)
+        others = [r for r in others if r.commit != revision]
         if args.json:
             print(json.dumps({"checkpoint": checkpoint, "revision": revision, "complete": check.complete,
                               "folder": str(check.folder) if check.folder else None, "listing": check.listing,
                               "files": check.files, "bytes": check.total_bytes, "hashed": check.hashed,
                               "vouched": check.vouched,
                               "problems": [{"path": p.path, "kind": p.kind, "detail": p.detail}
-                                           for p in check.problems]}, indent=1))
+                                           for p in check.problems],
+                              "other_revisions": [{"commit": r.commit, "size_on_disk": r.size_on_disk,
+                                                   "refs": list(r.refs)} for r in others],
+                              "cache_scan_warnings": corrupt}, indent=1))
         else:
             print(check.summary())
             for problem in check.problems:
                 print(f"  {problem.kind:11} {problem.render()}")
+            for r in others:  # an older pin's snapshot: its blobs stay until deleted (`hf cache delete`)
+                print(f"  also cached: {r.commit} ({r.size_on_disk:,} bytes on disk), not the pinned revision")
         return 0 if check.complete else 1
     if hf_offline():
         raise ApplianceError(f"HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']}: this machine is set not to reach the hub",

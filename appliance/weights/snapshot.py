@@ -290,3 +290,27 @@ def check_folder(checkpoint: str, revision: str | None, folder: Path, *, deep: b
     listing = hub_listing(Path(tree_cache_folder_for_local_dir(str(folder))), revision) if revision else None
     return _check(checkpoint, revision, folder, listing, "the hub's listing recorded by a local_dir download",
                   deep=deep, stamp_root=stamp_root, blobs=None)
+
+
+@dataclass(frozen=True)
+class CachedRevision:
+    commit: str
+    size_on_disk: int
+    refs: tuple[str, ...]
+
+
+def cached_revisions(checkpoint: str, cache: Path | None = None) -> tuple[list[CachedRevision], list[str]]:
+    """Every revision of `checkpoint` huggingface_hub's `scan_cache_dir` finds in the cache (an older pin's
+    snapshot keeps its blobs until deleted), and what the scan found corrupt in this repository's folder."""
+    from huggingface_hub import scan_cache_dir
+
+    cache = cache or hf_hub_cache()
+    if not cache.is_dir():
+        return [], []
+    info = scan_cache_dir(cache)
+    revisions = [CachedRevision(r.commit_hash, r.size_on_disk, tuple(sorted(r.refs)))
+                 for repo in info.repos if repo.repo_id == checkpoint and repo.repo_type == "model"
+                 for r in sorted(repo.revisions, key=lambda r: r.commit_hash)]
+    folder = repo_folder(checkpoint, cache).name
+    corrupt = [str(w) for w in info.warnings if folder in str(w)]
+    return revisions, corrupt
