@@ -146,6 +146,10 @@ def build() -> list[RuleEntry]:
                             "arrival")]
     entry("W4").enforced.append(Enforcement("run", "appliance run: a worker fetches what it lacks from the head's "
                                                    "snapshot (rsync, master port + 3) before the rendezvous"))
+    entry("W5").enforced += [
+        Enforcement("run", "the CPU plan compiles with VLLM_USE_AOT_COMPILE=0 (the CPU build's AOT artefact never "
+                           "loads); the caches are keyed by lock + engine digest under APPLIANCE_HOME/cache"),
+        Enforcement("bundle", "appliance bundle carries the keyed caches to another machine")]
     return sorted(entries.values(), key=lambda r: _key(r.id))
 
 
