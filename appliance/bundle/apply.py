@@ -90,6 +90,16 @@ class Applied:
 
 
 def apply(bundle: Path, *, load_image: bool = True, report: Report = print) -> Applied:
+    try:
+        return _apply(bundle, load_image, report)
+    except OSError as exc:  # a full disk, a read-only folder: said, not a traceback
+        raise ApplianceError(f"applying {bundle} failed: {exc.strerror or exc}: {exc.filename or ''}",
+                             field="BUNDLE", value=str(bundle),
+                             fix="free space (or fix the permissions) where APPLIANCE_HOME and HF_HOME point, then "
+                                 "apply again: parts already placed are kept") from None
+
+
+def _apply(bundle: Path, load_image: bool, report: Report) -> Applied:
     manifest, problems = verify(bundle)
     if problems:
         shown = "\n    ".join(f"{p.path}: {p.detail}" for p in problems[:8])
@@ -111,8 +121,7 @@ def apply(bundle: Path, *, load_image: bool = True, report: Report = print) -> A
         _load_image(bundle, manifest, report)
     ckpt = manifest.checkpoint
     if ckpt.layout == "hub":
-        cache = hf_hub_cache()
-        cache.mkdir(parents=True, exist_ok=True)
+        cache = make_dir(hf_hub_cache(), "HF_HOME")
         src = bundle / ckpt.path
         placed = _merge_tree(src, cache / src.name)
         where = cache / src.name

@@ -27,7 +27,7 @@ from appliance import __version__
 from appliance.bundle.manifest import MANIFEST, Checkpoint, Component, Image, Manifest, as_json, hash_all
 from appliance.errors import ApplianceError
 from appliance.lock import load_lock, lock_digest
-from appliance.paths import appliance_home, data_root, versions_path
+from appliance.paths import appliance_home, data_root, make_dir, versions_path
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.run.caches import cache_dir, cache_key
 from appliance.run.model_location import Located, locate
@@ -145,12 +145,17 @@ def create(loaded: LoadedProfile, out: Path, sources: Sources, *, overrides: lis
     partial = out.with_name(out.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
-    partial.mkdir(parents=True)
+    make_dir(partial, "--out")
     try:
         manifest = _write(loaded, partial, found, revision, sources, overrides, report)
         if out.exists():
             out.rmdir()
         partial.rename(out)
+    except OSError as exc:  # a full disk, a folder not writable: nothing half-written is left
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ApplianceError(f"bundle create failed: {exc.strerror or exc}: {exc.filename or ''}", field="--out",
+                             value=str(out), fix="free space where --out is (or choose another folder) and create "
+                             "it again") from None
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

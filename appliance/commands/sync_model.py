@@ -92,14 +92,13 @@ def receive(checkpoint: str, revision: str, listen: str, port: int, allow: list[
     import signal
     import time
 
-    from appliance.paths import appliance_home
+    from appliance.paths import appliance_home, make_dir
     from appliance.weights.hub import hf_hub_cache
     from appliance.weights.rsync import MODULE_HUB, daemon
     from appliance.weights.snapshot import check_hub_snapshot
     from appliance.weights.stamps import stamp_root
 
-    cache = hf_hub_cache()
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = make_dir(hf_hub_cache(), "HF_HOME")
     stop = {"now": False}
 
     def _stop(signum: int, frame: object) -> None:

@@ -56,12 +56,18 @@ class StampBook:
         if self._stamps.pop(name, None) is not None:
             self._dirty = True
 
-    def save(self) -> None:
+    def save(self) -> bool:
+        """Write the stamps; False when they cannot be written (a read-only home): the next check hashes again,
+        which costs time, never correctness."""
         if not self._dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, {"folder": str(self.folder), "stamps": self._stamps})
+            return True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.path, {"folder": str(self.folder), "stamps": self._stamps})
+        except OSError:
+            return False
         self._dirty = False
+        return True
 
 
 def stamp_root(home: Path) -> Path:

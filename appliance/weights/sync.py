@@ -28,6 +28,7 @@ from pathlib import Path
 
 from appliance.bounds import check_host, check_port
 from appliance.errors import ApplianceError
+from appliance.paths import make_dir
 from appliance.weights.hub import repo_folder
 from appliance.weights.rsync import AUTH_USER, MODULE_HUB, MODULE_MODEL, RsyncStats, run_rsync, transfer_args
 from appliance.weights.snapshot import SnapshotCheck, check_hub_snapshot
@@ -149,8 +150,7 @@ def pull(checkpoint: str, revision: str, source: Peer, *, cache: Path | None = N
     """Fetch `checkpoint`@`revision` from a peer serving its repository folder (module `model`) into this node's
     hub cache: first the listing and the snapshot's links, then the blobs those links name. Returns the figures of
     both steps together; the caller verifies the result (the arrival check)."""
-    storage = repo_folder(checkpoint, cache)
-    storage.mkdir(parents=True, exist_ok=True)
+    storage = make_dir(repo_folder(checkpoint, cache), "HF_HOME")
     what = f"sync of {checkpoint}@{revision} from {source.spec}"
     args = transfer_args(checksum=checksum)
     with tempfile.TemporaryDirectory(prefix="appliance-sync-") as tmp:
