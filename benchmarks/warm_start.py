@@ -66,7 +66,8 @@ def appliance_start(label: str, base: Path, model: Path, timeout: float, home: P
     started = time.monotonic()
     serve = start_serve(base / f"run-{label}", model, COMPILE_ON, env=env)
     try:
-        if not wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=timeout, interval=0.5):
+        if not wait_for(lambda: serve.proc.poll() is not None or http_ok(f"{serve.url}/health"), timeout=timeout,
+                        interval=0.5) or serve.proc.poll() is not None:
             raise RuntimeError(f"{label}: not ready in {timeout:g} s:\n{serve.output.read_text()[-3000:]}")
         ready = time.monotonic() - started
     finally:

@@ -29,8 +29,9 @@ def start(label: str, base: Path, model: Path, caches: Path) -> tuple[dict[str, 
     before = inventory(caches)
     serve = start_serve(base / f"run-{label}", model, COMPILE_ON)
     try:
-        ready = wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=600, interval=1)
-        assert ready, f"{label} start never got ready:\n{serve.output.read_text()[-4000:]}"
+        wait_for(lambda: serve.proc.poll() is not None or http_ok(f"{serve.url}/health"), timeout=600, interval=1)
+        assert serve.proc.poll() is None and http_ok(f"{serve.url}/health"), \
+            f"{label} start never got ready:\n{serve.output.read_text()[-4000:]}"
     finally:
         serve.stop()
     facts = scan_file(serve.run_dir / "vllm.log", load_table())
