@@ -31,6 +31,7 @@ def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile
         cpu_image: str, smoke_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     assert shutil.which("unshare") and shutil.which("ip"), "unshare and ip are needed (scripts/test.sh installs them)"
     connected = tmp_path / "connected"
+    connected.mkdir()
     # A first serve on the connected machine leaves its keyed caches (vLLM's model inspection, ...) to carry.
     serve = start_serve(connected / "run", smoke_model_dir)
     try:
