@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 import textwrap
 import time
 from pathlib import Path
@@ -49,6 +50,9 @@ def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile
     assert made.returncode == 0, made.stderr
     docker("image", "rm", tag)  # the offline machine has no such image until apply loads it
     manifest = json.loads((bundle / "manifest.json").read_text())
+    with tarfile.open(bundle / manifest["image"]["archive"]) as archive:  # `docker save` writes an OCI image layout
+        names = set(archive.getnames())
+    assert {"oci-layout", "index.json"} <= names, sorted(names)[:10]
     offline = tmp_path / "offline"
     script = textwrap.dedent(f"""\
         set -u
