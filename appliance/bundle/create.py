@@ -101,8 +101,9 @@ def _model(found: Located, checkpoint: str, revision: str | None, out: Path) -> 
                 paths.append(f"{base}/{rel}")
         layout = "folder"
     total = sum((out / p).stat().st_size for p in paths if not (out / p).is_symlink())
-    return Checkpoint(id=checkpoint, revision=revision, layout=layout, path=base, files=len(paths), bytes=total), \
-        paths, known
+    # A folder is no hub commit (a prepared model is converted locally): it carries no revision.
+    return Checkpoint(id=checkpoint, revision=revision if layout == "hub" else None, layout=layout, path=base,
+                      files=len(paths), bytes=total), paths, known
 
 
 def _docker(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
