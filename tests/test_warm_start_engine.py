@@ -14,10 +14,8 @@ import pytest
 
 from appliance.health.scan import scan_file
 from appliance.health.table import load_table
-from appliance.lock import lock_digest
 from appliance.profile import load_profile
-from appliance.profile.loader import engine_digest
-from appliance.run.caches import cache_dir, inventory, written
+from appliance.run.caches import inventory, profile_cache_dir, written
 from tests.conftest import http_ok, start_serve, wait_for
 from tests.tinymodel import make_tiny_llama
 
@@ -41,7 +39,7 @@ def start(label: str, base: Path, model: Path, caches: Path) -> tuple[dict[str, 
 def test_a_second_start_loads_its_compile_caches_and_compiles_nothing(smoke_model_dir: Path, tmp_path: Path) -> None:
     model = make_tiny_llama(smoke_model_dir, tmp_path / "tiny-llama")
     profile = load_profile("cpu-smoke", cli_overrides=[COMPILE_ON]).profile
-    caches = cache_dir(lock_digest(), engine_digest(profile), tmp_path / "home" / "cache")  # start_serve's home
+    caches = profile_cache_dir(profile, tmp_path / "home" / "cache")  # start_serve's home
     cold, cold_facts = start("cold", tmp_path, model, caches)
     assert cold.get("inductor", (0, 0))[0] > 0, f"the cold start compiled nothing into the caches: {cold}"
     warm, warm_facts = start("warm", tmp_path, model, caches)

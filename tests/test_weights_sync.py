@@ -28,7 +28,7 @@ from appliance.weights.fetch import fetch
 from appliance.weights.rsync import MODULE_HUB, PARTIAL_DIR, RsyncStats, daemon
 from appliance.weights.snapshot import check_hub_snapshot
 from appliance.weights.sync import parse_peer, push
-from tests.conftest import ROOT, free_port, wait_for
+from tests.conftest import ROOT, free_port, master_port, wait_for
 from tests.hubdouble import FakeHub, FakeRepo, checkpoint_files
 
 REPO = "org/tiny"
@@ -228,7 +228,7 @@ def test_a_receiving_daemon_open_to_anyone_is_refused(tmp_path: Path) -> None:
 
 def test_the_launch_step_gives_a_worker_the_heads_snapshot_before_the_ranks_meet(smol_head: Path,
                                                                                   tmp_path: Path) -> None:
-    master = free_port()
+    master = master_port()  # the head serves its snapshot on master + 3: reserved with it
     overrides = "distributed.sync_model=true"
 
     def rank(home: Path, n: int, host: str) -> subprocess.Popen[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from appliance.bundle.manifest import Manifest, Problem, load_manifest, verify_files
 from appliance.errors import ApplianceError
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.paths import appliance_home, make_dir
 from appliance.run.caches import cache_dir
 from appliance.run.model_location import locate, prepared_model_dir
@@ -107,15 +107,15 @@ def _apply(bundle: Path, load_image: bool, report: Report) -> Applied:
                              field="BUNDLE", value=str(bundle),
                              fix="copy the bundle again from where it was made (or create it again)",
                              reason="a damaged part would be served, or fail minutes into a start")
-    here = lock_digest()
+    here = channel_lock(manifest.channel, manifest.target).digest
     if manifest.lock_digest != here:
         raise ApplianceError(
-            f"bundle {bundle} was made for lock {manifest.lock_digest[:12]} ({manifest.stack}); this appliance runs "
-            f"{here[:12]}", field="versions.json", value=here[:12],
+            f"bundle {bundle} was made for channel {manifest.channel} at lock {manifest.lock_digest[:12]}; "
+            f"this appliance's {manifest.channel} is {here[:12]}", field="versions.json", value=here[:12],
             fix="apply it with the appliance of the bundle's lock (its image: docker run … appliance bundle apply), "
                 "or create a bundle with this one",
-            reason="the compile caches and the image are keyed by the lock: another lock would start cold, or "
-                   "another stack")
+            reason="the compile caches and the image are keyed by the channel's lock: another lock would start "
+                   "cold, or another stack")
     home = make_dir(appliance_home(), "APPLIANCE_HOME")
     if manifest.image is not None and load_image:
         _load_image(bundle, manifest, report)

@@ -26,7 +26,7 @@ from pathlib import Path
 from appliance import __version__
 from appliance.bundle.manifest import MANIFEST, Checkpoint, Component, Image, Manifest, as_json, hash_all
 from appliance.errors import ApplianceError
-from appliance.lock import load_lock, lock_digest
+from appliance.lock import channel_lock
 from appliance.paths import appliance_home, data_root, make_dir, versions_path
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.run.caches import cache_dir, cache_key
@@ -47,10 +47,11 @@ class Sources:
     wheelhouse: Path | None
 
 
-def default_image(target: str) -> str:
+def default_image(channel: str) -> str:
+    """The tag the image build gives the channel's image (appliance:<channel>-<its lock digest 12>)."""
     from appliance.container.buildargs import image_tag
 
-    return image_tag(json.loads(versions_path().read_text()), target)
+    return image_tag(json.loads(versions_path().read_text()), channel)
 
 
 def default_wheelhouse(target: str) -> Path | None:
@@ -167,7 +168,9 @@ def _write(loaded: LoadedProfile, out: Path, found: Located, revision: str | Non
            overrides: list[str], report: Report) -> Manifest:
     profile = loaded.profile
     target = profile.hardware.target
-    lock, digest, engine = load_lock(), lock_digest(), engine_digest(profile)
+    # Keyed like the serve's caches (run/launch.py): by the profile's channel, so another channel's edit keeps it.
+    lock = channel_lock(profile.engine.channel, target)
+    digest, engine = lock.digest, engine_digest(profile)
     report(f"bundle: checkpoint {found.check.summary()}")
     ckpt, paths, known = _model(found, profile.model.checkpoint, revision, out)
     shutil.copy2(versions_path(), out / "versions.json")
@@ -207,7 +210,7 @@ def _write(loaded: LoadedProfile, out: Path, found: Located, revision: str | Non
     manifest = Manifest.model_validate({
         "schema": 1, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "appliance": __version__,
         "profile": profile.name, "overrides": overrides, "profile_digest": loaded.digest, "engine_digest": engine,
-        "lock_digest": digest, "stack": lock.stack, "target": target, "checkpoint": ckpt, "image": image,
+        "lock_digest": digest, "channel": lock.name, "target": target, "checkpoint": ckpt, "image": image,
         "wheelhouse": Component(path="wheelhouse", files=len(wheel_paths), bytes=size("wheelhouse/"))
         if sources.wheelhouse is not None else None,
         "caches": Component(path=f"caches/{key}", files=len(cache_paths), bytes=size("caches/"), note=note),

@@ -72,7 +72,9 @@ class Manifest(_Strict):
     profile_digest: str
     engine_digest: str
     lock_digest: str
-    stack: str
+    """The digest of the profile's channel (appliance.lock.ChannelLock.digest): the caches' key, the image's."""
+    channel: str
+    """The profile's engine channel (versions.json `channels`)."""
     target: Literal["gpu", "cpu"]
     checkpoint: Checkpoint
     image: Image | None

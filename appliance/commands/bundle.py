@@ -21,7 +21,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--out", type=Path, help="the bundle folder to write (new or empty)")
     create.add_argument("--estimate", action="store_true", help="print the bundle's size and make nothing")
     image = create.add_mutually_exclusive_group()
-    image.add_argument("--image", help="the image to save (default: the lock's tag for the profile's target)")
+    image.add_argument("--image", help="the image to save (default: the tag the build gives the profile's channel)")
     image.add_argument("--no-image", action="store_true", help="leave the image out")
     house = create.add_mutually_exclusive_group()
     house.add_argument("--wheelhouse", type=Path, help="the wheelhouse to carry (default: build/wheelhouse-TARGET)")
@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
                              fix="give the folder to write the bundle into")
     from appliance.bounds import check_text
     from appliance.bundle.create import Sources, create, default_image, default_wheelhouse
+    from appliance.lock import channel_lock
 
     check_text("--out", str(args.out), max_bytes=4096)
     target = loaded.profile.hardware.target
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise ApplianceError(f"--wheelhouse {wheelhouse} is not a folder", field="--wheelhouse",
                              value=str(wheelhouse), fix="give the folder of wheels the image was built from")
-    image = None if args.no_image else (args.image or default_image(target))
+    channel = channel_lock(loaded.profile.engine.channel, target).name
+    image = None if args.no_image else (args.image or default_image(channel))
     manifest = create(loaded, args.out, Sources(image=image, wheelhouse=wheelhouse),
                       overrides=[*settings.overrides(), *args.overrides], model_dir=settings.model_dir)
     print(f"bundle {args.out}: {manifest.profile}, {len(manifest.files)} files, {manifest.total_bytes:,} bytes "

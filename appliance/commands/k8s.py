@@ -29,7 +29,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.container.buildargs import image_tag
-    from appliance.lockfile import canonical_digest, load
+    from appliance.lockfile import channel_digest, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests
     from appliance.render.k8s_names import check_options
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     require_valid(context_for(loaded.profile), "no manifests rendered")
     lock = load(versions_path())
     opts = K8sOptions(
-        image=args.image or image_tag(lock, loaded.profile.hardware.target),  # the tag the image build gives
+        image=args.image or image_tag(lock, str(loaded.profile.engine.channel)),  # the tag the image build gives
         namespace=args.namespace, name=args.name, secret=args.secret,
         hf_cache_claim=args.hf_cache_pvc, appliance_cache_claim=args.cache_pvc,
         fabric_ifname=args.fabric_ifname, shm_size=args.shm_size, rdma_resource=args.rdma,
@@ -49,5 +49,6 @@ def run(args: argparse.Namespace) -> int:
         overrides=(*settings.overrides(), *args.overrides),
     )
     check_options(opts, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1)  # before any output
-    print(dump(render_manifests(loaded.profile, opts, canonical_digest(lock), loaded.digest), args.format), end="")
+    digest = channel_digest(lock, str(loaded.profile.engine.channel))
+    print(dump(render_manifests(loaded.profile, opts, digest, loaded.digest), args.format), end="")
     return 0

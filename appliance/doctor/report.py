@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -123,14 +125,22 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
     return out or [Check("engine", "ok", "no vLLM engine running")]
 
 
-def check_versions(profile: Profile) -> list[Check]:
-    from appliance.lock import check, load_lock
+def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> list[Check]:
+    """The installed stack against the profile's channel; in an image (APPLIANCE_CHANNEL set) that image's channel
+    must be the profile's: another channel's engine would serve a profile its rules were not judged for."""
+    from appliance.lock import CHANNEL_ENV, channel_lock, check
 
-    target = profile.hardware.target
-    drifts = check(load_lock(), target)
+    env = os.environ if env is None else env
+    ch = channel_lock(profile.engine.channel, profile.hardware.target)
+    image = env.get(CHANNEL_ENV)
+    if image and image != ch.name:
+        return [Check("versions", "fail", f"this image is channel {image} but profile {profile.name} runs channel "
+                                          f"{ch.name}: run the image of {ch.name} (appliance channels), or set "
+                                          f"engine.channel: {image}")]
+    drifts = check(ch)
     if not drifts:
-        return [Check("versions", "ok", f"installed {target} stack matches versions.json")]
-    return [Check("versions", "fail", d.message) for d in drifts]
+        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json")]
+    return [Check("versions", "fail", f"channel {ch.name}: {d.message}") for d in drifts]
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,

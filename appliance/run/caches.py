@@ -10,8 +10,12 @@ and shared: weights do not depend on the stack.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.paths import appliance_home, make_dir
+
+if TYPE_CHECKING:
+    from appliance.profile.model import Profile
 
 # env var -> subfolder; each tool reads its own variable.
 CACHE_ENV = {
@@ -39,6 +43,15 @@ def cache_key(lock_digest: str, engine_digest: str) -> str:
 def cache_dir(lock_digest: str, engine_digest: str, root: Path | None = None) -> Path:
     """The folder of one stack + engine configuration's caches (one subfolder per tool, CACHE_ENV)."""
     return (root or appliance_home() / "cache") / cache_key(lock_digest, engine_digest)
+
+
+def profile_cache_dir(profile: Profile, root: Path | None = None) -> Path:
+    """The caches a serve of `profile` uses: keyed by its channel's lock (an edit of another channel keeps them
+    warm, run/launch.py) and its engine digest. Bundles and the warm-start measurement name the same folder."""
+    from appliance.lock import channel_lock
+    from appliance.profile.loader import engine_digest
+
+    return cache_dir(channel_lock(profile.engine.channel, profile.hardware.target).digest, engine_digest(profile), root)
 
 
 def inventory(folder: Path) -> dict[str, tuple[int, int]]:
