@@ -69,7 +69,7 @@ def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile
         echo "ANSWER $(curl -fsS http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
             -d '{{"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 4}}')"
         kill -TERM $serve; wait $serve
-        echo "ROUTES $(ip route show | wc -l) $(ip -6 route show | grep -vc '^\(::1\|fe80\)' || true)"
+        echo "ROUTES $(ip route show | wc -l) $(ip -6 route show | grep -vcE '^(::1|fe80)' || true)"
         """)
     try:
         done = subprocess.run(["unshare", "--net", "bash", "-c", script], capture_output=True, text=True,
