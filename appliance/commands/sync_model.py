@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.bounds import check_host, check_port
     from appliance.errors import ApplianceError
     from appliance.paths import appliance_home
-    from appliance.render.serveplan import Placement, model_sync_port
+    from appliance.placement import Placement, resolve_placement
     from appliance.rules import context_for, require_valid
     from appliance.settings import load_settings
     from appliance.weights.pins import revision_for
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = profile.model.checkpoint
     revision = revision_for(checkpoint, profile.model.revision)
     assert revision is not None  # W2 above
-    port = check_port("--port", args.port) if args.port is not None else model_sync_port(
-        profile, Placement(master_port=settings.master_port))
+    port = check_port("--port", args.port) if args.port is not None else resolve_placement(
+        profile, Placement(master_port=settings.master_port)).model_sync_port
     secret = os.environ.get(SECRET_ENV) or None
     if args.bwlimit is not None and args.bwlimit <= 0:
         raise ApplianceError(f"--bwlimit={args.bwlimit}: not a positive KiB/s", field="--bwlimit",
