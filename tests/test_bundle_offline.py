@@ -1,7 +1,7 @@
 """The offline bundle end to end on the CPU smoke profile, with the network cut off.
 
 On this (connected) machine: `appliance bundle create cpu-smoke` with the real CPU image (`docker save`), its
-wheelhouse, the prepared smoke model and the caches a first serve left. Then, inside a network namespace made
+wheelhouse and the prepared smoke model. Then, inside a network namespace made
 here with only a loopback interface (`unshare --net`): `bundle verify`, `bundle apply` into an empty home (the
 image `docker load`ed again under its tag: the Docker engine is reached over its Unix socket, no network), and
 `appliance run cpu-smoke` from `offline.env` (HF_HUB_OFFLINE=1) answering a completion on loopback; the loaded
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, http_ok, start_serve, wait_for
+from tests.conftest import BIN
 from tests.container_tools import docker
 from tests.test_container_engine import cpu_image  # noqa: F401  (the session's CPU image, built once)
 
@@ -33,12 +33,8 @@ def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile
     assert shutil.which("unshare") and shutil.which("ip"), "unshare and ip are needed (scripts/test.sh installs them)"
     connected = tmp_path / "connected"
     connected.mkdir()
-    # A first serve on the connected machine leaves its keyed caches (vLLM's model inspection, ...) to carry.
-    serve = start_serve(connected / "run", smoke_model_dir)
-    try:
-        assert wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=240, interval=2), serve.output.read_text()
-    finally:
-        serve.stop()
+    # No first serve here (CI time): carrying warm caches is tests/test_bundle.py's and the warm-start benchmark's
+    # (`--from-bundle`); this test is the image, the checkpoint and the serve with the network cut off.
     tag = f"appliance-bundle-test:{int(time.time())}"  # a tag of its own: apply must bring it back by loading
     docker("tag", cpu_image, tag)
     bundle = tmp_path / "bundle"
@@ -65,7 +61,7 @@ def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile
         docker run --rm --network none {tag} appliance versions --check >/dev/null 2>&1; echo "IMAGE rc=$?"
         PATH={BIN}:$PATH {BIN}/appliance run --run-dir {offline}/run > {offline}/serve.out 2>&1 &
         serve=$!
-        for i in $(seq 1 240); do curl -fsS http://127.0.0.1:8000/health >/dev/null 2>&1 && break; sleep 1; done
+        for i in $(seq 1 600); do curl -fsS http://127.0.0.1:8000/health >/dev/null 2>&1 && break; sleep 1; done
         echo "ANSWER $(curl -fsS http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
             -d '{{"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 4}}')"
         kill -TERM $serve; wait $serve
@@ -94,4 +90,4 @@ def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile
         Path(report).write_text(json.dumps({"total_bytes": manifest["total_bytes"], "parts": sizes,
                                             "files": len(manifest["files"]), "create_s": round(create_s, 1)},
                                            indent=1))
-    assert sizes["image"] > 10**9 and sizes["model"] > 10**8 and sizes["caches"] > 0
+    assert sizes["image"] > 10**9 and sizes["model"] > 10**8
