@@ -55,6 +55,12 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
                         "engine.accept_scratch_pool_corruption_risk=true"), "error", "engine.eager_scratch_pool"),
     "W1": ("gb10-tp2", (f"model.revision={'f' * 40}",), "warning", "model.revision"),
     "W4": ("cpu-smoke", ("distributed.sync_model=true",), "warning", "distributed.sync_model"),
+    "X1": ("cpu-smoke", ("engine.extra_args=[--chat-templat, x]",), "error", "engine.extra_args"),
+    "X2": ("cpu-smoke", ("engine.extra_args=[--max-model-len, '99']",), "error", "engine.extra_args"),
+    "X3": ("cpu-smoke", ("engine.extra_env.VLLM_USE_V2_MODEL_RUNNER=1",), "error",
+           "engine.extra_env.VLLM_USE_V2_MODEL_RUNNER"),
+    "X4": ("cpu-smoke", ("engine.extra_args=[--seed, '-1']",), "error", "engine.extra_args"),
+    "X5": ("cpu-smoke", ("engine.extra_env.NCCL_IB_GID_INDEX=3",), "warning", "engine.extra_env"),
 }
 # Rules whose pitfall is in the lock, not the profile: the context the rule reads is built with the pitfall.
 FAILING_CONTEXT: dict[str, tuple[str, dict[str, object], str, str]] = {
