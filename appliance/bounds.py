@@ -195,6 +195,13 @@ def check_http_url(field: str, value: str) -> str:
     return value
 
 
+def api_base_url(value: str) -> str:
+    """The serve's base URL as the appliance joins paths to it: an OpenAI client's base URL (`…/v1`) taken as well,
+    so `--url http://host:8000/v1` never becomes `…/v1/v1/models`."""
+    base = value.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
 def check_ifname(field: str, value: str) -> str:
     """A Linux interface name: 1-15 bytes, not `.`/`..`, no `/`, `:` or whitespace (the kernel's dev_valid_name)."""
     check_text(field, value, max_bytes=256)
