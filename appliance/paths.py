@@ -106,10 +106,16 @@ def read_capped(path: Path, field: str, max_bytes: int, what: str = "file") -> b
     return data
 
 
-
 def write_json_atomic(path: Path, data: object, *, indent: int = 1) -> None:
     """The old name of `appliance.safe_write.write_json`, kept only so code written before the one writer landed
     still runs through it (the same refusals, nothing left behind). New code calls `write_json` with its `field`."""
     from appliance.safe_write import write_json
 
     write_json(path, data, field=str(path), indent=indent)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """The old name of `appliance.safe_write.write_file` (see write_json_atomic)."""
+    from appliance.safe_write import write_file
+
+    write_file(path, text, field=str(path))

@@ -3,10 +3,10 @@ before the appliance echoes it, prints it, writes it to a file or puts it in a m
 only), so a probe-like command can use it for free.
 
 What becomes `***`:
-- the values of the secret environment variables (HF_TOKEN, VLLM_API_KEY) wherever they appear, also in their
-  escaped forms (as `repr()` and JSON write a backslash, a quote or U+200B);
-- the argument after a secret-named flag: `--api-key X`, `--api-keys X`, `--hf-token=X`, `--api-key "X"`,
-  `--api-key 'X'`, and the list form `['--api-key', 'X']`;
+- the values of the secret environment variables (HF_TOKEN, VLLM_API_KEY, APPLIANCE_SYNC_SECRET) wherever they
+  appear, also in their escaped forms (as `repr()` and JSON write a backslash, a quote or U+200B);
+- the argument after a secret-named flag: `--api-key X`, `--api-keys X`, `--hf-token=X`, `--token X`,
+  `--api-key "X"`, `--api-key 'X'`, and the list form `['--api-key', 'X']`;
 - the value of a key that names a secret: `token=X`, `tokens=X`, `api_key: X`, `HF_TOKEN=X`, `"password": "X"`,
   and a list of them, `"api_key": ['X', 'Y']` (vLLM's own `non-default args:` line);
 - an Authorization header's credentials (`Authorization: Bearer X`, `Authorization: Basic X`, `Authorization:X`),
@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY")
+SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY", "APPLIANCE_SYNC_SECRET")
 MASK = "***"
 MIN_SECRET = 4
 """Env values shorter than this are not searched for: masking every `1` in a text hides nothing and garbles all."""

@@ -79,7 +79,8 @@ class CanaryClient:
         reply = await self._request("GET", "/v1/models")
         if reply.status != 200:
             raise ApplianceError(f"{self.base_url}/v1/models answered HTTP {reply.status}", field="--url",
-                                 value=self.base_url, fix="point --url at an OpenAI-compatible serve (no /v1)")
+                                 value=self.base_url,
+                                 fix="point --url at an OpenAI-compatible serve (with or without /v1)")
         try:
             data = reply.json_object().get("data")
             if not isinstance(data, list):

@@ -15,7 +15,7 @@ from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe
 from appliance.health.expect import Judge
 from appliance.health.metrics import make_registry
-from appliance.health.monitor import ExporterIdentity, HostSections, Monitor
+from appliance.health.monitor import ExporterIdentity, HostSections, Monitor, Snapshot
 from appliance.health.peers import PeerWatch, compared_facts
 from appliance.health.server import (
     CONNECTION_TIMEOUT_S,
@@ -26,6 +26,7 @@ from appliance.health.server import (
     probe_socket_name,
     serve,
 )
+from appliance.health.startup_metrics import StartupCollector
 from appliance.health.tail import LogTailer
 from appliance.health.verdicts import Verdicts
 from appliance.profile.loader import LoadedProfile
@@ -119,9 +120,11 @@ def _follower(config: ExporterConfig) -> Callable[[], tuple[Judge, ExporterIdent
 
 
 def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.monotonic,
-                   context: HealthContext | None = None, host: HostSections | None = None) -> Exporter:
+                   context: HealthContext | None = None, host: HostSections | None = None,
+                   report: Callable[[Snapshot], None] | None = None) -> Exporter:
     """Raises OSError when the port (or the probe socket of that port) cannot be bound; the command names it. `host`:
-    what the host side (memory watchdog, fabric report) adds to each poll."""
+    what the host side (memory watchdog, fabric report) adds to each poll; `report`: told each new snapshot
+    (health/events.py)."""
     ctx = context or HealthContext.load(config.loaded, config.table)
     identity = identity_of(config, config.loaded, ctx)
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
@@ -131,7 +134,7 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     canary = (lambda: read_state(state_file)) if state_file else None  # a small file: read each poll
     monitor = Monitor(judge=ctx.judge(config.role), tailer=LogTailer(config.log), identity=identity, clock=clock,
                       engine=engine, progress_window=config.progress_window, peers=peers, host=host, canary=canary,
-                      follow=_follower(config) if config.follow else None)
+                      follow=_follower(config) if config.follow else None, report=report)
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
@@ -142,6 +145,8 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
         registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity, verdicts.ready)
         if canary:
             registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
+        registry.register(StartupCollector(lambda: monitor.snapshot.startup,
+                                           tuple(p.id for p in ctx.table.startup)))
         server = HealthServer((config.host, config.port), verdicts, registry, policy=policy)
         probe = ProbeServer(probe_socket_name(server.server_address[1]), verdicts,
                             policy=policy) if config.probe_socket else None

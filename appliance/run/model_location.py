@@ -1,4 +1,5 @@
-"""Where the checkpoint is, and the facts read from it (config.json, the safetensors index).
+"""Where the checkpoint is (checked complete on disk, W3), and the facts read from it (config.json, the safetensors
+index).
 
 When the checkpoint is on disk, K2/K3/K20 use its real `dspark_block_size`, MTP layers and
 `total_size` rather than the catalogue's figures.
@@ -7,30 +8,19 @@ When the checkpoint is on disk, K2/K3/K20 use its real `dspark_block_size`, MTP 
 from __future__ import annotations
 
 import contextlib
-import os
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from appliance.catalogue import CheckpointFacts
 from appliance.errors import ApplianceError
 from appliance.paths import appliance_home
+from appliance.weights.hub import hf_home, hf_hub_cache, hf_offline, repo_folder
+from appliance.weights.snapshot import SnapshotCheck, check_folder, check_hub_snapshot, resume_hint
 
-MAX_CONFIG_BYTES = 16 << 20
-"""A checkpoint's config.json is KiBs."""
-MAX_INDEX_BYTES = 256 << 20
-"""A weight index lists every tensor: MBs for DeepSeek-V4."""
-
-
-def hf_home() -> Path:
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-
-
-def hf_offline(*names: str) -> bool:
-    """Whether HF_HUB_OFFLINE (or another of `names`) is set the way huggingface_hub reads it: 1/true/yes/on."""
-    return any(os.environ.get(n, "").strip().lower() in ("1", "true", "yes", "on") for n in ("HF_HUB_OFFLINE", *names))
-
-
-def hf_hub_cache() -> Path:
-    return Path(os.environ.get("HF_HUB_CACHE") or hf_home() / "hub")
+__all__ = ["Located", "hf_home", "hf_hub_cache", "hf_offline", "in_hf_cache", "locate", "prepared_model_dir",
+           "read_facts"]
 
 
 def prepared_model_dir(checkpoint: str) -> Path:
@@ -38,36 +28,29 @@ def prepared_model_dir(checkpoint: str) -> Path:
     return appliance_home() / "models" / checkpoint.split("/")[-1]
 
 
-def in_hf_cache(checkpoint: str, revision: str | None, cache: Path | None = None) -> Path | None:
-    """The snapshot folder of `checkpoint` in the HF cache (layout models--org--name/snapshots/REV)."""
-    repo = (cache or hf_hub_cache()) / f"models--{checkpoint.replace('/', '--')}"
-    if not repo.is_dir():
-        return None
-    rev = revision
-    if rev is None:
-        ref = repo / "refs" / "main"
-        rev = _ref(ref)
-    if rev is None:
-        return None
-    snapshot = repo / "snapshots" / rev
-    return snapshot if (snapshot / "config.json").is_file() else None
+@dataclass(frozen=True)
+class Located:
+    """A checkpoint found on disk, and what its check found (complete, or `locate` would have refused it)."""
+
+    folder: Path
+    check: SnapshotCheck
+    origin: Literal["APPLIANCE_MODEL_DIR", "hub cache", "prepared"]
 
 
-def _ref(ref: Path) -> str | None:
-    """The revision a cache ref names (a commit hash); None for anything else (a FIFO, a folder, a path)."""
-    import re
-
-    from appliance.paths import read_capped
-
-    try:
-        text = read_capped(ref, "HF cache", 4096, "cache ref").decode("ascii", "replace").strip()
-    except ApplianceError:
-        return None
-    return text if re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", text) else None
+def in_hf_cache(checkpoint: str, revision: str, cache: Path | None = None) -> bool:
+    """Whether anything of `revision` is in the hub cache: its snapshot folder, or the listing huggingface_hub
+    records when a download of it starts (a download cut before the first file landed leaves only that)."""
+    repo = repo_folder(checkpoint, cache)
+    return (repo / "snapshots" / revision).is_dir() or (repo / "trees" / f"{revision}.json").is_file()
 
 
-def locate(checkpoint: str, revision: str | None, model_dir: Path | None) -> Path | None:
-    """APPLIANCE_MODEL_DIR, else the HF cache, else a model the appliance prepared; None = not on disk."""
+def locate(checkpoint: str, revision: str | None, model_dir: Path | None, *, cache: Path | None = None,
+           deep: bool = True, stamp_root: Path | None = None, profile_name: str | None = None) -> Located | None:
+    """APPLIANCE_MODEL_DIR, else the hub cache at `revision`, else a model the appliance prepared; None = not on
+    disk. `cache` is the hub cache (None: HF_HUB_CACHE / HF_HOME's). What is found is checked (W3): an incomplete or
+    damaged one is refused (ApplianceError, exit 2) with what is missing and how to resume, never returned. `deep`
+    hashes the files (stamps skip those hashed before)."""
+    resume = resume_hint(profile_name)
     if model_dir is not None:
         if not (model_dir / "config.json").is_file():
             raise ApplianceError(
@@ -77,23 +60,32 @@ def locate(checkpoint: str, revision: str | None, model_dir: Path | None) -> Pat
                     "HF cache",
                 reason="the engine would start, fail to load and be restarted in a loop",
             )
-        return model_dir
-    found = in_hf_cache(checkpoint, revision)
-    if found:
-        return found
+        check = check_folder(checkpoint, revision, model_dir, deep=deep, stamp_root=stamp_root)
+        if not check.complete:
+            raise check.refusal(f"complete the folder APPLIANCE_MODEL_DIR={model_dir} (copy what is named again), "
+                                "or unset it to use the HF cache")
+        return Located(model_dir, check, "APPLIANCE_MODEL_DIR")
+    if revision is not None and in_hf_cache(checkpoint, revision, cache):
+        check = check_hub_snapshot(checkpoint, revision, cache, deep=deep, stamp_root=stamp_root)
+        if not check.complete or check.folder is None:
+            raise check.refusal(resume)
+        return Located(check.folder, check, "hub cache")
     prepared = prepared_model_dir(checkpoint)
-    return prepared if (prepared / "config.json").is_file() else None
+    if (prepared / "config.json").is_file():
+        check = check_folder(checkpoint, None, prepared, deep=deep, stamp_root=stamp_root)
+        if not check.complete:
+            raise check.refusal(f"prepare it again (remove {prepared} and run `appliance smoke-model`)")
+        return Located(prepared, check, "prepared")
+    return None
 
 
 def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     """Facts from the checkpoint's own files; what they do not say keeps the catalogue's value."""
-    from appliance.jsonstrict import load_file
-
-    # The checkpoint's own files, read strictly and bounded (a FIFO or a 10 GB file there must not stall a start).
-    config = load_file(model_dir / "config.json", "APPLIANCE_MODEL_DIR", MAX_CONFIG_BYTES, "checkpoint config.json")
-    if not isinstance(config, dict):
-        raise ApplianceError(f"{model_dir}/config.json is not a JSON object", field="APPLIANCE_MODEL_DIR",
-                             value=str(model_dir), fix="re-download the checkpoint")
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ApplianceError(f"{model_dir}/config.json is unreadable: {exc}", field="model_dir",
+                             value=str(model_dir), fix="re-download the checkpoint") from None
     from appliance.profile.checkpoint_facts import mtp_heads_from_index, quantization_from_config
 
     block = config.get("dspark_block_size")
@@ -102,8 +94,8 @@ def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     size = fallback.size_bytes
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        with contextlib.suppress(ApplianceError, ValueError, KeyError, TypeError, AttributeError):
-            data = load_file(index, "APPLIANCE_MODEL_DIR", MAX_INDEX_BYTES, "weight index")
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+            data = json.loads(index.read_text())
             size = int(data["metadata"]["total_size"])
             mtp = mtp_heads_from_index(data["weight_map"].keys())  # the seed's evidence, not config.json
     else:
