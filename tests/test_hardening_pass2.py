@@ -297,10 +297,14 @@ def test_a_hostile_versions_json_is_exit_2_for_every_command_never_a_hang(data_r
 
 
 def test_a_launch_file_without_an_argv_is_exit_2_in_exec(tmp_path: Path) -> None:
-    launch = {"schema": 1, "profile": {"name": "p", "digest": "d", "source": "s", "resolved": {}}, "role": "single",
-              "node_rank": 0, "programs": {"vllm": {"argv": [], "env": {}}}, "exporter_args": []}
+    from appliance.placement import resolve_placement
+    from appliance.profile.loader import load_profile
+    from appliance.run.launchfile import ExporterSection, LaunchFile, Program
+
     path = tmp_path / "launch.json"
-    path.write_text(json.dumps(launch))
+    place = resolve_placement(load_profile("cpu-smoke").profile)
+    section = ExporterSection(log=tmp_path / "vllm.log", port=9400, host="0.0.0.0", role="single", engine_url=None)
+    LaunchFile("p", "d", "s", {}, place, {"vllm": Program([])}, section).write(path)
     code, _, err = cli("exec", "--launch", str(path), "vllm")
     assert code == 2 and "argv must be a non-empty list" in err
     os.unlink(path)
