@@ -101,3 +101,19 @@ def test_a_section_without_evidence_says_so() -> None:
     page = unescape(render([view("only a verdict", checks=(CheckRow("structured", "pass", "4/4"),))]))
     assert "no receipt carries bench rows" in page and "no receipt carries a recall or a GSM8K check" in page
     assert "no receipt's serve drafted" in page
+
+
+def test_category_labels_are_shortened_to_their_slot_and_keep_the_full_name_as_a_tooltip() -> None:
+    from appliance.report.svg import TICK_CHAR_PX, Chart
+
+    names = ["cpu-smoke-run1", "cpu-smoke-run2", "cpu-smoke-run3", "gb10-tp2-dspark-fixture"]
+    chart = Chart("bench tg16", names, 0, 30, width=420)
+    ticks = [t for t in parse(chart.render()).iter(f"{SVG}text") if t.get("class") == "tick" and t.find(f"{SVG}title")
+             is not None]
+    assert [t.find(f"{SVG}title").text for t in ticks] == names  # type: ignore[union-attr]
+    for tick in ticks:
+        assert len(tick.text or "") * TICK_CHAR_PX <= chart.slot(), tick.text
+    assert ticks[-1].text.endswith("…") and names[-1].startswith(ticks[-1].text[:-1])  # type: ignore[union-attr]
+    wide = Chart("bench tg16", names, 0, 30, width=1400)
+    assert [t.text for t in parse(wide.render()).iter(f"{SVG}text") if t.get("class") == "tick"
+            and t.find(f"{SVG}title") is not None] == names

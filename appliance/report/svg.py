@@ -159,9 +159,10 @@ class Chart:
         parts += self._body
         parts.append(f'<line x1="{self.left}" x2="{self.width - self.right}" y1="{bottom}" y2="{bottom}" '
                      f'class="axisline"/>')
+        fits = max(4, min(24, int(self.slot() / TICK_CHAR_PX) - 1))  # a label never runs into its neighbour's
         for i, name in enumerate(self.categories):
             parts.append(f'<text x="{self.x(i):.1f}" y="{bottom + 16}" text-anchor="middle" class="tick">'
-                         f'{escape(_short(name))}<title>{escape(name)}</title></text>')
+                         f'{escape(_short(name, fits))}<title>{escape(name)}</title></text>')
         x, y = self.left, self.height - 30
         for kind, color, label in self._legend:
             step = 26 + 6.4 * len(label)
@@ -175,5 +176,10 @@ class Chart:
         return "".join(parts)
 
 
+TICK_CHAR_PX = 6.6
+"""The widest a character of the page's 11 px tick font draws (system sans-serif), in px."""
+
+
 def _short(text: str, limit: int = 24) -> str:
+    """At most `limit` characters: the start, then … (the full name is the label's tooltip)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
