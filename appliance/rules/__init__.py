@@ -15,6 +15,7 @@ from appliance.rules import (  # noqa: F401  (registration)
     passthrough,
     pitfalls,
     provenance,
+    weights,
 )
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext
 
