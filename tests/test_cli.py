@@ -92,3 +92,12 @@ def test_fetch_model_offline_says_how_to_get_the_checkpoint_instead_of_a_traceba
                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
     assert r.returncode == 2 and "HF_HUB_OFFLINE=1" in r.stderr and "APPLIANCE_MODEL_DIR" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_help_says_what_the_tool_does_in_whole_sentences(capsys) -> None:
+    from appliance.cli import main
+
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert "Serve DeepSeek-V4-Flash on NVIDIA SM12x" in out and "and gate it." in out
+    assert "Each subcommand lives" not in out  # the module's docstring is for developers

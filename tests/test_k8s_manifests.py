@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from copy import deepcopy
@@ -289,3 +290,11 @@ def test_the_command_takes_rdma_mode_and_gpu_products() -> None:
     assert expr["values"] == ["NVIDIA-DGX-Spark"]
     custom = cli("gb10-tp2", "--rdma", "rdma/hca_shared_devices_a")
     assert "rdma/hca_shared_devices_a" in custom.stdout
+
+
+def test_yaml_output_has_no_anchors_or_aliases_and_reads_back_equal() -> None:
+    """The LWS leader and worker templates share values: PyYAML would write them once as &id001 and refer back."""
+    docs = manifests("gb10-tp2")
+    text = k8s.dump(docs, "yaml")
+    assert not re.search(r"[&*]id\d{3}", text)
+    assert list(yaml.safe_load_all(text)) == docs

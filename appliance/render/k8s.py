@@ -338,4 +338,12 @@ def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profi
 def dump(manifests: list[Manifest], fmt: Literal["yaml", "json"]) -> str:
     if fmt == "json":
         return json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}, indent=2) + "\n"
-    return yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)
+    return yaml.dump_all(manifests, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No anchors and aliases (`&id001` / `*id001`) where two pod templates share a value: kubectl reads them, but a
+    person reading or diffing the manifests, and many tools that template them, do not."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
