@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from appliance import __version__
 
@@ -21,7 +22,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "channels": ("appliance.commands.channels", "engine channels: each a locked engine line and its facts; diff A B"),
     "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift; --suggest a profile"),
     "run": ("appliance.commands.run", "container entrypoint: validate, doctor, render, exec supervisord"),
-    "fetch-model": ("appliance.commands.fetch_model", "download a profile's checkpoint into the HF cache"),
+    "fetch-model": ("appliance.commands.fetch_model", "the profile's pinned checkpoint in the HF cache, verified"),
+    "sync-model": ("appliance.commands.sync_model", "copy a verified snapshot to other ranks (rsync), or receive one"),
+    "bundle": ("appliance.commands.bundle", "an offline bundle of a profile: create, verify, apply"),
     "smoke-model": ("appliance.commands.smoke_model", "convert the packaged SmolLM2 GGUF for cpu-smoke"),
     "logscan": ("appliance.commands.logscan", "read a serve log back: facts, expectations, fatal lines"),
     "exporter": ("appliance.commands.exporter", "health exporter: /live /ready /status /metrics"),
@@ -30,6 +33,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("appliance.commands.gate", "acceptance gate against a running serve, writing a receipt"),
     "canary": ("appliance.commands.canary", "one round of golden checks: is the serve's text still right?"),
 }
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse echoes a refused value ("invalid int value: '…'"): a token pasted into the wrong flag would be
+    printed. Its messages pass the one redaction (masked, escaped) first; every subcommand's parser is this class."""
+
+    def error(self, message: str) -> NoReturn:
+        from appliance.redact import clip
+
+        super().error(clip(message, 2000))
 
 
 DESCRIPTION = ("Serve DeepSeek-V4-Flash on NVIDIA SM12x (GB10 / DGX Spark, RTX PRO 6000, RTX 5090): pick a profile "
@@ -41,7 +54,7 @@ PASSTHROUGH_COMMANDS = ("render", "run")
 
 
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="appliance", description=DESCRIPTION)
+    parser = _Parser(prog="appliance", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"appliance {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

@@ -7,7 +7,6 @@ messages because each of them fails in its own, non-obvious way.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +47,15 @@ class PackagePin(_Strict):
     def requirement(self) -> str:
         extras = f"[{','.join(self.extras)}]" if self.extras else ""
         return f"{self.name}{extras}=={self.version}"
+
+
+class CheckpointPin(_Strict):
+    """A checkpoint's pinned hub commit and where the pin comes from (W1, W2)."""
+
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    """The 40-hex commit `--revision` and `fetch-model` use; null = no pin known (W2 refuses such a profile)."""
+    confirmed: str = Field(min_length=1)
+    """The pin's source: who pins it, or why none is known."""
 
 
 class UpstreamBase(_Strict):
@@ -139,9 +147,11 @@ class Lock(_Strict):
     channels: dict[str, ChannelLock]
     tools: list[PackagePin] = []
     """Installed on the test machine beside the engine, never in an image, never checked there."""
+    images: dict[str, dict[str, str]] = {}
+    """Images of no engine channel: `monitoring` (Prometheus, Grafana) for compose's monitoring profile."""
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
-    checkpoints: dict[str, dict[str, object]]
+    checkpoints: dict[str, CheckpointPin]
 
     @model_validator(mode="after")
     def _defaults_exist(self) -> Lock:
@@ -174,13 +184,19 @@ class Lock(_Strict):
         return self.default_cpu_channel if target == "cpu" else self.default_channel
 
 
+MAX_LOCK_BYTES = 4 << 20
+"""versions.json is a few KiB."""
+
+
 @cache
 def _read(path: Path) -> tuple[Lock, str]:
-    try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the version lock {path}: {exc}", value=str(path)) from None
+    from appliance.jsonstrict import load_file
+
+    # Read strictly and bounded: every command reads the lock, so a FIFO, a huge or a deeply nested file under the
+    # data root is exit 2 naming it, never a hang or a traceback in all of them.
+    original = data = load_file(path, "versions.json", MAX_LOCK_BYTES, "version lock")
+    if not isinstance(data, dict):
+        raise ApplianceError(f"{path}: a version lock is a JSON object, not a {type(data).__name__}", value=str(path))
     try:
         for name, ch in (data.get("channels") or {}).items():
             if isinstance(ch, dict):  # the name and digest are the key's and the content's, never written twice
@@ -189,7 +205,7 @@ def _read(path: Path) -> tuple[Lock, str]:
         lock = Lock.model_validate(data)
     except (ValidationError, KeyError, TypeError) as exc:
         raise ApplianceError(f"{path}: malformed version lock: {exc}", value=str(path)) from None
-    return lock, canonical_digest(json.loads(raw))  # the image labels use the same function
+    return lock, canonical_digest(original)  # the image labels use the same function
 
 
 def load_lock(path: Path | None = None) -> Lock:

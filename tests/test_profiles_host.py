@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.commands.profiles import host_report
-from appliance.doctor.fit import Host, fit, read_host, recommend
+from appliance.doctor.fit import Host, fit, host_report, read_host, recommend
 from appliance.doctor.gpu import GpuInfo, GpuProbe
 from appliance.profile import list_profiles, load_profile
 

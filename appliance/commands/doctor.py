@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.settings import load_settings
 
     if args.suggest:
-        from appliance.commands.profiles import host_report
+        from appliance.doctor.fit import host_report
 
         return host_report(args.json)
     settings = load_settings()

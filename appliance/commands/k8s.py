@@ -22,6 +22,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rdma", nargs="?", const="rdma/rdma_shared_device_a", metavar="RESOURCE",
                         help="RDMA mode for multi-node NCCL over IB/RoCE: host network, IPC_LOCK and one RDMA "
                              "device-plugin RESOURCE per pod (default %(const)s)")
+    parser.add_argument("--monitoring", action="store_true",
+                        help="also a PodMonitor scraping both ports (exporter and vLLM) and a PrometheusRule with the "
+                             "appliance's alert rules (prometheus-operator, e.g. kube-prometheus-stack)")
     parser.add_argument("--gpu-product", action="append", metavar="LABEL",
                         help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the "
                              "profile GPU's product names)")
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         namespace=args.namespace, name=args.name, secret=args.secret,
         hf_cache_claim=args.hf_cache_pvc, appliance_cache_claim=args.cache_pvc,
         fabric_ifname=args.fabric_ifname, shm_size=args.shm_size, rdma_resource=args.rdma,
-        gpu_products=tuple(args.gpu_product or ()),
+        gpu_products=tuple(args.gpu_product or ()), monitoring=args.monitoring,
         overrides=(*settings.overrides(), *args.overrides),
     )
     check_options(opts, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1)  # before any output

@@ -91,7 +91,8 @@ def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str,
     name, status, why = req.profile, None, ""
     if not name:  # ask the running serve which profile it runs
         status, error = exporter_status(exporter_url)
-        name = ((status or {}).get("profile") or {}).get("name")
+        profile = (status or {}).get("profile")
+        name = profile.get("name") if isinstance(profile, dict) and isinstance(profile.get("name"), str) else None
         why = error or "its /status names no profile"
     if not name:
         raise ApplianceError(f"no profile given and none could be read from the health exporter at {exporter_url} "
@@ -103,16 +104,17 @@ def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str,
 def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) -> str | None:
     """A local folder holding the tokenizer: --tokenizer, the checkpoint on disk, or the folder vLLM serves."""
     from appliance.run.model_location import locate
+    from appliance.weights.pins import revision_for
 
     if req.tokenizer:
         return req.tokenizer
     m = loaded.profile.model
     try:
-        found = locate(m.checkpoint, m.revision, req.model_dir)
+        found = locate(m.checkpoint, revision_for(m.checkpoint, m.revision), req.model_dir, deep=False)
     except ApplianceError:
         found = None
     if found:
-        return str(found)
+        return str(found.folder)
     root = next((x.get("root") for x in engine["models"] if x.get("root")), None)
     return root if root and Path(root).is_dir() else None
 
@@ -141,7 +143,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     except ServeError as exc:
         raise ApplianceError(f"no serve answers at {url}: {exc}", field="--url", value=url,
                              fix="start one (appliance run) or point --url at its API server") from None
-    served = [str(m["id"]) for m in engine["models"] if m.get("id")]
+    served = [m["id"] for m in engine["models"] if m.get("id")]
     if not served:
         raise ApplianceError(f"{url}/v1/models lists no model", field="--url", value=url)
     name = profile.server.served_model_name

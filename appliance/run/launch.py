@@ -1,12 +1,14 @@
 """The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
 
     run_files        the run folder, checked (supervisor reads its name) and created, once
-    check_profile    locate the checkpoint; validate with its real facts (exit 2 on errors)
+    sync_from_head   distributed.sync_model, a worker: take the head's verified snapshot first (W4)
+    check_profile    locate the checkpoint and check it complete (W3); validate with its real facts (exit 2 on errors)
     resolve_place    this node's placement, resolved once against the profile (+ the fabric address, the located
                      checkpoint), every value with its origin (appliance/placement.py)
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
     resolve_launch   ServePlan (programs made absolute) + the consistency exchange (multi-node; the head gets its
-                     workers' exporters) + the fabric qualification (K25) + engine env (caches) + the canary's watch
+                     workers' exporters; with distributed.sync_model it serves its snapshot read-only meanwhile,
+                     W4) + the fabric qualification (K25) + engine env (caches) + the canary's watch
     write_launch     launch.json (the typed hand-off: placement, programs, the exporter's section) + supervisord.conf,
                      atomically, proven by supervisor's own loader
     relaunch         the canary's step-down: the same launch again with a rung's profile, in this process
@@ -16,12 +18,14 @@ Library code: it reports through the `report` callable it is given and raises Ap
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
+import socket
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,7 +36,7 @@ from appliance.lock import channel_lock
 from appliance.multinode.fabric_report import FabricReport
 from appliance.multinode.netif import ipv4_of
 from appliance.multinode.rendezvous import Peer, preflight
-from appliance.paths import make_dir, venv_executable
+from appliance.paths import appliance_home, make_dir, venv_executable
 from appliance.placement import Placement, ResolvedPlacement, resolve_placement
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.profile.model import Profile
@@ -43,14 +47,18 @@ from appliance.rules import context_for, require_valid
 from appliance.run.caches import cache_env
 from appliance.run.launchfile import EXPORTER_BIND, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
+from appliance.safe_write import write_files
 from appliance.settings import ApplianceSettings
+from appliance.weights.pins import revision_for
+from appliance.weights.stamps import stamp_root
 
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
 EXPORTER = "exporter"
-# Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks):
-# a run folder holding one could not be named in supervisord.conf safely.
-_CONF_UNSAFE = frozenset(";#") | {chr(c) for c in range(32)} | {"\x7f"}
+# Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks, and `%`:
+# supervisor expands `%(ENV_X)s` in a log file's path twice, so `%%` is no escape there): a run folder holding one
+# could not be named in supervisord.conf safely.
+_CONF_UNSAFE = frozenset(";#%") | {chr(c) for c in range(32)} | {"\x7f"}
 
 
 @dataclass(frozen=True)
@@ -98,21 +106,85 @@ class Launch:
 
 
 def run_files(run_dir: Path, field: str = "--run-dir") -> RunFiles:
-    """The run folder, checked and created once; `field` names where it came from (the flag or the variable)."""
-    unsafe = sorted({ch for ch in str(run_dir) if ch in _CONF_UNSAFE})
-    if unsafe:
-        raise ApplianceError(f"the run folder {str(run_dir)!r} holds {unsafe!r}", field=field,
-                             value=str(run_dir), fix="choose a run folder without ';', '#' or control characters",
-                             reason="supervisord.conf names it, and supervisor reads those as comments or breaks")
+    """The run folder, checked and created once; `field` names where it came from (the flag or the variable).
+    Absolute: supervisord.conf and every program's arguments name paths in it (a relative `-x` would read as a flag,
+    and supervisord resolves relative paths against its own working folder)."""
+    run_dir = run_dir.absolute()
+    check_run_dir(run_dir, field)  # supervisord.conf names it: no '%', ';', '#' or control character
     make_dir(run_dir, field)
     sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
     return RunFiles(run_dir, sock)
 
 
-def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Path | None:
-    """The checkpoint's folder when it is on disk; the profile re-validated with its real facts."""
+def sync_from_head(loaded: LoadedProfile, given: Placement, settings: ApplianceSettings, report: Report) -> None:
+    """distributed.sync_model on a worker whose copy is not complete: fetch what it lacks from the head's snapshot
+    over the fabric (rsync, master port + 3), before anything else; check_profile then checks it on arrival.
+    The head serves while the ranks meet (serve_snapshot), so this waits for it as long as the rendezvous would."""
     profile = loaded.profile
-    model_dir = locate(profile.model.checkpoint, profile.model.revision, given.model_dir)
+    if not profile.distributed.sync_model:
+        return
+    place = resolve_placement(profile, given)
+    if place.role != "worker":
+        return
+    revision = revision_for(profile.model.checkpoint, profile.model.revision)
+    if revision is None:
+        return  # W2 refuses the profile in check_profile
+    if place.model_dir is not None:
+        report(f"appliance run: model sync skipped: APPLIANCE_MODEL_DIR={place.model_dir} is served as it is")
+        return
+    from appliance.weights.rsync import MODULE_MODEL, SECRET_ENV
+    from appliance.weights.snapshot import check_hub_snapshot
+    from appliance.weights.sync import daemon_peer, pull, wait_for_daemon
+
+    here = check_hub_snapshot(profile.model.checkpoint, revision, stamp_root=stamp_root(appliance_home()))
+    if here.complete:
+        report(f"appliance run: model sync: nothing to fetch, {here.summary()}")
+        return
+    if not place.master_addr:
+        raise ApplianceError("a multi-node serve needs the head's fabric address", field="APPLIANCE_MASTER_ADDR",
+                             fix="set APPLIANCE_MASTER_ADDR on every node to the head's address on the fabric")
+    port = place.model_sync_port
+    report(f"appliance run: model sync: {here.summary()}; fetching it from the head at {place.master_addr}:{port}")
+    wait_for_daemon(place.master_addr, port, settings.rendezvous_timeout_s)
+    pull(profile.model.checkpoint, revision, daemon_peer(place.master_addr, port, MODULE_MODEL),
+         secret=os.environ.get(SECRET_ENV) or None, report=report)
+
+
+@contextlib.contextmanager
+def serve_snapshot(profile: Profile, plan: ServePlan, place: ResolvedPlacement, report: Report) -> Iterator[None]:
+    """distributed.sync_model on the head: its complete snapshot, served read-only on its fabric address while the
+    block runs (the rendezvous: a worker joins it only once its copy arrived). Nothing else is served."""
+    if not profile.distributed.sync_model or plan.role != "head":
+        yield
+        return
+    from appliance.weights.hub import repo_folder
+    from appliance.weights.rsync import MODULE_MODEL, SECRET_ENV, daemon
+
+    storage, model_dir = repo_folder(profile.model.checkpoint), place.model_dir
+    if model_dir is None or not model_dir.resolve().is_relative_to(storage.resolve()):
+        raise ApplianceError(
+            f"distributed.sync_model: the head has no complete snapshot of {profile.model.checkpoint} in its hub "
+            f"cache ({'APPLIANCE_MODEL_DIR is served instead' if model_dir else 'it is not on disk'})",
+            field="distributed.sync_model", value=True,
+            fix="run `appliance fetch-model` on the head first (and unset APPLIANCE_MODEL_DIR), or turn "
+                "distributed.sync_model off and give every rank its own copy",
+            reason="W4: the workers copy the head's verified snapshot; the head must have one")
+    address = place.master_addr or place.host_ip or "127.0.0.1"
+    with daemon(MODULE_MODEL, storage, address=address, port=place.model_sync_port, writable=False,
+                secret=os.environ.get(SECRET_ENV) or None,
+                report=lambda line: report(f"appliance run: {line}")):
+        yield
+
+
+def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Path | None:
+    """The checkpoint's folder when it is on disk and complete (W3); the profile re-validated with its real facts."""
+    profile = loaded.profile
+    revision = revision_for(profile.model.checkpoint, profile.model.revision)
+    found = locate(profile.model.checkpoint, revision, given.model_dir, stamp_root=stamp_root(appliance_home()),
+                   profile_name=profile.name)  # W3: an incomplete or damaged snapshot is refused here
+    model_dir = found.folder if found else None
+    if found is not None:
+        report(f"appliance run: checkpoint {found.check.summary()}")
     ctx = context_for(profile)
     if model_dir is not None:
         ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
@@ -177,6 +249,25 @@ def qualify_fabric(profile: Profile, plan: ServePlan, place: ResolvedPlacement, 
     return result
 
 
+def check_conf_path(field: str, path: Path, what: str = "run folder") -> None:
+    """A path supervisord.conf will name holds nothing supervisor's reader gives a meaning to."""
+    from appliance.redact import clip
+
+    unsafe = sorted({ch for ch in str(path) if ch in _CONF_UNSAFE})
+    if unsafe:
+        raise ApplianceError(f"{field}: the {what} {clip(str(path), 200)!r} holds {unsafe!r}", field=field,
+                             value=clip(str(path), 200), fix="choose a folder without ';', '#', '%' or control "
+                             "characters", reason="supervisord.conf names it, and supervisor reads those as comments "
+                             "or line breaks, and expands `%(ENV_X)s` in a log path twice (another file, or a "
+                             "secret's value in a file name)")
+
+
+def check_run_dir(run_dir: Path, field: str = "--run-dir") -> None:
+    check_conf_path(field, run_dir)
+    # supervisor's control socket lives in the temporary folder
+    check_conf_path("TMPDIR", Path(tempfile.gettempdir()), "temporary folder")
+
+
 def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: ApplianceSettings, files: RunFiles,
                    home: Path, report: Report = print, *, measure_fabric: bool = True,
                    cli_overrides: tuple[str, ...] = ()) -> Launch:
@@ -193,7 +284,8 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
                              fix="remove it from engine.extra_env and set APPLIANCE_HOME",
                              reason="the compile caches are keyed by the lock and engine digest: another folder "
                                     "would mix the artefacts of different engines")
-    peers = join_peers(profile, plan, place, settings)
+    with serve_snapshot(profile, plan, place, report):  # W4: the workers fetch while the ranks meet
+        peers = join_peers(profile, plan, place, settings)
     fabric = qualify_fabric(profile, plan, place, report) if measure_fabric else None
     if not measure_fabric and plan.role != "single":
         report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")
@@ -234,26 +326,21 @@ def supervisord_conf(launch: Launch) -> str:
 
 
 def write_launch(launch: Launch) -> str:
-    """launch.json and supervisord.conf: both written aside, the config read back with supervisor's own loader
-    (it must define exactly the planned programs), then both put in place; on a refusal neither is touched."""
+    """launch.json and supervisord.conf as one pair through the one writer: staged beside their targets, the config
+    read back with supervisor's own loader (it must define exactly the planned programs and files), then put in
+    place together; on a refusal or a failure neither changes."""
     conf = supervisord_conf(launch)
-    launch_tmp = launch.launch_file.with_suffix(".tmp")
-    conf_tmp = launch.files.conf.with_suffix(".tmp")
-    try:
-        launch_file(launch).write(launch_tmp)
-        conf_tmp.write_text(conf)
-        verify_conf(conf_tmp, launch.supervised() | {"logtail": None, "crashguard": None})
-    except BaseException:
-        launch_tmp.unlink(missing_ok=True)
-        conf_tmp.unlink(missing_ok=True)
-        raise
-    launch_tmp.replace(launch.launch_file)
-    conf_tmp.replace(launch.files.conf)
+    files: dict[Path, str] = {launch.launch_file: launch_file(launch).text(), launch.files.conf: conf}
+    planned = launch.supervised() | {"logtail": None, "crashguard": None}
+    write_files(files, field="--run-dir",
+                verify=lambda staged: verify_conf(staged[launch.files.conf], planned, launch.files))
     return conf
 
 
-def verify_conf(path: Path, planned: dict[str, list[str] | None]) -> None:
-    """supervisor's own reader finds exactly `planned` (name -> argv; None: any command) in the file."""
+def verify_conf(path: Path, planned: dict[str, list[str] | None], files: RunFiles | None = None) -> None:
+    """supervisor's own reader finds exactly `planned` (name -> argv; None: any command) in the file, and (given
+    `files`) every path it will open where the plan put it: the programs' logs, its pidfile, log folder and socket.
+    Supervisor expands `%(...)s` in some paths twice; whatever it reads them as, the check is on what it read."""
     from supervisor.options import ServerOptions
 
     options = ServerOptions()
@@ -262,12 +349,27 @@ def verify_conf(path: Path, planned: dict[str, list[str] | None]) -> None:
         options.process_config(do_usage=False)
     except ValueError as exc:
         raise _conf_error(path, f"supervisor rejects it: {exc}") from None
-    found = {p.name: p.command for group in options.process_group_configs for p in group.process_configs}
+    programs = {p.name: p for group in options.process_group_configs for p in group.process_configs}
+    found = {name: p.command for name, p in programs.items()}
     if sorted(found) != sorted(planned):
         raise _conf_error(path, f"it defines the programs {sorted(found)}, the plan {sorted(planned)}")
     for name, argv in planned.items():
         if argv is not None and shlex.split(found[name]) != argv:
             raise _conf_error(path, f"program {name} would run {found[name]!r}, not {shlex.join(argv)!r}")
+    if files is None:
+        return
+    section = options.configroot.supervisord
+    sockets = [s.get("file") for s in section.server_configs if s.get("family") == socket.AF_UNIX]
+    seen = {"pidfile": section.pidfile, "childlogdir": section.childlogdir, "socket": sockets[0] if sockets else None}
+    want = {what: str(p) for what, p in files.paths().items()}
+    for name, program in programs.items():
+        if planned.get(name) is not None:  # the appliance's own programs log into the run folder
+            seen[f"program {name} log"] = program.stdout_logfile
+            want[f"program {name} log"] = str(files.program_log(name))
+    for what, path_wanted in want.items():
+        if str(seen.get(what)) != path_wanted:
+            raise _conf_error(path, f"supervisor reads the {what} as {seen.get(what)!r}, the plan wrote "
+                                    f"{path_wanted!r}")
 
 
 def _conf_error(path: Path, detail: str) -> ApplianceError:
