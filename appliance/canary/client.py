@@ -71,7 +71,7 @@ class CanaryClient:
         try:
             return await request(self._http, method, path, deadline=self.timeout, **kwargs)
         except httpx.HTTPError as exc:
-            raise Unreachable(f"{path}: {type(exc).__name__}: {clip(str(exc), 200)}") from None
+            raise Unreachable(f"{self.base_url}{path}: {type(exc).__name__}: {clip(str(exc), 200)}") from None
         except ReplyError as exc:
             raise Unreachable(clip(str(exc), 300)) from None
 

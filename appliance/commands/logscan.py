@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from appliance.cliargs import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args, placement_from_args
 from appliance.health.context import HealthContext
 from appliance.health.expect import show_value
 from appliance.health.facts import Facts
@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     loaded = load_from_args(args, settings)
     ctx = HealthContext.load(loaded, args.table)
-    first = args.node_rank if args.node_rank is not None else settings.node_rank
+    given = placement_from_args(args, settings).node_rank  # flags over APPLIANCE_NODE_RANK: the one rule
+    first = 0 if given is None else given
     logs = []
     report = LogReport([], log_ready=True)
     for offset, log in enumerate(args.logs):
