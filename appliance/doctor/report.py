@@ -129,7 +129,8 @@ def check_kernel(profile: Profile, target: GpuFacts, release: str | None, cmdlin
     """K35: a multi-node serve over RoCE on a kernel release NCCL is reported to fail on, unless `kho=off`."""
     from fnmatch import fnmatchcase
 
-    if profile.hardware.nodes < 2 or profile.distributed.nccl_ib_disable or not target.nccl_roce_bad_kernels:
+    over_roce = profile.hardware.nodes > 1 and not profile.distributed.nccl_ib_disable
+    if not over_roce or not target.nccl_roce_bad_kernels:
         return []
     if not release:
         return [Check("kernel", "unknown", "the kernel release could not be read (sys/kernel/osrelease)", "K35")]
