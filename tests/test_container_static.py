@@ -30,7 +30,7 @@ FINAL = ("gpu", "cpu")
 PROBE = "/opt/appliance/healthchecks/probe"
 # ARGs that may carry a default: none of them is a version.
 DEFAULTED_ARGS = {"BUILD_MODE", "TORCH_INDEX_URL", "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL",
-                  "ENGINE_GIT_URL", "MAX_JOBS", "NVCC_THREADS"}
+                  "ENGINE_GIT_URL", "FLASH_ATTN_GIT_URL", "MAX_JOBS", "NVCC_THREADS"}
 # Set by BuildKit itself.
 AUTOMATIC_ARGS = {"TARGETPLATFORM", "TARGETOS", "TARGETARCH"}
 
@@ -267,8 +267,8 @@ def test_gpu_stack_holds_tvm_ffi_by_constraints_and_installs_nccl_last() -> None
     assert install.index("requirements.txt") < install.index("last.txt")
     assert "--no-deps -r /opt/appliance/lock/last.txt" in install
     online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
-    assert '--extra-index-url "${FLASHINFER_INDEX_URL}"' in online
-    assert "-c /opt/appliance/lock/constraints.txt" in online
+    assert '${FLASHINFER_INDEX_URL:+--extra-index-url "$FLASHINFER_INDEX_URL"}' in online
+    assert "-c /tmp/lock/constraints.txt" in online
 
 
 @pytest.mark.parametrize("target", FINAL)
@@ -393,25 +393,28 @@ def _env_of(stage: str) -> dict[str, str]:
     return env
 
 
-def test_the_forks_pins_are_checked_right_after_the_clone_before_torch_or_any_compiling() -> None:
+def test_the_forks_pins_are_checked_right_after_the_fetch_before_torch_or_any_compiling() -> None:
     runs = DOCKERFILE.stage("vllm-build").runs()
-    clone = next(i for i, r in enumerate(runs) if "git clone" in r)
-    assert "forkcheck.py --versions /opt/appliance/versions.json requirements --source ." in runs[clone]
-    assert runs[clone].index("git rev-parse HEAD") < runs[clone].index("forkcheck.py")
+    fetch = next(i for i, r in enumerate(runs) if "enginesource.py" in r)
+    assert "forkcheck.py --versions /opt/appliance/versions.json requirements --source ." in runs[fetch]
+    assert runs[fetch].index("enginesource.py") < runs[fetch].index("forkcheck.py")
     torch = next(i for i, r in enumerate(runs) if "lock/torch.txt" in r)
     build = next(i for i, r in enumerate(runs) if "pip wheel" in r)
-    assert clone < torch < build
-    # The build requirements are whichever layout forkcheck found, and MAX_JOBS is sized by memory.
+    assert fetch < torch < build
+    # The build requirements are whichever layout forkcheck found, and MAX_JOBS is sized by memory (and platform).
     assert "-r /opt/appliance/lock/engine-build.txt" in runs[build]
-    assert 'jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs)}"' in runs[build]
-    assert "forkcheck.py" in " ".join(r for op, r in DOCKERFILE.stage("gpu-base").instructions if op == "COPY")
+    assert ('jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs '
+            '--platform "${TARGETPLATFORM}")}"') in runs[build]
+    copied = " ".join(r for op, r in DOCKERFILE.stage("gpu-base").instructions if op == "COPY")
+    for module in ("forkcheck.py", "enginesource.py", "flashattn.py", "artifacts.py", "smoke.py"):
+        assert f"appliance/container/{module}" in copied, module
 
 
 def test_the_runtime_image_carries_the_jit_toolchain_and_the_libraries_the_engine_loads() -> None:
     stage = DOCKERFILE.stage("gpu")
     apt = next(r for r in stage.runs() if "apt-get install" in r)
     for package in ('"cuda-nvcc-${cuda}"', '"cuda-cudart-dev-${cuda}"', '"cuda-nvrtc-dev-${cuda}"',
-                    '"libcublas-dev-${cuda}"', " g++ ", " librdmacm1t64 ", " libxcb1"):
+                    '"libcublas-dev-${cuda}=${cublas}"', " g++ ", " librdmacm1t64 ", " libxcb1"):
         assert package in apt, package
     assert " librdmacm1 " not in apt  # Ubuntu 24.04 renamed it
     # The CUDA packages follow the base image's own CUDA_VERSION: no version is written here (K16).
@@ -427,9 +430,10 @@ def test_the_runtime_image_carries_the_jit_toolchain_and_the_libraries_the_engin
 
 def test_the_two_flashinfer_indexes_are_separate_build_args_and_no_registry_host_is_written() -> None:
     online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
-    assert '--extra-index-url "${FLASHINFER_INDEX_URL}"' in online
-    assert '--extra-index-url "${FLASHINFER_JIT_CACHE_INDEX_URL}"' in online
-    assert "FLASHINFER_JIT_CACHE_INDEX_URL=${FLASHINFER_JIT_CACHE_INDEX_URL}" in online  # an empty one is named
+    assert '${FLASHINFER_INDEX_URL:+--extra-index-url "$FLASHINFER_INDEX_URL"}' in online
+    assert '${FLASHINFER_JIT_CACHE_INDEX_URL:+--extra-index-url "$FLASHINFER_JIT_CACHE_INDEX_URL"}' in online
+    # artifacts.py reads both (an empty one is named for each pin that needs it, tests/test_image_build_steps.py)
+    assert 'FLASHINFER_JIT_CACHE_INDEX_URL="${FLASHINFER_JIT_CACHE_INDEX_URL}"' in online
     assert {LOCK["indexes"][i]["env"] for i in ("flashinfer", "flashinfer-jit-cache")} == {
         "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL"}
     bake = (ROOT / "docker-bake.hcl").read_text()
@@ -445,10 +449,140 @@ def test_the_air_gapped_wheelhouse_is_split_per_platform_and_each_build_takes_it
     offline = " ".join(DOCKERFILE.stage("gpu-wheels-offline").runs())
     assert 'dir="/wheelhouse/${TARGETOS}_${TARGETARCH}"' in offline
     assert '"platform\\": \\"${TARGETPLATFORM}\\"' in offline  # engine-source.json must be this platform's
+    assert '"$dir/skipped.json"' in offline  # and the platform's record of skipped optional pins travels with it
     build = " ".join(DOCKERFILE.stage("vllm-build").runs())
-    assert '"platform": "%s"' in build and '"${TARGETPLATFORM}"' in build
+    assert '--platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json' in build
 
 
 def test_gpu_services_never_ask_a_registry_for_the_local_tag() -> None:
     for lay in LAYOUTS:
         assert COMPOSE["services"][lay.name]["pull_policy"] == "never", lay.name
+
+
+# --- what real SM12x hardware would still break: the build (issue 20, items 1-9) -----------------
+
+def test_the_engine_is_checked_out_by_commit_on_the_pull_requests_branch_never_by_its_tag() -> None:
+    build = " ".join(DOCKERFILE.stage("vllm-build").runs())
+    assert "git clone" not in build and "--branch" not in build  # a tag can move; the commit is what is built
+    assert ("enginesource.py --versions /opt/appliance/versions.json fetch --dest . "
+            '--platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json') in build
+    assert LOCK["engine_source"]["branch"] == "codex/ds4-sm120-min-enable"
+    assert buildargs.lock_args(LOCK, "gpu")["ENGINE_BRANCH"] == LOCK["engine_source"]["branch"]
+    # The record travels with the wheel into the image, where `appliance versions --check` reads it.
+    assert "cp /opt/appliance/lock/engine-source.json /wheels/engine-source.json" in build
+    final = " ".join(DOCKERFILE.stage("gpu").runs())
+    assert "cp /wheels/engine-source.json /opt/appliance/engine-source.json" in final
+    assert final.index("engine-source.json") < final.index("appliance versions --check --target gpu")
+
+
+def test_the_held_cublas_of_the_cuda_image_is_never_moved_by_apt() -> None:
+    """NVIDIA's CUDA images `apt-mark hold` libcublas (and libnccl2); a dev package at another version makes apt
+    abort without --allow-change-held-packages. Every held package a GPU stage installs is pinned to the image's
+    own NV_LIBCUBLAS_VERSION, which the runtime image's ENV carries."""
+    for stage in ("gpu-base", "vllm-build", "gpu"):
+        for run in DOCKERFILE.stage(stage).runs():
+            if "apt-get install" not in run:
+                continue
+            for held in re.findall(r'"?(libcublas[-\w${}]*|libnccl[-\w${}]*)(=[^\s"]+)?"?', run):
+                assert held[1] == "=${cublas}" or "--allow-change-held-packages" in run, (stage, held)
+    apt = next(r for r in DOCKERFILE.stage("gpu").runs() if "apt-get install" in r)
+    assert 'cublas="${NV_LIBCUBLAS_VERSION:?' in apt and apt.index("cublas=") < apt.index("apt-get install")
+
+
+def test_one_platform_bake_targets_load_an_image_and_the_readme_shows_them() -> None:
+    import hcl2  # type: ignore[import-not-found]
+
+    targets = {k.strip('"'): v for block in hcl2.loads((ROOT / "docker-bake.hcl").read_text())["target"]
+               for k, v in block.items()}
+    for platform in LOCK["images"]["gpu"]["platforms"]:
+        t = targets[f"gpu-{platform.split('/')[1]}"]
+        assert [p.strip('"') for p in t["platforms"]] == [platform]
+        assert [o.strip('"') for o in t["output"]] == ["type=docker"]  # what --load does: a usable local image
+        assert [i.strip('"') for i in t["inherits"]] == ["gpu"]
+    readme = (ROOT / "README.md").read_text()
+    docs = (ROOT / "docs" / "containers.md").read_text()
+    for text in (readme, docs):
+        assert "docker buildx bake gpu-arm64" in text and "docker buildx bake gpu-amd64" in text
+    # Both platforms at once only ever to a registry: the default builder cannot --load a two-platform image.
+    for line in (readme + docs).splitlines():
+        if re.search(r"docker buildx bake gpu(\s|$)", line):
+            assert "--push" in line, line
+
+
+def test_flash_attention_3_is_switched_off_when_no_sm90_is_targeted_and_the_wheel_proves_it() -> None:
+    build = next(r for r in DOCKERFILE.stage("vllm-build").runs() if "pip wheel" in r)
+    assert "flashattn.py prepare --source . --arch \"$arch\"" in build
+    assert build.index("flashattn.py prepare") < build.index("pip wheel")
+    assert '${fa_src:+VLLM_FLASH_ATTN_SRC_DIR="$fa_src"}' in build
+    assert "forkcheck.py wheel --wheel /wheels/vllm-*.whl --source . ${fa_src:+--fa3-skipped}" in build
+    assert build.index("pip wheel") < build.index("forkcheck.py wheel")
+    assert all("9.0" not in LOCK["torch_cuda_arch_list"][p] for p in LOCK["images"]["gpu"]["platforms"])
+
+
+def test_the_rust_frontend_is_built_with_its_toolchain_and_required() -> None:
+    stage = DOCKERFILE.stage("vllm-build")
+    apt = next(r for r in stage.runs() if "apt-get install" in r)
+    assert " rustup " in apt and " protobuf-compiler " in apt
+    fetch = next(r for r in stage.runs() if "enginesource.py" in r)
+    assert "forkcheck.py rust-toolchain --source ." in fetch and '"$(rustup which cargo)" --version' in fetch
+    build = next(r for r in stage.runs() if "pip wheel" in r)
+    assert "VLLM_REQUIRE_RUST_FRONTEND=1" in build and 'PATH="$rust_bin:$PATH"' in build
+    docs = (ROOT / "docs" / "containers.md").read_text()
+    assert "No Rust toolchain is in the builder" not in docs and "VLLM_REQUIRE_RUST_FRONTEND=1" in docs
+
+
+def test_cutlass_dsl_libs_cu13_are_force_reinstalled_after_the_install_from_the_lock() -> None:
+    files = buildargs.lock_files(LOCK, "gpu", ROOT / "pyproject.toml")
+    version = lockfile.pin(LOCK, "nvidia-cutlass-dsl")["version"]
+    assert files["reinstall.txt"].split() == [f"nvidia-cutlass-dsl-libs-cu13=={version}"]
+    (install,) = [r for r in DOCKERFILE.stage("gpu").runs() if "requirements.txt" in r]
+    reinstall = install.index("--no-deps --force-reinstall -r /opt/appliance/lock/reinstall.txt")
+    assert install.index("-r /opt/appliance/lock/requirements.txt") < reinstall < install.index("lock/last.txt")
+    # Every later install in the image is --no-deps, so nothing can unpack libs-cu12 over them again.
+    later = [r for r in DOCKERFILE.stage("gpu").runs() if "pip install" in r and r is not install]
+    assert later and all("--no-deps" in r for r in later)
+    online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
+    assert "-r /tmp/lock/reinstall.txt" in online  # in the wheelhouse too (air-gapped builds)
+
+
+def test_every_locked_wheel_is_fetched_alone_per_platform_and_a_skipped_optional_one_is_recorded() -> None:
+    online = DOCKERFILE.stage("gpu-wheels-online").runs()
+    (fetch,) = [r for r in online if "artifacts.py" in r]
+    assert fetch.index("artifacts.py") < fetch.index("pip download")
+    assert '--platform "${TARGETPLATFORM}" --dest /wheels --skipped-out /wheels/skipped.json' in fetch
+    assert "lock-files --target gpu --pyproject /opt/appliance/pyproject.toml --dir /tmp/lock " \
+           "--skipped /wheels/skipped.json" in fetch
+    final = " ".join(DOCKERFILE.stage("gpu").runs())
+    assert "--skipped /wheels/skipped.json" in final and "cp /wheels/skipped.json /opt/appliance/skipped-pins.json" \
+        in final
+    jit = lockfile.pin(LOCK, "flashinfer-jit-cache")
+    assert set(jit["optional_on"]) == {"linux/arm64"} and "JIT" in jit["optional_on"]["linux/arm64"]
+    # Only the jit-cache may be absent, and only on arm64: everything else is required on every platform.
+    assert [p["name"] for p in LOCK["packages"] if p.get("optional_on")] == ["flashinfer-jit-cache"]
+
+
+def test_use_existing_torch_strips_only_the_torch_pins() -> None:
+    build = next(r for r in DOCKERFILE.stage("vllm-build").runs() if "pip wheel" in r)
+    assert "python use_existing_torch.py --prefix" in build
+    assert set(re.findall(r"python use_existing_torch\.py(?: (--\w+))?", build)) == {"--prefix", "--help"}
+    assert "python use_existing_torch.py --help | grep -q -- --prefix" in build  # an older script stops the build
+
+
+def test_the_runtime_image_sets_the_jit_arch_of_its_platform_and_smoke_tests_it_at_build_time() -> None:
+    args = buildargs.lock_args(LOCK, "gpu")
+    for platform in LOCK["images"]["gpu"]["platforms"]:
+        arch = platform.split("/")[1]
+        stage = DOCKERFILE.stage(f"gpu-runtime-{arch}")
+        assert stage.base == "${GPU_RUNTIME_IMAGE}"
+        env = _env_of(f"gpu-runtime-{arch}")
+        for name in ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "CUTE_DSL_ARCH"):
+            assert env[name] == f"${{{buildargs.arch_arg(platform, name)}}}", (arch, name)
+        torch_arch = LOCK["torch_cuda_arch_list"][platform]
+        assert args[buildargs.arch_arg(platform, "FLASHINFER_CUDA_ARCH_LIST")] == torch_arch.rstrip("a")
+        assert args[buildargs.arch_arg(platform, "CUTE_DSL_ARCH")] == "sm_" + torch_arch.replace(".", "")
+    assert DOCKERFILE.stage("gpu").base == "gpu-runtime-${TARGETARCH}"
+    runs = DOCKERFILE.stage("gpu").runs()
+    smoke = next(i for i, r in enumerate(runs) if "smoke.py" in r)
+    assert '/opt/venv/bin/python /opt/appliance/lock/appliance/container/smoke.py --arch "${CUTE_DSL_ARCH}"' \
+        in runs[smoke]
+    assert smoke < len(runs) - 1 and runs[-1] == "appliance versions --check --target gpu"

@@ -4,6 +4,7 @@ and the in-build check that the args a build was given match the lock. Standard 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -23,9 +24,26 @@ def image_tag(lock: dict, target: str) -> str:
     return f"{IMAGE_REPO}:{target}-{canonical_digest(lock)[:12]}"
 
 
-def arch_arg(platform: str) -> str:
-    """linux/arm64 -> TORCH_CUDA_ARCH_LIST_ARM64."""
-    return "TORCH_CUDA_ARCH_LIST_" + platform.split("/", 1)[1].upper().replace("/", "_")
+def arch_arg(platform: str, name: str = "TORCH_CUDA_ARCH_LIST") -> str:
+    """linux/arm64 -> TORCH_CUDA_ARCH_LIST_ARM64 (or NAME_ARM64)."""
+    return f"{name}_" + platform.split("/", 1)[1].upper().replace("/", "_")
+
+
+def flashinfer_arch(torch_arch: str) -> str:
+    """12.1a -> 12.1: FlashInfer then picks the suffix itself exactly as it would on the device (12.0 -> 12.0f,
+    12.1 -> 12.1a; flashinfer/compilation_context.py), so its JIT target and jit-cache key do not depend on
+    which GPUs happen to be visible where it runs (an init container, a build, a second process)."""
+    return re.sub(r"[a-z]+$", "", torch_arch)
+
+
+def cute_dsl_arch(torch_arch: str) -> str:
+    """12.1a -> sm_121a: the CuTe DSL's arch name (CUTE_DSL_ARCH) for the same target."""
+    return "sm_" + torch_arch.replace(".", "")
+
+
+# The runtime image's per-platform arch variables (item 9 of issue 20): derived from torch_cuda_arch_list, never
+# typed, so the JIT of FlashInfer, the CuTe DSL and torch extensions all target the image's own SM.
+RUNTIME_ARCH_ARGS = {"FLASHINFER_CUDA_ARCH_LIST": flashinfer_arch, "CUTE_DSL_ARCH": cute_dsl_arch}
 
 
 def engine_label(lock: dict, target: str) -> str:
@@ -43,6 +61,7 @@ def lock_args(lock: dict, target: str) -> dict[str, str]:
         "APPLIANCE_STACK": lock["stack"],
         "ENGINE_REPO": src["repo"],
         "ENGINE_REF": src["ref"],
+        "ENGINE_BRANCH": src["branch"],
         "ENGINE_COMMIT": src["commit"],
     }
     if target in ("gpu", "all"):
@@ -54,7 +73,9 @@ def lock_args(lock: dict, target: str) -> dict[str, str]:
             "GPU_ENGINE": engine_label(lock, "gpu"),
         }
         for platform in gpu["platforms"]:
-            args[arch_arg(platform)] = lock["torch_cuda_arch_list"][platform]
+            torch_arch = lock["torch_cuda_arch_list"][platform]
+            args[arch_arg(platform)] = torch_arch
+            args |= {arch_arg(platform, name): derive(torch_arch) for name, derive in RUNTIME_ARCH_ARGS.items()}
     if target in ("cpu", "all"):
         args |= {
             "CPU_BASE_IMAGE": lock["images"]["cpu"]["base"],
@@ -108,19 +129,21 @@ def verify(lock: dict, target: str, env: dict[str, str]) -> list[str]:
     return problems
 
 
-def lock_files(lock: dict, target: str, pyproject: Path) -> dict[str, str]:
-    """The pip input files a build of `target` installs from (name -> text), all from the lock.
+def lock_files(lock: dict, target: str, pyproject: Path, skipped: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The pip input files a build of `target` installs from (name -> text), all from the lock. `skipped`: pins
+    optional on this platform that its index has no wheel for (artifacts.py found them missing): left out.
 
     constraints.txt  every pin except install_last (K14: later resolves cannot move apache-tvm-ffi)
     requirements.txt the pins installed with dependencies
     appliance.txt    the appliance's own dependencies (pyproject.toml)
     no-deps.txt      pins installed with --no-deps
     last.txt         pins installed after everything else, --no-deps (K15: NCCL)
+    reinstall.txt    distributions force-reinstalled --no-deps after the install (cutlass-dsl's libs-cu13)
     torch.txt        torch (and triton on gpu): fetched first, possibly from a torch index
     build-only.txt   build-time tools that never reach a final image
     """
     nodeps = NO_DEPS[target]
-    mine = pins(lock, target)
+    mine = [p for p in pins(lock, target) if p["name"] not in skipped]
 
     def text(lines: list[str]) -> str:
         return "".join(f"{line}\n" for line in lines)
@@ -132,6 +155,7 @@ def lock_files(lock: dict, target: str, pyproject: Path) -> dict[str, str]:
         "appliance.txt": text(appliance_dependencies(pyproject)),
         "no-deps.txt": text([requirement(p) for p in mine if p["name"] in nodeps]),
         "last.txt": text([requirement(p) for p in mine if p.get("install_last")]),
+        "reinstall.txt": text([f"{name}=={p['version']}" for p in mine for name in p.get("reinstall_after", [])]),
         "torch.txt": text([requirement(p) for p in mine if p["name"] in ("torch", "triton")]),
         "build-only.txt": text(BUILD_ONLY[target]),
     }

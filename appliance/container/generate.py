@@ -220,6 +220,21 @@ def _hcl_map(args: dict[str, str], indent: str) -> str:
     return "\n".join(f"{indent}{k.ljust(width)} = {json.dumps(v)}" for k, v in args.items())
 
 
+def _one_platform_targets(platforms: list[str]) -> str:
+    """One target per GPU platform that builds only that platform and loads it (`type=docker`, what `--load`
+    does): the image a node runs, built on that node's own architecture."""
+    out = []
+    for platform in platforms:
+        arch = platform.split("/", 1)[1]
+        out.append(f"""target "gpu-{arch}" {{
+  inherits  = ["gpu"]
+  platforms = ["{platform}"]
+  output    = ["type=docker"]
+}}
+""")
+    return "\n".join(out)
+
+
 def bake_hcl(root: Path = ROOT) -> str:
     lock = lockfile.load(root / "versions.json")
     fixed = buildargs.lock_args(lock, "all") | {"APPLIANCE_VERSION": buildargs.appliance_version(root)}
@@ -231,7 +246,12 @@ def bake_hcl(root: Path = ROOT) -> str:
 {head}#
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \\
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \\
-#     docker buildx bake gpu --push            both platforms -> {buildargs.image_tag(lock, "gpu")}
+#     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
+#                                              local image store -> {buildargs.image_tag(lock, "gpu")}
+#     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
+#     docker buildx bake gpu --push            both platforms at once, to a registry only (GPU_TAG=registry/...):
+#                                              the default builder cannot load a two-platform image, and an
+#                                              arm64 build under QEMU on x86 takes days
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -287,6 +307,7 @@ target "gpu" {{
   }}
 }}
 
+{_one_platform_targets(gpu)}
 target "gpu-wheels" {{
   inherits = ["gpu"]
   target   = "gpu-wheels"

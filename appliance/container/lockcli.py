@@ -5,7 +5,7 @@ Standard library only: the Docker build runs this file by path (`python3 lockcli
 anything else is installed, and `scripts/build-args.sh` runs it on the host.
 
     lockcli.py build-args [--target gpu|cpu|all] [--format flags|env|json]
-    lockcli.py lock-files --target gpu|cpu --pyproject PATH --dir DIR
+    lockcli.py lock-files --target gpu|cpu --pyproject PATH --dir DIR [--skipped skipped.json]
     lockcli.py version NAME
     lockcli.py image-tag --target gpu|cpu
     lockcli.py verify --target gpu|cpu        (reads the build args from the environment)
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", choices=TARGETS, required=True)
     p.add_argument("--pyproject", type=Path, required=True)
     p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--skipped", type=Path, help="artifacts.py's skipped.json: optional pins this platform leaves out")
     p = sub.add_parser("version", help="the locked version of one package")
     p.add_argument("name")
     p = sub.add_parser("image-tag", help="appliance:<target>-<lock digest 12>")
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_format(all_build_args(lock, args.target, path.parent), args.format))
     elif args.cmd == "lock-files":
         args.dir.mkdir(parents=True, exist_ok=True)
-        for name, content in lock_files(lock, args.target, args.pyproject).items():
+        skipped = frozenset(json.loads(args.skipped.read_text())["skipped"]) if args.skipped else frozenset()
+        for name, content in lock_files(lock, args.target, args.pyproject, skipped).items():
             (args.dir / name).write_text(content)
     elif args.cmd == "version":
         print(pin(lock, args.name)["version"])

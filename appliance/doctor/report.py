@@ -124,10 +124,24 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
 
 
 def check_versions(profile: Profile) -> list[Check]:
-    from appliance.lock import check, load_lock
+    from appliance.lock import (
+        ENGINE_RECORD,
+        SKIPPED_RECORD,
+        check,
+        engine_source_drift,
+        host_platform,
+        image_record,
+        load_lock,
+        read_skipped,
+    )
 
     target = profile.hardware.target
-    drifts = check(load_lock(), target)
+    lock = load_lock()
+    platform = host_platform()
+    skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if target == "gpu" else {}
+    drifts = check(lock, target, skipped=skipped, platform=platform)
+    if target == "gpu" and (engine := engine_source_drift(lock, image_record(ENGINE_RECORD))) is not None:
+        drifts.append(engine)
     if not drifts:
         return [Check("versions", "ok", f"installed {target} stack matches versions.json")]
     return [Check("versions", "fail", d.message) for d in drifts]
