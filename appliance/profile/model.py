@@ -97,6 +97,9 @@ class Engine(Section):
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
     logits_processors: list[str] = Field(default_factory=list, max_length=8)
     """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
+    execute_model_timeout_s: int | None = Field(None, ge=30, le=86_400)
+    """VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: how long the multiproc executor waits for one step; null = the
+    engine's 300 s, which a mid-serve CuTe DSL / TileLang JIT on SM12x can exceed (K26)."""
 
 
 class Limits(Section):

@@ -20,7 +20,8 @@ ENV_GUARD = "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT"
 ENV_SM120_DECODE = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE"
 ENV_SM120_PREFILL = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL"
 ENV_SCRATCH_POOL = "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"  # name unconfirmed by the seed (K6)
-ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL)
+ENV_EXECUTE_TIMEOUT = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"  # vllm/envs.py, 0.27.1 and 0.32.0 alike (K26)
+ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_EXECUTE_TIMEOUT)
 
 
 def _flag(argv: list[str], name: str, value: object) -> None:
@@ -95,6 +96,8 @@ def engine_env(profile: Profile) -> dict[str, str]:
         env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
     if p.engine.eager_scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
+    if p.engine.execute_model_timeout_s is not None:
+        env[ENV_EXECUTE_TIMEOUT] = str(p.engine.execute_model_timeout_s)
     if p.hardware.gpu != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
         # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the

@@ -9,6 +9,7 @@ from appliance.rules import (  # noqa: F401  (registration)
     cpu,
     deepseek,
     hardware,
+    jit,
     memory,
     model_facts,
     provenance,
