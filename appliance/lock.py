@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError
-from appliance.lockfile import canonical_digest
+from appliance.lockfile import canonical_digest, engine_record_problems
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]
@@ -190,8 +190,6 @@ def check(lock: Lock, target: Target, versions: dict[str, str | None] | None = N
 def engine_source_drift(lock: Lock, path: Path) -> Drift | None:
     """The image's engine-source.json against versions.json: a missing record or another commit is drift (K16).
     Without the record nothing proves which engine commit this image's vLLM is."""
-    from appliance.container.enginesource import record_problems
-
     pin = str(lock.engine_source.get("commit"))
     fix = "rebuild the image from this versions.json (docker buildx bake gpu-amd64 / gpu-arm64)"
     try:
@@ -202,7 +200,7 @@ def engine_source_drift(lock: Lock, path: Path) -> Drift | None:
                      f"@{pin}; {fix}")
     except (OSError, ValueError) as exc:
         return Drift("engine-source", pin, None, "K16", f"K16 {path} cannot be read ({exc}); {fix}")
-    problems = record_problems(record if isinstance(record, dict) else {}, dict(lock.engine_source))
+    problems = engine_record_problems(record if isinstance(record, dict) else {}, dict(lock.engine_source))
     if problems:
         return Drift("engine-source", pin, str(record.get("commit") if isinstance(record, dict) else None), "K16",
                      f"K16 {path}: {'; '.join(problems)}; {fix}")

@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise ApplianceError("no serve log given", field="--log",
                              fix="pass --log PATH (the engine's stdout/stderr file) or set APPLIANCE_LOG_DIR")
     profile = loaded.profile
-    role = role_for(profile, args.node_rank if args.node_rank is not None else settings.node_rank)
+    node_rank = args.node_rank if args.node_rank is not None else settings.node_rank
+    role = role_for(profile, node_rank)
     url = None if args.no_engine else args.engine_url or engine_api_url(role, profile.server.port, settings.master_addr)
     peer_urls = dict(parse_peer(p) for p in args.peers)
     if peer_urls and role != "head":
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
                              value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
     port = args.port or settings.health_port_for(profile.server.health_port)
     host = host_side_for(profile, settings, args.engine_program, args.fabric_report)
-    config = ExporterConfig(loaded=loaded, log=log, role=role, engine_url=url, peers=peer_urls, host=args.host,
+    config = ExporterConfig(loaded=loaded, log=log, role=role, node_rank=node_rank, engine_url=url, peers=peer_urls,
+                            host=args.host,
                             port=port, interval=args.interval, engine_timeout=args.engine_timeout,
                             progress_window=args.progress_window, live_grace=args.live_grace,
                             peer_interval=args.peer_interval, table=args.table, canary_state=args.canary_state,

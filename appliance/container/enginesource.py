@@ -25,11 +25,14 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+if __package__ in (None, ""):  # run by path (the image build): the package is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from appliance.lockfile import ENGINE_RECORD_KEYS as RECORD_KEYS  # noqa: F401  (the record's keys, re-exported)
+from appliance.lockfile import FULL_SHA, engine_record_problems
+
 PIN = re.compile(r"^[0-9a-f]{10,40}$")
 """versions.json's commit: the full SHA, or a prefix of at least 10 hex digits (what the seed quotes)."""
-RECORD_KEYS = ("repo", "branch", "branch_head", "ref", "tag_head", "pinned", "commit", "on_branch", "platform",
-               "torch_cuda_arch_list")
 
 
 class SourceError(Exception):
@@ -127,17 +130,8 @@ def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, p
 
 
 def record_problems(record: dict[str, object], engine_source: dict[str, object]) -> list[str]:
-    """What an image's engine-source.json says against versions.json: every difference, named."""
-    problems = [f"engine-source.json has no {key!r}" for key in RECORD_KEYS if key not in record]
-    commit, pin = record.get("commit"), engine_source.get("commit")
-    if not isinstance(commit, str) or not FULL_SHA.match(commit):
-        problems.append(f"engine-source.json commit={commit!r} is not a full 40-hex SHA")
-    elif not isinstance(pin, str) or not commit.startswith(pin):
-        problems.append(f"the engine was built from {commit} but versions.json pins {pin}")
-    if record.get("repo") != engine_source.get("repo"):
-        problems.append(f"the engine was built from repo {record.get('repo')!r} but versions.json names "
-                        f"{engine_source.get('repo')!r}")
-    return problems
+    """What an image's engine-source.json says against versions.json (lockfile.engine_record_problems)."""
+    return engine_record_problems(record, engine_source)
 
 
 def main(argv: list[str] | None = None) -> int:
