@@ -62,13 +62,18 @@ def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | 
         value = getattr(args, name, None)
         return value if value is not None else getattr(s, name)
 
-    return Placement(node_rank=pick("node_rank"), master_addr=pick("master_addr"), master_port=pick("master_port"),
-                     host_ip=s.host_ip, fabric_ifname=pick("fabric_ifname"), model_dir=pick("model_dir"))
+    from appliance.bounds import fabric_ifname_for
+
+    rank = pick("node_rank")
+    field = "--fabric-ifname" if getattr(args, "fabric_ifname", None) is not None else "APPLIANCE_FABRIC_IFNAME"
+    return Placement(node_rank=rank, master_addr=pick("master_addr"), master_port=pick("master_port"),
+                     host_ip=s.host_ip, fabric_ifname=fabric_ifname_for(field, pick("fabric_ifname"), rank),
+                     model_dir=pick("model_dir"))
 
 
 def check_placement_flags(args: argparse.Namespace) -> None:
     """The placement flags keep the bounds the APPLIANCE_* variables and the profile keep (appliance/bounds.py)."""
-    from appliance.bounds import MAX_NODES, check_host, check_ifname, check_master_port, check_text
+    from appliance.bounds import MAX_NODES, check_fabric_ifnames, check_host, check_master_port, check_text
     from appliance.errors import ApplianceError
 
     rank = getattr(args, "node_rank", None)
@@ -81,6 +86,6 @@ def check_placement_flags(args: argparse.Namespace) -> None:
     if getattr(args, "master_port", None) is not None:
         check_master_port("--master-port", args.master_port)
     if getattr(args, "fabric_ifname", None) is not None:
-        check_ifname("--fabric-ifname", args.fabric_ifname)
+        check_fabric_ifnames("--fabric-ifname", args.fabric_ifname)
     if getattr(args, "model_dir", None) is not None:
         check_text("--model-dir", str(args.model_dir))

@@ -50,6 +50,19 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
             "gpu_memory_utilization is not a ceiling and Docker/cgroup limits do not see CUDA allocations: on GB10's "
             "unified memory an over-committed serve ends in a hung or hard-reset host",
             "lower limits.gpu_memory_utilization, max_model_len or max_num_seqs as doctor names, or free memory"),
+    "K27": ("an RDMA serve runs with an unlimited memlock",
+            "NCCL's IB/RoCE transport registers (pins) its buffers with ibv_reg_mr, bounded by RLIMIT_MEMLOCK; "
+            "IPC_LOCK grants nothing to the image's non-root user, so the container runtime's limit (8 MiB is "
+            "common) is what NCCL gets, and registration fails or the handshake hangs",
+            "memlock unlimited: compose `ulimits: memlock: -1`, `docker run --ulimit memlock=-1`, containerd "
+            "LimitMEMLOCK=infinity for Kubernetes (docs/kubernetes.md)"),
+    "K28": ("a multi-node group keeps its caches per rank and waits out the slower rank's download",
+            "one claim in both pods cannot attach ReadWriteOnce storage on two nodes (and with ReadWriteMany both "
+            "ranks would write one JIT cache); an emptyDir with RecreateGroupOnPodRestart downloads ~2 x 160 GB on "
+            "every restart; and downloads that finish further apart than the rendezvous wait restart the group in "
+            "a loop",
+            "per-rank PVCs (the default; --storage-class), host folders (--host-cache, --prestaged), or one "
+            "ReadWriteMany claim; the rendezvous wait is sized for the download (--download-mbps)"),
     "K25": ("the fabric between ranks is qualified before launch",
             "a fabric that fell back to sockets, or nodes with different NCCL binaries, HCAs or MTU, make NCCL slow "
             "or hang minutes into the serve instead of failing at start",
@@ -128,6 +141,11 @@ def build() -> list[RuleEntry]:
     entry("K25").enforced.append(Enforcement("run", "appliance run: NCCL library hash, HCAs and MTU compared at the "
                                                     "rendezvous; bandwidth and latency to the head against the floor"))
     entry("K16").enforced.append(Enforcement("lock", "compose, bake, Dockerfile args generated from versions.json"))
+    entry("K16").enforced.append(Enforcement("lock", "versions --check / doctor: the image's engine-source.json names "
+                                                     "the pinned commit"))
+    entry("K27").enforced.append(Enforcement("doctor", "doctor / run preflight: RLIMIT_MEMLOCK on RDMA profiles"))
+    entry("K28").enforced.append(Enforcement("k8s", "appliance k8s: per-rank cache claims (or host folders), the "
+                                                    "rendezvous wait and startup budget sized for the download"))
     return sorted(entries.values(), key=lambda r: _key(r.id))
 
 
@@ -149,7 +167,8 @@ def render_markdown(entries: list[RuleEntry]) -> str:
            "when it is stale. -->", "",
            "Every rule id the appliance cites, where it is enforced (validate = `appliance validate`/`run`, "
            "lock = `appliance versions --check`/doctor, log = the health exporter reading the serve log, "
-           "gate = `appliance gate`, health = the exporter's readiness), why, and what to do.", ""]
+           "gate = `appliance gate`, health = the exporter's readiness, doctor = `appliance doctor` and `run`'s "
+           "preflight, run = `appliance run`, k8s = `appliance k8s`), why, and what to do.", ""]
     for e in entries:
         out += [f"## {e.id}: {e.title}", "", f"- why: {e.reason}", f"- fix: {e.fix}", "- enforced:"]
         out += [f"  - {x.where}: {x.what}" for x in e.enforced]
