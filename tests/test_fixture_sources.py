@@ -4,8 +4,9 @@ The fixtures are built by tests/fixtures/logs/deepseek/make_logs.py (no SM12x GP
 `LOG.sources` names the source of each line. Here each is held to it:
 
 - a vLLM line to the logging call at that line of vLLM 0.27.1, the fork's base, as installed by the GPU-stack
-  rehearsal (its venv is what the 0.27.1 parser test uses too): the `[file:line]` prefix is that call, the level is
-  its method's, and the message matches its format string (printf or f-string, read with `ast`);
+  rehearsal (or its wheel alone, unpacked into the rehearsal cache: marker `rehearsal`, it may need the index):
+  the `[file:line]` prefix is that call, the level is its method's, and the message matches its format string
+  (printf or f-string, read with `ast`);
 - a uvicorn line to the installed uvicorn the same way; a progress bar to the description literal it names;
 - an NCCL line to the real NCCL output of two ranks (tests/fixtures/evidence/nccl-h200x2), values aside;
 - a fork line to the log-check table's pattern for it (no copy of the fork exists here).
@@ -17,13 +18,16 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import shutil
+import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from appliance.container.rehearsal import venv_dir
+from appliance.container.rehearsal import INSTALL_PLATFORM, cache_dir, platform_flags, venv_dir
 from appliance.health.table import load_table
 from appliance.lock import load_lock
 from appliance.profile.loader import load_profile
@@ -43,12 +47,35 @@ LEVELS = {"info": "INFO", "info_once": "INFO", "warning": "WARNING", "warning_on
           "exception": "ERROR", "log_fn": "INFO"}
 
 
+def vllm_0271() -> Path:
+    """vLLM 0.27.1's source: the GPU-stack rehearsal's venv when it has one, else the 0.27.1 wheel (the rehearsal's
+    download, or one fetched from the index, no dependencies) unpacked once into the rehearsal cache."""
+    found = [p for p in sorted(venv_dir().glob("lib/python*/site-packages")) if (p / "vllm").is_dir()]
+    if found:
+        return found[0]
+    tree = cache_dir() / "vllm-0.27.1-src"
+    if (tree / "vllm" / "__init__.py").is_file():
+        return tree
+    wheel_dir = cache_dir() / "wheels-linux_amd64"
+    wheels = sorted(wheel_dir.glob("vllm-0.27.1-*.whl"))
+    if not wheels:
+        wheel_dir = cache_dir() / "vllm-0.27.1-wheel"
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        *platform_flags(INSTALL_PLATFORM, "2.39"), "--dest", str(wheel_dir), "vllm==0.27.1"],
+                       check=True, capture_output=True, timeout=1800)
+        wheels = sorted(wheel_dir.glob("vllm-0.27.1-*.whl"))
+    assert wheels, f"no vLLM 0.27.1 wheel in {wheel_dir}"
+    partial = tree.with_name(tree.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        wheel.extractall(partial, [n for n in wheel.namelist() if n.startswith("vllm/") and n.endswith(".py")])
+    partial.rename(tree)
+    return tree
+
+
 def site_packages(tree: str) -> Path:
     if tree == "vllm-0.27.1":
-        found = sorted(venv_dir().glob("lib/python*/site-packages"))
-        assert found, (f"no vLLM 0.27.1 at {venv_dir()}: run `python -m appliance.container.rehearsal install` "
-                       f"(scripts/test.sh does when the lock changed)")
-        return found[0]
+        return vllm_0271()
     import uvicorn
 
     return Path(uvicorn.__file__).parent.parent
@@ -161,6 +188,7 @@ def check_line(source: str, text: str) -> None:
         raise AssertionError(f"unknown source kind {kind!r} for {text!r}")
 
 
+@pytest.mark.rehearsal
 @pytest.mark.parametrize("name", sorted(make_logs.FIXTURES))
 def test_every_line_of_the_fixture_follows_the_source_it_names(name: str) -> None:
     for source, text in fixture_lines(name):
@@ -176,8 +204,11 @@ def test_the_fixtures_are_what_the_builder_writes(tmp_path: Path) -> None:
     assert load_lock().pin("nvidia-nccl-cu13").version == make_logs.NCCL
 
 
+@pytest.mark.rehearsal
 def test_the_checker_is_no_rubber_stamp() -> None:
-    """A line that strays from its source is caught, whichever kind it is."""
+    """A line that strays from its source is caught, whichever kind it is (for the source being there, not for
+    want of it)."""
+    assert (vllm_0271() / "vllm" / "distributed" / "device_communicators" / "pynccl.py").is_file()
     bad = [
         ("vllm-0.27.1 vllm/distributed/device_communicators/pynccl.py:113",
          "(Worker_TP1 pid=311) INFO 08-09 09:58:41 [pynccl.py:148] vLLM is using nccl==2.30.7"),  # 0.32.0's line no.
@@ -225,6 +256,7 @@ def _cited(source: str) -> list[tuple[str, str, int]]:
     return out
 
 
+@pytest.mark.rehearsal
 def test_every_printed_by_names_the_logging_call_in_the_engines_own_source() -> None:
     """For each fact entry that says who prints it, its first cited line in vLLM 0.27.1 (the fork's base) and in
     0.32.0 (the CPU engine here) starts a call whose text (or the helper above it) holds one of the entry's anchors,
