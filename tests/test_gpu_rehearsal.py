@@ -19,15 +19,18 @@ from appliance.profile import list_profiles, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = lockfile.load(ROOT / "versions.json")
-GPU_PINS = {p["name"]: p["version"] for p in lockfile.pins(LOCK, "gpu")}
-ELSEWHERE = {p["name"] for p in lockfile.pins(LOCK, "gpu") if p.get("index", "pypi") != "pypi"}
+FORK = lockfile.channel(LOCK, lockfile.default_channel(LOCK, "gpu"))
+GPU_PINS = {p["name"]: p["version"] for p in lockfile.pins(FORK)}
+ELSEWHERE = {p["name"] for p in lockfile.pins(FORK) if p.get("index", "pypi") != "pypi"}
 GPU_PROFILES = {n: load_profile(n).profile.hardware.nodes for n in list_profiles()
-                if load_profile(n).profile.hardware.target == "gpu"}
+                if load_profile(n).profile.engine.channel == LOCK["default_channel"]}
+"""The default GPU channel's profiles: the fork's stack parses them (others: tooling/channel_rehearsal.py)."""
 
 
 def with_pin(name: str, version: str) -> dict:
     lock = copy.deepcopy(LOCK)
-    next(p for p in lock["packages"] if p["name"] == name)["version"] = version
+    fork = lock["channels"][lock["default_channel"]]
+    next(p for p in fork["packages"] if p["name"] == name)["version"] = version
     return lock
 
 
@@ -43,7 +46,7 @@ def test_platform_tags_cover_every_manylinux_a_glibc_2_39_host_accepts() -> None
 
 def test_the_stack_is_the_locks_pins_plus_the_upstream_stand_in_and_names_what_it_cannot_check() -> None:
     inputs = rehearsal.stack_inputs(LOCK, env={})
-    base = LOCK["engine_source"]["upstream_base"]
+    base = FORK["engine"]["base"]
     assert f"{base['name']}=={base['version']}" == "vllm==0.27.1"
     assert "vllm==0.27.1" in inputs.requirements
     assert inputs.last == ["nvidia-nccl-cu13==2.30.7"]  # K15: --no-deps, after everything
@@ -81,11 +84,21 @@ def test_pips_failures_are_turned_into_the_pins_that_failed() -> None:
 
 
 def test_the_install_runs_again_when_the_lock_or_dockerfile_changes(tmp_path: Path, monkeypatch) -> None:
-    for rel in rehearsal.CHANGE_INPUTS:
+    for rel in (*rehearsal.CHANGE_INPUTS, "versions.json"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     before = rehearsal.change_key(tmp_path)
     assert before == rehearsal.change_key(ROOT)
+    # Another channel's edit leaves the default channel's installed stack as it is ...
+    lock = json.loads((tmp_path / "versions.json").read_text())
+    lock["channels"]["vllm-0.32.0"]["provenance"]["source"] += " (edited)"
+    (tmp_path / "versions.json").write_text(json.dumps(lock))
+    assert rehearsal.change_key(tmp_path) == before
+    # ... the default channel's own lock, or the Dockerfile, installs it again.
+    next(p for p in lock["channels"][lock["default_channel"]]["packages"] if p["name"] == "tilelang")["version"] = "0"
+    (tmp_path / "versions.json").write_text(json.dumps(lock))
+    assert rehearsal.change_key(tmp_path) != before
+    shutil.copy(ROOT / "versions.json", tmp_path / "versions.json")
     (tmp_path / "Dockerfile").write_text((tmp_path / "Dockerfile").read_text() + "\n# touched\n")
     assert rehearsal.change_key(tmp_path) != before
     monkeypatch.setenv("APPLIANCE_REHEARSAL_CACHE", str(tmp_path / "cache"))
@@ -101,7 +114,7 @@ def test_the_install_runs_again_when_the_lock_or_dockerfile_changes(tmp_path: Pa
 
 @pytest.mark.rehearsal
 def test_the_complete_locked_gpu_stack_resolves_for_both_platforms() -> None:
-    out = rehearsal.resolve(LOCK, list(LOCK["images"]["gpu"]["platforms"]))
+    out = rehearsal.resolve(LOCK, list(FORK["images"]["platforms"]))
     assert set(out["platforms"]) == {"linux/amd64", "linux/arm64"}
     for platform, got in out["platforms"].items():
         resolved = got["resolved"]

@@ -112,6 +112,8 @@ def test_extends_names_only_files_inside_profiles(
 def test_a_broken_profile_is_listed_as_invalid_and_the_others_still_are(tmp_path: Path) -> None:
     root = tmp_path / "root"
     shutil.copytree(ROOT / "profiles", root / "profiles")
+    shutil.copytree(ROOT / "channels", root / "channels")
+    shutil.copy(ROOT / "versions.json", root / "versions.json")
     (root / "profiles" / "broken.yaml").write_text("name: broken\nhardware: [\n")
     env = {**os.environ, "APPLIANCE_ROOT": str(root)}
     r = subprocess.run([sys.executable, "-m", "appliance", "profiles"], capture_output=True, text=True, env=env,

@@ -10,13 +10,13 @@ from appliance.health.context import lock_versions
 from appliance.health.expect import Evaluation, Judge
 from appliance.health.scan import scan_file
 from appliance.health.table import load_table
-from appliance.lock import load_lock
+from appliance.lock import channel_lock
 from appliance.profile.loader import load_profile
 from appliance.profile.topology import rank_view
 
 LOGS = Path(__file__).parent / "fixtures" / "logs" / "deepseek"
 TABLE = load_table()
-LOCK = lock_versions(load_lock())
+LOCK = lock_versions(channel_lock("jasl-sm120-20260809"))
 
 
 def judge(log: str, *overrides: str, profile: str = "gb10-tp2", role: str = "head") -> Evaluation:

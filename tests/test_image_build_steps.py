@@ -25,11 +25,14 @@ import pytest
 
 from appliance import lockfile
 from appliance.container import artifacts, buildargs, enginesource, flashattn, forkcheck, smoke
-from appliance.lock import Lock, check, engine_source_drift, overwritten_files, read_skipped
+from appliance.lock import check, engine_source_drift, load_lock, overwritten_files, read_skipped
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTAINER = ROOT / "appliance" / "container"
 LOCK = lockfile.load(ROOT / "versions.json")
+GPU = lockfile.default_channel(LOCK, "gpu")
+GPU_CH = lockfile.channel(LOCK, GPU)
+ENGINE = GPU_CH["engine"]
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
 
@@ -86,7 +89,8 @@ def test_a_moved_tag_changes_nothing_the_pinned_commit_is_checked_out_and_record
 
 def test_the_cli_writes_engine_source_json_with_the_full_sha_and_never_the_mirror_url(fork, tmp_path: Path) -> None:
     lock = copy.deepcopy(LOCK)
-    lock["engine_source"] |= {"branch": "codex/pr", "ref": "stable-preview", "commit": str(fork["pinned"])[:12]}
+    lock["channels"][GPU]["engine"] |= {"branch": "codex/pr", "ref": "stable-preview",
+                                        "commit": str(fork["pinned"])[:12]}
     versions = tmp_path / "versions.json"
     versions.write_text(json.dumps(lock))
     git_url = str(fork["url"])  # a mirror's URL may carry a credential: it is never written into the record
@@ -98,11 +102,11 @@ def test_the_cli_writes_engine_source_json_with_the_full_sha_and_never_the_mirro
     assert "the pin wins" in out.stdout  # the tag moved: said, not fatal
     record = json.loads((tmp_path / "engine-source.json").read_text())
     assert record["commit"] == fork["pinned"] and len(record["commit"]) == 40
-    assert record["platform"] == "linux/arm64" and record["torch_cuda_arch_list"] == LOCK["torch_cuda_arch_list"][
+    assert record["platform"] == "linux/arm64" and record["torch_cuda_arch_list"] == GPU_CH["torch_cuda_arch_list"][
         "linux/arm64"]
     assert set(record) == set(enginesource.RECORD_KEYS)
     assert git_url.removeprefix("file://") not in (tmp_path / "engine-source.json").read_text()
-    assert enginesource.record_problems(record, lock["engine_source"]) == []
+    assert enginesource.record_problems(record, lock["channels"][GPU]["engine"]) == []
 
 
 def test_a_pin_that_is_nowhere_stops_the_build_naming_the_pin_the_branch_head_and_the_tag_head(
@@ -132,16 +136,16 @@ def test_a_commit_that_is_no_commit_id_is_refused_before_git_runs(pin: object, t
     with pytest.raises(enginesource.SourceError, match="is not a commit id"):
         enginesource.fetch("file:///nonexistent", tmp_path, repo="r", branch="b", ref="t", pin=pin,  # type: ignore[arg-type]
                            platform="linux/amd64", arch="12.0a")
-    assert enginesource.pin_problem(LOCK["engine_source"]["commit"]) is None
+    assert enginesource.pin_problem(ENGINE["commit"]) is None
 
 
 def test_versions_check_reads_the_images_engine_record_back(tmp_path: Path) -> None:
-    lock = Lock.model_validate(LOCK)
+    lock = load_lock().channel(GPU)
     path = tmp_path / "engine-source.json"
     missing = engine_source_drift(lock, path)
     assert missing is not None and missing.rule == "K16" and "is missing" in missing.message
     good = {"repo": "jasl/vllm", "branch": "codex/ds4-sm120-min-enable", "branch_head": "f" * 40,
-            "ref": LOCK["engine_source"]["ref"], "tag_head": None, "pinned": "d44e224ab9",
+            "ref": ENGINE["ref"], "tag_head": None, "pinned": "d44e224ab9",
             "commit": "d44e224ab9" + "0" * 30, "on_branch": True, "platform": "linux/arm64",
             "torch_cuda_arch_list": "12.1a"}
     path.write_text(json.dumps(good))
@@ -178,16 +182,15 @@ def make_wheel(folder: Path, name: str, version: str, files: dict[str, str] | No
 
 
 def small_lock(optional_on: dict[str, str]) -> dict:
-    return {"packages": [
-        {"name": "present-pkg", "version": "1.0", "targets": ["gpu"], "reason": "r"},
-        {"name": "jit-cache-pkg", "version": "2.0", "targets": ["gpu"], "reason": "r", "index": "fi-jit",
-         "optional_on": optional_on},
-    ], "indexes": {"fi-jit": {"env": "FI_JIT_INDEX", "description": "d"}}}
+    return {"channels": {"c": {"target": "gpu", "engine": {"source": "fork"}, "packages": [
+        {"name": "present-pkg", "version": "1.0", "reason": "r"},
+        {"name": "jit-cache-pkg", "version": "2.0", "reason": "r", "index": "fi-jit", "optional_on": optional_on},
+    ]}}, "indexes": {"fi-jit": {"env": "FI_JIT_INDEX", "description": "d"}}}
 
 
 def local_fetch(lock: dict, index: Path, dest: Path, env: dict[str, str]) -> artifacts.Fetched:
     # The local folder stands in for both indexes: pip asks it exactly as it would ask an index.
-    return artifacts.fetch(lock, "gpu", "linux/arm64", dest, env={**os.environ, **env},
+    return artifacts.fetch(lock, lock["channels"]["c"], "linux/arm64", dest, env={**os.environ, **env},
                            extra_pip=["--no-index", "--find-links", str(index)])
 
 
@@ -220,24 +223,25 @@ def test_an_empty_index_variable_is_named_for_the_pin_that_needs_it(tmp_path: Pa
 def test_an_index_that_fails_is_never_a_reason_to_skip(tmp_path: Path) -> None:
     lock = small_lock({"linux/arm64": "optional"})
     # pip itself stands in for an index answering 503: an error that is not "no such wheel"
-    bad = artifacts.fetch(lock, "gpu", "linux/arm64", tmp_path / "w2", env={**os.environ, "FI_JIT_INDEX": "x"},
+    bad = artifacts.fetch(lock, lock["channels"]["c"], "linux/arm64", tmp_path / "w2",
+                          env={**os.environ, "FI_JIT_INDEX": "x"},
                           pip=[sys.executable, "-c", "import sys; print('ERROR: HTTP 503'); sys.exit(1)", "--"])
     assert bad.skipped == {} and len(bad.missing) == 2 and all("the index failed" in m for m in bad.missing)
 
 
 def test_a_skipped_optional_pin_leaves_the_install_and_is_no_drift_only_where_it_is_optional(tmp_path: Path) -> None:
-    files = buildargs.lock_files(LOCK, "gpu", ROOT / "pyproject.toml", frozenset({"flashinfer-jit-cache"}))
+    files = buildargs.lock_files(GPU_CH, ROOT / "pyproject.toml", frozenset({"flashinfer-jit-cache"}))
     assert "flashinfer-jit-cache" not in files["requirements.txt"] + files["constraints.txt"]
     assert "flashinfer-python" in files["requirements.txt"]
-    lock = Lock.model_validate(LOCK)
-    installed = {p.name: p.version for p in lock.packages} | {"flashinfer-jit-cache": None}
+    lock = load_lock().channel(GPU)
+    installed = {p.name: p.version for p in lock.pins()} | {"flashinfer-jit-cache": None}
     record = tmp_path / "skipped-pins.json"
     record.write_text(json.dumps({"platform": "linux/arm64", "skipped": {"flashinfer-jit-cache": "no wheel"}}))
     skipped = read_skipped(record, "linux/arm64")
-    assert check(lock, "gpu", installed, skipped=skipped, platform="linux/arm64") == []
+    assert check(lock, installed, skipped=skipped, platform="linux/arm64") == []
     # The same record on amd64 (another platform's file, or a required pin there) proves nothing: drift.
     assert read_skipped(record, "linux/amd64") == {}
-    drifts = check(lock, "gpu", installed, skipped=skipped, platform="linux/amd64")
+    drifts = check(lock, installed, skipped=skipped, platform="linux/amd64")
     assert [d.package for d in drifts] == ["flashinfer-jit-cache"]
 
 
@@ -256,18 +260,18 @@ def test_files_overwritten_by_another_package_are_found_and_a_force_reinstall_me
            "--target", str(site), "--upgrade"]
     subprocess.run([*pip, str(cu13)], check=True, capture_output=True, timeout=120)
     subprocess.run([*pip, str(cu12)], check=True, capture_output=True, timeout=120)  # over the same path
-    lock = Lock.model_validate(LOCK)
+    lock = load_lock().channel(GPU)
     pin = lock.pin("nvidia-cutlass-dsl")
     fake = lock.model_copy(update={"packages": [pin.model_copy(update={"reinstall_after": ["fake-libs-cu13"]})]})
 
     def find(name: str) -> metadata.Distribution:
         return next(iter(metadata.distributions(name=name, path=[str(site)])))
 
-    (drift,) = overwritten_files(fake, "gpu", find=find)
+    (drift,) = overwritten_files(fake, find=find)
     assert "fake-libs-cu13==4.6.0: 1 of its files were overwritten" in drift.message
     assert "cutlass_libs/lib.so" in drift.message and "--force-reinstall --no-deps" in drift.message
     subprocess.run([*pip, "--force-reinstall", str(cu13)], check=True, capture_output=True, timeout=120)
-    assert overwritten_files(fake, "gpu", find=find) == []
+    assert overwritten_files(fake, find=find) == []
 
 
 # --- items 4, 5: FA3 skipped, Rust frontend required, both proven on the wheel --------------------
@@ -489,6 +493,6 @@ def test_a_real_nvcc_compiles_the_smoke_kernel_for_both_sm12x_targets(tmp_path: 
         for binary in (root / "nvidia" / "cu13").rglob("*"):
             if binary.is_file() and binary.parent.name == "bin":
                 binary.chmod(0o755)
-    for arch in {buildargs.cute_dsl_arch(LOCK["torch_cuda_arch_list"][p]) for p in LOCK["images"]["gpu"]["platforms"]}:
+    for arch in {buildargs.cute_dsl_arch(GPU_CH["torch_cuda_arch_list"][p]) for p in GPU_CH["images"]["platforms"]}:
         assert smoke.compile_problem(str(nvcc), arch) is None, arch
     assert "failed" in str(smoke.compile_problem(str(nvcc), "sm_999a"))

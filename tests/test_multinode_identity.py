@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import ApplianceError
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.multinode.identity import (
     COMPARED,
     NONE,
@@ -28,7 +28,9 @@ VERSIONS = {"vllm": "0.27.1", "torch": "2.13.0", "nvidia-nccl-cu13": "2.30.7"}
 
 def test_identity_carries_lock_profile_engine_and_nccl_without_importing_the_engine() -> None:
     ident = local_identity(PROFILE, env={}, lookup=VERSIONS.get)
-    assert ident.lock_digest == lock_digest() and ident.profile_digest == profile_digest(PROFILE)
+    # The lock of the profile's channel: another channel's edit does not split a serve.
+    assert ident.lock_digest == channel_lock(PROFILE.engine.channel, "cpu").digest
+    assert ident.profile_digest == profile_digest(PROFILE)
     assert (ident.engine_version, ident.torch_version, ident.nccl_version) == ("0.27.1", "2.13.0", "2.30.7")
     assert ident.image_revision == NONE and ident.image_digest == NONE  # outside an image: said, not guessed
 

@@ -18,32 +18,16 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import ApplianceError
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.multinode import rendezvous
 from appliance.multinode.identity import local_identity
 from appliance.multinode.rendezvous import join_head
 from appliance.paths import data_root
 from appliance.profile import load_profile
+from tests.conftest import master_port  # its derived rendezvous port reserved too, never one an earlier test had
 
 HEAD_ADDR, WORKER_ADDR = "127.0.0.1", "127.0.0.2"
 PROFILE = "cpu-smoke-2node"
-
-
-_NEXT = iter(range(29640, 29699, 2))
-
-
-def master_port() -> int:
-    """A master port in this suite's range (29600-29699) whose rendezvous port (+1) is free, never one an
-    earlier test of this session used: a rank of that test still retrying must not meet this test's ranks."""
-    for port in _NEXT:
-        try:
-            for p in (port, port + 1):
-                with socket.socket() as s:
-                    s.bind(("0.0.0.0", p))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free master port in 29640-29699")
 
 
 @dataclass
@@ -64,14 +48,19 @@ def start_rank(rank: int, port: int, timeout_s: float, env: dict[str, str] | Non
 
 
 def other_lock_root(tmp_path: Path) -> Path:
-    """An APPLIANCE_ROOT whose versions.json pins another NCCL: what a node built from another lock has."""
+    """An APPLIANCE_ROOT whose versions.json pins another NCCL (GPU channels) and another llama-benchy (the CPU
+    channel the profile runs): what a node built from another lock has."""
     root = tmp_path / "root"
     root.mkdir()
     (root / "profiles").symlink_to(data_root() / "profiles")
+    (root / "channels").symlink_to(data_root() / "channels")
     lock = json.loads((data_root() / "versions.json").read_text())
-    for pin in lock["packages"]:
-        if pin["name"] == "nvidia-nccl-cu13":
-            pin["version"] = "2.27.3"
+    for ch in lock["channels"].values():
+        for pin in ch["packages"]:
+            if pin["name"] == "nvidia-nccl-cu13":
+                pin["version"] = "2.27.3"
+            if pin["name"] == "llama-benchy":
+                pin["version"] = "0.0.1"
     (root / "versions.json").write_text(json.dumps(lock, indent=2))
     return root
 
@@ -114,7 +103,8 @@ def test_a_differing_nccl_version_is_refused_on_both_sides_naming_both_values(tm
 
 def test_a_differing_lock_digest_is_refused_on_both_sides_before_any_engine_starts(tmp_path: Path) -> None:
     root = other_lock_root(tmp_path)
-    ours, theirs = lock_digest()[:12], lock_digest(root / "versions.json")[:12]
+    ours = channel_lock(None, "cpu").digest[:12]
+    theirs = channel_lock(None, "cpu", root / "versions.json").digest[:12]
     assert ours != theirs
     port = master_port()
     head = start_rank(0, port, 60)

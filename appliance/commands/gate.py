@@ -51,6 +51,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
     cmp.add_argument("--json", action="store_true", help="machine-readable findings")
+    cmp.add_argument("--across-channels", action="store_true",
+                     help="compare receipts of serves on different engine channels (refused without it: another "
+                          "engine line differs in more than the change under test)")
     par = sub.add_parser("paired", help="blocked, paired builds: exact sign-flip test per bench cell, Holm-corrected")
     par.add_argument("blocks", nargs="+", metavar="A.json:B.json", help="one pair of receipts per block")
     par.add_argument("--json", action="store_true", help="machine-readable result")
@@ -64,7 +67,7 @@ def _compare(args: argparse.Namespace) -> int:
     from appliance.gate.receipt import load
 
     a, b = load(args.a), load(args.b)
-    result = compare(a, b)
+    result = compare(a, b, across_channels=args.across_channels)
     print(json.dumps(result.to_json(), indent=2, default=str) if args.json else render(result, label(a), label(b)))
     return 1 if result.regressions else 0
 

@@ -56,7 +56,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.container.buildargs import image_tag
-    from appliance.lockfile import canonical_digest, load
+    from appliance.lockfile import channel_digest, load
     from appliance.paths import versions_path
     from appliance.render.k8s import K8sOptions, dump, render_manifests, storage_of
     from appliance.render.k8s_names import check_options
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     # RDMA by default where the profile's K10 expectation wants NCCL on IB anyway (multi-node, IB not disabled).
     rdma = args.rdma or (DEFAULT_RDMA_RESOURCE if uses_rdma(loaded.profile) and not args.no_rdma else None)
     opts = K8sOptions(
-        image=args.image or image_tag(lock, loaded.profile.hardware.target),  # the tag the image build gives
+        image=args.image or image_tag(lock, str(loaded.profile.engine.channel)),  # the tag the image build gives
         namespace=args.namespace, name=args.name, secret=args.secret,
         hf_cache_claim=args.hf_cache_pvc, appliance_cache_claim=args.cache_pvc,
         storage="ephemeral" if args.ephemeral_cache else None, storage_class=args.storage_class,
@@ -85,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
     )
     check_options(opts, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1,
                   storage=storage_of(loaded.profile, opts))  # before any output
-    print(dump(render_manifests(loaded.profile, opts, canonical_digest(lock), loaded.digest), args.format), end="")
+    digest = channel_digest(lock, str(loaded.profile.engine.channel))
+    print(dump(render_manifests(loaded.profile, opts, digest, loaded.digest), args.format), end="")
     return 0

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "verdict": verdict,
             "profile": {"name": loaded.profile.name, "digest": loaded.digest},
+            "channel": ctx.lock.name,
             "lock_digest": ctx.lock_digest,
             "logs": [{"path": str(log), "role": role, "log_ready": one.log_ready, "verdict": one.verdict,
                       "runs": facts.runs, "lines": facts.lines_read, "facts": facts.to_json(),

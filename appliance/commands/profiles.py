@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
             "name": p.name, "hardware": p.hardware.gpu,
             "nodes_x_gpus": f"{p.hardware.nodes}x{p.hardware.gpus_per_node}",
             "checkpoint": p.model.checkpoint, "quant": p.model.quantization, "speculative": spec,
-            "provenance": p.provenance.status, "measured": measured_cell(p.provenance.measured),
+            "channel": p.engine.channel, "provenance": p.provenance.status,
+            "measured": measured_cell(p.provenance.measured),
         })
         details.append(p.provenance.model_dump(mode="json"))
     if args.json:

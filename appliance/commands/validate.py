@@ -17,13 +17,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from appliance.redact import redact_tree
     from appliance.rules import context_for, evaluate, has_errors
 
     loaded = load_from_args(args)
     findings = evaluate(context_for(loaded.profile))
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "valid": not has_errors(findings),
-                          "findings": [asdict(f) for f in findings]}, indent=2, default=str))
+                          "findings": [redact_tree(asdict(f)) for f in findings]}, indent=2, default=str))
     else:
         for f in findings:
             print(f.render(), file=sys.stderr if f.severity == "error" else sys.stdout)

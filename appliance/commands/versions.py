@@ -1,4 +1,4 @@
-"""`appliance versions [--check]`: the lock, or drift of the installed distributions from it."""
+"""`appliance versions [--check]`: one channel's lock, or drift of the installed distributions from it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import sys
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--check", action="store_true", help="compare installed distributions with the lock")
-    parser.add_argument("--target", choices=["gpu", "cpu"], help="which stack to check (default: detected)")
+    parser.add_argument("--check", action="store_true", help="compare installed distributions with the channel's lock")
+    parser.add_argument("--channel", help="which channel (default: $APPLIANCE_CHANNEL, else the one whose engine is "
+                                          "installed here, else the default of --target)")
+    parser.add_argument("--target", choices=["gpu", "cpu"], help="which stack's default channel (default: detected)")
     parser.add_argument("--json", action="store_true")
 
 
@@ -18,44 +20,46 @@ def run(args: argparse.Namespace) -> int:
         ENGINE_RECORD,
         SKIPPED_RECORD,
         check,
-        detect_target,
+        detect_channel,
         engine_source_drift,
         host_platform,
         image_record,
         installed_version,
         load_lock,
-        lock_digest,
         nccl_library_drift,
         overwritten_files,
         read_skipped,
     )
 
     lock = load_lock()
-    target = args.target or detect_target()
+    if args.channel or args.target:
+        ch, how = lock.channel(args.channel, args.target or "gpu"), ("--channel" if args.channel else "--target")
+    else:
+        ch, how = detect_channel(lock)
     if not args.check:
         if args.json:
-            print(json.dumps({"digest": lock_digest(), "stack": lock.stack, "engine_source": lock.engine_source,
-                              "packages": [p.model_dump() for p in lock.packages]}, indent=2))
+            print(json.dumps({"channel": ch.name, "digest": ch.digest, "target": ch.target, "status": ch.status,
+                              "engine": ch.engine.model_dump(exclude_none=True),
+                              "packages": [p.model_dump(exclude_defaults=True) for p in ch.pins()]}, indent=2))
             return 0
-        print(f"# lock {lock_digest()[:12]}  stack {lock.stack}  engine {lock.engine_source['repo']}"
-              f"@{lock.engine_source['commit']}")
-        for p in lock.packages:
-            print(f"{p.requirement():<36} {'/'.join(p.targets):<8} {p.rule or '':<4} {p.reason}")
+        print(f"# channel {ch.name} ({how})  lock {ch.digest[:12]}  {ch.target}  {ch.status}  engine {ch.engine.label}")
+        for p in ch.pins():
+            print(f"{p.requirement():<36} {p.rule or '':<4} {p.reason}")
         return 0
     platform = host_platform()
-    skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if target == "gpu" else {}
-    drifts = check(lock, target, skipped=skipped, platform=platform)
-    if target == "gpu":
-        if (nccl := nccl_library_drift(lock)) is not None:
+    skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if ch.target == "gpu" else {}
+    drifts = check(ch, skipped=skipped, platform=platform)
+    if ch.target == "gpu":
+        if (nccl := nccl_library_drift(ch)) is not None:
             drifts.append(nccl)  # K15 read back: the library vLLM will load, not only the wheel installed
-        if (engine := engine_source_drift(lock, image_record(ENGINE_RECORD))) is not None:
+        if ch.engine.source == "fork" and (engine := engine_source_drift(ch, image_record(ENGINE_RECORD))):
             drifts.append(engine)  # the commit the image's vLLM was built from, read back
-        drifts += overwritten_files(lock, target)  # cutlass-dsl's libs-cu13 not overwritten by -cu12
+        drifts += overwritten_files(ch)  # cutlass-dsl's libs-cu13 not overwritten by another libs wheel
     if args.json:
-        print(json.dumps({"target": target, "digest": lock_digest(), "ok": not drifts, "platform": platform,
-                          "skipped": skipped, "drift": [d.__dict__ for d in drifts]}, indent=2))
+        print(json.dumps({"channel": ch.name, "target": ch.target, "digest": ch.digest, "ok": not drifts,
+                          "platform": platform, "skipped": skipped, "drift": [d.__dict__ for d in drifts]}, indent=2))
     else:
-        for pin in lock.pins(target):
+        for pin in ch.pins():
             got = installed_version(pin.name)
             mark = "drift" if any(d.package == pin.name for d in drifts) else "ok"
             if got is None and pin.name in skipped and platform in pin.optional_on:
@@ -65,5 +69,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"skipped {name} on {platform}: {why}")
         for d in drifts:
             print(d.message, file=sys.stderr)
-        print(f"{target} stack: {'no drift' if not drifts else f'{len(drifts)} drift(s)'}")
+        print(f"channel {ch.name} ({how}): {'no drift' if not drifts else f'{len(drifts)} drift(s)'}")
     return 1 if drifts else 0

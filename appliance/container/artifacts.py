@@ -2,7 +2,7 @@
 
 Standard library only: the GPU build runs this file by path in its wheel stage, once per platform.
 
-    artifacts.py --versions versions.json fetch --target gpu --platform linux/arm64 --dest /wheels \\
+    artifacts.py --versions versions.json [--channel C] fetch --platform linux/arm64 --dest /wheels \\
         --skipped-out /wheels/skipped.json [--torch-index URL]
 
 A missing wheel used to surface deep inside one `pip download` of the whole stack as a resolver error. Here each
@@ -30,7 +30,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path (the image build): the package is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from appliance.lockfile import pins, requirement
+from appliance.lockfile import UnknownChannel, channel, default_channel, pins, requirement
 
 _NOT_FOUND = ("Could not find a version that satisfies the requirement", "No matching distribution found")
 
@@ -55,9 +55,9 @@ def _index_args(lock: dict, pin: dict, env: dict[str, str], torch_index: str) ->
     return (["--extra-index-url", url], None) if url else ([], var)
 
 
-def fetch(lock: dict, target: str, platform: str, dest: Path, *, env: dict[str, str] | None = None,
+def fetch(lock: dict, ch: dict, platform: str, dest: Path, *, env: dict[str, str] | None = None,
           torch_index: str = "", pip: list[str] | None = None, extra_pip: list[str] | None = None) -> Fetched:
-    """Download each pin of `target` (no deps) into `dest`. ``pip``/``extra_pip``: the pip command and flags
+    """Download each pin of channel `ch` (no deps) into `dest`. ``pip``/``extra_pip``: the pip command and flags
     (tests point it at a local folder of wheels with --no-index --find-links)."""
     env = dict(os.environ) if env is None else env
     pip = pip or [sys.executable, "-m", "pip"]
@@ -65,7 +65,7 @@ def fetch(lock: dict, target: str, platform: str, dest: Path, *, env: dict[str, 
     downloaded: list[str] = []
     skipped: dict[str, str] = {}
     missing: list[str] = []
-    for pin in pins(lock, target):
+    for pin in pins(ch):
         req = requirement(pin)
         optional = pin.get("optional_on", {}).get(platform)
         flags, empty_var = _index_args(lock, pin, env, torch_index)
@@ -97,9 +97,10 @@ def fetch(lock: dict, target: str, platform: str, dest: Path, *, env: dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="artifacts.py", description=__doc__.splitlines()[0])
     parser.add_argument("--versions", type=Path, default=Path("versions.json"))
+    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
+                        help="the channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("fetch", help="download every pin of a target, one by one, for this platform")
-    p.add_argument("--target", choices=["gpu", "cpu"], required=True)
+    p = sub.add_parser("fetch", help="download every pin of the channel, one by one, for this platform")
     p.add_argument("--platform", required=True)
     p.add_argument("--dest", type=Path, required=True)
     p.add_argument("--skipped-out", type=Path, required=True, help="skipped.json: optional pins left out here")
@@ -107,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     lock = json.loads(args.versions.read_text())
-    result = fetch(lock, args.target, args.platform, args.dest, torch_index=args.torch_index)
+    try:
+        ch = channel(lock, args.channel or default_channel(lock, "gpu"))
+    except UnknownChannel as exc:
+        print(f"artifacts: {exc}", file=sys.stderr)
+        return 2
+    result = fetch(lock, ch, args.platform, args.dest, torch_index=args.torch_index)
     for line in result.missing:
         print(f"artifacts: {line}", file=sys.stderr)
     if result.missing:

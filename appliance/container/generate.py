@@ -41,6 +41,8 @@ class Layout:
     serve_profiles: tuple[str, ...]
     target: str
     """The image it runs (Hardware.target)."""
+    channel: str = ""
+    """The engine channel of the layout's own profile (its image's); another channel's variant needs that image."""
 
 
 def layouts(profiles_root: Path | None = None) -> list[Layout]:
@@ -49,10 +51,13 @@ def layouts(profiles_root: Path | None = None) -> list[Layout]:
 
     groups: dict[tuple[str, int, int], list[str]] = {}
     targets: dict[str, str] = {}
+    channels: dict[str, str] = {}
     for name in list_profiles(profiles_root):
-        hw = load_profile(name, root=profiles_root).profile.hardware
+        profile = load_profile(name, root=profiles_root).profile
+        hw = profile.hardware
         groups.setdefault((hw.gpu, hw.nodes, hw.gpus_per_node), []).append(name)
         targets[hw.gpu] = hw.target
+        channels[name] = str(profile.engine.channel)
     gpus = load_catalogue(profiles_root / "catalogue.yaml" if profiles_root else None).gpus
     out = []
     for (gpu, nodes, per_node), names in groups.items():
@@ -63,7 +68,8 @@ def layouts(profiles_root: Path | None = None) -> list[Layout]:
         if strays:
             raise ValueError(f"profiles {strays} share the layout of {head} ({gpu}, {nodes}x{per_node}) but not "
                              f"its name prefix: rename them so `--profile {head}` plainly covers them")
-        out.append(Layout(head, gpu, nodes, per_node, gpus[gpu].host_arch, tuple(sorted(names)), targets[gpu]))
+        out.append(Layout(head, gpu, nodes, per_node, gpus[gpu].host_arch, tuple(sorted(names)), targets[gpu],
+                          channels[head]))
     return sorted(out, key=lambda lay: (lay.target == "cpu", lay.name))
 
 
@@ -74,7 +80,7 @@ def _q(value: str) -> str:
 
 def _service(lay: Layout, lock: dict) -> str:
     image_var = "APPLIANCE_GPU_IMAGE" if lay.target == "gpu" else "APPLIANCE_CPU_IMAGE"
-    tag = buildargs.image_tag(lock, lay.target)
+    tag = buildargs.image_tag(lock, lay.channel)
     lines = [
         f"  {lay.name}:",
         f"    <<: *{lay.target}-service",
@@ -106,6 +112,21 @@ def _service(lay: Layout, lock: dict) -> str:
     return "\n".join(lines)
 
 
+def _other_channel_example(lock: dict, lays: list[Layout], root: Path) -> str:
+    """The header lines for a serve profile of another channel than its layout's (it runs that channel's image)."""
+    from appliance.profile import load_profile
+
+    for lay in lays:
+        for name in lay.serve_profiles:
+            channel = str(load_profile(name, root=root / "profiles").profile.engine.channel)
+            if channel != lay.channel:
+                var = "APPLIANCE_GPU_IMAGE" if lay.target == "gpu" else "APPLIANCE_CPU_IMAGE"
+                return (f"# A serve profile of another engine channel runs that channel's image (doctor refuses a "
+                        f"mismatch):\n#   APPLIANCE_PROFILE={name} {var}={buildargs.image_tag(lock, channel)} \\\n"
+                        f"#     docker compose --profile {lay.name} up -d")
+    return "# Every serve profile of a layout runs the layout's engine channel."
+
+
 def compose_yaml(root: Path = ROOT) -> str:
     from appliance.profile.model import DEFAULT_HEALTH_PORT as HEALTH_PORT_DEFAULT
     from appliance.render.supervisord import STOP_WAIT_S
@@ -119,6 +140,7 @@ def compose_yaml(root: Path = ROOT) -> str:
 # One compose profile per hardware layout: {names}.
 #   docker compose --profile rtx-pro-6000-tp2 up -d
 #   APPLIANCE_PROFILE=gb10-tp2-nvfp4 docker compose --profile gb10-tp2 up -d   (another serve profile)
+{_other_channel_example(lock, lays, root)}
 # GB10 two-node: the same file on both nodes; per node APPLIANCE_NODE_RANK (0 = head, 1 = worker),
 # APPLIANCE_MASTER_ADDR (the head's fabric address) and APPLIANCE_FABRIC_IFNAME (docs/containers.md).
 # Secrets (HF_TOKEN, VLLM_API_KEY) are passed through from the caller's environment, never written.
@@ -220,38 +242,85 @@ def _hcl_map(args: dict[str, str], indent: str) -> str:
     return "\n".join(f"{indent}{k.ljust(width)} = {json.dumps(v)}" for k, v in args.items())
 
 
-def _one_platform_targets(platforms: list[str]) -> str:
-    """One target per GPU platform that builds only that platform and loads it (`type=docker`, what `--load`
-    does): the image a node runs, built on that node's own architecture."""
+def slug(channel: str) -> str:
+    """A channel name as a bake target name (letters, digits, - and _ only)."""
+    return channel.replace(".", "-").replace("+", "-")
+
+
+def bake_target(lock: dict, channel: str) -> str:
+    """`gpu` / `cpu` for the default channels, `gpu-<channel>` / `cpu-<channel>` for the others."""
+    ch = lockfile.channel(lock, channel)
+    if channel == lockfile.default_channel(lock, ch["target"]):
+        return ch["target"]
+    return f"{ch['target']}-{slug(channel)}"
+
+
+def _lock_target(lock: dict, channel: str, root: Path) -> str:
+    args = buildargs.lock_args(lock, channel) | {"APPLIANCE_VERSION": buildargs.appliance_version(root)}
+    args |= {"APPLIANCE_REVISION": "${APPLIANCE_REVISION}", "APPLIANCE_SOURCE": "${APPLIANCE_SOURCE}"}
+    return f"""# Channel {channel}: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_{slug(channel).replace("-", "_")}" {{
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {{
+{_hcl_map(args, "    ")}
+  }}
+}}
+"""
+
+
+def _channel_target(lock: dict, channel: str) -> str:
+    ch = lockfile.channel(lock, channel)
+    name = bake_target(lock, channel)
+    lines = [f'target "{name}" {{', f'  inherits  = ["_lock_{slug(channel).replace("-", "_")}"]',
+             f'  target    = "{ch["target"]}"', f"  platforms = {json.dumps(ch['images']['platforms'])}",
+             f'  tags      = ["{buildargs.image_tag(lock, channel)}"]']
+    if ch["target"] == "gpu":
+        lines += ["  args = {", '    FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"',
+                  '    FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"',
+                  '    TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"', "  }"]
+    return "\n".join([*lines, "}"]) + "\n"
+
+
+def _one_platform_targets(lock: dict, channel: str) -> str:
+    """One target per platform of a GPU channel (`gpu-arm64`, `gpu-<channel>-amd64`) that builds only that
+    platform and loads it (`type=docker`, what `--load` does): the image a node runs, built on that node's own
+    architecture. The default builder refuses to load a two-platform image, and a foreign one under QEMU takes days."""
+    ch = lockfile.channel(lock, channel)
+    if ch["target"] != "gpu":
+        return ""
+    name = bake_target(lock, channel)
     out = []
-    for platform in platforms:
+    for platform in ch["images"]["platforms"]:
         arch = platform.split("/", 1)[1]
-        out.append(f"""target "gpu-{arch}" {{
-  inherits  = ["gpu"]
+        out.append(f"""target "{name}-{arch}" {{
+  inherits  = ["{name}"]
   platforms = ["{platform}"]
   output    = ["type=docker"]
 }}
 """)
-    return "\n".join(out)
+    return "\n".join(out) + "\n"
 
 
 def bake_hcl(root: Path = ROOT) -> str:
     lock = lockfile.load(root / "versions.json")
-    fixed = buildargs.lock_args(lock, "all") | {"APPLIANCE_VERSION": buildargs.appliance_version(root)}
-    fixed |= {"APPLIANCE_REVISION": "${APPLIANCE_REVISION}", "APPLIANCE_SOURCE": "${APPLIANCE_SOURCE}"}
-    gpu = lock["images"]["gpu"]["platforms"]
-    cpu = lock["images"]["cpu"]["platforms"]
+    names = lockfile.channel_names(lock)
+    gpu_default = lockfile.default_channel(lock, "gpu")
     head = HEADER.format(sources="versions.json")
+    others = ", ".join(f"{bake_target(lock, n)} ({n})" for n in names if bake_target(lock, n) not in ("gpu", "cpu"))
     return f"""\
 {head}#
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \\
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \\
 #     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
-#                                              local image store -> {buildargs.image_tag(lock, "gpu")}
+#                                              local image store -> {buildargs.image_tag(lock, gpu_default)}
 #     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
-#     docker buildx bake gpu --push            both platforms at once, to a registry only (GPU_TAG=registry/...):
-#                                              the default builder cannot load a two-platform image, and an
-#                                              arm64 build under QEMU on x86 takes days
+#     docker buildx bake gpu --push            both platforms at once, to a registry only: the default builder
+#                                              cannot load a two-platform image, and an arm64 build under QEMU
+#                                              on x86 takes days
+#   docker buildx bake TARGET                  one target per channel: gpu ({gpu_default}), cpu
+#                                              ({lockfile.default_channel(lock, "cpu")}), {others};
+#                                              each GPU channel also has TARGET-amd64 and TARGET-arm64
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -272,12 +341,6 @@ variable "FLASHINFER_JIT_CACHE_INDEX_URL" {{
 variable "TORCH_INDEX_URL" {{
   default = ""
 }}
-variable "GPU_TAG" {{
-  default = "{buildargs.image_tag(lock, "gpu")}"
-}}
-variable "CPU_TAG" {{
-  default = "{buildargs.image_tag(lock, "cpu")}"
-}}
 variable "GPU_WHEELHOUSE" {{
   default = "build/wheelhouse-gpu"
 }}
@@ -286,29 +349,8 @@ group "default" {{
   targets = ["gpu"]
 }}
 
-# Every arg from versions.json; the Dockerfile's first RUN checks them against the lock again.
-target "_lock" {{
-  context    = "."
-  dockerfile = "Dockerfile"
-  args = {{
-{_hcl_map(fixed, "    ")}
-  }}
-}}
-
-target "gpu" {{
-  inherits  = ["_lock"]
-  target    = "gpu"
-  platforms = {json.dumps(gpu)}
-  tags      = ["${{GPU_TAG}}"]
-  args = {{
-    FLASHINFER_INDEX_URL           = "${{FLASHINFER_INDEX_URL}}"
-    FLASHINFER_JIT_CACHE_INDEX_URL = "${{FLASHINFER_JIT_CACHE_INDEX_URL}}"
-    TORCH_INDEX_URL                = "${{TORCH_INDEX_URL}}"
-  }}
-}}
-
-{_one_platform_targets(gpu)}
-target "gpu-wheels" {{
+{"".join(_lock_target(lock, n, root) + chr(10) for n in names)}{
+"".join(_channel_target(lock, n) + chr(10) + _one_platform_targets(lock, n) for n in names)}target "gpu-wheels" {{
   inherits = ["gpu"]
   target   = "gpu-wheels"
   tags     = []
@@ -327,12 +369,6 @@ target "gpu-airgapped" {{
   }}
 }}
 
-target "cpu" {{
-  inherits  = ["_lock"]
-  target    = "cpu"
-  platforms = {json.dumps(cpu)}
-  tags      = ["${{CPU_TAG}}"]
-}}
 """
 
 

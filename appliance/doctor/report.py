@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -155,28 +157,37 @@ def check_memlock(profile: Profile, target: GpuFacts, limits: tuple[int | None, 
                   f"node's GPU memory", rule="K27", fix=MEMLOCK_FIX)]
 
 
-def check_versions(profile: Profile) -> list[Check]:
+def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> list[Check]:
+    """The installed stack against the profile's channel; in an image (APPLIANCE_CHANNEL set) that image's channel
+    must be the profile's: another channel's engine would serve a profile its rules were not judged for."""
     from appliance.lock import (
+        CHANNEL_ENV,
         ENGINE_RECORD,
         SKIPPED_RECORD,
+        channel_lock,
         check,
         engine_source_drift,
         host_platform,
         image_record,
-        load_lock,
         read_skipped,
     )
 
-    target = profile.hardware.target
-    lock = load_lock()
+    env = os.environ if env is None else env
+    ch = channel_lock(profile.engine.channel, profile.hardware.target)
+    image = env.get(CHANNEL_ENV)
+    if image and image != ch.name:
+        return [Check("versions", "fail", f"this image is channel {image} but profile {profile.name} runs channel "
+                                          f"{ch.name}: run the image of {ch.name} (appliance channels), or set "
+                                          f"engine.channel: {image}")]
     platform = host_platform()
-    skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if target == "gpu" else {}
-    drifts = check(lock, target, skipped=skipped, platform=platform)
-    if target == "gpu" and (engine := engine_source_drift(lock, image_record(ENGINE_RECORD))) is not None:
+    skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if ch.target == "gpu" else {}
+    drifts = check(ch, skipped=skipped, platform=platform)
+    if ch.target == "gpu" and ch.engine.source == "fork" and (
+            engine := engine_source_drift(ch, image_record(ENGINE_RECORD))) is not None:
         drifts.append(engine)
     if not drifts:
-        return [Check("versions", "ok", f"installed {target} stack matches versions.json")]
-    return [Check("versions", "fail", d.message) for d in drifts]
+        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json")]
+    return [Check("versions", "fail", f"channel {ch.name}: {d.message}") for d in drifts]
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,

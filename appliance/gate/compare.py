@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from appliance.errors import ApplianceError
 from appliance.gate.engine_steps import attribution
 from appliance.gate.recall_bands import MORE_SERVES, PASS_LINE, POISONED_CEILING, Bands
 from appliance.gate.receipt import check
@@ -230,8 +231,26 @@ def _like_for_like(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return out
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> ReceiptComparison:
+def receipt_channel(r: dict[str, Any]) -> str | None:
+    """The engine channel a receipt's serve ran (receipts before channels existed name none)."""
+    return r["provenance"].get("channel")
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], *, across_channels: bool = False) -> ReceiptComparison:
+    """Raises ApplianceError (exit 2) for receipts of two channels unless `across_channels`: a regression between
+    engine lines is a different question from a regression of one stack, and is asked for by name."""
+    ca, cb = receipt_channel(a), receipt_channel(b)
+    if ca != cb and not across_channels:
+        raise ApplianceError(
+            f"receipt A is of channel {ca or 'unknown (no channel recorded)'}, receipt B of channel "
+            f"{cb or 'unknown (no channel recorded)'}", field="gate compare", value=f"{ca} vs {cb}",
+            fix="compare receipts of one channel, or pass --across-channels to compare two engine lines knowingly",
+            reason="across channels the engine, its kernels and its defaults all differ: a delta is not the change "
+                   "under test")
     result = ReceiptComparison(warnings=_like_for_like(a, b))
+    if ca != cb:
+        result.warnings.insert(0, f"across channels (--across-channels): {ca} vs {cb}: engine, kernels and "
+                                  f"defaults differ, not only the change under test")
     va = ((a["provenance"].get("engine") or {}).get("version"))
     vb = ((b["provenance"].get("engine") or {}).get("version"))
     if va != vb:

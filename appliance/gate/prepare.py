@@ -119,7 +119,7 @@ def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) 
 
 def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str], dict[str, Any]]:
     from appliance import __version__
-    from appliance.lock import load_lock, lock_digest
+    from appliance.lock import channel_lock
     from appliance.paths import appliance_home, make_dir
     from appliance.profile.model import DEFAULT_HEALTH_PORT
     from appliance.settings import load_settings
@@ -151,24 +151,25 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
                       tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
                       progress=progress)
     eng = engagement(status, status_error)
-    lock = lock_digest()
+    channel = channel_lock(profile.engine.channel, profile.hardware.target)
+    lock = channel.digest
     receipt: dict[str, Any] = {
         "schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": utc_now(), "finished_at": None,
         "selected": selected, "size": params.size,
         "target": {"url": url, "exporter": exporter, "model": model, "checkpoint": ctx.checkpoint,
                    "tokenizer": ctx.tokenizer},
         "provenance": {
-            "appliance_version": __version__, "lock_digest": lock, "stack": load_lock().stack,
+            "appliance_version": __version__, "channel": channel.name, "lock_digest": lock,
             "profile": {"name": profile.name, "digest": loaded.digest, "source": str(loaded.source),
                         "overrides": [*req.env_overrides, *req.overrides]},
             "engine": engine, "image": image_labels(), "hardware": hardware(profile),
         },
-        "engagement": eng, "checks": [], "warnings": _warnings(eng, loaded.digest, lock, params),
+        "engagement": eng, "checks": [], "warnings": _warnings(eng, loaded.digest, lock, params, channel.name),
     }
     return ctx, selected, receipt
 
 
-def _warnings(eng: dict[str, Any], digest: str, lock: str, params: GateParams) -> list[str]:
+def _warnings(eng: dict[str, Any], digest: str, lock: str, params: GateParams, channel: str = "") -> list[str]:
     out = list(params.notes)
     if not eng.get("available"):
         out.append(f"engagement facts not read: the health exporter did not answer ({eng.get('error')})")
@@ -179,6 +180,8 @@ def _warnings(eng: dict[str, Any], digest: str, lock: str, params: GateParams) -
                    f"overrides? pass the serve's --set/APPLIANCE_SET to the gate")
     if eng.get("lock_digest") and eng["lock_digest"] != lock:
         out.append(f"the serve was built from lock {eng['lock_digest'][:12]}, this host has {lock[:12]}")
+    if eng.get("channel") and eng["channel"] != channel:
+        out.append(f"the serve runs channel {eng['channel']}, the gate's profile says {channel}")
     if eng.get("verdict") == "fail":
         out.append("the health exporter's verdict is FAIL: see engagement.expectations and engagement.fatal")
     return out

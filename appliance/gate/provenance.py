@@ -76,6 +76,7 @@ def engagement(status: dict[str, Any] | None, error: str | None = None) -> dict[
         "fatal": status.get("fatal") or [],
         "profile": status.get("profile"),
         "lock_digest": status.get("lock_digest"),
+        "channel": status.get("channel"),
         "versions": status.get("versions"),
         "facts": facts,
     }

@@ -32,6 +32,8 @@ class Engine(_Part):
 
 class Provenance(_Part):
     profile: ProfileRef | None = None
+    channel: str | None = None
+    """The engine channel the serve ran (versions.json channels); `gate compare` refuses two unless asked."""
     lock_digest: str | None = None
     engine: Engine | None = None
 

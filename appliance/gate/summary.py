@@ -19,7 +19,8 @@ def render(r: dict[str, Any]) -> str:
              f"- run: {r['started_at']} → {r.get('finished_at') or '…'} ({state})",
              f"- serve: {r['target'].get('url')} model `{r['target'].get('model')}` "
              f"({r['target'].get('checkpoint')})",
-             f"- engine: vLLM {engine.get('version')}; lock {_short(prov.get('lock_digest'))} ({prov.get('stack')})",
+             f"- engine: vLLM {engine.get('version')}; channel {prov.get('channel')}, "
+             f"lock {_short(prov.get('lock_digest'))}",
              f"- profile: {profile.get('name')} digest {_short(profile.get('digest'))}"
              + (f", overrides {'; '.join(profile['overrides'])}" if profile.get("overrides") else ""),
              f"- image: {', '.join(f'{k}={v}' for k, v in prov['image'].items()) if prov.get('image') else 'none'}",

@@ -7,25 +7,28 @@ from pathlib import Path
 
 from appliance.health.expect import Judge
 from appliance.health.table import LogTable, Role, load_table
-from appliance.lock import Lock, load_lock, lock_digest
+from appliance.lock import ChannelLock, channel_lock
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.topology import rank_view, role_for
 
 
-def lock_versions(lock: Lock) -> dict[str, str]:
-    return {p.name: p.version for p in lock.packages}
+def lock_versions(lock: ChannelLock) -> dict[str, str]:
+    """The channel's pins by name: what `lock.<package>` in an expectation compares with."""
+    return {p.name: p.version for p in lock.pins()}
 
 
 @dataclass(frozen=True)
 class HealthContext:
     loaded: LoadedProfile
     table: LogTable
-    lock: Lock
+    lock: ChannelLock
+    """The lock of the profile's channel: its pins are what expectations compare with."""
     lock_digest: str
 
     @classmethod
     def load(cls, loaded: LoadedProfile, table_path: Path | None = None) -> HealthContext:
-        return cls(loaded, load_table(table_path), load_lock(), lock_digest())
+        lock = channel_lock(loaded.profile.engine.channel, loaded.profile.hardware.target)
+        return cls(loaded, load_table(table_path), lock, lock.digest)
 
     def role(self, node_rank: int) -> Role:
         return role_for(self.loaded.profile, node_rank)

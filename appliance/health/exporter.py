@@ -89,7 +89,7 @@ class Exporter:
 
 def identity_of(config: ExporterConfig, loaded: LoadedProfile, ctx: HealthContext) -> ExporterIdentity:
     return ExporterIdentity(profile=loaded.profile.name, profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
-                            stack=ctx.lock.stack, role=config.role, log=str(config.log), engine_url=config.engine_url,
+                            channel=ctx.lock.name, role=config.role, log=str(config.log), engine_url=config.engine_url,
                             lock_versions=lock_versions(ctx.lock))
 
 

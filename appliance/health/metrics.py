@@ -124,7 +124,7 @@ class IdentityCollector(_SnapshotCollector):
         versions = snap.versions(ident)
         yield InfoMetricFamily("appliance_versions", "the serve's identity and the versions it reports", value={
             "profile": ident.profile, "profile_digest": ident.profile_digest[:12],
-            "lock_digest": ident.lock_digest[:12], "stack": ident.stack, "role": ident.role,
+            "lock_digest": ident.lock_digest[:12], "channel": ident.channel, "role": ident.role,
             "vllm": _text(versions["vllm"]), "nccl_vllm": _text(versions["nccl_vllm"]),
             "nccl_library": _text(versions["nccl_library"]),
             "nccl_lock": next((ident.lock_versions[d] for d in NCCL_DISTRIBUTIONS if d in ident.lock_versions), ""),

@@ -36,7 +36,8 @@ class ExporterIdentity:
     profile: str
     profile_digest: str
     lock_digest: str
-    stack: str
+    """The digest of the profile's channel lock (versions.json channels.NAME)."""
+    channel: str
     role: str
     log: str
     engine_url: str | None
@@ -75,7 +76,7 @@ class Snapshot:
             "vllm": self.facts.get("vllm_version"),
             "nccl_vllm": self.facts.get("nccl_version"),
             "nccl_library": self.facts.get("nccl_lib_version"),
-            "stack": identity.stack,
+            "channel": identity.channel,
             "lock": identity.lock_versions,
         }
 
@@ -93,6 +94,7 @@ class Snapshot:
             "log_ready": self.evaluation.log_ready,
             "profile": {"name": identity.profile, "digest": identity.profile_digest},
             "lock_digest": identity.lock_digest,
+            "channel": identity.channel,
             "role": identity.role,
             "versions": self.versions(identity),
             "facts": self.facts,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from appliance.catalogue import load_catalogue
+from appliance.channels.capabilities import profile_capabilities
 from appliance.profile.model import Profile
 
 Predicate = Callable[[Profile], bool]
@@ -55,6 +56,10 @@ PREDICATES: dict[str, Predicate] = {
     "nvfp4": lambda p: p.model.quantization == "nvfp4",
     # NCCL may use IB/RoCE (the profile does not disable it): the transport it chose is then read back (K10).
     "nccl_ib": lambda p: not p.distributed.nccl_ib_disable,
+    # What the profile's channel can do (its engine's facts, channels/facts/): which lines prove engagement there.
+    "channel_guard": lambda p: profile_capabilities(p).guard,
+    "sm120_env": lambda p: profile_capabilities(p).sm120_decode == "env",
+    "sm120_backend": lambda p: profile_capabilities(p).sm120_decode == "backend",
 }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from appliance.bounds import show
 from appliance.errors import ApplianceError
-from appliance.lock import NCCL_DISTRIBUTIONS, installed_version, lock_digest
+from appliance.lock import NCCL_DISTRIBUTIONS, channel_lock, installed_version
 from appliance.multinode.fabric import SYSFS, fabric_mtu, ib_devices, nccl_library_sha256
 from appliance.profile.loader import profile_digest
 from appliance.profile.model import Profile
@@ -148,7 +148,7 @@ def local_identity(
     """This rank's identity. `env`, `lookup` and `sysfs` are injectable so tests need no monkeypatching."""
     env = os.environ if env is None else env
     return NodeIdentity(
-        lock_digest=lock_digest(lock_path),
+        lock_digest=channel_lock(profile.engine.channel, profile.hardware.target, lock_path).digest,
         profile_digest=profile_digest(profile),
         engine_version=_first_installed(ENGINE_DISTRIBUTIONS, lookup),
         torch_version=_first_installed(("torch",), lookup),

@@ -206,11 +206,48 @@ def load_profile(
     for item in cli_overrides:
         _override(merged, item, "cli:--set", origins)
     check_tree(merged, origins)
+    _default_channel(merged, origins)
     try:
         profile = Profile.model_validate(merged)
     except ValidationError as exc:
         raise _explain(exc, merged, origins, path) from None
     return LoadedProfile(profile, path, origins)
+
+
+def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:
+    """engine.channel: the profile's (its bases', an override's), else the lock's default for its target; an
+    unknown name is refused here, naming the nearest channel, so no command ever renders for a channel that is
+    not locked."""
+    from appliance.lockfile import UnknownChannel, channel, default_channel, load
+    from appliance.paths import versions_path
+
+    try:
+        lock = load(versions_path())
+    except (OSError, ValueError) as exc:
+        raise ApplianceError(f"cannot read the version lock {versions_path()}: {exc}", field="engine.channel",
+                             value=str(versions_path()), fix="set APPLIANCE_ROOT to a folder holding versions.json",
+                             reason="a profile's engine channel is a channel of versions.json") from None
+    engine = merged.get("engine")
+    if engine is not None and not isinstance(engine, dict):
+        return  # the model's own error names it
+    engine = merged.setdefault("engine", {})
+    name = engine.get("channel")
+    if name is None:
+        hardware = merged.get("hardware")
+        target = "cpu" if isinstance(hardware, dict) and hardware.get("gpu") == "cpu" else "gpu"
+        engine["channel"] = default_channel(lock, target)
+        origins["engine.channel"] = "lock:default_cpu_channel" if target == "cpu" else "lock:default_channel"
+        return
+    if not isinstance(name, str):
+        return
+    try:
+        channel(lock, name)
+    except UnknownChannel as exc:
+        raise ApplianceError(f"engine.channel={show(name)} ({origins.get('engine.channel', 'profile')}): {exc}",
+                             field="engine.channel", value=show(name),
+                             fix="name a channel of versions.json (appliance channels lists them)",
+                             reason="a channel is a complete lock of one engine line; the rules, the rendered "
+                                    "flags and the log expectations follow it") from None
 
 
 def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

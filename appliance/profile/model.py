@@ -77,6 +77,12 @@ class Cache(Section):
 
 
 class Engine(Section):
+    channel: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.+-]*$", max_length=100)
+    """The engine line (a channel of versions.json: `appliance channels`); the loader fills the lock's default
+    (default_channel, default_cpu_channel on the cpu target) when the profile names none."""
+    accept_unguarded_prefix_cache: bool = False
+    """K4: the named acknowledgement that lets prefix caching + speculative decoding run on a channel without the
+    same-step ghost-block guard (recall can collapse for the life of the serve). Prefer cache.prefix_caching: false."""
     runner: Literal["v1", "v2"] = "v2"
     """Model runner; VLLM_USE_V2_MODEL_RUNNER=1/0."""
     cudagraph_mode: CudagraphMode = DEFAULT_CUDAGRAPH_MODE

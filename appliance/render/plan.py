@@ -8,19 +8,25 @@ import json
 from pathlib import Path
 
 from appliance.catalogue import load_catalogue
+from appliance.channels.capabilities import (
+    DSV4_FLASHINFER,
+    DSV4_FLASHMLA,
+    ENV_GUARD,
+    ENV_RUNNER,
+    ENV_SCRATCH_POOL,
+    ENV_SM120_DECODE,
+    ENV_SM120_PREFILL,
+    Capabilities,
+    profile_capabilities,
+)
 from appliance.errors import ApplianceError
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
 from appliance.profile.topology import Role, role_for
 from appliance.render.launcher import launcher_plan
 from appliance.render.serveplan import Placement, ServePlan, engine_api_url, http_url
 
-# Env names in one place: engine behaviour (must reach every rank) and the fabric.
-ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
-ENV_GUARD = "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT"
-ENV_SM120_DECODE = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE"
-ENV_SM120_PREFILL = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL"
-ENV_SCRATCH_POOL = "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"  # name unconfirmed by the seed (K6)
-ENV_EXECUTE_TIMEOUT = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"  # vllm/envs.py, 0.27.1 and 0.32.0 alike (K26)
+# Env that changes engine behaviour (must reach every rank); the names are the channels' (channels/capabilities).
+ENV_EXECUTE_TIMEOUT = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"  # vllm/envs.py of every channel's engine (K26)
 ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_EXECUTE_TIMEOUT)
 
 
@@ -79,22 +85,41 @@ def engine_argv(profile: Profile, model_dir: Path | None) -> list[str]:
         argv += ["--logits-processors", *p.engine.logits_processors]
     if p.engine.kv_offload_gib > 0:
         _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
+    _flag(argv, "--attention-backend", _sm120_backend(p, profile_capabilities(p)))
     _flag(argv, "--host", p.server.host)
     if p.server.port != DEFAULT_PORT:
         _flag(argv, "--port", p.server.port)
     return argv
 
 
+def _sm12x_deepseek(p: Profile) -> bool:
+    cat = load_catalogue()
+    ck = cat.checkpoints.get(p.model.checkpoint)
+    return cat.gpus[p.hardware.gpu].is_sm12x and bool(ck and ck.family == "deepseek-v4")
+
+
+def _sm120_backend(p: Profile, caps: Capabilities) -> str | None:
+    """engine.sm120_decode on a channel that chooses the path by attention backend (upstream): FlashInfer's
+    DeepSeek-V4 sparse MLA (its SM120 kernels on SM12x) or FlashMLA's, named explicitly so the engine cannot pick
+    another one silently. None where the channel switches it by env (the fork) or the serve is no DSv4 on SM12x."""
+    if caps.sm120_decode != "backend" or not _sm12x_deepseek(p):
+        return None
+    return DSV4_FLASHINFER if p.engine.sm120_decode else DSV4_FLASHMLA
+
+
 def engine_env(profile: Profile) -> dict[str, str]:
-    """Env that changes engine behaviour; it goes to every rank."""
+    """Env that changes engine behaviour; it goes to every rank. Each channel's adapter: a switch the channel's
+    engine does not have is not rendered (the rules refuse a profile that asks for one: K4, E6, E9)."""
     p = profile
-    env = {ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"}
-    if p.cache.guard != "auto":
+    caps = profile_capabilities(p)
+    env = {ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"} if caps.runner_switch else {}
+    if p.cache.guard != "auto" and caps.guard:
         env[ENV_GUARD] = str(p.cache.guard)
-    if load_catalogue().gpus[p.hardware.gpu].is_sm12x:
+    if load_catalogue().gpus[p.hardware.gpu].is_sm12x and caps.sm120_decode == "env":
         env[ENV_SM120_DECODE] = "1" if p.engine.sm120_decode else "0"
-        env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
-    if p.engine.eager_scratch_pool:
+        if caps.sm120_prefill:
+            env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
+    if p.engine.eager_scratch_pool and caps.scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
     if p.engine.execute_model_timeout_s is not None:
         env[ENV_EXECUTE_TIMEOUT] = str(p.engine.execute_model_timeout_s)
@@ -141,5 +166,6 @@ def build_plan(profile: Profile, place: Placement | None = None) -> ServePlan:
     return launcher_plan(profile, argv, env, role, place.node_rank, place.master_addr, port)
 
 
-__all__ = ["ENGINE_ENV_KEYS", "Placement", "Role", "ServePlan", "build_plan", "engine_api_url", "engine_argv",
+__all__ = ["ENGINE_ENV_KEYS", "ENV_GUARD", "ENV_RUNNER", "ENV_SCRATCH_POOL", "ENV_SM120_DECODE", "ENV_SM120_PREFILL",
+           "Placement", "Role", "ServePlan", "build_plan", "engine_api_url", "engine_argv",
            "engine_env", "fabric_env", "http_url", "role_for"]

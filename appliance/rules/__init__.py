@@ -1,4 +1,4 @@
-"""The rule registry: every rule is a small pure function with a stable id (K1…, C1…)."""
+"""The rule registry: every rule is a small pure function with a stable id (K1…, C1…, E1…)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from appliance.catalogue import CheckpointFacts, load_catalogue
 from appliance.profile.model import Profile
 from appliance.rules import (  # noqa: F401  (registration)
     canary,
+    channel,
     cpu,
     deepseek,
     hardware,

@@ -8,8 +8,11 @@ from typing import Literal
 
 from appliance.bounds import show
 from appliance.catalogue import CheckpointFacts, GpuFacts
+from appliance.channels.capabilities import Capabilities, capabilities_of, profile_channel
+from appliance.channels.facts import EngineFacts, load_facts
+from appliance.lock import ChannelLock, channel_lock
 from appliance.profile.model import Profile
-from appliance.rules.engine_pin import EnginePin, pinned_engine
+from appliance.redact import redact
 
 Severity = Literal["error", "warning"]
 
@@ -26,7 +29,26 @@ class Finding:
 
     def render(self) -> str:
         shown = show(self.value, 120)  # a profile string may be up to 128 KiB: never echoed whole
-        return f"{self.severity.upper()} {self.rule} {self.path}={shown}: {self.message}\n    fix: {self.fix}"
+        # A value from outside may be a secret's (the channel rules echo names back): one redaction for all.
+        return redact(f"{self.severity.upper()} {self.rule} {self.path}={shown}: {self.message}\n    fix: {self.fix}")
+
+
+@dataclass(frozen=True)
+class Channel:
+    """The profile's engine channel: its lock, its engine's facts and what those say it can do."""
+
+    lock: ChannelLock
+    facts: EngineFacts
+    caps: Capabilities
+
+    @property
+    def name(self) -> str:
+        return self.lock.name
+
+    @classmethod
+    def named(cls, name: str, facts: EngineFacts | None = None) -> Channel:
+        facts = facts or load_facts(name)
+        return cls(channel_lock(name), facts, capabilities_of(facts))
 
 
 @dataclass(frozen=True)
@@ -34,8 +56,16 @@ class RuleContext:
     profile: Profile
     checkpoint: CheckpointFacts
     gpu: GpuFacts
-    engine: EnginePin = field(default_factory=pinned_engine)
-    """The engine the lock pins: some rules' severity depends on what it does (K5)."""
+    channel: Channel = field(default=None)  # type: ignore[assignment]
+    """The profile's channel (filled from engine.channel): the rules consult its capabilities, not the fork's."""
+
+    def __post_init__(self) -> None:
+        if self.channel is None:
+            object.__setattr__(self, "channel", Channel.named(profile_channel(self.profile)))
+
+    @property
+    def caps(self) -> Capabilities:
+        return self.channel.caps
 
     @property
     def is_deepseek(self) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from appliance.rules.base import Finding, Rule, RuleContext, deepseek, deepseek_on_gpu, rule
+from appliance.channels.capabilities import ENV_GUARD
+from appliance.rules.base import Finding, Rule, RuleContext, always, deepseek, deepseek_on_gpu, rule
 
 
 @rule("K1", "fp8 KV cache is mandatory",
@@ -63,13 +64,16 @@ def k3_method_vs_checkpoint(ctx: RuleContext, r: Rule) -> list[Finding]:
 @rule("K4", "same-step ghost-block guard stays on with prefix caching + speculative decoding",
       "a block hash can be published before its KV is written; a serve that loses the race serves poisoned "
       "blocks for its life (recall fell to mean 11.5/24, floor 3/24)",
-      deepseek,
-      fix="leave cache.guard: auto (the engine guards every KV manager)")
+      always,
+      fix="leave cache.guard: auto (the engine guards every KV manager); on a channel without the guard, turn "
+          "prefix caching off")
 def k4_guard(ctx: RuleContext, r: Rule) -> list[Finding]:
     p = ctx.profile
     exposed = p.cache.prefix_caching and p.speculative is not None
     guard = p.cache.guard
-    if not exposed or guard in ("auto", 2):
+    if not ctx.caps.guard:
+        return _k4_unguarded_channel(ctx, r, exposed)
+    if not ctx.is_deepseek or not exposed or guard in ("auto", 2):
         return []
     if guard == 0:
         return [r.finding("warning", "cache.guard", guard,
@@ -81,9 +85,38 @@ def k4_guard(ctx: RuleContext, r: Rule) -> list[Finding]:
                       "and the main MLA path is not", "set cache.guard: auto or 2")]
 
 
+def _k4_unguarded_channel(ctx: RuleContext, r: Rule, exposed: bool) -> list[Finding]:
+    """The channel's engine has no same-step ghost-block guard (its facts hold neither the env var nor the code)."""
+    p, name = ctx.profile, ctx.channel.name
+    out = []
+    if p.cache.guard != "auto":
+        out.append(r.finding("error", "cache.guard", p.cache.guard,
+                             f"channel {name} has no same-step ghost-block guard ({ENV_GUARD} is not among its "
+                             f"engine's env vars): the setting would be silently ignored",
+                             "set cache.guard: auto, or use a channel that carries the guard (jasl-sm120-20260809)"))
+    if not exposed:
+        return out
+    if p.engine.accept_unguarded_prefix_cache:
+        out.append(r.finding("warning", "cache.prefix_caching", True,
+                             f"prefix caching + speculative decoding on channel {name}, which has no same-step "
+                             f"ghost-block guard, by acknowledgement (engine.accept_unguarded_prefix_cache): "
+                             f"long-context recall can collapse for the life of a serve",
+                             "set cache.prefix_caching: false for any serve users rely on"))
+        return out
+    out.append(r.finding("error", "cache.prefix_caching", True,
+                         f"prefix caching + speculative decoding on channel {name}, which has no same-step "
+                         f"ghost-block guard (upstream #42359 is still open): a serve that loses the race keeps "
+                         f"serving poisoned prefix blocks (recall fell to mean 11.5/24, floor 3/24)",
+                         "set cache.prefix_caching: false, or acknowledge the risk with "
+                         "engine.accept_unguarded_prefix_cache: true, or use a channel with the guard "
+                         "(jasl-sm120-20260809)"))
+    return out
+
+
 @rule("K5", "V1 runner needs a cudagraph mode without PIECEWISE on engines that carry upstream #51768",
-      "engines with #51768 reject DSv4 under Model Runner V1 with PIECEWISE cudagraphs at config time; the "
-      "accepted pin predates it, where VLLM_USE_V2_MODEL_RUNNER=0 alone gave V1 and passed",
+      "engines with #51768 reject DSv4 under Model Runner V1 with PIECEWISE cudagraphs at config time (the "
+      "channel's facts say whether its engine has the check); the accepted fork pin predates it, where "
+      "VLLM_USE_V2_MODEL_RUNNER=0 alone gave V1 and passed",
       deepseek_on_gpu,
       fix="with engine.runner: v1 use cudagraph_mode FULL_DECODE_ONLY, FULL or NONE (or enforce_eager), or stay on v2")
 def k5_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
@@ -92,14 +125,15 @@ def k5_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
         return []
     fix = ("set engine.cudagraph_mode: FULL_DECODE_ONLY (or FULL / NONE, or engine.enforce_eager: true), "
            "or go back to engine.runner: v2")
-    if ctx.engine.refuses_v1_piecewise:
+    label = f"channel {ctx.channel.name} ({ctx.channel.lock.engine.label})"
+    if ctx.caps.refuses_v1_piecewise:
         return [r.finding("error", "engine.cudagraph_mode", e.cudagraph_mode,
                           f"runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) with a PIECEWISE cudagraph mode fails to boot "
-                          f"on {ctx.engine.label}, which carries upstream #51768", fix)]
+                          f"on {label}, which carries upstream #51768", fix)]
     return [r.finding("warning", "engine.cudagraph_mode", e.cudagraph_mode,
-                      f"runner v1 with a PIECEWISE cudagraph mode boots on the pinned {ctx.engine.label} (the "
-                      f"seed's acceptance: VLLM_USE_V2_MODEL_RUNNER=0 alone gave V1, guard 5/5, passed), but "
-                      f"engines after upstream #51768 refuse it at config time",
+                      f"runner v1 with a PIECEWISE cudagraph mode boots on {label} (no #51768 check in its "
+                      f"sources; the seed's acceptance on the fork: VLLM_USE_V2_MODEL_RUNNER=0 alone gave V1, guard "
+                      f"5/5, passed), but engines after upstream #51768 refuse it at config time",
                       f"{fix} to stay bootable on a later engine")]
 
 

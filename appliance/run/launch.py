@@ -28,7 +28,7 @@ from appliance.bounds import check_health_port
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from appliance.multinode.netif import with_host_ip
 from appliance.multinode.rendezvous import Peer, preflight
 from appliance.paths import venv_executable
@@ -204,7 +204,9 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
     files = run_files(run_dir)
     if fabric is not None:
         (run_dir / FABRIC_FILE).write_text(json.dumps(fabric, indent=1))
-    env = plan.env | cache_env(lock_digest(), engine_digest(profile), home / "cache")
+    # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
+    lock = channel_lock(profile.engine.channel, profile.hardware.target)
+    env = plan.env | cache_env(lock.digest, engine_digest(profile), home / "cache")
     if model_dir is not None:
         env.setdefault("HF_HUB_OFFLINE", "1")
     engine_url = engine_api_url(plan.role, profile.server.port, place.master_addr)

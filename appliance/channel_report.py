@@ -1,0 +1,149 @@
+"""`appliance channels` and `appliance channels diff A B` as data: each channel's summary, and what a user moving
+from one channel to another must know (packages, flags, env vars, backends, log lines, capabilities, and the rules
+and log expectations whose verdicts change for the shipped profiles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.channels.capabilities import capabilities_of
+from appliance.channels.facts import EngineFacts, load_facts
+from appliance.lock import ChannelLock, Lock, load_lock
+from appliance.profile.topology import Role
+
+
+def summary(ch: ChannelLock, lock: Lock) -> dict[str, Any]:
+    facts = load_facts(ch.name)
+    caps = capabilities_of(facts)
+    return {
+        "name": ch.name, "default": ch.name in (lock.default_channel, lock.default_cpu_channel),
+        "target": ch.target, "engine": ch.engine.label, "status": ch.status, "provenance": ch.provenance.source,
+        "lock_digest": ch.digest, "image_target": ch.image.get("target"), "pins": ch.key_pins(),
+        "facts": {"engine": facts.label, **facts.counts(),
+                  "lines_found": sum(1 for v in facts.log_lines.values() if v.get("found")),
+                  "lines": len(facts.log_lines)},
+        "capabilities": caps.to_json(),
+    }
+
+
+def summaries() -> list[dict[str, Any]]:
+    lock = load_lock()
+    return [summary(ch, lock) for _, ch in sorted(lock.channels.items())]
+
+
+@dataclass
+class Delta:
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"added": self.added, "removed": self.removed, "changed": self.changed}
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+
+def _keys(a: dict[str, Any], b: dict[str, Any], show_change: bool = True) -> Delta:
+    d = Delta(sorted(set(b) - set(a)), sorted(set(a) - set(b)))
+    if show_change:
+        d.changed = [f"{k}: {a[k]} -> {b[k]}" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
+    return d
+
+
+def _flags(a: EngineFacts, b: EngineFacts) -> Delta:
+    d = Delta(sorted(set(b.flags) - set(a.flags)), sorted(set(a.flags) - set(b.flags)))
+    for name in sorted(set(a.flags) & set(b.flags)):
+        ca, cb = a.flags[name].get("choices"), b.flags[name].get("choices")
+        if ca != cb and ca is not None and cb is not None:
+            gone, new = sorted(set(ca) - set(cb)), sorted(set(cb) - set(ca))
+            d.changed.append(f"{name} choices" + (f" -{','.join(gone)}" if gone else "")
+                             + (f" +{','.join(new)}" if new else ""))
+        elif a.flags[name].get("form") != b.flags[name].get("form"):
+            d.changed.append(f"{name}: {a.flags[name].get('form')} -> {b.flags[name].get('form')}")
+    return d
+
+
+def _env(a: EngineFacts, b: EngineFacts) -> Delta:
+    d = Delta(sorted(set(b.env) - set(a.env)), sorted(set(a.env) - set(b.env)))
+    d.changed = [f"{k} default {a.env[k].get('default')!r} -> {b.env[k].get('default')!r}"
+                 for k in sorted(set(a.env) & set(b.env)) if a.env[k].get("default") != b.env[k].get("default")]
+    return d
+
+
+def _registries(a: EngineFacts, b: EngineFacts) -> dict[str, Delta]:
+    out = {}
+    for reg in sorted(set(a.registries) | set(b.registries)):
+        ra, rb = set(a.registry(reg)), set(b.registry(reg))
+        if ra != rb:
+            out[reg] = Delta(sorted(rb - ra), sorted(ra - rb))
+    return out
+
+
+def _lines(a: EngineFacts, b: EngineFacts) -> Delta:
+    fa = {k for k, v in a.log_lines.items() if v.get("found")}
+    fb = {k for k, v in b.log_lines.items() if v.get("found")}
+    d = Delta(sorted(fb - fa), sorted(fa - fb))
+    for k in sorted(fa & fb):
+        who_a = sorted({(s["process"], s["ranks"]) for s in a.log_lines[k].get("sources", [])})
+        who_b = sorted({(s["process"], s["ranks"]) for s in b.log_lines[k].get("sources", [])})
+        if who_a != who_b:
+            d.changed.append(f"{k} printed by {who_a} -> {who_b}")
+    return d
+
+
+def _verdicts(a: str, b: str, target: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """For each shipped profile of this target: the rule findings and the log expectations that differ between
+    running it on channel a and on channel b."""
+    from appliance.health.context import HealthContext
+    from appliance.profile import list_profiles, load_profile
+    from appliance.profile.topology import role_for
+    from appliance.rules import context_for, evaluate
+
+    rules, expectations = [], []
+    for name in list_profiles():
+        base = load_profile(name).profile
+        if base.hardware.target != target:
+            continue
+        loaded = {c: load_profile(name, cli_overrides=[f"engine.channel={c}"]) for c in (a, b)}
+        found = {c: {(f.rule, f.severity, f.path) for f in evaluate(context_for(lp.profile))} for c, lp in
+                 loaded.items()}
+        for rule_id, severity, path in sorted(found[b] - found[a]):
+            rules.append({"profile": name, "rule": rule_id, "severity": severity, "path": path, "on": b})
+        for rule_id, severity, path in sorted(found[a] - found[b]):
+            rules.append({"profile": name, "rule": rule_id, "severity": severity, "path": path, "on": a,
+                          "gone": True})
+        roles: list[Role] = sorted({role_for(base, r) for r in range(base.hardware.nodes)})
+        for role in roles:
+            ids = {c: {e.id: e.rule for e in HealthContext.load(lp).judge(role).expectations}
+                   for c, lp in loaded.items()}
+            for exp in sorted(set(ids[b]) - set(ids[a])):
+                expectations.append({"profile": name, "role": role, "expectation": exp, "rule": ids[b][exp],
+                                     "change": "expected on " + b})
+            for exp in sorted(set(ids[a]) - set(ids[b])):
+                expectations.append({"profile": name, "role": role, "expectation": exp, "rule": ids[a][exp],
+                                     "change": "not expected on " + b})
+    return rules, expectations
+
+
+def diff(a: str, b: str) -> dict[str, Any]:
+    lock = load_lock()
+    la, lb = lock.channel(a), lock.channel(b)
+    fa, fb = load_facts(a), load_facts(b)
+    ca, cb = capabilities_of(fa).to_json(), capabilities_of(fb).to_json()
+    ca.pop("channel"), cb.pop("channel")
+    out: dict[str, Any] = {
+        "from": summary(la, lock), "to": summary(lb, lock),
+        "packages": _keys({p.name: p.version for p in la.pins()}, {p.name: p.version for p in lb.pins()}).to_json(),
+        "flags": _flags(fa, fb).to_json(), "env": _env(fa, fb).to_json(),
+        "registries": {k: v.to_json() for k, v in _registries(fa, fb).items()},
+        "log_lines": _lines(fa, fb).to_json(),
+        "capabilities": [{"name": k, "from": ca[k], "to": cb[k]} for k in sorted(ca) if ca[k] != cb[k]],
+    }
+    if la.target == lb.target:
+        out["rules"], out["expectations"] = _verdicts(a, b, la.target)
+    else:
+        out["rules"], out["expectations"] = [], []
+        out["note"] = f"{a} is a {la.target} channel and {b} a {lb.target} one: no profile runs on both"
+    return out

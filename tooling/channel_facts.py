@@ -1,0 +1,202 @@
+"""A channel's engine facts: extracted from its installed engine (tooling/engine_facts.py runs inside the engine's
+venv), a fork's base release facts plus its cited overlay, written to channels/facts/<channel>.json and compared
+with the committed file (CI, the image build).
+
+    python -m tooling.channel_facts extract --channel NAME --python VENV/bin/python [--write | --check]
+    python -m tooling.channel_facts overlay-check --channel NAME --python VENV/bin/python
+
+`extract --check` exits 1 naming every entry that differs from the committed facts (a PyPI channel's facts must
+match its release exactly). `overlay-check` (the image build of a fork) checks that every entry of the fork's
+overlay holds in the real fork, and that every fact the committed facts hold for the base is still there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run by path in an image build
+    sys.path.insert(0, str(ROOT))
+
+from appliance.channels.facts import (  # noqa: E402
+    Overlay,
+    diff_entries,
+    facts_path,
+    load_overlay,
+    load_sources,
+)
+from appliance.lockfile import channel, load  # noqa: E402
+from tooling.engine_facts import dumps  # noqa: E402
+
+
+class FactsError(Exception):
+    """The facts could not be extracted, or differ from the committed ones (the message names each entry)."""
+
+
+def pattern_specs(root: Path = ROOT) -> dict[str, Any]:
+    """What the extractor looks for: every log fact pattern (id, anchors, real example lines) and the markers."""
+    import yaml
+
+    table = yaml.safe_load((root / "healthchecks" / "logchecks.yaml").read_text())
+    sources = load_sources(root)
+    outside = {o.pattern for o in sources.printed_outside}
+    specs = [{"id": p["id"], "anchors": p["anchors"], "regex": p["regex"], "examples": p.get("examples", [])}
+             for p in table["facts"] if p["id"] not in outside]
+    return {"log_lines": specs, "markers": [m.model_dump() for m in sources.markers]}
+
+
+def _engine_env(python: Path) -> dict[str, str]:
+    """A fixed, small environment: the facts must not depend on who extracts them, or where (HOME is a fixed
+    path so the path defaults of vllm.envs read the same everywhere)."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent-home", "LANG": "C.UTF-8",
+            "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "PYTHONDONTWRITEBYTECODE": "1",
+            "VIRTUAL_ENV": str(python.absolute().parent.parent)}
+
+
+def extract_raw(python: Path, root: Path = ROOT) -> dict[str, Any]:
+    """Run the extractor inside the engine's venv and return its facts."""
+    with tempfile.TemporaryDirectory(prefix="engine-facts-") as tmp:
+        patterns, out = Path(tmp, "patterns.json"), Path(tmp, "facts.json")
+        patterns.write_text(json.dumps(pattern_specs(root)))
+        cmd = [str(python.absolute()), "-m", "tooling.engine_facts", "extract", "--patterns", str(patterns),
+               "--out", str(out)]
+        run = subprocess.run(cmd, capture_output=True, text=True, env=_engine_env(python),
+                             cwd=tmp, timeout=900, check=False)
+        if run.returncode != 0:
+            tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-20:])
+            raise FactsError(f"the extractor failed in {python} (exit {run.returncode}):\n{tail}")
+        return json.loads(out.read_text())
+
+
+def apply_overlay(base: dict[str, Any], overlay: Overlay) -> dict[str, Any]:
+    """The fork's facts: its base release's plus each overlay entry (set, or removed)."""
+    facts = json.loads(json.dumps(base))
+    for e in overlay.entries:
+        section = facts.setdefault(e.section, {})
+        if e.section == "registries":
+            names = set(section.get(e.registry or "", []))
+            names = names - {e.name} if e.remove else names | {e.name}
+            section[e.registry or ""] = sorted(names)
+        elif e.remove:
+            section.pop(e.name, None)
+        else:
+            section[e.name] = e.value
+    facts["overlay"] = {"of": overlay.channel, "base": overlay.base, "entries": len(overlay.entries)}
+    return facts
+
+
+def channel_facts(name: str, python: Path, root: Path = ROOT) -> dict[str, Any]:
+    """The facts of a channel, as committed: extracted from `python`'s engine, with the overlay of a fork."""
+    lock = load(root / "versions.json")
+    ch = channel(lock, name)
+    raw = extract_raw(python, root)
+    eng = ch["engine"]
+    want = (eng["base"]["name"], eng["base"]["version"]) if eng["source"] == "fork" else (eng["name"], eng["version"])
+    got = (raw["engine"]["distribution"], raw["engine"]["version"].split("+")[0])
+    if got != want:
+        raise FactsError(f"channel {name} wants the facts of {want[0]}=={want[1]} but {python} has "
+                         f"{got[0]}=={raw['engine']['version']}")
+    facts = {"channel": name, **raw}
+    if eng["source"] == "fork":
+        facts = apply_overlay(facts, load_overlay(name, root))
+    return facts
+
+
+def check_committed(name: str, facts: dict[str, Any], root: Path = ROOT) -> list[str]:
+    """Entries where freshly extracted facts differ from channels/facts/<name>.json."""
+    path = facts_path(name, root)
+    if not path.is_file():
+        return [f"{path.relative_to(root)} does not exist: write it with `python -m tooling.channel_facts extract "
+                f"--channel {name} --python VENV/bin/python --write`"]
+    return diff_entries(json.loads(path.read_text()), facts, committed_name="committed", fresh_name="engine")
+
+
+def overlay_check(name: str, python: Path, root: Path = ROOT) -> list[str]:
+    """In the image build of a fork: every overlay entry must hold in the real fork, and every flag, env var and
+    backend the committed facts hold must still be there (the fork may add more; that is said, not refused)."""
+    raw = {"channel": name, **extract_raw(python, root)}
+    overlay = load_overlay(name, root)
+    problems = []
+    for e in overlay.entries:
+        section = raw.get(e.section, {})
+        if e.section == "registries":
+            present = e.name in section.get(e.registry or "", [])
+            if present == e.remove:
+                problems.append(f"overlay {e.key}: the fork {'still has' if e.remove else 'has no'} {e.name} "
+                                f"({e.source})")
+        elif e.remove:
+            if e.name in section:
+                problems.append(f"overlay {e.key}: the fork still has it ({e.source})")
+        elif e.section == "log_lines":
+            want, got = e.value or {}, section.get(e.name) or {}
+            who = lambda entry: sorted({(s["process"], s["ranks"]) for s in entry.get("sources", [])})  # noqa: E731
+            if bool(got.get("found")) != bool(want.get("found")) or not set(who(want)) <= set(who(got)):
+                problems.append(f"overlay {e.key}: the fork has found={got.get('found')} printed by {who(got)}, "
+                                f"the overlay says found={want.get('found')} printed by {who(want)} ({e.source})")
+        elif section.get(e.name) != e.value:
+            problems.append(f"overlay {e.key}: the fork has {json.dumps(section.get(e.name))}, the overlay says "
+                            f"{json.dumps(e.value)} ({e.source})")
+    committed = json.loads(facts_path(name, root).read_text())
+    for section in ("flags", "env"):
+        gone = sorted(set(committed.get(section, {})) - set(raw.get(section, {})))
+        problems += [f"{section} {n}: in the committed facts, not in the fork" for n in gone]
+    for reg, names in committed.get("registries", {}).items():
+        gone = sorted(set(names) - set(raw.get("registries", {}).get(reg, [])))
+        problems += [f"registries.{reg} {n}: in the committed facts, not in the fork" for n in gone]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tooling.channel_facts", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("extract", help="a channel's facts from an engine venv")
+    p.add_argument("--channel", required=True)
+    p.add_argument("--python", type=Path, required=True, help="the engine venv's interpreter")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="write channels/facts/<channel>.json")
+    mode.add_argument("--check", action="store_true", help="exit 1 when the committed facts differ")
+    p = sub.add_parser("overlay-check", help="(image build of a fork) the overlay against the real fork")
+    p.add_argument("--channel", required=True)
+    p.add_argument("--python", type=Path, default=Path(sys.executable))
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "overlay-check":
+            problems = overlay_check(args.channel, args.python)
+            for line in problems:
+                print(f"engine facts: channel {args.channel}: {line}", file=sys.stderr)
+            if problems:
+                print(f"engine facts: the fork does not match channel {args.channel}'s facts: fix the overlay "
+                      f"(channels/overlays/{args.channel}.yaml) or the lock; stopped", file=sys.stderr)
+                return 1
+            print(f"engine facts: channel {args.channel}: every overlay entry holds in the fork")
+            return 0
+        facts = channel_facts(args.channel, args.python)
+        if args.write:
+            path = facts_path(args.channel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(dumps(facts))
+            print(f"wrote {path.relative_to(ROOT)}")
+        elif args.check:
+            problems = check_committed(args.channel, facts)
+            for line in problems:
+                print(f"engine facts: channel {args.channel}: {line}", file=sys.stderr)
+            if problems:
+                return 1
+            print(f"engine facts: channel {args.channel}: the engine's facts are the committed ones")
+        else:
+            print(dumps(facts), end="")
+    except FactsError as exc:
+        print(f"engine facts: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
