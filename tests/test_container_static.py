@@ -518,11 +518,16 @@ def test_one_platform_bake_targets_load_an_image_and_the_readme_shows_them() -> 
 
     targets = {k.strip('"'): v for block in hcl2.loads((ROOT / "docker-bake.hcl").read_text())["target"]
                for k, v in block.items()}
-    for platform in GPU_CH["images"]["platforms"]:
-        t = targets[f"gpu-{platform.split('/')[1]}"]
-        assert [p.strip('"') for p in t["platforms"]] == [platform]
-        assert [o.strip('"') for o in t["output"]] == ["type=docker"]  # what --load does: a usable local image
-        assert [i.strip('"') for i in t["inherits"]] == ["gpu"]
+    for name in lockfile.channel_names(LOCK):  # every GPU channel: gpu-arm64, gpu-vllm-0-32-0-arm64, ...
+        ch = lockfile.channel(LOCK, name)
+        if ch["target"] != "gpu":
+            continue
+        parent = generate.bake_target(LOCK, name)
+        for platform in ch["images"]["platforms"]:
+            t = targets[f"{parent}-{platform.split('/')[1]}"]
+            assert [p.strip('"') for p in t["platforms"]] == [platform]
+            assert [o.strip('"') for o in t["output"]] == ["type=docker"]  # what --load does: a usable local image
+            assert [i.strip('"') for i in t["inherits"]] == [parent]
     readme = (ROOT / "README.md").read_text()
     docs = (ROOT / "docs" / "containers.md").read_text()
     for text in (readme, docs):
