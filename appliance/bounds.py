@@ -233,12 +233,3 @@ def fabric_ifname_for(field: str, value: str | None, node_rank: int) -> str | No
                              reason="each rank finds its fabric by its own interface name")
     return names[node_rank]
 
-
-def check_served_name(field: str, value: str) -> str:
-    """What clients put in `model`: non-empty, not a flag."""
-    check_text(field, value, max_bytes=1024)
-    if not value.strip() or value.startswith("-"):
-        raise ApplianceError(f"{field}={show(value)}: empty or starting with '-'", field=field, value=show(value),
-                             fix="give the name clients will send as `model` (e.g. deepseek-v4-flash)",
-                             reason="an empty name or one like a flag is read by vLLM's parser as something else")
-    return value

@@ -42,7 +42,7 @@ export APPLIANCE_REHEARSAL_CACHE="${APPLIANCE_REHEARSAL_CACHE:-${XDG_CACHE_HOME:
 # channel lock digest into this cache (outside the clone too), its facts, parser and log lines checked in every run;
 # a step whose inputs did not change since it passed is skipped (docs/channels.md).
 export APPLIANCE_CHANNELS_CACHE="${APPLIANCE_CHANNELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/appliance-channels}"
-if ! "$VENV/bin/python" -m appliance.container.rehearsal changed; then
+if ! "$VENV/bin/python" -m tooling.rehearsal changed; then
   leave_out+=(gpu_stack_install)
 fi
 if ((${#leave_out[@]})); then

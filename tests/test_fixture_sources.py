@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from appliance.container.rehearsal import INSTALL_PLATFORM, cache_dir, platform_flags, venv_dir
 from appliance.health.table import load_table
 from appliance.lock import load_lock
 from appliance.profile.loader import load_profile
 from appliance.profile.topology import rank_view
+from tooling.rehearsal import INSTALL_PLATFORM, cache_dir, platform_flags, venv_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "fixtures" / "logs" / "deepseek"
