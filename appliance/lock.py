@@ -56,6 +56,15 @@ class PackagePin(_Strict):
         return f"{self.name}{extras}=={self.version}"
 
 
+class CheckpointPin(_Strict):
+    """A checkpoint's pinned hub commit and where the pin comes from (W1, W2)."""
+
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    """The 40-hex commit `--revision` and `fetch-model` use; null = no pin known (W2 refuses such a profile)."""
+    confirmed: str = Field(min_length=1)
+    """The pin's source: who pins it, or why none is known."""
+
+
 class UpstreamBase(_Strict):
     name: str
     version: str
@@ -145,9 +154,11 @@ class Lock(_Strict):
     channels: dict[str, ChannelLock]
     tools: list[PackagePin] = []
     """Installed on the test machine beside the engine, never in an image, never checked there."""
+    images: dict[str, dict[str, str]] = {}
+    """Images of no engine channel: `monitoring` (Prometheus, Grafana) for compose's monitoring profile."""
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
-    checkpoints: dict[str, dict[str, object]]
+    checkpoints: dict[str, CheckpointPin]
 
     @model_validator(mode="after")
     def _defaults_exist(self) -> Lock:

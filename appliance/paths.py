@@ -100,6 +100,15 @@ def read_capped(path: Path, field: str, max_bytes: int, what: str = "file") -> b
 def write_json_atomic(path: Path, data: object, *, indent: int = 1) -> None:
     """Write JSON aside (a name unique to this process) and rename it into place: a reader never sees half a file,
     and nothing half-written is left behind."""
+    write_text_atomic(path, json.dumps(data, indent=indent) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text` written aside and renamed into place (see write_json_atomic); the aside file goes if the write fails."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=indent) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -142,3 +142,17 @@ def test_the_engines_start_refuses_an_rdma_serve_under_a_finite_memlock(tmp_path
     text = out.stdout + out.stderr
     assert "memlock (ulimit -l) is 65,536 bytes on an RDMA profile" in text and "LimitMEMLOCK=infinity" in text
     assert not (tmp_path / "run" / "launch.json").exists()
+
+
+def test_version_drift_lines_carry_their_rule_id() -> None:
+    """This machine has the CPU stack, not the fork's: the K13/K14/K15 drifts of a GPU profile name their rule
+    (doctor --json had `"rule": null` on them)."""
+    from appliance.doctor.report import check_versions
+
+    checks = check_versions(load_profile("gb10-tp2").profile, {})
+
+    def rule_of(package: str) -> str | None:
+        return next(c.rule for c in checks if f" {package}: " in f" {c.detail}")
+
+    assert (rule_of("apache-tvm-ffi"), rule_of("nvidia-nccl-cu13"), rule_of("flashinfer-python")) == \
+        ("K14", "K15", "K13")

@@ -74,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     config, host = _from_launch(args, settings) if args.launch else _by_hand(args, settings)
+    from appliance.health.events import EventLog
+
+    events = EventLog(lambda line: print(line, flush=True), settings.log_format)
     try:
-        exporter = build_exporter(config, host=host)
+        exporter = build_exporter(config, host=host, report=events)
         host.register(exporter.server.registry)
     except OSError as exc:
         held = f"; {port_holder.describe(config.port)}" if port_holder.in_use(exc) else ""

@@ -26,7 +26,7 @@ def _positive(text: str) -> int:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="the serve's API server (default http://127.0.0.1:<server.port>)")
+    parser.add_argument("--url", help="the serve's API server, with or without /v1 (default http://127.0.0.1:<server.port>)")
     parser.add_argument("--exporter", help="the health exporter (default http://127.0.0.1:<server.health_port>); "
                                            "without a profile given, the gate asks it which one the serve runs")
     add_profile_args(parser, positional=False)
@@ -46,7 +46,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gsm8k-fewshot", type=int, help="lm-eval --num_fewshot (default 8)")
     parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
     parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
-    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves]")
+    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves|report]")
     cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
@@ -60,6 +60,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     srv = sub.add_parser("serves", help="judge recall over receipts of several fresh serves (the seed's design)")
     srv.add_argument("receipts", type=Path, nargs="+", help="one receipt.json per fresh serve")
     srv.add_argument("--json", action="store_true", help="machine-readable verdict")
+    rep = sub.add_parser("report", help="draw receipts as one self-contained HTML page (plots, bands, verdicts)")
+    rep.add_argument("receipts", type=Path, nargs="+", help="receipt.json files: builds, channels or fresh serves")
+    rep.add_argument("--html", type=Path, required=True, metavar="FILE", help="the page to write")
+    rep.add_argument("--title", default="Gate receipts", help="the page's title")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -98,17 +102,43 @@ def _paired(args: argparse.Namespace) -> int:
     return 1 if any(c["verdict"] == "regression" for c in result["cells"]) else 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from appliance.bounds import check_text
+    from appliance.errors import ApplianceError
+    from appliance.paths import write_text_atomic
+    from appliance.report.from_receipts import views
+    from appliance.report.page import render
+
+    check_text("--title", args.title)
+    target: Path = args.html
+    if target.is_dir() or not target.parent.is_dir():
+        raise ApplianceError(f"--html {target}: {'a folder' if target.is_dir() else 'its folder does not exist'}",
+                             field="--html", value=str(target), fix="name a file in an existing folder")
+    page = render(views(args.receipts), args.title, f"drawn {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    try:
+        write_text_atomic(target, page)
+    except OSError as exc:
+        raise ApplianceError(f"cannot write {target}: {exc.strerror}", field="--html", value=str(target),
+                             fix="name a file you can write") from None
+    print(f"{target}: {len(args.receipts)} receipt(s)")
+    return 0
+
+
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
 """`gate` and `gate serves`: inconclusive (recall between its bands) is neither a pass nor a failure."""
 
 
 def _check_flags(args: argparse.Namespace) -> None:
     """Flag values reach llama-benchy's and lm-eval's command lines: the bounds of every outside value."""
-    from appliance.bounds import check_http_url, check_text
+    from appliance.bounds import api_base_url, check_http_url, check_text
 
     for flag in ("url", "exporter"):
         if getattr(args, flag):
             check_http_url(f"--{flag}", getattr(args, flag))
+    if args.url:  # an OpenAI client's base URL (…/v1) is taken as the serve's
+        args.url = api_base_url(args.url)
     for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out"):
         if getattr(args, flag) is not None:
             check_text(f"--{flag.replace('_', '-')}", str(getattr(args, flag)))
@@ -121,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
         return _serves(args)
     if args.gate_action == "paired":
         return _paired(args)
+    if args.gate_action == "report":
+        return _report(args)
     from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate

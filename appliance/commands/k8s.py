@@ -49,6 +49,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--toleration", action="append", metavar="KEY[=VALUE][:EFFECT]",
                         help="an extra toleration (repeatable); GPU pods always tolerate nvidia.com/gpu:NoSchedule")
     parser.add_argument("--runtime-class", metavar="NAME", help="spec.runtimeClassName, e.g. nvidia")
+    parser.add_argument("--monitoring", action="store_true",
+                        help="also a PodMonitor scraping both ports (exporter and vLLM) and a PrometheusRule with the "
+                             "appliance's alert rules (prometheus-operator, e.g. kube-prometheus-stack)")
     parser.add_argument("--gpu-product", action="append", metavar="LABEL",
                         help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the "
                              "profile GPU's product names)")
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         host_cache=args.host_cache, prestaged=args.prestaged, download_mbps=args.download_mbps,
         tolerations=tuple(args.toleration or ()), runtime_class=args.runtime_class,
         fabric_ifname=args.fabric_ifname, shm_size=args.shm_size, rdma_resource=rdma,
-        gpu_products=tuple(args.gpu_product or ()),
+        gpu_products=tuple(args.gpu_product or ()), monitoring=args.monitoring,
         overrides=(*settings.overrides(), *args.overrides),
     )
     check_options(opts, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1,

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable list")
+    parser.add_argument("--host", action="store_true",
+                        help="which profile fits this machine: its GPUs (NVML), memory and fabric, each profile "
+                             "marked fits / refused (rule, reason) / validated here, one recommended")
 
 
 def measured_cell(m: Measured | None) -> str:
@@ -31,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
     from appliance.profile import list_profiles, load_profile
 
+    if args.host:
+        from appliance.doctor.fit import host_report
+
+        return host_report(args.json)
     rows, details = [], []
     invalid: list[dict[str, str]] = []
     for name in list_profiles():
@@ -59,3 +66,4 @@ def run(args: argparse.Namespace) -> int:
     for r in invalid:
         print(f"{r['name']}  INVALID: {r['invalid']}  (appliance validate {r['name']} says more)")
     return 0
+

@@ -187,7 +187,7 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
         drifts.append(engine)
     if not drifts:
         return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json")]
-    return [Check("versions", "fail", f"channel {ch.name}: {d.message}") for d in drifts]
+    return [Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in drifts]
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,

@@ -15,9 +15,10 @@ from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe
 from appliance.health.expect import Judge
 from appliance.health.metrics import make_registry
-from appliance.health.monitor import ExporterIdentity, HostSections, Monitor
+from appliance.health.monitor import ExporterIdentity, HostSections, Monitor, Snapshot
 from appliance.health.peers import PeerWatch, compared_facts, ranks_printing
 from appliance.health.server import CONNECTION_TIMEOUT_S, MAX_CONNECTIONS, HealthServer, serve
+from appliance.health.startup_metrics import StartupCollector
 from appliance.health.tail import LogTailer
 from appliance.health.verdicts import Verdicts
 from appliance.profile.loader import LoadedProfile
@@ -108,9 +109,10 @@ def _follower(config: ExporterConfig) -> Callable[[], tuple[Judge, ExporterIdent
 
 
 def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.monotonic,
-                   context: HealthContext | None = None, host: HostSections | None = None) -> Exporter:
+                   context: HealthContext | None = None, host: HostSections | None = None,
+                   report: Callable[[Snapshot], None] | None = None) -> Exporter:
     """Raises OSError when the port cannot be bound (the command names the port). `host`: what the host side
-    (memory watchdog, fabric report) adds to each poll."""
+    (memory watchdog, fabric report) adds to each poll; `report`: told each new snapshot (health/events.py)."""
     ctx = context or HealthContext.load(config.loaded, config.table)
     identity = identity_of(config, config.loaded, ctx)
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
@@ -122,7 +124,8 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     canary = (lambda: read_state(state_file)) if state_file else None  # a small file: read each poll
     monitor = Monitor(judge=ctx.judge(config.role, config.node_rank), tailer=LogTailer(config.log),
                       identity=identity, clock=clock, engine=engine, progress_window=config.progress_window,
-                      peers=peers, host=host, canary=canary, follow=_follower(config) if config.follow else None)
+                      peers=peers, host=host, canary=canary, follow=_follower(config) if config.follow else None,
+                      report=report)
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
@@ -131,6 +134,8 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
         registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity, verdicts.ready)
         if canary:
             registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
+        registry.register(StartupCollector(lambda: monitor.snapshot.startup,
+                                           tuple(p.id for p in ctx.table.startup)))
         server = HealthServer((config.host, config.port), verdicts, registry,
                               connection_timeout=config.connection_timeout, max_connections=config.max_connections)
     except OSError:

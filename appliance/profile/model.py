@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -39,8 +39,9 @@ class Hardware(Section):
 class Model(Section):
     checkpoint: str = Field(min_length=1)
     """Hugging Face repository id of the checkpoint (its facts come from profiles/catalogue.yaml or its config.json)."""
-    revision: str | None = None
-    """Pinned revision (commit) of the checkpoint; null = whatever the cache holds."""
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    """Hub commit (40 lowercase hex) overriding the lock's pin (versions.json `checkpoints`); null = the lock's.
+    A branch or tag is refused: it moves. Overriding the validated pin is a warning (W1)."""
     quantization: Literal["mxfp4", "nvfp4", "none"]
     """Expert weight format: MXFP4 (0731 / original), NVFP4 (NVIDIA checkpoints), none (tiny test models)."""
     trust_remote_code: bool = False
@@ -106,6 +107,27 @@ class Engine(Section):
     execute_model_timeout_s: int | None = Field(None, ge=30, le=86_400)
     """VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: how long the multiproc executor waits for one step; null = the
     engine's 300 s, which a mid-serve CuTe DSL / TileLang JIT on SM12x can exceed (K26)."""
+    extra_args: list[Annotated[str, Field(min_length=1, max_length=8192)]] = Field(default_factory=list,
+                                                                                  max_length=64)
+    """Passthrough: engine flags the profile does not model (e.g. [--chat-template, /models/tpl.jinja]), rendered
+    last as given. Unmodelled and unvalidated: rules X1-X5 refuse a flag the channel's engine lacks or the
+    appliance manages (naming its key), and `-- ARGS` of render and run adds to it."""
+    extra_env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)],
+                    Annotated[str, Field(max_length=8192)]] = Field(default_factory=dict, max_length=64)
+    """Passthrough: env vars for every rank (compose and Kubernetes too), e.g. {NCCL_IB_GID_INDEX: "3"}; a
+    variable the appliance sets is refused naming its key (X3). A number is taken as its text."""
+
+    @field_validator("extra_env", mode="before")
+    @classmethod
+    def _env_values_are_text(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool):  # YAML true would be "True": not what any tool reads as on
+                raise ValueError(f"{key}: a boolean is no env value; write the text the program reads, e.g. \"1\"")
+            out[key] = str(item) if isinstance(item, int | float) else item
+        return out
 
 
 class Limits(Section):
@@ -166,7 +188,8 @@ class Distributed(Section):
     backend: Literal["mp", "ray"] = "mp"
     """--distributed-executor-backend for multi-node serves: vLLM's own launcher (mp) or Ray."""
     master_port: int = Field(29501, ge=1024, le=MAX_MASTER_PORT)
-    """Rendezvous port on the head's fabric address (the consistency exchange uses the next one)."""
+    """Rendezvous port on the head's fabric address (the consistency exchange uses the next one, the fabric
+    qualification the one after, the model sync master port + 3)."""
     nccl_ib_hca: str | None = None
     """NCCL_IB_HCA (e.g. the ConnectX device); null = NCCL's choice."""
     nccl_ib_disable: bool = False
@@ -174,6 +197,9 @@ class Distributed(Section):
     15.1 vs 21.9 tok/s decode with IB disabled."""
     fabric: Fabric = Fabric()
     """Fabric qualification before launch (K25): a short transfer from each rank to the head."""
+    sync_model: bool = False
+    """Workers take the head's verified snapshot over the fabric (rsync on master port + 3) before the ranks meet,
+    instead of each downloading the checkpoint itself (W4). The head's copy must be complete."""
 
 
 class Measured(Section):

@@ -111,9 +111,11 @@ class K8sOptions:
     shm_size: str | None = None
     """sizeLimit of the memory-backed /dev/shm; default 16Gi on GPUs, 2Gi on the CPU build."""
     rdma_resource: str | None = None
-    """RDMA mode: host network, this RDMA device-plugin resource and IPC_LOCK, so NCCL can use IB/RoCE (K10)."""
+    """RDMA mode: host network and this RDMA device-plugin resource, so NCCL can use IB/RoCE (K10)."""
     gpu_products: tuple[str, ...] = ()
     """nvidia.com/gpu.product values the pods may run on; default GPU_PRODUCTS of the profile's GPU."""
+    monitoring: bool = False
+    """Add a PodMonitor (both ports) and a PrometheusRule (the bundle's alerts) for prometheus-operator."""
     overrides: tuple[str, ...] = field(default_factory=tuple)
     """`a.b=v` overrides the manifests were rendered with; they reach the pods as APPLIANCE_SET."""
 
@@ -310,14 +312,17 @@ def _scheduling(profile: Profile, opts: K8sOptions) -> dict[str, Any]:
 def _fetch_model(profile: Profile, opts: K8sOptions, env: list[dict[str, Any]]) -> dict[str, Any]:
     """Init container: the weights into the HF cache before the engine starts, so the startup probe's budget
     covers only load + JIT; a restarted pod resumes the download instead of starting the probe clock."""
-    keep = {"APPLIANCE_PROFILE", "APPLIANCE_SET", "HF_HOME", "HF_TOKEN"}
+    keep = {"APPLIANCE_PROFILE", "APPLIANCE_SET", "HF_HOME", "HF_TOKEN", "APPLIANCE_HOME"}
     return {
         "name": "fetch-model",
         "image": opts.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["appliance", "fetch-model"],
         "env": [e for e in env if e["name"] in keep],
-        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME}],
+        # The appliance home keeps the hashes fetch-model checked (weights/stamps.py): the engine container's check
+        # of the same files (W3) then reads 160 GB only once.
+        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME},
+                         {"name": "appliance-cache", "mountPath": APPLIANCE_HOME}],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
     }
 
@@ -331,6 +336,8 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
     if plan.role == "head":
         ports += [{"name": "dist-master", "containerPort": place.master_port, "protocol": "TCP"},
                   {"name": "rendezvous", "containerPort": place.rendezvous_port, "protocol": "TCP"}]
+        if profile.distributed.sync_model:  # W4: the workers take the leader's verified snapshot from here
+            ports.append({"name": "model-sync", "containerPort": place.model_sync_port, "protocol": "TCP"})
     budget = probe_budget(profile)
     volumes = {name: _cache_volume(profile, opts, name) for name in CACHES}
     if gpu:
@@ -378,7 +385,8 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
     }
     if gpu:
         spec |= _scheduling(profile, opts)
-        if not opts.prestaged:
+        # With distributed.sync_model a worker's weights come from the leader when it starts (W4): one download.
+        if not opts.prestaged and not (profile.distributed.sync_model and plan.role == "worker"):
             spec["initContainers"] = [_fetch_model(profile, opts, env)]
     if opts.rdma_resource:
         # RDMA mode: the node's own network and RDMA devices; on the pod network NCCL silently uses sockets.
@@ -438,6 +446,17 @@ def placements_for(profile: Profile) -> dict[Role, ResolvedPlacement]:
 
 
 def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
+    docs = _workload(profile, opts, lock_digest, profile_digest)
+    if opts.monitoring:
+        from appliance.render.k8s_monitoring import pod_monitor, prometheus_rule
+
+        name = resource_name(profile, opts)
+        meta = _metadata(name, opts, _labels(profile, opts, lock_digest, profile_digest))
+        docs += [pod_monitor(name, meta, {"app.kubernetes.io/instance": name}), prometheus_rule(name, meta)]
+    return docs
+
+
+def _workload(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
     name = resource_name(profile, opts)
     labels = _labels(profile, opts, lock_digest, profile_digest)
     places = placements_for(profile)
@@ -490,8 +509,8 @@ def dump(manifests: list[Manifest], fmt: Literal["yaml", "json"]) -> str:
 
 
 class _PlainDumper(yaml.SafeDumper):
-    """No `&id001`/`*id001` anchors for the env entries and tolerations both pods share: each manifest reads (and
-    diffs, and greps) whole."""
+    """No anchors and aliases (`&id001` / `*id001`) where two pod templates share a value: kubectl reads them, but a
+    person reading or diffing the manifests, and many tools that template them, do not."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: object) -> bool:
         return True

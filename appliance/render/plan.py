@@ -12,6 +12,8 @@ from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.channels.capabilities import (
     DSV4_FLASHINFER,
     DSV4_FLASHMLA,
+    ENV_AOT_COMPILE,
+    ENV_EXECUTE_TIMEOUT,
     ENV_GUARD,
     ENV_RUNNER,
     ENV_SCRATCH_POOL,
@@ -24,6 +26,8 @@ from appliance.errors import ApplianceError
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
 from appliance.profile.topology import Role, role_for
 from appliance.render.launcher import launcher_plan
+from appliance.render.managed import flag_owner, managed_env_owner
+from appliance.render.passthrough import passthrough_argv, passthrough_env
 from appliance.render.serveplan import (
     Placement,
     ResolvedPlacement,
@@ -32,15 +36,21 @@ from appliance.render.serveplan import (
     http_url,
     resolve_placement,
 )
+from appliance.weights.pins import revision_for
 
 # Env that changes engine behaviour (must reach every rank); the names are the channels' (channels/capabilities).
-ENV_EXECUTE_TIMEOUT = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"  # vllm/envs.py of every channel's engine (K26)
-ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_EXECUTE_TIMEOUT)
+ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_AOT_COMPILE,
+                   ENV_EXECUTE_TIMEOUT)
 
 
 def _flag(argv: list[str], name: str, value: object) -> None:
     if value is not None:
-        argv += [name, str(value)]
+        argv += [_managed(name), str(value)]
+
+
+def _managed(name: str) -> str:
+    flag_owner(name)  # every flag rendered has an owner a passthrough is refused in favour of (render/managed.py)
+    return name
 
 
 def _compact(obj: object) -> str:
@@ -53,20 +63,18 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
     argv = ["vllm", "serve", str(model_dir) if model_dir else p.model.checkpoint]
     served = p.server.served_model_name or (p.model.checkpoint if model_dir else None)
     _flag(argv, "--served-model-name", served)
-    if p.model.revision and not model_dir:
-        _flag(argv, "--revision", p.model.revision)
     if p.model.trust_remote_code:
-        argv.append("--trust-remote-code")
+        argv.append(_managed("--trust-remote-code"))
     _flag(argv, "--tokenizer-mode", p.server.tokenizer_mode)
     if p.server.tool_call_parser:
-        argv += ["--tool-call-parser", p.server.tool_call_parser, "--enable-auto-tool-choice"]
+        argv += [_managed("--tool-call-parser"), p.server.tool_call_parser, _managed("--enable-auto-tool-choice")]
     _flag(argv, "--reasoning-parser", p.server.reasoning_parser)
     if p.parallel.tensor > 1:
         _flag(argv, "--tensor-parallel-size", p.parallel.tensor)
     if p.parallel.pipeline > 1:
         _flag(argv, "--pipeline-parallel-size", p.parallel.pipeline)
     if p.parallel.expert:
-        argv.append("--enable-expert-parallel")
+        argv.append(_managed("--enable-expert-parallel"))
     if p.cache.kv_dtype != "auto":
         _flag(argv, "--kv-cache-dtype", p.cache.kv_dtype)
     _flag(argv, "--block-size", p.cache.block_size)
@@ -77,20 +85,23 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
         _flag(argv, "--gpu-memory-utilization", p.limits.gpu_memory_utilization)
     if p.limits.kv_cache_memory_gib:
         _flag(argv, "--kv-cache-memory-bytes", int(p.limits.kv_cache_memory_gib * 1024**3))
-    argv.append("--enable-prefix-caching" if p.cache.prefix_caching else "--no-enable-prefix-caching")
+    argv.append(_managed("--enable-prefix-caching" if p.cache.prefix_caching else "--no-enable-prefix-caching"))
     if p.speculative:
         spec: dict[str, object] = {"method": p.speculative.method, "num_speculative_tokens": p.speculative.num_tokens}
         if p.speculative.draft_sample_method:
             spec["draft_sample_method"] = p.speculative.draft_sample_method
         _flag(argv, "--speculative-config", _compact(spec))
     if p.engine.enforce_eager:
-        argv.append("--enforce-eager")
+        argv.append(_managed("--enforce-eager"))
     elif p.engine.cudagraph_mode != DEFAULT_CUDAGRAPH_MODE:
         _flag(argv, "--compilation-config", _compact({"cudagraph_mode": p.engine.cudagraph_mode}))
     if p.engine.fp4_indexer_cache:
         _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
+    if not model_dir:  # a local folder is one revision already; a hub id is fetched at the pin (W1, W2)
+        # vLLM takes the tokenizer at the same revision when --tokenizer-revision is unset (config/model.py)
+        _flag(argv, "--revision", revision_for(p.model.checkpoint, p.model.revision))
     if p.engine.logits_processors:
-        argv += ["--logits-processors", *p.engine.logits_processors]
+        argv += [_managed("--logits-processors"), *p.engine.logits_processors]
     if p.engine.kv_offload_gib > 0:
         _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
     _flag(argv, "--attention-backend", _sm120_backend(p, facts))
@@ -142,6 +153,14 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
         env[ENV_SCRATCH_POOL] = "1"
     if p.engine.execute_model_timeout_s is not None:
         env[ENV_EXECUTE_TIMEOUT] = str(p.engine.execute_model_timeout_s)
+    if p.hardware.gpu == "cpu" and not p.engine.enforce_eager:
+        # W5: the CPU platform compiles in DYNAMO_TRACE_ONCE mode with torch's own inductor backend
+        # (vllm/platforms/cpu.py: `compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE`), whose AOT artefact
+        # holds a plain function; loading it calls `compiled_fn.finalize_loading` (vllm/compilation/decorators.py,
+        # _try_load_aot_compiled_fn), which fails ("'function' object has no attribute 'finalize_loading'") and every
+        # start recompiles. Without AOT compile the start re-traces and takes inductor's own cache (C++ kernels and
+        # FX graphs in TORCHINDUCTOR_CACHE_DIR): measured cold vs warm in benchmarks/warm_start.py.
+        env[ENV_AOT_COMPILE] = "0"
     if p.hardware.gpu != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
         # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the
@@ -174,7 +193,7 @@ def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = N
     argv = engine_argv(profile, at.model_dir, facts)
     env = engine_env(profile, facts)
     if at.role == "single":
-        return ServePlan(argv, env, at.role)
+        return _with_passthrough(profile, ServePlan(argv, env, at.role))
     if not at.master_addr:
         raise ApplianceError(
             f"{profile.name} spans {profile.hardware.nodes} nodes and needs the head's fabric address",
@@ -183,7 +202,21 @@ def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = N
             reason="K10: every rank rendezvous at the head; an address off the fabric runs NCCL over the slow path",
         )
     env |= fabric_env(profile, at)
-    return launcher_plan(profile, argv, env, at.role, at.node_rank, at.master_addr, at.master_port)
+    return _with_passthrough(profile, launcher_plan(profile, argv, env, at.role, at.node_rank, at.master_addr,
+                                                    at.master_port))
+
+
+def _with_passthrough(profile: Profile, plan: ServePlan) -> ServePlan:
+    """engine.extra_args after every flag the appliance renders (a `vllm serve` only: a Ray worker runs `ray
+    start`, its head's serve carries them); engine.extra_env on every rank, under what the appliance sets."""
+    for name in plan.env:
+        managed_env_owner(name) or _unowned(name)
+    argv = [*plan.argv, *passthrough_argv(profile)] if "serve" in plan.argv[:2] else plan.argv
+    return ServePlan(argv, passthrough_env(profile) | plan.env, plan.role, plan.setup)
+
+
+def _unowned(name: str) -> None:
+    raise AssertionError(f"the renderer sets {name}, which render/managed.py does not own")
 
 
 __all__ = ["ENGINE_ENV_KEYS", "ENV_GUARD", "ENV_RUNNER", "ENV_SCRATCH_POOL", "ENV_SM120_DECODE", "ENV_SM120_PREFILL",

@@ -1,4 +1,4 @@
-"""The rule registry: every rule is a small pure function with a stable id (K1…, C1…, E1…)."""
+"""The rule registry: every rule is a small pure function with a stable id (K1…, C1…, E1…, X1…)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from appliance.rules import (  # noqa: F401  (registration)
     jit,
     memory,
     model_facts,
+    passthrough,
     provenance,
+    weights,
 )
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext
 
