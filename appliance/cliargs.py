@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,25 @@ if TYPE_CHECKING:  # the loader and settings pull in pydantic: only a command th
     from appliance.placement import Placement
     from appliance.profile.loader import LoadedProfile
     from appliance.settings import ApplianceSettings
+
+
+def seconds_up_to(high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above 0 and at most `high` (argparse names the flag in its
+    refusal: exit 2). `nan`, `inf`, 0 and negatives are no duration a client can wait."""
+    import math
+
+    from appliance.redact import clip
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{clip(text, 40)!r} is not a number of seconds") from None
+        if not math.isfinite(value) or not 0 < value <= high:
+            raise argparse.ArgumentTypeError(f"{clip(text, 40)!r} must be more than 0 and at most {high:g} seconds")
+        return value
+
+    return seconds
 
 
 def add_profile_args(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:

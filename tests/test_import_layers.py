@@ -19,12 +19,16 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
-    # leaves (lockfile: stdlib only, the image build runs it; metricfamilies: prometheus-client only;
-    # port_holder: who holds a port, from procfs)
-    {"lockfile", "redact", "apikey", "metricfamilies", "port_holder"},
-    {"bounds"},  # the limits of every value from outside (text, ports, addresses)
-    {"paths"},  # where the appliance's files are
-    {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
+    {"redact", "apikey", "metricfamilies"},  # leaves (metricfamilies: prometheus-client only)
+    # the limits of every value from outside (text, ports, addresses); port_holder: who holds a port, from procfs
+    # (its command line masked before it is cut)
+    {"bounds", "port_holder"},
+    {"safe_write"},  # the one writer: every file the appliance writes
+    {"paths"},  # where the appliance's files are (and read_capped, the bounded reader)
+    {"jsonstrict"},  # the strict JSON reader of every JSON document read back
+    # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser, the lock file (stdlib only: the image build
+    # runs it), bounded HTTP replies
+    {"yamlstrict", "settings", "engine_args", "lockfile", "http_bounded"},
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
     {"placement"},  # where this node stands: given values resolved once against the profile (stdlib at run time)
     {"weights"},  # checkpoint weights: pins, verification on disk (huggingface_hub's cache), the transfer tool

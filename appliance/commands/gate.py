@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from appliance.cliargs import add_profile_args
@@ -12,17 +13,28 @@ from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
+    value = float(text)  # NaN fails the comparison below; argparse turns a ValueError into its own refusal
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError("a fraction between 0 and 1")
     return value
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("a positive integer")
-    return value
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from `low` to `high` (a count that reaches a tool's command line)."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"an integer from {low} to {high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"an integer from {low} to {high}")
+        return value
+
+    return count
+
+
+_positive = _count(1, 10_000)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +55,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recall-runs", type=_positive, help="recall runs on this serve (the seed: 3 on each of "
                                                               "4 fresh serves; see `gate serves`)")
     parser.add_argument("--gsm8k-limit", type=_positive, help="lm-eval --limit")
-    parser.add_argument("--gsm8k-fewshot", type=int, help="lm-eval --num_fewshot (default 8)")
+    parser.add_argument("--gsm8k-fewshot", type=_count(0, 64), help="lm-eval --num_fewshot (default 8)")
     parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
     parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
     sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves|report]")
@@ -156,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
+    from appliance.redact import clip
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -171,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     receipt = run_gate(ctx, selected, receipt)
     print(f"{receipt['verdict'].upper()}: {ctx.out_dir / 'receipt.json'}")
     for c in receipt["checks"]:
-        print(f"  {c['name']:<10} {c['status']:<14} {c['summary']}")
+        print(f"  {c['name']:<10} {c['status']:<14} {clip(c['summary'], 500)}")  # a summary quotes the serve
     if not receipt["complete"]:
         return 130
     return EXIT.get(receipt["verdict"], 1)

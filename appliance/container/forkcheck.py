@@ -25,7 +25,6 @@ Standard library only: the Docker build runs this file by path, like lockcli.py.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -227,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"forkcheck: {args.wheel.name}: Rust frontend ({rust}) and FA2 present; FA3 "
               f"{'skipped (no SM90 target)' if args.fa3_skipped else 'built'}")
         return 0
-    lock = json.loads(args.versions.read_text())
+    from appliance.lockfile import load
+
+    lock = load(args.versions)  # strict and bounded, as every reader of versions.json
     name = args.channel or lock["default_channel"]
     if name not in lock["channels"]:
         print(f"forkcheck: versions.json has no channel {name!r} ({', '.join(sorted(lock['channels']))})",
@@ -250,7 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forkcheck: {RUNTIME_REQS} and {', '.join(build)} agree with versions.json "
           f"(build requirements layout: {build[0]})")
     if args.write_build_reqs:
-        args.write_build_reqs.write_text("".join(f"-r {(args.source / f).resolve()}\n" for f in build))
+        from appliance.errors import ApplianceError
+        from appliance.safe_write import write_file
+
+        try:
+            write_file(args.write_build_reqs, "".join(f"-r {(args.source / f).resolve()}\n" for f in build),
+                       field="--write-build-reqs")
+        except ApplianceError as exc:
+            print(f"forkcheck: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

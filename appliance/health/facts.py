@@ -77,7 +77,13 @@ def _float(raw: str) -> float:
     return float(raw.replace(",", ""))
 
 
-_CASTS: dict[str, Callable[[str], Any]] = {"int": _int, "float": _float, "str": str.strip}
+def _text(raw: str) -> str:
+    """A free-text fact (a version, a fallback reason): masked once here, so no reader of the facts (logscan,
+    /status, /metrics labels, a receipt) can show a secret the line carried; then capped."""
+    return redact(raw.strip())[:MAX_TEXT]
+
+
+_CASTS: dict[str, Callable[[str], Any]] = {"int": _int, "float": _float, "str": _text}
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from appliance.health.monitor import ExporterIdentity, Snapshot
 from appliance.health.state import STATES
 from appliance.lock import NCCL_DISTRIBUTIONS
 from appliance.metricfamilies import DescribedCollector, Family
+from appliance.redact import clip
 
 STATUS_VALUES: tuple[ExpectationStatus, ...] = get_args(ExpectationStatus)
 GIB = 1024**3
@@ -40,11 +41,12 @@ NUMERIC_FACTS: dict[str, tuple[str, str, float]] = {
 
 
 def _text(value: Any) -> str:
+    """A label value from the serve's log (a version): through the one redaction, like /status."""
     if value is None:
         return ""
     if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        return clip(",".join(str(v) for v in value), 400)
+    return clip(str(value), 400)
 
 
 class _SnapshotCollector(DescribedCollector):

@@ -43,6 +43,19 @@ class RunFiles:
     def pidfile(self) -> Path:
         return self.run_dir / "supervisord.pid"
 
+    def program_log(self, program: str) -> Path:
+        """Where a program's output goes: the engine and its setup steps share the serve log the exporter reads."""
+        if program == "vllm" or program.startswith("setup"):
+            return self.engine_log
+        if program == "exporter":
+            return self.exporter_log
+        return self.run_dir / f"{program}.log"
+
+    def paths(self) -> dict[str, Path]:
+        """Every path supervisor itself opens (it expands `%(...)s` in some of them twice: verify_conf compares what
+        it read back with these)."""
+        return {"pidfile": self.pidfile, "childlogdir": self.run_dir, "socket": self.socket}
+
 
 def _esc(text: str) -> str:
     return text.replace("%", "%%")
@@ -89,14 +102,14 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
     sections.append(_program(
         "exporter", exporter_argv, {}, priority=30, autorestart=True, startsecs=2, stopsignal="TERM",
         stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
-        stdout_logfile=str(files.exporter_log), stdout_logfile_maxbytes="20MB",
+        stdout_logfile=str(files.program_log("exporter")), stdout_logfile_maxbytes="20MB",
         stdout_logfile_backups=1,
     ))
     if canary_argv:
         sections.append(_program(
             "canary", canary_argv, {}, priority=40, autorestart=True, startsecs=2, stopsignal="TERM",
             stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
-            stdout_logfile=str(files.run_dir / "canary.log"), stdout_logfile_maxbytes="20MB",
+            stdout_logfile=str(files.program_log("canary")), stdout_logfile_maxbytes="20MB",
             stdout_logfile_backups=1,
         ))
     # The engine's output and the exporter's (its state changes with their reasons, the start's progress) also go
