@@ -7,6 +7,7 @@ messages because each of them fails in its own, non-obvious way.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
