@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bounds import check_health_port
+from appliance.channels.engines import EngineInstall, find_engine, require_engine
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
@@ -131,21 +132,28 @@ def preflight_host(profile: Profile, place: Placement, settings: ApplianceSettin
     return [c for c in checks if c.status == "fail"]
 
 
-def absolute_programs(plan: ServePlan) -> ServePlan:
-    """The plan with its programs (the engine and any setup step, e.g. `ray start`) made absolute:
-    supervisord's PATH may not hold this environment's bin/."""
+def absolute_programs(plan: ServePlan, engine: EngineInstall | None = None) -> ServePlan:
+    """The plan with its programs (the engine and any setup step, e.g. `ray start`) made absolute: the channel's
+    engine environment first (an engine venv of another channel than this environment's), then this environment's
+    bin/ (supervisord's PATH may not hold it)."""
 
     def absolute(argv: list[str]) -> list[str]:
-        return [venv_executable(argv[0]) or argv[0], *argv[1:]]
+        found = engine.executable(argv[0]) if engine is not None else None
+        return [found or venv_executable(argv[0]) or argv[0], *argv[1:]]
 
     return replace(plan, argv=absolute(plan.argv), setup=[absolute(step) for step in plan.setup])
 
 
-def resolve_plan(profile: Profile, place: Placement, model_dir: Path | None) -> tuple[Placement, ServePlan]:
+def resolve_plan(profile: Profile, place: Placement, model_dir: Path | None, *,
+                 engine_required: bool = True) -> tuple[Placement, ServePlan]:
+    """The engine is the profile's channel's (its engine venv when it is not this environment's); without it on this
+    host, ApplianceError (exit 2), unless not `engine_required` (a dry run renders this environment's programs)."""
     place = with_host_ip(place)
     if model_dir is not None:
         place = replace(place, model_dir=model_dir)
-    return place, absolute_programs(build_plan(profile, place))
+    ch = channel_lock(profile.engine.channel, profile.hardware.target)
+    engine = require_engine(ch) if engine_required else find_engine(ch)
+    return place, absolute_programs(build_plan(profile, place), engine)
 
 
 def join_peers(profile: Profile, plan: ServePlan, place: Placement, settings: ApplianceSettings,
@@ -193,7 +201,7 @@ def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceS
     to measure at once, so one rank's dry run would wait for peers that never come."""
     profile = loaded.profile
     check_run_dir(run_dir)  # before the rendezvous: a bad folder must not keep the other nodes waiting
-    place, plan = resolve_plan(profile, place, model_dir)
+    place, plan = resolve_plan(profile, place, model_dir, engine_required=measure_fabric)
     health_port = settings.health_port_for(profile.server.health_port)
     if plan.role != "worker":  # a headless worker serves no API of its own
         check_health_port("APPLIANCE_HEALTH_PORT", health_port, profile.server.port)

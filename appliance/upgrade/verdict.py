@@ -1,0 +1,74 @@
+"""U2: a qualification's verdict, from the candidate's gate receipt compared with the incumbent's by `gate compare`'s
+noise rules (receipts of two channels, compared knowingly: `across_channels`).
+
+- refuse: the candidate never turned ready; its receipt fails (a check, its log expectations, a fatal line); or a
+  difference beyond the noise is a regression (bench beyond the seed's band and 5 x the run spread, recall into the
+  poisoned band, structured output or think leaks, an engagement fact lost);
+- inconclusive: nothing refuses it, but something could not decide (recall between its bands, an interrupted gate):
+  run more serves;
+- promote: otherwise. Differences within the noise are listed as notes, never reasons to refuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from appliance.gate.compare import ReceiptComparison, compare
+
+Verdict = Literal["promote", "refuse", "inconclusive"]
+EXIT: dict[Verdict, int] = {"promote": 0, "refuse": 1, "inconclusive": 3}
+
+
+@dataclass
+class Judgement:
+    verdict: Verdict
+    reasons: list[str]
+    notes: list[str] = field(default_factory=list)
+    comparison: ReceiptComparison | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "reasons": self.reasons, "notes": self.notes,
+                "comparison": self.comparison.to_json() if self.comparison else None}
+
+
+def never_ready(why: str) -> Judgement:
+    return Judgement("refuse", [f"U2 the candidate never turned ready: {why}"])
+
+
+def judge(incumbent: dict[str, Any], candidate: dict[str, Any]) -> Judgement:
+    refuse, undecided, notes = [], [], []
+    if not candidate.get("complete"):
+        undecided.append("the candidate's gate was interrupted (receipt incomplete): only its finished checks count")
+    for c in candidate.get("checks") or []:
+        if c["status"] in ("fail", "error"):
+            refuse.append(f"gate check {c['name']} {c['status']}: {str(c.get('summary'))[:240]}")
+        elif c["status"] == "inconclusive":
+            undecided.append(f"gate check {c['name']} inconclusive: {str(c.get('summary'))[:240]}")
+    eng = candidate.get("engagement") or {}
+    if eng.get("available") and eng.get("verdict") == "fail":
+        failed = [f"{e['rule']} {e['name']}" for e in eng.get("expectations") or [] if e.get("status") == "fail"]
+        refuse.append("the candidate's log expectations fail: " + (", ".join(failed) or "see its engagement"))
+    if eng.get("fatal"):
+        refuse.append("fatal lines in the candidate's log: " + ", ".join(str(h.get("id")) for h in eng["fatal"]))
+    if not eng.get("available"):
+        undecided.append(f"the candidate's engagement was not read back from its log ({eng.get('error')})")
+    comparison = compare(incumbent, candidate, across_channels=True)
+    notes += comparison.warnings
+    for f in comparison.findings:
+        line = f"{f.area} {f.metric}: {f.a} -> {f.b}" + (f" ({f.change})" if f.change else "") + \
+            (f"; {f.note}" if f.note else "")
+        if f.verdict == "regression":
+            refuse.append(f"regression vs the incumbent's receipt: {line}")
+        elif f.verdict == "inconclusive":
+            undecided.append(f"inconclusive vs the incumbent's receipt: {line}")
+        elif f.verdict in ("unresolved", "noise", "changed", "improvement", "not comparable"):
+            notes.append(f"{f.verdict}: {line}")
+    if refuse:
+        return Judgement("refuse", [f"U2 {r}" for r in refuse], notes + undecided, comparison)
+    if undecided:
+        return Judgement("inconclusive", [f"U2 {r}" for r in undecided], notes, comparison)
+    ran = ", ".join(f"{c['name']} {c['status']}" for c in candidate.get("checks") or [])
+    return Judgement("promote", [f"the candidate's gate passes ({ran})",
+                                 "no difference from the incumbent's receipt beyond the noise rules"], notes,
+                     comparison)
