@@ -6,12 +6,13 @@ cache; grep runs with LC_ALL=C (its fastest mode, the strict baseline) and, for 
 machine's locale. Repetitions alternate which side goes first. Each scan is its own process, so its
 max RSS is measured alone (os.wait4): 100 MiB and 1 GiB must need the same memory.
 
-    .venv/bin/python benchmarks/scan_throughput.py [--size-gib 1] [--reps 3]
+    .venv/bin/python benchmarks/scan_throughput.py [--size-gib 1] [--reps 3] [--engine auto|hyperscan|re]
 
 Two mixes: `serving` (each engine run prints one real start-up, then the real lines of a serve at
 work, restarting every 64 MiB: what a 1 GiB serve log looks like) and `dense` (every fixture log
 whole, over and over: a quarter of all lines are evidence, the scanner's worst case).
-Target: scanner throughput ≥ 0.3 × grep's on the serving mix, RSS independent of the log size.
+Target: scanner throughput ≥ 0.5 × grep's on BOTH mixes, RSS independent of the log size. `--engine re`
+measures the pure-Python fallback (prefilter.py) for information; the target is the default engine's.
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 MIB = 1 << 20
+TARGET = 0.5
 SCAN = ("import sys; from pathlib import Path; from appliance.health.scan import scan_file; "
-        "from appliance.health.table import load_table; f = scan_file(Path(sys.argv[1]), load_table()); "
+        "from appliance.health.table import load_table; "
+        "f = scan_file(Path(sys.argv[1]), load_table(), engine=sys.argv[2]); "
         "print(f.lines_read, f.runs, len(f.fatal))")
+ENGINE = ("import sys; from appliance.health.prefilter import resolve_engine, hyperscan_problem; "
+          "print(resolve_engine(sys.argv[1]), hyperscan_problem() or '')")
 
 
 def _fixtures() -> list[list[bytes]]:
@@ -92,8 +97,8 @@ def patterns() -> list[str]:
     return [to_ere(p.regex) for p in (*table.facts, *table.fatal)]
 
 
-def run(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """(seconds, max RSS in KiB, stdout) of one process."""
+def run(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """(seconds, CPU seconds, max RSS in KiB, stdout) of one process."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -103,38 +108,45 @@ def run(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):  # grep -c exits 1 when nothing matched
         raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {err[-2000:]}")
-    return elapsed, usage.ru_maxrss, out.strip()
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out.strip()
 
 
 def bench(mix: str, size_bytes: int, reps: int, workdir: Path, ere: list[str],
-          env: dict[str, str]) -> tuple[float, int]:
-    """Returns (median throughput ratio scanner/grep, max RSS of the scanner in KiB)."""
+          env: dict[str, str], engine: str) -> tuple[float, float, int]:
+    """Returns (median throughput ratio scanner/grep, the same in CPU time, max RSS of the scanner in KiB).
+    The CPU-time ratio is what the wall-clock one would be on an idle machine; on a shared one the wall
+    clock also measures who else ran."""
     big = workdir / f"{mix}.log"
     size = build_log(big, size_bytes, mix)
     grep = ["grep", "-c", "-E", *[x for p in ere for x in ("-e", p)]]
     scanner = [sys.executable, "-c", SCAN]
     print(f"-- {mix}: {size / MIB:,.0f} MiB of real fixture lines, {len(ere)} patterns")
     subprocess.run(["cat", str(big)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-    grep_t, scan_t, scan_rss = [], [], []
+    grep_t, scan_t, grep_cpu, scan_cpu, scan_rss = [], [], [], [], []
     for rep in range(reps):
         for arm in (["grep", "scan"] if rep % 2 == 0 else ["scan", "grep"]):
             if arm == "grep":
-                t, _, out = run([*grep, str(big)], {**env, "LC_ALL": "C"})
+                t, cpu, _, out = run([*grep, str(big)], {**env, "LC_ALL": "C"})
                 grep_t.append(t)
-                print(f"  rep {rep + 1} grep -E (LC_ALL=C): {t:6.2f} s {size / MIB / t:7.1f} MiB/s ({out} lines match)")
+                grep_cpu.append(cpu)
+                print(f"  rep {rep + 1} grep -E (LC_ALL=C): {t:6.2f} s {size / MIB / t:7.1f} MiB/s (CPU {cpu:5.2f} s) "
+                      f"({out} lines match)")
             else:
-                t, rss, out = run([*scanner, str(big)], env)
+                t, cpu, rss, out = run([*scanner, str(big), engine], env)
                 scan_t.append(t)
+                scan_cpu.append(cpu)
                 scan_rss.append(rss)
-                print(f"  rep {rep + 1} scanner:            {t:6.2f} s {size / MIB / t:7.1f} MiB/s "
+                print(f"  rep {rep + 1} scanner:            {t:6.2f} s {size / MIB / t:7.1f} MiB/s (CPU {cpu:5.2f} s) "
                       f"max RSS {rss / 1024:.1f} MiB (lines, runs, fatal: {out})")
     locale = os.environ.get("LC_ALL") or os.environ.get("LANG") or "C.UTF-8"
-    t, _, _ = run([*grep, str(big)], {**env, "LC_ALL": locale})
+    t, _, _, _ = run([*grep, str(big)], {**env, "LC_ALL": locale})
     g, s = statistics.median(grep_t), statistics.median(scan_t)
+    cpu_ratio = statistics.median(grep_cpu) / statistics.median(scan_cpu)
     print(f"  grep -E in the machine's locale ({locale}): {size / MIB / t:.1f} MiB/s")
-    print(f"  median: grep -E {size / MIB / g:.1f} MiB/s, scanner {size / MIB / s:.1f} MiB/s -> ratio {g / s:.2f}x")
+    print(f"  median: grep -E {size / MIB / g:.1f} MiB/s, scanner {size / MIB / s:.1f} MiB/s -> ratio {g / s:.2f}x "
+          f"(CPU time: {cpu_ratio:.2f}x)")
     big.unlink()
-    return g / s, max(scan_rss)
+    return g / s, cpu_ratio, max(scan_rss)
 
 
 def main() -> int:
@@ -143,29 +155,32 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--mix", choices=["serving", "dense", "both"], default="both")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--engine", choices=["auto", "hyperscan", "re"], default="auto")
     args = parser.parse_args()
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="scan-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ere = patterns()
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    engine = subprocess.run([sys.executable, "-c", ENGINE, args.engine], env=env, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
+          f"scan engine {engine}")
     small = workdir / "small.log"
     build_log(small, 100 * MIB, "serving")
-    _, small_rss, _ = run([sys.executable, "-c", SCAN, str(small)], env)
+    _, _, small_rss, _ = run([sys.executable, "-c", SCAN, str(small), args.engine], env)
     small.unlink()
-    results = {mix: bench(mix, int(args.size_gib * 1024 * MIB), args.reps, workdir, ere, env)
+    results = {mix: bench(mix, int(args.size_gib * 1024 * MIB), args.reps, workdir, ere, env, args.engine)
                for mix in (["serving", "dense"] if args.mix == "both" else [args.mix])}
     if not args.workdir:
         workdir.rmdir()
-    big_rss = max(rss for _, rss in results.values())
+    big_rss = max(rss for _, _, rss in results.values())
     print(f"scanner max RSS: 100 MiB log {small_rss / 1024:.1f} MiB, "
           f"{args.size_gib:g} GiB logs {big_rss / 1024:.1f} MiB")
-    for mix, (ratio, _) in results.items():
-        print(f"ratio {mix}: {ratio:.2f}x (target >= 0.30 on the serving mix)")
+    for mix, (ratio, cpu_ratio, _) in results.items():
+        print(f"ratio {mix}: {ratio:.2f}x, in CPU time {cpu_ratio:.2f}x (target >= {TARGET:.2f} on every mix)")
     flat = big_rss <= small_rss * 1.25 + 8 * 1024
-    primary = results.get("serving", next(iter(results.values())))[0]
-    return 0 if primary >= 0.3 and flat else 1
+    return 0 if all(ratio >= TARGET for ratio, _, _ in results.values()) and flat else 1
 
 
 if __name__ == "__main__":

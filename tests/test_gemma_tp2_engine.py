@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import BIN, free_port, http_ok, stop_supervisord, supervisorctl, wait_for
+from tests.conftest import BIN, Rank, free_port, http_ok, master_port, stop_supervisord, supervisorctl, wait_for_ranks
 
 pytestmark = pytest.mark.engine
 
@@ -46,13 +46,14 @@ def complete(api: int, prompt: str) -> httpx.Response:
 
 def test_tensor_parallel_two_ranks_on_two_addresses_answer_with_every_check_live(
         tmp_path: Path, gemma_model_dir: Path) -> None:
-    api, master, head_health, worker_health = free_port(), free_port(), free_port(), free_port()
+    api, master, head_health, worker_health = free_port(), master_port(), free_port(), free_port()
     worker = start_rank(tmp_path, gemma_model_dir, 1, "127.0.0.2", api, master, worker_health)
     time.sleep(2)
     head = start_rank(tmp_path, gemma_model_dir, 0, "127.0.0.1", api, master, head_health)
-    out = lambda r: (tmp_path / f"rank{r}.out").read_text()[-3000:]  # noqa: E731
+    ranks = [Rank("rank 0 (head)", head, tmp_path / "rank0.out"),
+             Rank("rank 1 (worker)", worker, tmp_path / "rank1.out")]
     try:
-        assert wait_for(lambda: http_ok(f"http://127.0.0.1:{api}/health"), timeout=480, interval=2), out(0) + out(1)
+        wait_for_ranks(lambda: http_ok(f"http://127.0.0.1:{api}/health"), ranks, 480, "the head's API answered")
         for r in (0, 1):
             start = (tmp_path / f"rank{r}.out").read_text()
             assert "appliance run: fabric pass over gloo (rank 1: " in start, start[-2000:]
@@ -70,8 +71,8 @@ def test_tensor_parallel_two_ranks_on_two_addresses_answer_with_every_check_live
             assert a.json()["usage"]["completion_tokens"] == 6 and a.json()["choices"][0]["text"].strip()
 
         head_url, worker_url = f"http://127.0.0.1:{head_health}", f"http://127.0.0.1:{worker_health}"
-        assert wait_for(lambda: http_ok(f"{head_url}/ready") and http_ok(f"{worker_url}/ready"), 90, 2), \
-            httpx.get(f"{head_url}/status").text[-2000:]
+        wait_for_ranks(lambda: http_ok(f"{head_url}/ready") and http_ok(f"{worker_url}/ready"), ranks, 90,
+                       "both exporters turned ready", interval=2)
         for url, role in ((head_url, "head"), (worker_url, "worker")):
             status = httpx.get(f"{url}/status", timeout=5).json()
             assert status["role"] == role and status["state"] == "ready"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,20 +22,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import free_port
+
 pytestmark = pytest.mark.engine
 
 BIN = Path(sys.executable).parent
 PROBE_INTERVAL = 4.0  # what a readiness probe would use (k8s periodSeconds); the exporter polls every 1 s
 PROGRESS_WINDOW = 5.0
 START_TIMEOUT = 180.0
-
-
-def _port(low: int, high: int) -> int:
-    for port in range(low, high):
-        with socket.socket() as s, contextlib.suppress(OSError):
-            s.bind(("127.0.0.1", port))
-            return port
-    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 @dataclass
@@ -103,7 +96,7 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     log = tmp_path_factory.mktemp("e2e") / "vllm.log"
-    engine_port, health_port = _port(8100, 8200), _port(9500, 9600)
+    engine_port, health_port = free_port(), free_port()
     exporter = subprocess.Popen(
         [sys.executable, "-m", "appliance", "exporter", "--profile", "cpu-smoke", "--set",
          f"server.port={engine_port}", "--log", str(log), "--host", "127.0.0.1", "--port", str(health_port),

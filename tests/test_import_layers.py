@@ -16,7 +16,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
 
 LAYERS: list[set[str]] = [
-    {"errors", "lockfile", "redact", "apikey"},  # leaves (lockfile: stdlib only, the image build runs it)
+    # leaves (lockfile: stdlib only, the image build runs it; port_holder: who holds a port, from procfs)
+    {"errors", "lockfile", "redact", "apikey", "port_holder"},
     {"bounds"},  # the limits of every value from outside (text, ports, addresses)
     {"paths"},  # where the appliance's files are
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser

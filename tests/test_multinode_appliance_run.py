@@ -14,7 +14,17 @@ import httpx
 import pytest
 
 from appliance.render.plan import ENGINE_ENV_KEYS
-from tests.conftest import BIN, free_port, http_ok, stop_supervisord, supervisorctl, wait_for
+from tests.conftest import (
+    BIN,
+    Rank,
+    free_port,
+    http_ok,
+    master_port,
+    stop_supervisord,
+    supervisorctl,
+    wait_for,
+    wait_for_ranks,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -40,14 +50,16 @@ def proc_env(pid: int) -> dict[str, str]:
 
 def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when_the_head_goes(
         tmp_path: Path, smoke_model_dir: Path) -> None:
-    api, master = free_port(), free_port()
+    api, master = free_port(), master_port()
     # The worker starts first: its rendezvous retries until the head answers.
     worker, worker_env, worker_dir = start_rank(tmp_path, smoke_model_dir, 1, "127.0.0.2", api, master)
     time.sleep(3)
     head, head_env, head_dir = start_rank(tmp_path, smoke_model_dir, 0, "127.0.0.1", api, master)
+    ranks = [Rank("rank 0 (head)", head, tmp_path / "rank0.out"),
+             Rank("rank 1 (worker)", worker, tmp_path / "rank1.out")]
     try:
-        up = wait_for(lambda: http_ok(f"http://127.0.0.1:{api}/health"), timeout=420, interval=2)
-        assert up, (tmp_path / "rank0.out").read_text()[-3000:] + (tmp_path / "rank1.out").read_text()[-3000:]
+        wait_for_ranks(lambda: http_ok(f"http://127.0.0.1:{api}/health"), ranks, 420, "the head's API answered",
+                       interval=2)
         assert "RUNNING" in supervisorctl(worker_dir, "status", "vllm")
 
         # What supervisor runs on each rank is that rank's rendered plan.
@@ -68,8 +80,8 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
         assert head_engine == worker_engine and head_engine
 
         worker_exporter = f"http://127.0.0.1:{worker_env['APPLIANCE_HEALTH_PORT']}"
-        assert wait_for(lambda: http_ok(f"{worker_exporter}/ready"), timeout=60, interval=2), \
-            httpx.get(f"{worker_exporter}/status").text[-2000:]
+        wait_for_ranks(lambda: http_ok(f"{worker_exporter}/ready"), ranks, 60, "the worker's exporter turned ready",
+                       interval=2)
 
         # After launch the head's exporter compares what the ranks loaded (K15) through the worker's exporter,
         # whose address and port came with the rendezvous. The CPU build loads no NCCL: `unknown`, never a pass.

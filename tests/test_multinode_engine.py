@@ -30,6 +30,8 @@ import pytest
 
 from appliance.profile import load_profile
 from appliance.render import Placement, ServePlan, build_plan
+from tests import conftest
+from tests.conftest import Rank, free_port, wait_for_ranks
 
 pytestmark = pytest.mark.engine
 
@@ -45,18 +47,6 @@ def head_alive(master_addr: str, port: int, timeout_s: float = 2.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def free_port(candidates: range, need: int = 1) -> int:
-    for port in candidates:
-        try:
-            for p in range(port, port + need):
-                with socket.socket() as s:
-                    s.bind(("0.0.0.0", p))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError(f"no free port in {candidates}")
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -100,17 +90,16 @@ class Ranks:
         return self.logs[role].read_text(errors="replace")
 
 
-def check(rank: int, master_port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+def check(rank: int, master_port: int, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "appliance.multinode", "cpu-smoke-2node", "--node-rank", str(rank),
             "--master-addr", HEAD_ADDR, "--master-port", str(master_port), "--timeout", "120"]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(argv, env=env, stdout=out.open("wb"), stderr=subprocess.STDOUT)
 
 
 @pytest.fixture(scope="module")
 def ranks(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ranks]:
     out = tmp_path_factory.mktemp("two-ranks")
-    api_port = free_port(range(8300, 8400))
-    master_port = free_port(range(29600, 29640, 2), need=2)
+    api_port, master = free_port(), conftest.master_port()
     profile = load_profile("cpu-smoke-2node", cli_overrides=[f"server.port={api_port}"]).profile
     base = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
     base |= {"HF_HUB_OFFLINE": "1", "PATH": f"{BIN}:{base.get('PATH', '')}"}
@@ -118,33 +107,32 @@ def ranks(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             for role, ip in (("head", HEAD_ADDR), ("worker", WORKER_ADDR))}
 
     start = time.monotonic()
-    checks = {"worker": check(1, master_port, envs["worker"]), "head": check(0, master_port, envs["head"])}
-    for role, proc in checks.items():
-        _, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, f"{role} refused by the cross-node check:\n{err}"
+    checks = [Rank(f"the {role}'s cross-node check", check(rank, master, envs[role], out / f"{role}-check.out"),
+                   out / f"{role}-check.out", may_finish=True) for role, rank in (("worker", 1), ("head", 0))]
+    try:  # both must pass; one that fails (a port in use, a refusal) fails the test at once, with its output
+        wait_for_ranks(lambda: all(c.proc.poll() == 0 for c in checks), checks, 180, "both checks passed",
+                       interval=0.5)
+    finally:
+        for c in checks:
+            if c.proc.poll() is None:
+                c.proc.kill()
+            c.proc.wait(10)
     timings = {"check_s": time.monotonic() - start}
 
     plans, procs, logs = {}, {}, {}
     for role, rank, ip in (("worker", 1, WORKER_ADDR), ("head", 0, HEAD_ADDR)):  # the worker may come first
-        plans[role] = build_plan(profile, Placement(node_rank=rank, master_addr=HEAD_ADDR, master_port=master_port,
+        plans[role] = build_plan(profile, Placement(node_rank=rank, master_addr=HEAD_ADDR, master_port=master,
                                                     host_ip=ip, model_dir=smoke_model_dir))
         logs[role] = out / f"{role}.log"
         argv = [str(BIN / plans[role].argv[0]), *plans[role].argv[1:]]
         procs[role] = subprocess.Popen(argv, env=base | plans[role].env, stdout=logs[role].open("wb"),
                                        stderr=subprocess.STDOUT, start_new_session=True)
-    r = Ranks(procs["head"], procs["worker"], plans, api_port, master_port, logs, timings)
+    r = Ranks(procs["head"], procs["worker"], plans, api_port, master, logs, timings)
     launched = time.monotonic()
     try:
-        deadline = launched + STARTUP_S
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://{HEAD_ADDR}:{api_port}/health", timeout=3).status_code == 200:
-                    break
-            for role, proc in procs.items():
-                assert proc.poll() is None, f"the {role} rank exited while starting:\n{r.log(role)[-4000:]}"
-            time.sleep(2)
-        else:
-            pytest.fail(f"no /health within {STARTUP_S}s:\n{r.log('head')[-3000:]}\n{r.log('worker')[-3000:]}")
+        wait_for_ranks(lambda: httpx.get(f"http://{HEAD_ADDR}:{api_port}/health", timeout=3).status_code == 200,
+                       [Rank(f"the {role} rank", proc, logs[role]) for role, proc in procs.items()], STARTUP_S,
+                       "the head's /health answered", interval=2)
         r.timings["healthy_s"] = time.monotonic() - launched
         yield r
     finally:

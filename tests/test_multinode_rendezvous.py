@@ -24,26 +24,10 @@ from appliance.multinode.identity import local_identity
 from appliance.multinode.rendezvous import join_head
 from appliance.paths import data_root
 from appliance.profile import load_profile
+from tests.conftest import master_port  # its derived rendezvous port reserved too, never one an earlier test had
 
 HEAD_ADDR, WORKER_ADDR = "127.0.0.1", "127.0.0.2"
 PROFILE = "cpu-smoke-2node"
-
-
-_NEXT = iter(range(29640, 29699, 2))
-
-
-def master_port() -> int:
-    """A master port in this suite's range (29600-29699) whose rendezvous port (+1) is free, never one an
-    earlier test of this session used: a rank of that test still retrying must not meet this test's ranks."""
-    for port in _NEXT:
-        try:
-            for p in (port, port + 1):
-                with socket.socket() as s:
-                    s.bind(("0.0.0.0", p))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free master port in 29640-29699")
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from appliance import port_holder
 from appliance.cliargs import add_profile_args, load_from_args
 from appliance.errors import ApplianceError
 from appliance.health import exporter_args as arg
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         exporter = build_exporter(config, host=host)
         host.register(exporter.server.registry)
     except OSError as exc:
-        raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}", field="--port", value=port,
+        held = f"; {port_holder.describe(port)}" if port_holder.in_use(exc) else ""
+        raise ApplianceError(f"cannot listen on {args.host}:{port}: {exc.strerror}{held}", field="--port", value=port,
                              fix="choose a free port (--port) or stop what holds it") from None
     stop = threading.Event()
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from appliance.lockfile import channel, channel_digest, engine_pin, pins, requirement
+from appliance.lockfile import channel, channel_digest, default_channel, engine_pin, pins, requirement
 
 TARGETS = ("gpu", "cpu")
 IMAGE_REPO = "appliance"
@@ -103,8 +103,19 @@ def appliance_dependencies(pyproject: Path) -> list[str]:
     return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
 
 
+def from_only_args(lock: dict, channel_name: str) -> dict[str, str]:
+    """The other target's base images, only for the build to parse: docker.io 20.10's BuildKit expands every
+    stage's FROM (`base name (${GPU_BUILD_IMAGE}) should not be blank`) though it builds only the target's stages.
+    The other target's default channel names them; no stage of this build pulls them; verify() never checks them."""
+    if channel(lock, channel_name)["target"] == "gpu":
+        return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"]}
+    images = channel(lock, default_channel(lock, "gpu"))["images"]
+    return {"GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"]}
+
+
 def all_build_args(lock: dict, channel_name: str, root: Path) -> dict[str, str]:
-    return lock_args(lock, channel_name) | {"APPLIANCE_VERSION": appliance_version(root)} | vcs_args(root)
+    return (from_only_args(lock, channel_name) | lock_args(lock, channel_name)
+            | {"APPLIANCE_VERSION": appliance_version(root)} | vcs_args(root))
 
 
 def verify(lock: dict, channel_name: str, env: dict[str, str]) -> list[str]:

@@ -1,7 +1,8 @@
 """Facts from log lines: the table's patterns applied to chunks of whole lines.
 
 Speed: a serve log is mostly lines nobody needs (access log, per-step stats). The prefilter finds
-the lines holding one of the table's literal anchors at C speed; only those are decoded and matched.
+the lines holding one of the table's literal anchors at C speed (Hyperscan, or its pure-Python
+fallback: prefilter.py); only those are decoded and matched.
 A `keep: last` fact is overwritten by its next line, so within a chunk only its last line is
 matched, and an anchor that turns out frequent (DSpark metrics every few lines) is looked up from
 the chunk's end instead. Memory: facts are a fixed set of names, fatal hits keep one example line
@@ -11,11 +12,14 @@ and a count, `distinct` facts keep at most MAX_DISTINCT values.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
-from appliance.health.prefilter import Prefilter
+from appliance.health.prefilter import AnchorFinder, Engine, Found, group_lines, make_prefilter, resolve_engine
 from appliance.health.table import FactPattern, FatalPattern, LogTable, Pattern
 from appliance.redact import redact
 
@@ -97,15 +101,24 @@ class _Compiled:
 
 
 class Extractor:
-    """Feed chunks of whole lines (as bytes); read `facts`."""
+    """Feed chunks of whole lines (as bytes); read `facts`.
 
-    def __init__(self, table: LogTable) -> None:
+    `engine` picks the prefilter (prefilter.py). `reference` also turns off the shortcuts below (only the
+    last line of a `keep: last` pattern per chunk, dense anchors found from the chunk's end): every
+    candidate line is matched in order, the plain reading every other engine must agree with."""
+
+    def __init__(self, table: LogTable, engine: Engine = "auto") -> None:
+        self.engine = resolve_engine(engine)
         self._compiled = [_Compiled.of(p) for p in (*table.facts, *table.fatal)]
         self._anchors: dict[bytes, list[int]] = {}
         for index, c in enumerate(self._compiled):
             for anchor in c.pattern.anchors:
                 self._anchors.setdefault(anchor.encode(), []).append(index)
-        self._prefilter: Prefilter | None = None
+        self._prefilter: AnchorFinder | None = None
+        self._searched: list[bytes] = []
+        """The anchors the prefilter looks for (all but the dense ones), by the number it reports."""
+        self._patterns_of: list[frozenset[int]] = []
+        self._resets_of: list[frozenset[int]] = []
         self.facts = Facts()
         self._quiet_after = table.quiet_after
         self._resets = {i for i, c in enumerate(self._compiled) if c.reset}
@@ -113,43 +126,80 @@ class Extractor:
         # their last line can count, so the earlier ones are dropped before they are decoded.
         quiet = set(table.quiet_after)
         self._last_only = {i for i, c in enumerate(self._compiled) if not c.fatal and not c.reset
-                           and c.keep == "last" and not quiet & set(c.pattern.produces())}  # type: ignore[attr-defined]
+                           and c.keep == "last" and not quiet & set(c.pattern.produces())  # type: ignore[attr-defined]
+                           and self.engine != "reference"}
         self._dense: set[bytes] = set()
 
     def feed(self, chunk: bytes) -> None:
         """Scan `chunk`, which holds whole lines (the last one may lack its newline)."""
         if self._prefilter is None:  # the first chunk tells which bytes are rare in this log
-            self._prefilter = self._new_prefilter(chunk)
-        hits = self._prefilter.lines(chunk)
-        last_reset = self._drop_overwritten(chunk, hits)
+            self._new_prefilter(chunk)
+        assert self._prefilter is not None
+        found = self._prefilter.find(chunk)
+        if self.engine == "reference":
+            last_reset, hits = 0, group_lines(chunk, found, self._patterns_of)
+        else:
+            # A reset starts the facts afresh, so before the chunk's last one only reset lines count (as runs):
+            # a crash-looping engine restarts every few thousand lines.
+            last_reset = self._last_reset(chunk, found)
+            hits = group_lines(chunk, found, self._patterns_of, last_reset, self._resets_of)
+        self._drop_overwritten(chunk, hits)
         self._add_dense(chunk, hits, last_reset)
-        if any(n >= DENSE and a not in self._dense and set(self._anchors[a]) <= self._last_only
-               for a, n in self._prefilter.counts.items()):
-            self._dense |= {a for a, n in self._prefilter.counts.items() if n >= DENSE
-                            and set(self._anchors[a]) <= self._last_only}
-            self._prefilter = self._new_prefilter(chunk)
+        if len(found) >= DENSE:
+            frequent = [self._searched[number] for number, n in Counter(map(itemgetter(1), found)).items()
+                        if n >= DENSE]
+            dense = {a for a in frequent if set(self._anchors[a]) <= self._last_only}
+            if dense:
+                self._dense |= dense
+                self._new_prefilter(chunk)
+        order = sorted(hits)
+        replaced = bisect_left(order, last_reset)  # lines of runs this chunk's last reset replaces: resets only
+        self.facts.runs += sum(self._any_match(chunk, start, hits[start][1]) for start in order[:replaced])
         base, counted, index = self.facts.lines_read, 0, 0
-        for start in sorted(hits):
+        for start in order[replaced:]:
             end, indexes = hits[start]
             index += chunk.count(b"\n", counted, start)
             counted = start
             self._apply(chunk[start:end].decode("utf-8", "replace"), base + index + 1, indexes)
-        self.facts.lines_read = base + chunk.count(b"\n") + (1 if chunk and not chunk.endswith(b"\n") else 0)
+        # One pass counts the newlines: up to the last hit above, from there to the end here.
+        index += chunk.count(b"\n", counted)
+        self.facts.lines_read = base + index + (1 if chunk and not chunk.endswith(b"\n") else 0)
 
-    def _new_prefilter(self, chunk: bytes) -> Prefilter:
-        return Prefilter({a: i for a, i in self._anchors.items() if a not in self._dense}, chunk[: 1 << 18])
+    def _new_prefilter(self, chunk: bytes) -> None:
+        self._searched = [a for a in self._anchors if a not in self._dense]
+        self._patterns_of = [frozenset(self._anchors[a]) for a in self._searched]
+        self._resets_of = [p & self._resets for p in self._patterns_of]
+        self._prefilter = make_prefilter(self._searched, chunk[: 1 << 18], self.engine)
 
-    def _drop_overwritten(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]]) -> int:
-        """Keep, of each last-only pattern, only its last matching line after the chunk's last reset
-        (returned: the start of that reset line, 0 if none)."""
+    def _last_reset(self, chunk: bytes, found: Found) -> int:
+        """The start of the chunk's last line that a reset pattern matches (0: none)."""
+        resets_of, rfind = self._resets_of, chunk.rfind
+        line, candidates = -1, set()
+        for end, number in reversed(found):  # the occurrences of one line are neighbours
+            if not resets_of[number]:
+                continue
+            start = rfind(b"\n", 0, end) + 1
+            if start != line:
+                if candidates and self._any_match(chunk, line, candidates):
+                    return line
+                line, candidates = start, set()
+            candidates |= resets_of[number]
+        return line if candidates and self._any_match(chunk, line, candidates) else 0
+
+    def _any_match(self, chunk: bytes, start: int, indexes: set[int]) -> bool:
+        end = chunk.find(b"\n", start)
+        text = chunk[start:len(chunk) if end < 0 else end].decode("utf-8", "replace")
+        return any(self._compiled[i].search(text) for i in indexes)
+
+    def _drop_overwritten(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]]) -> None:
+        """Keep, of each last-only pattern, only its last matching line (none is left before the chunk's last
+        reset: group_lines kept only reset patterns there)."""
         order = sorted(hits)
         compiled = self._compiled
 
         def line(start: int) -> str:
             return chunk[start:hits[start][0]].decode("utf-8", "replace")
 
-        last_reset = next((s for s in reversed(order) if hits[s][1] & self._resets
-                           and any(compiled[i].search(line(s)) for i in hits[s][1] & self._resets)), 0)
         by_pattern: dict[int, list[int]] = {}
         for start in order:
             for i in hits[start][1] & self._last_only:
@@ -157,14 +207,13 @@ class Extractor:
         for i, starts in by_pattern.items():
             kept = False
             for start in reversed(starts):
-                if not kept and start >= last_reset and compiled[i].search(line(start)):
+                if not kept and compiled[i].search(line(start)):
                     kept = True
                 else:
                     hits[start][1].discard(i)
         for start in order:
             if not hits[start][1]:
                 del hits[start]
-        return last_reset
 
     def _add_dense(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]], last_reset: int) -> None:
         """For each dense anchor, walk back from the chunk's end to the last line each of its patterns

@@ -1,118 +1,125 @@
-"""Find the few lines of a chunk that hold one of the table's anchors, at C speed.
+"""Find the few lines of a chunk that hold one of the table's anchors (literal strings), at C speed.
 
-Python's regex engine scans fast (GB/s) for a pattern that starts with one fixed byte, and slowly
-(~0.2 GB/s) for an alternation of different first bytes. So the anchors are split into a few
-groups, each searched by one regex whose alternatives all start with the same byte: an anchor is
-represented by its suffix from that byte (its "key"). The bytes are picked by a greedy weighted set
-cover over byte and key frequencies in a sample of the log (a rare byte, shared by many anchors,
-wins). A candidate line is kept for a pattern only if it holds the pattern's full anchor, so what
-matches never depends on the sample, only the speed does.
+A line is a candidate for a pattern exactly when it contains one of the pattern's anchors (the table's
+contract, logchecks.yaml); every engine here finds the same candidates, only at different speeds:
+
+- `hyperscan`: Intel's multi-literal matcher (Vectorscan on aarch64), one pass over the chunk for all
+  anchors at GB/s; each occurrence comes back as (anchor, end offset), grouped into lines here.
+- `re`: pure Python (prefilter_re.py), a few `re` passes grouped by a rare first byte; the fallback where
+  Hyperscan cannot load (no wheel for the platform, a CPU without the SIMD it needs).
+- `reference`: every line, `anchor in line`, no shortcut: the oracle the others are tested against.
+
+`auto` takes Hyperscan when it loads, else `re`.
 """
 
 from __future__ import annotations
 
-import re
+from functools import cache
+from typing import Literal, Protocol
 
-MIN_KEY = 4
-# Costs in microseconds per MiB of log, to compare groupings (measured on CPython 3.11):
-PASS_COST = 400.0  # one more regex pass over the chunk
-STOP_COST = 0.05  # the regex stopping at one occurrence of a group's first byte
-HIT_COST = 2.0  # a key found: one more candidate line to check
+from appliance.errors import ApplianceError
+from appliance.health.prefilter_re import RePrefilter
 
-
-def _keys(anchors: list[bytes], sample: bytes) -> dict[bytes, bytes]:
-    """anchor -> key (a suffix of the anchor starting at a chosen byte)."""
-    scale = (1 << 20) / max(1, len(sample))
-    freq: dict[int, float] = {}
-
-    def key_of(anchor: bytes, byte: int) -> bytes | None:
-        i = anchor.find(bytes([byte]))
-        return anchor[i:] if i >= 0 and (len(anchor) - i >= MIN_KEY or i == 0) else None
-
-    hits: dict[bytes, float] = {}
-
-    def key_hits(key: bytes) -> float:
-        if key not in hits:
-            hits[key] = sample.count(key) * scale
-        return hits[key]
-
-    chosen: dict[bytes, bytes] = {}
-    while len(chosen) < len(anchors):
-        open_ = [a for a in anchors if a not in chosen]
-        best: tuple[float, int] | None = None
-        for byte in {b for a in open_ for b in a}:
-            covered = [k for a in open_ if (k := key_of(a, byte))]
-            if not covered:
-                continue
-            if byte not in freq:
-                freq[byte] = sample.count(bytes([byte])) * scale
-            weight = PASS_COST + STOP_COST * freq[byte] + HIT_COST * sum(key_hits(k) for k in covered)
-            if best is None or weight / len(covered) < best[0]:
-                best = (weight / len(covered), byte)
-        assert best is not None
-        for anchor in open_:
-            if key := key_of(anchor, best[1]):
-                chosen[anchor] = key
-    return chosen
+Engine = Literal["auto", "hyperscan", "re", "reference"]
+Found = list[tuple[int, int]]
+"""(end offset of an anchor occurrence, anchor number) in the chunk, sorted by offset."""
 
 
-def _trie_regex(keys: list[bytes]) -> bytes:
-    root: dict[int | None, dict] = {}
-    for key in keys:
-        node = root
-        for byte in key:
-            node = node.setdefault(byte, {})
-        node[None] = {}
+class AnchorFinder(Protocol):
+    engine: str
 
-    def build(node: dict[int | None, dict]) -> bytes:
-        if None in node:  # a shorter key ends here: finding it is enough
-            return b""
-        alts = [re.escape(bytes([b])) + build(sub) for b, sub in sorted((k, v) for k, v in node.items()
-                                                                       if k is not None)]
-        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
-
-    return build(root)
+    def find(self, chunk: bytes) -> Found: ...
 
 
-class Prefilter:
-    def __init__(self, anchors: dict[bytes, list[int]], sample: bytes) -> None:
-        self.counts: dict[bytes, int] = {}
-        """Lines found per anchor by the last `lines` call."""
-        keys = _keys(sorted(anchors), sample)
-        keyed: dict[bytes, list[tuple[bytes, list[int]]]] = {}
-        for anchor, indexes in anchors.items():
-            keyed.setdefault(keys[anchor], []).append((anchor, indexes))
-        # A match yields the shortest key that is a prefix of the text, so every key also answers
-        # for the keys it is a prefix of.
-        self._entries = {k: [e for other, es in keyed.items() if other.startswith(k) for e in es] for k in keyed}
-        groups: dict[int, list[bytes]] = {}
-        for key in keyed:
-            groups.setdefault(key[0], []).append(key)
-        self._regexes = [re.compile(_trie_regex(group)) for group in groups.values()]
+@cache
+def hyperscan_problem() -> str | None:
+    """Why Hyperscan cannot serve here (None: it can). Compiling a database proves the CPU is supported."""
+    try:
+        import hyperscan
 
-    def lines(self, chunk: bytes) -> dict[int, tuple[int, set[int]]]:
-        """{line start: (line end, pattern indexes)} for lines holding an anchor."""
-        hits: dict[int, tuple[int, set[int]]] = {}
-        counts: dict[bytes, int] = {}
-        self.counts = counts
-        find, rfind, size = chunk.find, chunk.rfind, len(chunk)
-        for regex in self._regexes:
-            search = regex.search
-            m = search(chunk)
-            while m is not None:
-                start = rfind(b"\n", 0, m.start()) + 1
-                end = find(b"\n", m.end())
-                end = size if end < 0 else end
-                found = []
-                for anchor, indexes in self._entries[m.group()]:
-                    if find(anchor, start, end) >= 0:
-                        counts[anchor] = counts.get(anchor, 0) + 1
-                        found += indexes
-                if found:
-                    entry = hits.get(start)
-                    if entry is None:
-                        hits[start] = (end, set(found))
-                    else:
-                        entry[1].update(found)
-                m = search(chunk, m.start() + 1)  # +1, not m.end(): another key may overlap this one
-        return hits
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=[b"x"], ids=[0], flags=[0], literal=True)
+    except ImportError as exc:
+        return f"hyperscan is not installed ({exc})"
+    except Exception as exc:  # hyperscan.error: an unsupported CPU or a broken build
+        return f"hyperscan does not run here: {type(exc).__name__}: {exc}"
+    return None
+
+
+class HyperscanPrefilter:
+    engine = "hyperscan"
+
+    def __init__(self, anchors: list[bytes]) -> None:
+        import hyperscan
+
+        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK) if anchors else None
+        if self._db is not None:
+            self._db.compile(expressions=anchors, ids=list(range(len(anchors))), flags=[0] * len(anchors),
+                             literal=True)
+
+    def find(self, chunk: bytes) -> Found:
+        found: Found = []
+        if self._db is not None and chunk:
+            append = found.append
+            self._db.scan(chunk, match_event_handler=lambda number, _start, end, _flags, _ctx: append((end, number)))
+        found.sort()  # Hyperscan reports by end offset already: one linear pass
+        return found
+
+
+class ReferencePrefilter:
+    """Every line, every anchor, plain `bytes.find`: slow and obviously right."""
+
+    engine = "reference"
+
+    def __init__(self, anchors: list[bytes]) -> None:
+        self._anchors = anchors
+
+    def find(self, chunk: bytes) -> Found:
+        found: Found = []
+        start = 0
+        for line in chunk.split(b"\n"):
+            found += sorted((start + at + len(anchor), number) for number, anchor in enumerate(self._anchors)
+                            if (at := line.find(anchor)) >= 0)
+            start += len(line) + 1
+        return found
+
+
+def group_lines(chunk: bytes, found: Found, patterns_of: list[frozenset[int]], split: int = -1,
+                before: list[frozenset[int]] | None = None) -> dict[int, tuple[int, set[int]]]:
+    """{line start: (line end, pattern indexes)} of the lines holding the anchors found. An occurrence ending
+    at or before `split` counts for the patterns `before[number]` instead of `patterns_of[number]`."""
+    hits: dict[int, tuple[int, set[int]]] = {}
+    find, rfind, size = chunk.find, chunk.rfind, len(chunk)
+    line_end, patterns = -1, set()
+    for end, number in found:
+        indexes = patterns_of[number] if end > split or before is None else before[number]
+        if not indexes:
+            continue
+        if end > line_end:  # an anchor holds no newline, so it lies in the line around its end
+            start = rfind(b"\n", 0, end) + 1
+            line_end = find(b"\n", end)
+            line_end = size if line_end < 0 else line_end
+            patterns = set(indexes)
+            hits[start] = (line_end, patterns)
+        else:
+            patterns |= indexes
+    return hits
+
+
+def resolve_engine(engine: Engine) -> str:
+    if engine == "auto":
+        return "re" if hyperscan_problem() else "hyperscan"
+    if engine == "hyperscan" and (problem := hyperscan_problem()):
+        raise ApplianceError(f"scan engine hyperscan: {problem}", field="engine", value=engine,
+                             fix="install the appliance's dependencies (pip install hyperscan), or use engine auto",
+                             reason="auto falls back to the pure-Python engine, which finds the same lines slower")
+    return engine
+
+
+def make_prefilter(anchors: list[bytes], sample: bytes, engine: str) -> AnchorFinder:
+    """`engine` as `resolve_engine` returned it; `sample` (the log's first bytes) tunes only the `re` engine."""
+    if engine == "hyperscan":
+        return HyperscanPrefilter(anchors)
+    if engine == "reference":
+        return ReferencePrefilter(anchors)
+    return RePrefilter(anchors, sample)

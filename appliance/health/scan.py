@@ -9,11 +9,12 @@ from pathlib import Path
 from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.health.facts import Extractor, Facts
+from appliance.health.prefilter import Engine
 from appliance.health.table import LogTable
 from appliance.health.tail import LogTailer
 
 
-def scan_file(path: Path, table: LogTable, *, chunk_size: int = 1 << 20) -> Facts:
+def scan_file(path: Path, table: LogTable, *, chunk_size: int = 1 << 20, engine: Engine = "auto") -> Facts:
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -24,7 +25,7 @@ def scan_file(path: Path, table: LogTable, *, chunk_size: int = 1 << 20) -> Fact
         raise ApplianceError(f"log file {show(str(path))} is not a regular file", field="LOG",
                              value=show(str(path)), fix="give the serve log (the engine's stdout and stderr)",
                              reason="a FIFO or a device would block the reader; a folder is no log")
-    extractor = Extractor(table)
+    extractor = Extractor(table, engine)
     tailer = LogTailer(path, chunk_size=chunk_size)
     try:
         for chunk in tailer.poll():

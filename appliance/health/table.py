@@ -102,6 +102,8 @@ class Pattern(_Strict):
     def _anchors_not_blank(cls, value: list[str]) -> list[str]:
         if any(not a.strip() for a in value):
             raise ValueError("an anchor must not be blank")
+        if any("\n" in a for a in value):  # lines are matched one by one: such an anchor could never be found
+            raise ValueError("an anchor is part of one line: it must not hold a newline")
         return value
 
     @field_validator("regex")

@@ -31,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from appliance import port_holder
 from appliance.bounds import QUALIFY_PORT_OFFSET
 from appliance.errors import ApplianceError
 from appliance.lock import NCCL_DISTRIBUTIONS
@@ -245,6 +246,8 @@ def qualify(*, rank: int, world: int, master_addr: str, port: int, backend: str,
             sys.stderr.write(line + "\n")
     if done.returncode != 0 or not isinstance(result, dict):
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+        if rank == 0 and ("EADDRINUSE" in done.stderr or "address already in use" in done.stderr.lower()):
+            tail += f"; {port_holder.describe(port)}"  # the head's store could not listen: say who has the port
         raise _cannot(f"rank {rank}'s fabric measurement with the head at {where} failed (exit {done.returncode}): "
                       f"{tail}", master_addr, port)
     report = judge(result, min_gbps, max_latency_us, on_fail)

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from appliance import port_holder
 from appliance.bounds import RENDEZVOUS_PORT_OFFSET, show
 from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, NodeIdentity, differences, local_identity
@@ -246,8 +247,9 @@ def _listen(port: int, ipv6: bool, exchange: _Exchange) -> _Server:
     try:
         server = _Server6(("::", port), _Handler) if ipv6 else _Server(("0.0.0.0", port), _Handler)
     except OSError as exc:
+        held = f"; {port_holder.describe(port)}" if port_holder.in_use(exc) else ""
         raise ApplianceError(
-            f"the head cannot listen on rendezvous port {port}: {exc}",
+            f"the head cannot listen on rendezvous port {port}: {exc}{held}",
             field="APPLIANCE_MASTER_PORT", value=port - RENDEZVOUS_PORT_OFFSET,
             fix="stop the other serve (or stale appliance run) using it, or choose another master port; "
                 f"the rendezvous uses master port + {RENDEZVOUS_PORT_OFFSET}",
