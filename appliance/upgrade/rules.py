@@ -22,7 +22,7 @@ RULES: dict[str, UpgradeRule] = {r.id: r for r in (
         "a channel that lacks a flag, env var, backend or parser the profile needs would fail at start, or silently "
         "serve something else; the rules judge the profile on the candidate's own engine facts before anything "
         "is installed or started",
-        "give the overrides the plan names (--set), or pick another channel",
+        "give the overrides the plan names (`--with a.b=v` on every upgrade command), or pick another channel",
         (("upgrade", "upgrade plan / qualify / promote: exit 2 naming each error on the candidate"),)),
     UpgradeRule(
         "U2", "the candidate is no worse than the incumbent's receipt",
