@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.rules import REGISTRY
-from appliance.upgrade.rules import RULES as UPGRADE_RULES
+from appliance.rules.upgrade import RULES as UPGRADE_RULES
 
 DEFINED_HERE: dict[str, tuple[str, str, str]] = {
     # id: (title, reason, fix)

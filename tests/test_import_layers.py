@@ -38,6 +38,9 @@ LAYERS: list[set[str]] = [
     {"canary"},
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
     {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
+    # safe upgrades between channels: plan, qualify (a serve and the gate), promote/rollback (the launch, the compose
+    # env file, the manifests); the active channel itself is read by the profile loader (profile/active.py)
+    {"upgrade"},
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"channel_report"},  # `appliance channels [diff]`: a channel's summary, and rules/expectations per channel
     {"commands"},  # parse and delegate

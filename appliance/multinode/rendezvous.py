@@ -43,7 +43,7 @@ from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, NodeIdentity, differences, local_identity
 from appliance.profile.model import Profile
 from appliance.render.serveplan import Placement, ServePlan, http_url, rendezvous_port
-from appliance.upgrade.rules import RULES
+from appliance.rules.upgrade import RULES
 
 log = logging.getLogger(__name__)
 

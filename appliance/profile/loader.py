@@ -24,7 +24,7 @@ from appliance.profile.model import Profile
 from appliance.yamlstrict import load_file, parse_scalar
 
 if TYPE_CHECKING:
-    from appliance.upgrade.active import Active
+    from appliance.profile.active import Active
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def load_profile(
     root: Path | None = None,
     active: Active | bool = True,
 ) -> LoadedProfile:
-    """`active`: the upgrade layer (appliance/upgrade/active.py): True reads the profile's active channel, False
+    """`active`: the upgrade layer (appliance/profile/active.py): True reads the profile's active channel, False
     leaves it out (the profile's own channel), an Active record applies that one."""
     root = root or profiles_dir()
     check_text("profile", name_or_path, max_bytes=4096)
@@ -223,9 +223,9 @@ def load_profile(
 
 
 def _upgrade_layer(merged: dict[str, Any], origins: dict[str, str], given: Active | None) -> None:
-    """The channel `appliance upgrade promote` made active for this profile (appliance/upgrade/active.py), or the
+    """The channel `appliance upgrade promote` made active for this profile (appliance/profile/active.py), or the
     record `given`: after the profile, before APPLIANCE_SET and --set, with its origin."""
-    from appliance.upgrade.active import ActiveError, read_active
+    from appliance.profile.active import ActiveError, read_active
 
     name = merged.get("name")
     if not isinstance(name, str):

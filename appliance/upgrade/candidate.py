@@ -16,10 +16,10 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.lock import ChannelLock, channel_lock
+from appliance.profile.active import Active
 from appliance.profile.loader import LoadedProfile, load_profile
 from appliance.rules import Finding, context_for, evaluate, has_errors
 from appliance.run.launchfile import LaunchFile, LaunchFileError, read_launch
-from appliance.upgrade.active import Active
 
 
 @dataclass(frozen=True)

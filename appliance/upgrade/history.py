@@ -1,7 +1,7 @@
 """The upgrade history of a profile's serve: one folder per plan, qualification and decision under
 `APPLIANCE_HOME/upgrades/<profile>/`, each with a `record.json` naming the receipts it rests on (kept inside it).
 
-    upgrades/<profile>/active.json                                  the active channel (appliance/upgrade/active.py)
+    upgrades/<profile>/active.json                                  the active channel (appliance/profile/active.py)
     upgrades/<profile>/<UTC stamp>-<kind>-<channel>/record.json     kind: plan | qualify | promote | rollback
     upgrades/<profile>/<...>-qualify-<channel>/incumbent/receipt.json, candidate/receipt.json, candidate-serve/
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from appliance.paths import write_json_atomic
-from appliance.upgrade.active import profile_dir, upgrades_dir
+from appliance.profile.active import profile_dir, upgrades_dir
 
 Kind = Literal["plan", "qualify", "promote", "rollback"]
 RECORD = "record.json"

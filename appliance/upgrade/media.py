@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.upgrade.active import CHANNEL_ENV, SET_ENV, Active
+from appliance.profile.active import CHANNEL_ENV, SET_ENV, Active
 
 PREVIOUS = ".previous"
 HEADER = ("# Written by `appliance upgrade promote` (and `rollback`): the serve's active engine channel.\n"

@@ -19,7 +19,7 @@ from appliance.hostmem.admission import Admission, admit, nvml_free_gib
 from appliance.hostmem.sources import mem_available_gib
 from appliance.profile.model import Profile
 from appliance.rules import context_for
-from appliance.upgrade.rules import RULES
+from appliance.rules.upgrade import RULES
 
 Mode = Literal["side-by-side", "window"]
 Requested = Literal["auto", "side-by-side", "window"]

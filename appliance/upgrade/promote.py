@@ -25,8 +25,9 @@ from typing import Any
 
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
+from appliance.profile.active import Active, active_path, read_active, write_active
 from appliance.profile.loader import LoadedProfile
-from appliance.upgrade.active import Active, active_path, read_active, write_active
+from appliance.rules.upgrade import RULES
 from appliance.upgrade.candidate import (
     Pair,
     Request,
@@ -38,7 +39,6 @@ from appliance.upgrade.candidate import (
 )
 from appliance.upgrade.history import Record, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
-from appliance.upgrade.rules import RULES
 from appliance.upgrade.serve import Expect, Ready, RunningServe, wait_ready
 
 Report = Callable[[str], None]

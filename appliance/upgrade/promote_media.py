@@ -23,9 +23,9 @@ from appliance.container.buildargs import image_tag
 from appliance.errors import ApplianceError
 from appliance.lockfile import load
 from appliance.paths import versions_path
+from appliance.profile.active import Active
 from appliance.profile.loader import LoadedProfile
 from appliance.render.serveplan import http_url
-from appliance.upgrade.active import Active
 from appliance.upgrade.candidate import Pair, Request, pair_for, require_renderable
 from appliance.upgrade.history import new_record, utc_now, write_record
 from appliance.upgrade.media import (

@@ -25,8 +25,8 @@ from appliance.bounds import PORT_MAX, PORT_MIN
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
 from appliance.gate.receipt import load as load_receipt
+from appliance.profile.active import CHANNEL_ENV, SET_ENV
 from appliance.profile.loader import LoadedProfile
-from appliance.upgrade.active import CHANNEL_ENV, SET_ENV
 from appliance.upgrade.candidate import (
     Pair,
     Request,

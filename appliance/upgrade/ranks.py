@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.upgrade.rules import RULES
+from appliance.rules.upgrade import RULES
 
 
 def rank_locks(status: dict[str, Any]) -> dict[int, tuple[str | None, str | None, str | None]]:

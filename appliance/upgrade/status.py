@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.upgrade.active import ActiveError, read_active
+from appliance.profile.active import ActiveError, read_active
 from appliance.upgrade.history import profiles_with_history, records
 
 
