@@ -338,6 +338,29 @@ def test_promote_refuses_while_any_rank_runs_another_lock_or_cannot_say() -> Non
 
 # --- U4 and the container media -----------------------------------------------------------------------------------
 
+def test_status_lists_the_history_oldest_first_with_results_and_skips_an_interrupted_record(home: Path) -> None:
+    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD).returncode == 0
+    assert cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0").returncode == 2  # U1: still recorded
+    (home / "upgrades" / "cpu-smoke" / "29991231T000000Z-qualify-x").mkdir()  # interrupted before its record
+    out = cli("upgrade", "status", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["profile"]: r for r in json.loads(out.stdout)}
+    assert sorted(rows) == ["cpu-smoke", "gb10-tp2"]
+    (smoke,) = rows["cpu-smoke"]["history"]
+    assert (smoke["kind"], smoke["from"], smoke["to"], smoke["result"]) == ("plan", NEW, OLD, "renderable")
+    assert rows["gb10-tp2"]["history"][0]["result"] == "U1: cannot be rendered"
+    assert rows["cpu-smoke"]["active"] is None and rows["cpu-smoke"]["rollback_target"] is None
+    write_active(Active("cpu-smoke", OLD, [], "d1"), "cpu-smoke")
+    text = cli("upgrade", "status", "cpu-smoke")
+    assert text.returncode == 0 and f"active channel {OLD}" in text.stdout
+    assert "rollback target the profile's own channel" in text.stdout, text.stdout
+    (home / "upgrades" / "cpu-smoke" / "active.json").write_text("{not json")
+    bad = cli("upgrade", "status", "cpu-smoke")
+    assert bad.returncode == 0 and "ERROR" in bad.stdout  # status still shows the history beside the broken record
+    (none,) = json.loads(cli("upgrade", "status", "nothing-here", "--json").stdout)
+    assert none["history"] == [] and none["active"] is None
+
+
 def test_promote_without_a_qualification_is_refused_naming_the_qualify_command(home: Path, tmp_path: Path) -> None:
     out = cli("upgrade", "promote", "cpu-smoke", "--to", OLD, "--k8s-out", str(tmp_path / "k8s"))
     assert out.returncode == 2 and "U4 no qualification with verdict promote" in out.stderr
