@@ -48,7 +48,7 @@ RUN apt-get update \
     && "python${GPU_PYTHON}" -m venv /opt/venv
 COPY versions.json pyproject.toml /opt/appliance/
 # The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
-COPY appliance/__init__.py appliance/lockfile.py /opt/appliance/lock/appliance/
+COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
      appliance/container/lockcli.py appliance/container/forkcheck.py /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_CHANNEL
@@ -318,7 +318,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_NO_CACHE_DIR=1
 COPY versions.json pyproject.toml /opt/appliance/
 # The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
-COPY appliance/__init__.py appliance/lockfile.py /opt/appliance/lock/appliance/
+COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
      appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_CHANNEL

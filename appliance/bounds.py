@@ -201,13 +201,3 @@ def check_ifname(field: str, value: str) -> str:
                              fix="name the interface as `ip -br link` lists it (e.g. enp1s0f0np0)",
                              reason="Linux interface names are 1-15 bytes without '/', ':' or spaces")
     return value
-
-
-def check_served_name(field: str, value: str) -> str:
-    """What clients put in `model`: non-empty, not a flag."""
-    check_text(field, value, max_bytes=1024)
-    if not value.strip() or value.startswith("-"):
-        raise ApplianceError(f"{field}={show(value)}: empty or starting with '-'", field=field, value=show(value),
-                             fix="give the name clients will send as `model` (e.g. deepseek-v4-flash)",
-                             reason="an empty name or one like a flag is read by vLLM's parser as something else")
-    return value

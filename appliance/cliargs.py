@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the loader and settings pull in pydantic: only a command that loads a profile pays for it
+    from appliance.placement import Placement
     from appliance.profile.loader import LoadedProfile
-    from appliance.render.plan import Placement
     from appliance.settings import ApplianceSettings
 
 
@@ -50,20 +50,30 @@ def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None 
     return load_profile(name, env_overrides=settings.overrides(), cli_overrides=args.overrides)
 
 
+# Placement field -> the flag and the APPLIANCE_* variable that give it (a command registers the flags it has).
+PLACEMENT_FLAGS = {"node_rank": "--node-rank", "master_addr": "--master-addr", "master_port": "--master-port",
+                   "fabric_ifname": "--fabric-ifname", "model_dir": "--model-dir", "health_port": "--port",
+                   "engine_url": "--engine-url"}
+PLACEMENT_ENV = ("node_rank", "master_addr", "master_port", "host_ip", "fabric_ifname", "model_dir", "health_port")
+
+
 def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None) -> Placement:
-    """CLI flags win over APPLIANCE_* settings."""
-    from appliance.render.plan import Placement
+    """What this node was given: CLI flags over APPLIANCE_* settings (that precedence, written once), each value
+    with its origin. The profile's values come in at `appliance.placement.resolve_placement`."""
+    from appliance.placement import Placement
     from appliance.settings import load_settings
 
     s = settings or load_settings()
     check_placement_flags(args)
-
-    def pick(name: str) -> Any:
-        value = getattr(args, name, None)
-        return value if value is not None else getattr(s, name)
-
-    return Placement(node_rank=pick("node_rank"), master_addr=pick("master_addr"), master_port=pick("master_port"),
-                     host_ip=s.host_ip, fabric_ifname=pick("fabric_ifname"), model_dir=pick("model_dir"))
+    given: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in PLACEMENT_FLAGS.keys() | set(PLACEMENT_ENV):
+        flag = getattr(args, name, None)
+        if flag is not None:
+            given[name], origins[name] = flag, f"cli:{PLACEMENT_FLAGS[name]}"
+        elif name in PLACEMENT_ENV and name in s.model_fields_set and getattr(s, name) is not None:
+            given[name], origins[name] = getattr(s, name), f"env:APPLIANCE_{name.upper()}"
+    return Placement(**given, origins=origins)
 
 
 def check_placement_flags(args: argparse.Namespace) -> None:

@@ -1,7 +1,9 @@
 """versions.json read with the standard library only: its channels, their digests and plain values.
 
 A leaf: the profile loader, `appliance.lock` and the image build (before anything is installed) all
-read the lock through it, so the digest that names a channel's stack is computed in one place.
+read the lock through it, so the digest that names a channel's stack is computed in one place. Standard library
+(and the stdlib-only appliance.errors) only; a missing lock or pin is an ApplianceError, which each program's main
+says and exits 2 on.
 
 versions.json holds named channels (`channels`), each a complete lock of one engine line: where the engine
 comes from, its pins, images, arch lists, status and image target. `default_channel` is the one a GPU profile
@@ -15,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+from appliance.errors import ApplianceError
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -27,11 +31,22 @@ def find_versions(start: Path = HERE) -> Path:
     for parent in [start, *start.parents]:
         if (parent / "versions.json").is_file():
             return parent / "versions.json"
-    raise SystemExit("lockfile: versions.json not found (set APPLIANCE_VERSIONS)")
+    raise ApplianceError(f"versions.json not found in {start} or any folder above it", field="APPLIANCE_VERSIONS",
+                         fix="set APPLIANCE_VERSIONS to the lock file (or APPLIANCE_ROOT to the folder holding it)",
+                         reason="every version the appliance installs or checks is read from that one file")
 
 
 def load(path: Path) -> dict:
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # missing, unreadable, not UTF-8, not JSON
+        raise ApplianceError(f"the lock {path} cannot be read: {exc}", field="APPLIANCE_VERSIONS", value=str(path),
+                             fix="point APPLIANCE_VERSIONS (or --versions) at the repository's versions.json",
+                             reason="every version the appliance installs or checks is read from it") from None
+    if not isinstance(data, dict):
+        raise ApplianceError(f"the lock {path} is not a JSON object", field="APPLIANCE_VERSIONS", value=str(path),
+                             fix="point APPLIANCE_VERSIONS (or --versions) at the repository's versions.json")
+    return data
 
 
 def canonical_digest(data: object) -> str:
@@ -89,7 +104,9 @@ def pin(ch: dict, name: str) -> dict:
     for p in pins(ch):
         if p["name"] == name:
             return p
-    raise SystemExit(f"lockfile: {name} is not pinned by this channel of versions.json")
+    raise ApplianceError(f"{name} is not pinned by this channel of versions.json", field="packages", value=name,
+                         fix=f"add a pin for {name} to the channel's packages in versions.json, or use a pinned one",
+                         reason="versions are written only in versions.json")
 
 
 def requirement(p: dict, *, constraint: bool = False) -> str:

@@ -49,15 +49,6 @@ def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     return text
 
 
-def redact_argv(argv: list[str], env: Mapping[str, str] | None = None) -> list[str]:
-    """An argv with secrets masked: the word after a secret-named flag as well as `--flag=value`."""
-    out: list[str] = []
-    flag = re.compile(rf"(?i)^--[\w-]*{_SECRET_WORD}$")
-    for i, word in enumerate(argv):
-        out.append(MASK if i and flag.match(argv[i - 1]) else redact(word, env))
-    return out
-
-
 def redact_tree(value: Any, env: Mapping[str, str] | None = None) -> Any:
     """A JSON-like value (a receipt, a /status body) with every string in it redacted; keys kept."""
     if isinstance(value, str):

@@ -68,11 +68,6 @@ class ApplianceSettings(BaseSettings):
         # A compose .env or a shell rc often says `~/models/...`; no shell expands it on the way in.
         return value.expanduser() if value is not None else None
 
-    def health_port_for(self, server_health_port: int) -> int:
-        """This node's exporter port: APPLIANCE_HEALTH_PORT, else the profile's server.health_port.
-        The exporter, `appliance run`, the gate and the probe all resolve it this way."""
-        return self.health_port or server_health_port
-
     def overrides(self) -> list[str]:
         return [part.strip() for part in self.set.split(";") if part.strip()]
 

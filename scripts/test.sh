@@ -45,7 +45,7 @@ export APPLIANCE_CHANNELS_CACHE="${APPLIANCE_CHANNELS_CACHE:-${XDG_CACHE_HOME:-$
 # The engine store of `appliance upgrade` (appliance/channels/engines.py): the same layout as the rehearsal's cache,
 # so both share one install per channel lock digest (the upgrade tests serve the older CPU channel from it).
 export APPLIANCE_ENGINES="${APPLIANCE_ENGINES:-$APPLIANCE_CHANNELS_CACHE}"
-if ! "$VENV/bin/python" -m appliance.container.rehearsal changed; then
+if ! "$VENV/bin/python" -m tooling.rehearsal changed; then
   leave_out+=(gpu_stack_install)
 fi
 if ((${#leave_out[@]})); then

@@ -88,6 +88,24 @@ def test_a_passing_round_on_the_new_rung_recovers(tmp_path: Path) -> None:
     assert w.state.readiness() == ([], False)
 
 
+def test_a_passing_round_after_one_unconfirmed_miss_on_the_new_rung_still_recovers(tmp_path: Path) -> None:
+    """Seen on the real CPU serve: the first round after the restart missed a needle (one round, not confirmed), the
+    next passed; the step-down must read recovered then. Mutant this kills: recovery recorded only from
+    `rechecking`, the state the unconfirmed miss leaves."""
+    log: list[str] = []
+    w = watch(tmp_path, Recorder(), log=log)
+    w.judge(corrupt())
+    w.judge(corrupt())
+    assert w.state.status == "rechecking"
+    w.judge(corrupt())
+    assert w.state.status == "suspect" and "recovered_unix" not in w.state.step_downs[-1]
+    w.judge(HEALTHY)
+    assert w.state.status == "ok" and "recovered_unix" in w.state.step_downs[-1]
+    assert "rung no-prefix-caching passes: recovered" in log
+    w.judge(HEALTHY)
+    assert sum("recovered" in line for line in log) == 1  # recorded once per step-down
+
+
 def test_the_ladder_never_loops_past_the_last_rung_the_serve_is_failed(tmp_path: Path) -> None:
     rec = Recorder()
     w = watch(tmp_path, rec, confirm_after=1)

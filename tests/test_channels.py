@@ -341,11 +341,13 @@ def test_doctor_refuses_an_image_of_another_channel_than_the_profiles() -> None:
 
 def test_gate_compare_refuses_receipts_of_two_channels_unless_asked() -> None:
     from appliance.gate.compare import compare
+    from appliance.gate.receipt import SCHEMA
+    from appliance.gate.receipt_model import Receipt, validate_receipt
 
-    def receipt(channel: str) -> dict:
-        return {"provenance": {"channel": channel, "profile": {"name": "p", "digest": "d"}, "lock_digest": "l",
-                               "engine": {"version": "0.32.0"}},
-                "engagement": {}, "checks": [], "complete": True, "size": "s"}
+    def receipt(channel: str) -> Receipt:  # as `gate compare` reads one: typed
+        return validate_receipt({"schema": SCHEMA, "verdict": "pass", "started_at": "t", "provenance": {
+            "channel": channel, "profile": {"name": "p", "digest": "d"}, "lock_digest": "l",
+            "engine": {"version": "0.32.0"}}, "engagement": {}, "checks": [], "complete": True, "size": "s"}, channel)
 
     with pytest.raises(ApplianceError) as err:
         compare(receipt(FORK), receipt(UPSTREAM))

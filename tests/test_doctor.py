@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from appliance.catalogue import load_catalogue
 from appliance.doctor.gpu import GpuInfo, GpuProbe
-from appliance.doctor.host import mem_available_gib, nv_no_memory_lines, running_engines
+from appliance.doctor.host import mem_available_gib, running_engines
 from appliance.doctor.report import check_gpu, check_memory, check_stale_engine
 from appliance.profile import load_profile
 
@@ -65,7 +65,6 @@ def test_stale_engine_fails_on_gpu_and_warns_on_cpu() -> None:
 def test_host_readers(tmp_path) -> None:
     (tmp_path / "meminfo").write_text("MemTotal: 100 kB\nMemAvailable:   104857600 kB\n")
     assert mem_available_gib(tmp_path / "meminfo") == 100.0
-    assert nv_no_memory_lines("a\nb NV_ERR_NO_MEMORY c\n") == ["b NV_ERR_NO_MEMORY c"]
     proc = tmp_path / "proc"
     (proc / "77").mkdir(parents=True)
     (proc / "77" / "cmdline").write_bytes(b"/venv/bin/python\0/venv/bin/vllm\0serve\0m\0")

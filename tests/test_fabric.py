@@ -4,11 +4,16 @@ compares each rank's NCCL library file, IB devices and fabric MTU, naming both v
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 from pathlib import Path
 
+import pytest
+
 from appliance.multinode.fabric import fabric_mtu, ib_devices, judge, nccl_library_sha256, qualify_here
+from appliance.multinode.fabric_report import FabricReport, PeerLink
 from tests.test_multinode_rendezvous import master_port, start_rank
 
 
@@ -33,13 +38,33 @@ def test_a_floor_the_link_cannot_give_refuses_on_both_ranks_naming_both_figures(
         assert "fix:" in r["error"] and "Using network IB" in r["error"]
 
 
+MEASURED = {"rank": 0, "world": 2, "backend": "nccl", "device": "cuda:0", "transfer_bytes": 64 << 20, "iters": 5,
+            "join_s": 0.4, "peers": {"1": {"bandwidth_gbps": 4.13, "latency_us": 350.0}},
+            "allreduce_busbw_gbps": 3.9, "torch": "2.13.0", "nccl": "2.30.7", "gpu": "NVIDIA GB10"}
+
+
 def test_warn_mode_keeps_the_problem_and_lets_the_serve_start() -> None:
-    measured = {"backend": "nccl", "peers": {"1": {"bandwidth_gbps": 4.13, "latency_us": 350.0}}}
-    report = judge(measured, 8, 200, "warn")
-    assert report["verdict"] == "warn"
-    assert report["problems"] == ["K25 rank 1 <-> head: 4.13 GB/s over nccl is under the profile's floor 8 GB/s",
-                                  "K25 rank 1 <-> head: latency 350 us over nccl exceeds the profile's 200 us"]
-    assert judge(measured, 2, None, "refuse")["verdict"] == "pass"
+    report = judge(MEASURED, 8, 200, "warn")
+    assert report.verdict == "warn"
+    assert report.problems == ("K25 rank 1 <-> head: 4.13 GB/s over nccl is under the profile's floor 8 GB/s",
+                               "K25 rank 1 <-> head: latency 350 us over nccl exceeds the profile's 200 us")
+    assert judge(MEASURED, 2, None, "refuse").verdict == "pass"
+
+
+def test_the_report_is_a_frozen_type_that_round_trips_and_refuses_what_is_no_report() -> None:
+    """launch.json carries it to the exporter: what comes back is what was measured, typed; a broken one is named."""
+    report = judge(MEASURED | {"ib_devices": "mlx5_0/1:ACTIVE:Ethernet"}, 2, 500, "refuse")
+    again = FabricReport.from_json(json.loads(json.dumps(report.to_json())))
+    assert again == report and again.peers["1"] == PeerLink(latency_us=350.0, bandwidth_gbps=4.13)
+    assert again.extra == {"ib_devices": "mlx5_0/1:ACTIVE:Ethernet"}  # a figure a newer measurement adds is kept
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.verdict = "fail"  # type: ignore[misc]
+    for broken, needle in (({**report.to_json(), "verdict": "great"}, "verdict"),
+                           ({**report.to_json(), "peers": {"1": {"latency_us": "fast"}}}, "latency_us"),
+                           ({**report.to_json(), "join_s": float("nan")}, "join_s"),
+                           ([], "JSON object")):
+        with pytest.raises(ValueError, match=needle):
+            FabricReport.from_json(broken)
 
 
 def fake_sysfs(root: Path) -> Path:
@@ -108,3 +133,19 @@ def test_a_different_fabric_mtu_is_refused_naming_both_values() -> None:
     assert (h_rc, w_rc) == (2, 2)
     for err in (h_err, w_err):
         assert f"fabric_mtu: head none, rank 1 {mtu}" in err
+
+
+def test_real_nccl_and_gloo_reports_read_as_the_typed_report_and_write_back_the_same() -> None:
+    """The reports measured on 2 x H200 over NCCL (docs/evidence/fabric-h200x2/) and by two `appliance run` ranks over
+    Gloo (docs/evidence/gemma-tp2-2node/): what launch.json hands the exporter is exactly what was measured."""
+    evidence = Path(__file__).resolve().parents[1] / "docs" / "evidence"
+    lines = [json.loads(line) for name in ("nccl-nvlink-64MiB.jsonl", "nccl-nvlink-1GiB.jsonl")
+             for line in (evidence / "fabric-h200x2" / name).read_text().splitlines() if line.startswith("{")]
+    reports = [r for r in lines if "peers" in r]
+    reports.append(json.loads((evidence / "gemma-tp2-2node" / "head-status.json").read_text())["fabric"])
+    assert len(reports) >= 3 and {r["backend"] for r in reports} == {"nccl", "gloo"}
+    for data in reports:
+        report = FabricReport.from_json(data)
+        assert report.to_json() == data
+        assert report.nccl == data.get("nccl")
+        assert report.peers["1"].bandwidth_gbps == data["peers"]["1"]["bandwidth_gbps"]

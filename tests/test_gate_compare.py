@@ -8,10 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from appliance.cli import main
-from appliance.gate.compare import PAIRED, bench_finding, compare, recall_finding
+from appliance.gate.compare import PAIRED, ReceiptComparison, bench_finding, recall_finding
+from appliance.gate.compare import compare as compare_receipts
 from appliance.gate.receipt import SCHEMA
+from appliance.gate.receipt_model import validate_receipt
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> ReceiptComparison:
+    """The receipts as `gate compare` reads them (typed by the schema), compared."""
+    return compare_receipts(validate_receipt(a, "A"), validate_receipt(b, "B"))
 
 
 def runs(mean: float, spread: float = 0.002) -> list[float]:
@@ -186,3 +194,6 @@ def test_compare_does_not_mutate_its_inputs():
     before = copy.deepcopy((a, b))
     compare(a, b)
     assert (a, b) == before
+    typed = validate_receipt(a, "A")  # a receipt read back is read-only evidence
+    with pytest.raises(ValidationError, match="frozen"):
+        typed.checks[0].status = "fail"  # type: ignore[misc]

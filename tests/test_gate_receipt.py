@@ -178,8 +178,11 @@ def test_receipt_round_trips_with_its_summary_and_a_verdict(tmp_path):
     finalize(r, complete=True, finished_at="t2", duration_s=1.0)
     assert r["verdict"] == "pass"
     path = write(r, tmp_path)
-    assert load(path) == json.loads(path.read_text())
-    assert set(REQUIRED) <= set(load(path))
+    loaded = load(path)  # typed: the readers (compare, serves, paired) read attributes
+    assert loaded.verdict == "pass" and loaded.complete and loaded.engagement.available is False
+    assert [type(c).__name__ for c in loaded.checks] == ["StructuredCheck", "ReasoningCheck"]
+    assert loaded.model_dump(mode="json", by_alias=True, exclude_unset=True) == json.loads(path.read_text())
+    assert set(REQUIRED) <= set(loaded.model_dump(by_alias=True))
     assert "# Gate receipt: cpu-smoke — PASS" in (tmp_path / "summary.md").read_text()
 
 

@@ -209,18 +209,38 @@ def test_an_unknown_route_is_404_with_the_routes(exporter):
     assert response.status_code == 404 and "/ready" in response.text
 
 
+def ready_metric(registry: object) -> float:
+    from prometheus_client import generate_latest
+
+    text = generate_latest(registry).decode()  # type: ignore[arg-type]
+    return next(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                if s.name == "appliance_ready")
+
+
 def test_a_stale_poll_loop_is_neither_live_nor_ready(tmp_path):
+    """A serve that WAS ready, whose poll loop then stops: past stale_after, /live and /ready fail, and the
+    `appliance_ready` metric says what /ready says (0), though the last snapshot still reads `ready`.
+    Mutants this kills (each applied, run, seen failing, reverted): dropping `stale +` from the ready reasons in
+    appliance/health/verdicts.py; StateCollector reporting `snap.ready` (the snapshot alone) for appliance_ready."""
+    log = tmp_path / "vllm.log"
+    log.write_text(UNTIL_READY)
     now = [0.0]
-    server = build_exporter(ExporterConfig(load_profile("cpu-smoke"), tmp_path / "x", "single", stale_after=10,
-                                           live_grace=60), clock=lambda: now[0]).server
+    exporter = build_exporter(ExporterConfig(load_profile("cpu-smoke"), log, "single", stale_after=10,
+                                             live_grace=60), clock=lambda: now[0])
+    server = exporter.server
     try:
-        assert server.verdicts()["live"][0]
-        now[0] = 11.0
+        assert exporter.monitor.poll().state == "ready"
+        assert server.verdicts()["live"][0] and server.verdicts()["ready"][0]
+        assert ready_metric(server.registry) == 1.0
+        now[0] = 11.0  # no poll since: the loop is stuck
+        assert exporter.monitor.snapshot.state == "ready"
         live_ok, body = server.verdicts()["live"]
         assert not live_ok and "stale" in body["reasons"][0]
-        assert not server.verdicts()["ready"][0]
+        ready_ok, body = server.verdicts()["ready"]
+        assert not ready_ok and body["reasons"] == ["exporter poll loop stale for 11 s"]
+        assert ready_metric(server.registry) == 0.0
     finally:
-        server.server_close()
+        exporter.close()
 
 
 def test_engine_metrics_parse_the_real_cpu_builds_names():

@@ -14,14 +14,19 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
+BUILD_TOOLING = "tooling"
+"""Build-time tooling beside the package (generators, the GPU-stack rehearsal): not in the wheel, so never imported."""
 
 LAYERS: list[set[str]] = [
-    # leaves (lockfile: stdlib only, the image build runs it; port_holder: who holds a port, from procfs)
-    {"errors", "lockfile", "redact", "apikey", "port_holder"},
+    {"errors"},  # the one error type (stdlib only)
+    # leaves (lockfile: stdlib only, the image build runs it; metricfamilies: prometheus-client only;
+    # port_holder: who holds a port, from procfs)
+    {"lockfile", "redact", "apikey", "metricfamilies", "port_holder"},
     {"bounds"},  # the limits of every value from outside (text, ports, addresses)
     {"paths"},  # where the appliance's files are
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
+    {"placement"},  # where this node stands: given values resolved once against the profile (stdlib at run time)
     {"channels"},  # a channel's committed engine facts and the capabilities read from them
     # The ServePlan and its views (shell, json, supervisord, k8s): below the rules, which check every flag and
     # env var a plan renders against the channel's facts (E2–E4).
@@ -36,7 +41,7 @@ LAYERS: list[set[str]] = [
     # the correctness canary: one round against a serve, and the watch beside the engine (its profile section
     # sits in profile/, its state file and metrics in health/; the gate's `canary` check runs a round)
     {"canary"},
-    {"gate", "smoke_model", "container"},  # acceptance, the smoke model, image/compose generation
+    {"gate", "smoke_model", "container"},  # acceptance, the smoke model, the lock's command line for the image build
     {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
     # safe upgrades between channels: plan, qualify (a serve and the gate), promote/rollback (the launch, the compose
     # env file, the manifests); the active channel itself is read by the profile loader (profile/active.py)
@@ -152,3 +157,25 @@ def test_no_command_imports_another_command():
     shared = [(m, t) for m, targets in GRAPH.items() if m.startswith("appliance.commands.")
               for t in targets if t.startswith("appliance.commands")]
     assert shared == []
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+    return out
+
+
+def test_the_runtime_package_imports_no_build_tooling():
+    """tooling/ is not in the wheel: an import of it from appliance/ would fail in every installed image."""
+    found = sorted(m for m, p in MODULES.items() if BUILD_TOOLING in _top_level_imports(p))
+    assert found == []
+
+
+def test_the_tooling_check_sees_an_import_of_tooling(tmp_path: Path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from tooling.generate import layouts\n")
+    assert BUILD_TOOLING in _top_level_imports(module)

@@ -87,7 +87,7 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
         # whose address and port came with the rendezvous. The CPU build loads no NCCL: `unknown`, never a pass.
         head_status = f"http://127.0.0.1:{head_env['APPLIANCE_HEALTH_PORT']}/status"
         peer_url = f"http://127.0.0.2:{worker_env['APPLIANCE_HEALTH_PORT']}"
-        assert f"--peer 1={peer_url}" in " ".join(json.loads((head_dir / "launch.json").read_text())["exporter_args"])
+        assert json.loads((head_dir / "launch.json").read_text())["exporter"]["peers"] == {"1": peer_url}
         assert wait_for(lambda: httpx.get(head_status).json()["ranks"]["peers"][0]["state"] == "ready",
                         timeout=30, interval=1), httpx.get(head_status).json()["ranks"]
         ranks = httpx.get(head_status).json()["ranks"]

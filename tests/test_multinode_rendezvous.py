@@ -226,7 +226,9 @@ def test_a_worker_placed_by_flags_alone_points_its_exporter_at_the_heads_api(tmp
                          check=False)
     assert run.returncode == 0, run.stderr + head.result()[2]
     api = load_profile(PROFILE).profile.server.port
-    assert f"--engine-url http://{HEAD_ADDR}:{api}" in run.stdout
+    placed = json.loads((tmp_path / "run" / "launch.json").read_text())
+    assert placed["exporter"]["engine_url"] == f"http://{HEAD_ADDR}:{api}"
+    assert placed["placement"]["node_rank"] == {"value": 1, "origin": "cli:--node-rank"}
     assert head.result()[0] == 0
 
 

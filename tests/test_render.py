@@ -11,6 +11,7 @@ import pytest
 from appliance.cli import main
 from appliance.errors import ApplianceError
 from appliance.profile import list_profiles, load_profile
+from appliance.profile.model import DEFAULT_PORT
 from appliance.render import Placement, build_plan
 from appliance.render.plan import ENGINE_ENV_KEYS
 
@@ -123,3 +124,14 @@ def test_render_shell_quotes_the_json_argument(capsys: pytest.CaptureFixture[str
     assert main(["render", "rtx-pro-6000-tp2"]) == 0
     command = capsys.readouterr().out.strip().splitlines()[-1]
     assert shlex.split(command) == plan("rtx-pro-6000-tp2").argv
+
+
+@pytest.mark.parametrize("name", ["cpu-smoke", "gb10-tp2"])
+def test_a_non_default_api_port_is_rendered_and_the_default_is_left_to_vllm(name: str) -> None:
+    """The API port reaches vLLM only through --port: a profile's server.port that differs from vLLM's default must be
+    rendered (on a head as on a single node), or the engine listens where the exporter, the probe and the gate do not
+    look. Mutant this kills: the `if p.server.port != DEFAULT_PORT` branch of engine_argv removed."""
+    moved = plan(name, 0, "server.port=8123")
+    assert moved.argv[moved.argv.index("--port") + 1] == "8123" and moved.argv.count("--port") == 1
+    assert "--port" not in plan(name).argv  # 8000 is vLLM's own default
+    assert "--port" not in plan(name, 0, f"server.port={DEFAULT_PORT}").argv

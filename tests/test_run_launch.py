@@ -3,21 +3,31 @@ supervisor (they stay in launch.json), and the supervisord.conf is proven by sup
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from supervisor.options import ServerOptions
 
 from appliance.errors import ApplianceError
+from appliance.placement import Placement, resolve_placement
 from appliance.profile.loader import LoadedProfile, load_profile
-from appliance.render.serveplan import Placement
-from appliance.run.launch import resolve_launch, verify_conf, write_launch
-from appliance.run.launchfile import LaunchFile, Program, read_launch
+from appliance.run.launch import Launch, resolve_launch, resolve_place, run_files, verify_conf, write_launch
+from appliance.run.launchfile import ExporterSection, LaunchFile, Program, read_launch
 from appliance.settings import load_settings
 
+
+def launch_of(loaded: LoadedProfile, tmp_path: Path, given: Placement | None = None) -> Launch:
+    """The launch `appliance run` resolves, in this process (no doctor, no checkpoint on disk)."""
+    return resolve_launch(loaded, resolve_place(loaded, given or Placement(), None), load_settings(),
+                          run_files(tmp_path / "run"), tmp_path / "home")
+
+
+ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = [
     "x\n[program:evil]\ncommand=/bin/touch /tmp/appliance-pwned",
     "name ; autostart=false",
@@ -48,7 +58,7 @@ def test_a_hostile_value_cannot_add_a_program_or_change_a_command(value: str, tm
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
     loaded = hostile_launch(value, tmp_path)
-    launch = resolve_launch(loaded, Placement(), load_settings(), None, tmp_path / "run", tmp_path / "home")
+    launch = launch_of(loaded, tmp_path)
     conf = write_launch(launch)
     found = programs_in(launch.files.conf)
     assert sorted(found) == ["crashguard", "exporter", "logtail", "vllm"]
@@ -79,9 +89,14 @@ def test_a_set_value_with_comment_and_percent_signs_reaches_the_engine_unchanged
 def test_the_run_folder_may_not_hold_what_supervisor_reads_as_a_comment(tmp_path: Path) -> None:
     loaded = load_profile("cpu-smoke")
     with pytest.raises(ApplianceError, match="the run folder") as err:
-        resolve_launch(loaded, Placement(), load_settings(), None, tmp_path / "a ;b", tmp_path / "home")
+        run_files(tmp_path / "a ;b")
     assert err.value.field == "--run-dir" and "[';']" in str(err.value)
     assert not (tmp_path / "a ;b").exists()
+    r = subprocess.run([sys.executable, "-m", "appliance", "run", loaded.source.as_posix(), "--dry-run",
+                        "--skip-doctor", "--run-dir", str(tmp_path / "c #d")], capture_output=True, text=True,
+                       timeout=120, check=False, env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "h"),
+                                                      "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert r.returncode == 2 and "the run folder" in r.stderr and not (tmp_path / "c #d").exists()
 
 
 def test_a_config_with_an_extra_program_or_another_command_is_refused(tmp_path: Path) -> None:
@@ -99,25 +114,81 @@ def test_a_config_with_an_extra_program_or_another_command_is_refused(tmp_path: 
         verify_conf(conf, {"vllm": None})
 
 
-def test_the_exporter_judges_the_launched_profile_not_the_yaml_as_it_reads_later(tmp_path: Path) -> None:
-    from appliance.commands.exporter import _from_launch
+def exporter_config(launch: Path, *flags: str) -> tuple[Any, Any]:
+    """What `appliance exporter --launch LAUNCH` builds its exporter from."""
+    from appliance.commands.exporter import _from_launch, register
 
+    parser = argparse.ArgumentParser()
+    register(parser)
+    return _from_launch(parser.parse_args(["--launch", str(launch), *flags]), load_settings())
+
+
+def test_the_exporter_judges_the_launched_profile_not_the_yaml_as_it_reads_later(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "appliance", "run", "cpu-smoke", "--dry-run", "--skip-doctor",
                         "--run-dir", str(tmp_path / "run"), "--set", "limits.max_num_seqs=3"],
                        capture_output=True, text=True, timeout=120, check=False,
                        env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "home"),
                             "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert r.returncode == 0, r.stderr
-    args, loaded = _from_launch(tmp_path / "run" / "launch.json")
-    assert loaded.profile.limits.max_num_seqs == 3
-    assert loaded.digest == load_profile("cpu-smoke", cli_overrides=["limits.max_num_seqs=3"]).digest
-    assert args.log == tmp_path / "run" / "vllm.log" and args.node_rank == 0
+    config, _ = exporter_config(tmp_path / "run" / "launch.json")
+    assert config.loaded.profile.limits.max_num_seqs == 3
+    assert config.loaded.digest == load_profile("cpu-smoke", cli_overrides=["limits.max_num_seqs=3"]).digest
+    assert config.log == tmp_path / "run" / "vllm.log" and config.role == "single"
+
+
+def test_the_exporter_is_built_from_the_launchs_section_not_from_flags(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """launch.json is the typed hand-off: the exporter's port, role, engine URL, peers, canary state and fabric
+    report are data in it, read as they were resolved (an APPLIANCE_* variable set later changes nothing), and a
+    flag that would say the same again beside --launch is refused rather than silently lost."""
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    loaded = load_profile("cpu-smoke", cli_overrides=["server.port=8123"])
+    given = Placement(health_port=9555, origins={"health_port": "env:APPLIANCE_HEALTH_PORT"})
+    launch = launch_of(loaded, tmp_path, given)
+    write_launch(launch)
+    written = read_launch(launch.launch_file)
+    assert written.exporter == ExporterSection(log=tmp_path / "run" / "vllm.log", port=9555, host="0.0.0.0",
+                                               role="single", engine_url="http://127.0.0.1:8123")
+    assert written.placement == launch.place
+    assert written.placement.origin("health_port") == "env:APPLIANCE_HEALTH_PORT"
+    assert written.placement.origin("api_port") == "profile:server.port"
+    monkeypatch.setenv("APPLIANCE_HEALTH_PORT", "9777")
+    monkeypatch.setenv("APPLIANCE_NODE_RANK", "0")
+    config, host = exporter_config(launch.launch_file)
+    assert (config.port, config.host, config.role, config.engine_url) == (9555, "0.0.0.0", "single",
+                                                                          "http://127.0.0.1:8123")
+    assert config.canary_state is None and host.fabric is None and config.follow is not None
+    for flag in (["--port", "9000"], ["--node-rank", "0"], ["--engine-url", "http://127.0.0.1:1"], ["--log", "x"]):
+        with pytest.raises(ApplianceError, match="the launch file already says this") as err:
+            exporter_config(launch.launch_file, *flag)
+        assert err.value.field == flag[0]
+
+
+def test_a_launch_section_with_peers_canary_and_fabric_reaches_the_exporter_typed(tmp_path: Path) -> None:
+    from appliance.multinode.fabric import judge
+    from tests.test_fabric import MEASURED
+
+    loaded = load_profile("cpu-smoke")
+    place = resolve_placement(loaded.profile)
+    fabric = judge(MEASURED, 2, None, "warn")
+    section = ExporterSection(log=tmp_path / "vllm.log", port=9401, host="0.0.0.0", role="head",
+                              engine_url="http://127.0.0.1:8000", peers={1: "http://10.0.0.2:9400"},
+                              canary_state=tmp_path / "canary.json", fabric=fabric)
+    path = tmp_path / "launch.json"
+    LaunchFile(loaded.profile.name, loaded.digest, loaded.source.as_posix(), loaded.profile.model_dump(mode="json"),
+               place, {}, section).write(path)
+    assert read_launch(path).exporter == section
+    config, host = exporter_config(path)
+    assert config.peers == {1: "http://10.0.0.2:9400"} and config.canary_state == tmp_path / "canary.json"
+    assert host.fabric == fabric and host.sections()["fabric"]["verdict"] == "pass"
 
 
 def test_exec_runs_the_named_program_with_its_environment_and_refuses_an_unknown_one(tmp_path: Path) -> None:
     path = tmp_path / "launch.json"
-    LaunchFile("p", "d", "s", {}, "single", 0, {"vllm": Program(["sh", "-c", 'echo "$GREETING"'],
-                                                                {"GREETING": "a ; b\nc"})}, []).write(path)
+    place = resolve_placement(load_profile("cpu-smoke").profile)
+    section = ExporterSection(log=tmp_path / "vllm.log", port=9400, host="0.0.0.0", role="single", engine_url=None)
+    LaunchFile("p", "d", "s", {}, place, {"vllm": Program(["sh", "-c", 'echo "$GREETING"'],
+                                                          {"GREETING": "a ; b\nc"})}, section).write(path)
     run = [sys.executable, "-m", "appliance", "exec", "--launch", str(path)]
     ok = subprocess.run([*run, "vllm"], capture_output=True, text=True, timeout=60, check=False)
     assert (ok.returncode, ok.stdout) == (0, "a ; b\nc\n")
@@ -125,25 +196,88 @@ def test_exec_runs_the_named_program_with_its_environment_and_refuses_an_unknown
     assert bad.returncode == 2 and "has no program 'evil' (it has vllm)" in bad.stderr
 
 
-def dry_run(profile: str, run_dir: Path, home: Path, rung_sets: str = "") -> None:
-    """`appliance run --dry-run`, as the canary's ladder re-renders a serve (the rung in APPLIANCE_SET)."""
-    env = {"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+def dry_run(profile: str, run_dir: Path, home: Path, *flags: str, env: dict[str, str] | None = None) -> None:
+    """`appliance run --dry-run`: the launch a serve starts with."""
+    base = {"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(home), "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", "appliance", "run", profile, "--dry-run", "--skip-doctor",
-                        "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=120, check=False,
-                       env={**env, "APPLIANCE_SET": rung_sets} if rung_sets else env)
+                        "--run-dir", str(run_dir), *flags], capture_output=True, text=True, timeout=120, check=False,
+                       env=base | (env or {}))
     assert r.returncode == 0, r.stderr
 
 
-def test_after_a_step_down_rewrites_the_launch_the_exporter_judges_the_rung(tmp_path: Path) -> None:
+def step_down(profile: str, run_dir: Path, home: Path, *sets: str) -> Launch:
+    """What the canary's ladder does to take a rung: the launch resolved again in this process, with the rung."""
+    from appliance.canary.ladder import RungPlan, load_rung
+    from appliance.run.launch import relaunch
+
+    loaded = load_rung(profile, [], [], RungPlan(1, "rung", list(sets)))
+    return relaunch(loaded, run_dir / "launch.json", load_settings(), home, lambda line: None)
+
+
+def test_a_step_down_resolves_the_launch_again_in_process_from_the_placement_the_serve_started_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No `appliance run --dry-run` subprocess: the rung's profile goes through the same steps in the canary's own
+    process, from the placement the serve was started with (its exporter port from APPLIANCE_HEALTH_PORT at start,
+    whatever the watch's environment says now); supervisord.conf, which names only launch.json, stays byte for byte."""
+    run, home = tmp_path / "run", tmp_path / "home"
+    dry_run("cpu-smoke", run, home, "--set", "limits.max_num_seqs=3", env={"APPLIANCE_HEALTH_PORT": "9511"})
+    conf = (run / "supervisord.conf").read_bytes()
+    before = read_launch(run / "launch.json")
+    monkeypatch.setenv("APPLIANCE_HOME", str(home))  # the watch runs in the serve's environment
+    monkeypatch.setenv("APPLIANCE_HEALTH_PORT", "9999")  # ... where a value may differ now: the serve's placement holds
+
+    def no_subprocess(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the step-down started a process: {args[0]!r}")
+
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    launch = step_down("cpu-smoke", run, home, "cache.prefix_caching=false")
+    monkeypatch.undo()
+    after = read_launch(run / "launch.json")
+    assert "--no-enable-prefix-caching" in after.programs["vllm"].argv
+    assert "--enable-prefix-caching" in before.programs["vllm"].argv
+    assert after.profile["cache"]["prefix_caching"] is False and after.profile_digest == launch.loaded.digest
+    assert after.placement == before.placement and after.placement.health_port == 9511
+    assert after.placement.origin("health_port") == "env:APPLIANCE_HEALTH_PORT"
+    assert after.exporter == before.exporter
+    assert (run / "supervisord.conf").read_bytes() == conf
+
+
+def test_the_ladder_takes_a_rung_without_re_entering_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """restart_with: the launch resolved again in process, then one command, supervisorctl restart vllm. The
+    supervisorctl here is a stand-in (this unit test starts no supervisord; tests/test_canary_ladder_engine.py takes
+    a rung under the real one). Against the old ladder it sees `python -m appliance run --dry-run` first."""
+    from appliance.canary.ladder import RungPlan, restart_with
+
+    run, home = tmp_path / "run", tmp_path / "home"
+    monkeypatch.setenv("APPLIANCE_HOME", str(home))
+    dry_run("cpu-smoke", run, home)
+    commands: list[list[str]] = []
+
+    def supervisorctl_stand_in(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        commands.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, "vllm: stopped\nvllm: started\n", "")
+
+    monkeypatch.setattr(subprocess, "run", supervisorctl_stand_in)
+    out = restart_with(RungPlan(1, "no-prefix-caching", ["cache.prefix_caching=false"]), source="cpu-smoke",
+                       run_dir=run, env_overrides=[], cli_overrides=[])
+    monkeypatch.undo()
+    assert [c[1:] for c in commands] == [["-c", str(run / "supervisord.conf"), "restart", "vllm"]]
+    assert Path(commands[0][0]).name == "supervisorctl" and out.endswith("vllm: started")
+    assert "--no-enable-prefix-caching" in read_launch(run / "launch.json").programs["vllm"].argv
+
+
+def test_after_a_step_down_rewrites_the_launch_the_exporter_judges_the_rung(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The K4 guard is expected of prefix caching + speculative decoding: judging the profile the serve started
     with after the `no-prefix-caching` rung would wait for guard lines the relaunched engine never prints."""
-    from appliance.commands.exporter import _from_launch
     from appliance.health.exporter import ExporterConfig, build_exporter
     from appliance.run.launch_profile import LaunchFollower
 
     run, home = tmp_path / "run", tmp_path / "home"
+    monkeypatch.setenv("APPLIANCE_HOME", str(home))
     dry_run("rtx-pro-6000-tp2", run, home)
-    _, loaded = _from_launch(run / "launch.json")
+    loaded = exporter_config(run / "launch.json")[0].loaded
     log = tmp_path / "vllm.log"
     log.write_text("")
     follower = LaunchFollower(run / "launch.json", loaded)
@@ -154,7 +288,7 @@ def test_after_a_step_down_rewrites_the_launch_the_exporter_judges_the_rung(tmp_
 
         assert "guard-every-manager" in judged()
         assert "guard-every-manager" in judged()  # an unchanged launch.json: still the started profile
-        dry_run("rtx-pro-6000-tp2", run, home, rung_sets="cache.prefix_caching=false")
+        step_down("rtx-pro-6000-tp2", run, home, "cache.prefix_caching=false")
         assert "guard-every-manager" not in judged()
         rung = load_profile("rtx-pro-6000-tp2", env_overrides=["cache.prefix_caching=false"])
         assert exporter.monitor.identity.profile_digest == rung.digest != loaded.digest

@@ -138,14 +138,29 @@ def test_a_model_dir_under_home_is_the_same_folder_for_run_and_smoke_model(monke
     assert prepared_model_dir(SMOKE_CHECKPOINT).is_relative_to(Path.home() / "ahome")
 
 
-def test_cache_key_ignores_ports_and_names_but_not_engine_settings() -> None:
+# One change per section that shapes compiled kernels and CUDA graphs (a runner change first: the issue's case).
+ENGINE_SHAPING = {"engine": "engine.runner=v1", "cache": "cache.block_size=128", "limits": "limits.max_num_seqs=32",
+                  "speculative": "speculative.num_tokens=6", "parallel": "parallel.expert=true",
+                  "model": "model.revision='a1b2c3d4e5f60718293a4b5c6d7e8f9012345678'",
+                  "hardware": "hardware.gpu=rtx-pro-6000"}
+
+
+@pytest.mark.parametrize("section", sorted(ENGINE_SHAPING))
+def test_cache_key_ignores_ports_and_names_but_not_engine_settings(section: str) -> None:
+    """The compile caches are keyed by the engine digest: a port or a name keeps them warm, a change to what the
+    engine compiles does not reuse them. Mutant this kills (applied, run, seen failing, reverted): `"engine"` added to
+    appliance/profile/loader.py's _NOT_ENGINE, which the old test (limits only) let pass, so stale compile caches
+    were reused after a runner change; likewise any other section listed here."""
     from appliance.profile import load_profile
     from appliance.profile.loader import engine_digest
 
-    base = engine_digest(load_profile("cpu-smoke").profile)
-    moved = load_profile("cpu-smoke", cli_overrides=["server.port=9999", "server.health_port=9998"]).profile
+    base = engine_digest(load_profile("gb10-tp2").profile)
+    moved = load_profile("gb10-tp2", cli_overrides=["server.port=9999", "server.health_port=9998",
+                                                    "description=x", "distributed.master_port=29600"]).profile
     assert engine_digest(moved) == base
-    assert engine_digest(load_profile("cpu-smoke", cli_overrides=["limits.max_model_len=1024"]).profile) != base
+    changed = load_profile("gb10-tp2", cli_overrides=[ENGINE_SHAPING[section]]).profile
+    assert getattr(changed, section) != getattr(load_profile("gb10-tp2").profile, section)
+    assert engine_digest(changed) != base, f"{ENGINE_SHAPING[section]} must key a new compile cache"
 
 
 def test_the_engine_and_every_setup_step_run_this_environments_programs() -> None:

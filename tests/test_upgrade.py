@@ -121,16 +121,17 @@ def test_a_gpu_channel_is_obtained_as_its_image_not_installed_on_the_host(home: 
 
 
 def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home: Path, tmp_path: Path) -> None:
-    from appliance.render.serveplan import Placement
-    from appliance.run.launch import resolve_plan
+    from appliance.placement import Placement
+    from appliance.run.launch import engine_plan, resolve_place
 
-    profile = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"]).profile
+    loaded = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"])
+    profile, place = loaded.profile, resolve_place(loaded, Placement(), None)
     with pytest.raises(ApplianceError, match="is not on this host"):
-        resolve_plan(profile, Placement(), None)
-    _, dry = resolve_plan(profile, Placement(), None, engine_required=False)  # a dry run renders anyway
+        engine_plan(profile, place)
+    dry = engine_plan(profile, place, engine_required=False)  # a dry run renders anyway
     assert dry.argv[0] == str(Path(sys.executable).parent / "vllm")
     venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
-    _, plan = resolve_plan(profile, Placement(), None)
+    plan = engine_plan(profile, place)
     assert plan.argv[0] == str(venv / "bin" / "vllm")
 
 

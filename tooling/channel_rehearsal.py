@@ -7,7 +7,7 @@ engine's own argument parser, every log pattern the channel's profiles expect fo
 
 Steps, per channel:
   resolve   GPU channels: the channel's whole CUDA stack for both platforms, metadata only (the GPU-stack
-            rehearsal's resolver, appliance/container/rehearsal.py); CPU channels: their install is the resolve.
+            rehearsal's resolver, tooling/rehearsal.py); CPU channels: their install is the resolve.
   install   the channel's engine into ~/.cache/appliance-channels/<channel>-<lock digest 12>/venv (or
             $APPLIANCE_CHANNELS_CACHE): a CPU channel through scripts/install-engine.sh, a GPU channel (a fork: its
             base release) with the channel's own pins as constraints on Python 3.11, where the machine's CPU torch
@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from appliance.container import rehearsal as gpu_rehearsal  # noqa: E402
 from appliance.container.buildargs import lock_files  # noqa: E402
 from appliance.container.cpu_engine import CPU_CUDA_EXTRAS  # noqa: E402
 from appliance.lockfile import channel, channel_digest, channel_names, load  # noqa: E402
+from tooling import rehearsal as gpu_rehearsal  # noqa: E402
 
 FACTS_PYTHON = "3.11"
 """The facts venvs' Python: the CPU torch build this machine holds is a cp311 wheel (and the CPU channels' Python)."""

@@ -4,23 +4,26 @@ restarted with it through supervisord.
 Rung 0 is the profile as written; rung k adds the `set` of the profile's `canary.step_down[k-1]` to
 those of the rungs before it. A rung is taken only if the profile with its overrides loads and passes
 the rules (K*), and only if no command-line --set outweighs one of its keys. The engine is restarted
-by re-rendering the launch through `appliance run --dry-run` (the one place a serve is rendered) with the
-rung in APPLIANCE_SET — launch.json changes, supervisord.conf (which names only that file) does not — then
-`supervisorctl restart vllm`: the engine starts again from the new launch.json; the exporter and the canary
-keep running, and the exporter judges the rung's profile from then on (run/launch_profile.py). Single-node only
-(rule Q1): other ranks would keep the old settings.
+by resolving the launch again in this process (run/launch.py `relaunch`: the same steps `appliance run` takes,
+from the placement the serve was started with, with the rung's profile) — launch.json changes, supervisord.conf
+(which names only that file) does not — then `supervisorctl restart vllm`: the engine starts again from the new
+launch.json; the exporter and the canary keep running, and the exporter judges the rung's profile from then on
+(run/launch_profile.py). Single-node only (rule Q1): other ranks would keep the old settings.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.errors import ApplianceError
 from appliance.profile.canary import Canary
+
+if TYPE_CHECKING:
+    from appliance.profile.loader import LoadedProfile
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,20 @@ def last_index(canary: Canary) -> int:
     return len(canary.step_down)
 
 
+def load_rung(source: str, env_overrides: list[str], cli_overrides: list[str], plan: RungPlan) -> LoadedProfile:
+    """The profile with the rung's overrides after APPLIANCE_SET's and before the command line's (as `appliance run`
+    would load it with the rung in APPLIANCE_SET)."""
+    from appliance.profile.loader import load_profile
+
+    return load_profile(source, env_overrides=[*env_overrides, *plan.sets], cli_overrides=cli_overrides)
+
+
 def validate_rung(source: str, env_overrides: list[str], cli_overrides: list[str], plan: RungPlan) -> dict[str, str]:
     """Load the profile with the rung and run the rules; the rung's keys and their values as loaded.
     Raises ApplianceError naming why the rung cannot be taken."""
-    from appliance.profile.loader import load_profile
     from appliance.rules import context_for, require_valid
 
-    loaded = load_profile(source, env_overrides=[*env_overrides, *plan.sets], cli_overrides=cli_overrides)
+    loaded = load_rung(source, env_overrides, cli_overrides, plan)
     require_valid(context_for(loaded.profile), f"rung {plan.name} not taken")
     effective: dict[str, str] = {}
     for item in plan.sets:
@@ -67,22 +77,24 @@ def validate_rung(source: str, env_overrides: list[str], cli_overrides: list[str
     return effective
 
 
-def restart_with(plan: RungPlan, *, source: str, run_dir: Path, cli_overrides: list[str],
-                 env: dict[str, str] | None = None, timeout: float = 120) -> str:
-    """Re-render the launch with the rung (launch.json; supervisord.conf names only that file, so it does not
-    change) and restart the engine program, which reads it again; supervisorctl's output."""
-    from appliance.paths import venv_executable
+def restart_with(plan: RungPlan, *, source: str, run_dir: Path, env_overrides: list[str], cli_overrides: list[str],
+                 report: Callable[[str], None] = print, timeout: float = 120) -> str:
+    """Resolve the launch again with the rung (launch.json; supervisord.conf names only that file, so it does not
+    change) and restart the engine program, which reads it again; supervisorctl's output. `report`: the launch's
+    own notes (warnings the rung's profile draws)."""
+    from appliance.paths import appliance_home, venv_executable
+    from appliance.run.launch import LAUNCH_FILE, relaunch
+    from appliance.settings import load_settings
 
-    env = dict(os.environ if env is None else env)
-    env["APPLIANCE_SET"] = ";".join([s for s in [env.get("APPLIANCE_SET", "")] if s] + plan.sets)
-    argv = [sys.executable, "-m", "appliance", "run", source, "--run-dir", str(run_dir), "--dry-run", "--skip-doctor"]
-    for item in cli_overrides:
-        argv += ["--set", item]
-    rendered = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    if rendered.returncode != 0:
-        raise ApplianceError(f"rung {plan.name}: re-rendering the serve failed: {rendered.stderr.strip()[-800:]}",
-                             field=f"canary.step_down.{plan.name}", value=plan.sets,
-                             fix="run `appliance validate` with these overrides to see why")
+    loaded = load_rung(source, env_overrides, cli_overrides, plan)
+    try:
+        relaunch(loaded, run_dir / LAUNCH_FILE, load_settings(), appliance_home(), report,
+                 cli_overrides=tuple(cli_overrides))
+    except ApplianceError as exc:
+        raise ApplianceError(f"rung {plan.name}: resolving the serve again failed: {exc.message}",
+                             field=exc.field or f"canary.step_down.{plan.name}", value=plan.sets,
+                             fix=exc.fix or "run `appliance validate` with these overrides to see why",
+                             reason=exc.reason) from None
     ctl = venv_executable("supervisorctl") or "supervisorctl"
     done = subprocess.run([ctl, "-c", str(run_dir / "supervisord.conf"), "restart", "vllm"], capture_output=True,
                           text=True, timeout=timeout, check=False)

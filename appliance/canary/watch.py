@@ -152,8 +152,11 @@ class Watch:
         if result.healthy:
             s.rounds_total["healthy"] += 1
             s.last_success_unix = now
-            if s.status == "rechecking" and s.step_downs:
-                s.step_downs[-1]["recovered_unix"] = now
+            last = s.step_downs[-1] if s.step_downs else None
+            # The rung's first passing round is its recovery, also after one failing round on it (a suspect one
+            # that did not confirm): the event must not stay open because the first round after a restart missed.
+            if last and last.get("outcome") == "taken" and "recovered_unix" not in last:
+                last["recovered_unix"] = now
                 self.log(f"rung {s.rung['name']} passes: recovered")
             s.consecutive_failures, s.status = 0, "ok"
             self.log(f"round healthy ({len(result.checks)} checks, {result.seconds:.1f} s)")
@@ -252,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ladder = Ladder(
         validate=lambda plan: validate_rung(args.profile, env_sets, args.overrides, plan),
-        restart=lambda plan: restart_with(plan, source=args.profile, run_dir=args.run_dir,
-                                          cli_overrides=args.overrides))
+        restart=lambda plan: restart_with(plan, source=args.profile, run_dir=args.run_dir, env_overrides=env_sets,
+                                          cli_overrides=args.overrides, report=log))
     engine = EngineProbe(args.url, timeout=3.0)
     watch = Watch(canary, url=args.url, model=loaded.profile.server.served_model_name,
                   state_path=args.run_dir / STATE_FILE, ladder=ladder, probe=engine.sample,

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if has_errors(findings) and not args.force:
         print(f"appliance render: {loaded.profile.name} is invalid; nothing rendered", file=sys.stderr)
         return 2
-    plan = build_plan(loaded.profile, placement_from_args(args))
+    plan = build_plan(loaded.profile, placement_from_args(args))  # resolved against the profile there
     if args.format == "json":
         print(json.dumps(plan.to_json(), indent=2))
         return 0

@@ -1,7 +1,8 @@
 """`appliance run`: the container entrypoint (also usable natively).
 
-Parses, then delegates to appliance.run.launch: check the profile -> doctor (exit 1 on a failed check) ->
-resolve the launch (plan, env, run folder, peers) -> write launch.json + supervisord.conf -> exec supervisord -n.
+Parses, then delegates to appliance.run.launch: the run folder -> check the profile -> this node's placement ->
+doctor (exit 1 on a failed check) -> resolve the launch (plan, peers, fabric, env) -> write launch.json +
+supervisord.conf -> exec supervisord -n.
 """
 
 from __future__ import annotations
@@ -28,21 +29,23 @@ def _stderr(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.paths import appliance_home, make_dir, venv_executable
+    from appliance.paths import appliance_home, venv_executable
     from appliance.run.launch import (
         check_profile,
-        check_run_dir,
         describe,
         preflight_host,
         resolve_launch,
+        resolve_place,
+        run_files,
         write_launch,
     )
     from appliance.settings import load_settings
 
     settings = load_settings()
     loaded = load_from_args(args, settings)
-    place = placement_from_args(args, settings)
-    model_dir = check_profile(loaded, place, _stderr)
+    given = placement_from_args(args, settings)
+    model_dir = check_profile(loaded, given, _stderr)
+    place = resolve_place(loaded, given, model_dir)
     if not args.skip_doctor:
         failed = preflight_host(loaded.profile, place, settings, print)
         if failed:
@@ -50,9 +53,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / loaded.profile.name
-    check_run_dir(run_dir)
-    make_dir(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME")
-    launch = resolve_launch(loaded, place, settings, model_dir, run_dir, home, measure_fabric=not args.dry_run,
+    # Before the rendezvous: a bad run folder must not keep the other nodes waiting.
+    files = run_files(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir
+                      else "APPLIANCE_HOME")
+    launch = resolve_launch(loaded, place, settings, files, home, measure_fabric=not args.dry_run,
                             cli_overrides=tuple(args.overrides))
     conf = write_launch(launch)
     if args.dry_run:

@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # run by path (the image build, the scripts): the
 
 from appliance.container.buildargs import TARGETS, all_build_args, image_tag, lock_files, verify
 from appliance.container.cpu_engine import cpu_engine_fixup
+from appliance.errors import ApplianceError
 from appliance.lockfile import (
     MissingKey,
     UnknownChannel,
@@ -80,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("key")
     sub.add_parser("channels", help="the channel names, one a line")
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except ApplianceError as exc:  # the library raises; this command says it and exits 2, as `appliance` does
+        print(f"lockcli {args.cmd}: {exc}", file=sys.stderr)
+        return 2
 
+
+def _run(args: argparse.Namespace) -> int:
     path = args.versions or find_versions()
     lock = load(path)
     name = args.channel or default_channel(lock, args.target)

@@ -7,7 +7,7 @@ import re
 import socket
 from pathlib import Path
 
-from appliance.hostmem.sources import kernel_hits, load_kernel_checks, parse_meminfo
+from appliance.hostmem.sources import parse_meminfo
 from appliance.redact import redact
 
 
@@ -21,11 +21,6 @@ def meminfo_gib(key: str, meminfo: Path = Path("/proc/meminfo")) -> float | None
 
 def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
     return meminfo_gib("MemAvailable", meminfo)
-
-
-def nv_no_memory_lines(log: str) -> list[str]:
-    """This boot's NVRM NV_ERR_NO_MEMORY lines (healthchecks/kernelchecks.yaml, id nvrm-no-memory)."""
-    return [h.line for h in kernel_hits(log.splitlines(), load_kernel_checks()) if h.signal.id == "nvrm-no-memory"]
 
 
 _ENGINE = re.compile(rb"(vllm(\S*)?\s+serve|vllm\.entrypoints|VLLM::EngineCore|EngineCore_)")

@@ -20,7 +20,17 @@ from typing import Any, Literal
 from appliance.errors import ApplianceError
 from appliance.gate.engine_steps import attribution
 from appliance.gate.recall_bands import MORE_SERVES, PASS_LINE, POISONED_CEILING, Bands
-from appliance.gate.receipt import check
+from appliance.gate.receipt_model import (
+    BenchCheck,
+    BenchMetrics,
+    Check,
+    Engagement,
+    Gsm8kCheck,
+    ReasoningCheck,
+    RecallCheck,
+    Receipt,
+    StructuredCheck,
+)
 
 TG_NOISE = 0.15
 PP_NOISE = 0.02
@@ -115,7 +125,7 @@ def recall_finding(fa: int, na: int, fb: int, nb: int, min_b: float | None = Non
     return ReceiptDelta("recall", "needles found", a, b, "noise", f"both in the same band ({line})")
 
 
-def _guard(value: Any) -> tuple[int, int] | None:
+def _guard(value: str | None) -> tuple[int, int] | None:
     try:
         active, total = str(value).split("/")
         return int(active), int(total)
@@ -123,147 +133,163 @@ def _guard(value: Any) -> tuple[int, int] | None:
         return None
 
 
-def engagement_findings(a: dict[str, Any], b: dict[str, Any]) -> list[ReceiptDelta]:
+def engagement_findings(a: Engagement, b: Engagement) -> list[ReceiptDelta]:
     out: list[ReceiptDelta] = []
-    if not (a.get("available") and b.get("available")):
+    if not (a.available and b.available):
         return out
-    ga, gb = _guard(a.get("guard")), _guard(b.get("guard"))
-    if a.get("guard") != b.get("guard"):
+    ga, gb = _guard(a.guard), _guard(b.guard)
+    if a.guard != b.guard:
         worse = ga is not None and (gb is None or gb[0] < ga[0])
-        out.append(ReceiptDelta("engagement", "K4 guard managers active", a.get("guard"), b.get("guard"),
-                           "regression" if worse else "changed",
-                           "fewer KV managers guarded: the recall-poisoning race is open again" if worse else ""))
-    if a.get("runner") != b.get("runner"):
-        worse = a.get("runner") == "v2"
-        out.append(ReceiptDelta("engagement", "K5 model runner", a.get("runner"), b.get("runner"),
-                           "regression" if worse else "changed"))
-    if a.get("sm120_decode") and not b.get("sm120_decode"):
+        out.append(ReceiptDelta("engagement", "K4 guard managers active", a.guard, b.guard,
+                                "regression" if worse else "changed",
+                                "fewer KV managers guarded: the recall-poisoning race is open again" if worse else ""))
+    if a.runner != b.runner:
+        out.append(ReceiptDelta("engagement", "K5 model runner", a.runner, b.runner,
+                                "regression" if a.runner == "v2" else "changed"))
+    if a.sm120_decode and not b.sm120_decode:
         out.append(ReceiptDelta("engagement", "K7 SM120 decode", True, False, "regression",
-                           "the FlashInfer SM120 decode kernel is no longer engaged (silent fallback)"))
-    before = {(e["rule"], e["name"]): e["status"] for e in a.get("expectations") or []}
-    for e in b.get("expectations") or []:
-        was = before.get((e["rule"], e["name"]))
-        if was == "pass" and e["status"] == "fail":
-            out.append(ReceiptDelta("engagement", f"{e['rule']} {e['name']}", was, e["status"], "regression",
-                               str(e.get("detail") or "")))
-        elif was == "fail" and e["status"] == "pass":
-            out.append(ReceiptDelta("engagement", f"{e['rule']} {e['name']}", was, e["status"], "improvement"))
-    fa, fb = len(a.get("fatal") or []), len(b.get("fatal") or [])
-    if fb > fa:
-        ids = ", ".join(str(h.get("id")) for h in b.get("fatal") or [])
-        out.append(ReceiptDelta("engagement", "fatal signatures", fa, fb, "regression", ids))
+                                "the FlashInfer SM120 decode kernel is no longer engaged (silent fallback)"))
+    before = {(e.rule, e.name): e.status for e in a.expectations}
+    for e in b.expectations:
+        was = before.get((e.rule, e.name))
+        if was == "pass" and e.status == "fail":
+            out.append(ReceiptDelta("engagement", f"{e.rule} {e.name}", was, e.status, "regression",
+                                    str(e.detail or "")))
+        elif was == "fail" and e.status == "pass":
+            out.append(ReceiptDelta("engagement", f"{e.rule} {e.name}", was, e.status, "improvement"))
+    if len(b.fatal) > len(a.fatal):
+        ids = ", ".join(str(h.id) for h in b.fatal)
+        out.append(ReceiptDelta("engagement", "fatal signatures", len(a.fatal), len(b.fatal), "regression", ids))
     return out
 
 
-def _acceptance_length(metrics: dict[str, Any]) -> float | None:
-    spec = metrics.get("spec_decode") or {}
-    value = spec.get("mean_acceptance_length")
-    return float(value) if isinstance(value, int | float) and value >= 1 else None
+def _acceptance_length(metrics: BenchMetrics) -> float | None:
+    spec = metrics.spec_decode
+    return spec.mean_acceptance_length if spec else None
 
 
-def _check_findings(ca: dict[str, Any], cb: dict[str, Any]) -> list[ReceiptDelta]:
-    name, out = ca["name"], []
+def _status_finding(ca: Check, cb: Check) -> list[ReceiptDelta]:
+    if ca.status == cb.status:
+        return []
     ok = ("pass", "not_applicable")
-    if ca["status"] != cb["status"]:
-        verdict: Verdict = ("regression" if ca["status"] in ok and cb["status"] in ("fail", "error")
-                            else "improvement" if cb["status"] in ok and ca["status"] in ("fail", "error")
-                            else "changed")
-        out.append(ReceiptDelta("check", f"{name} status", ca["status"], cb["status"], verdict, cb["summary"][:160]))
-    ma, mb = ca.get("metrics") or {}, cb.get("metrics") or {}
-    if name == "bench":
-        rows_a = {r["test"]: r for r in ma.get("rows") or [] if r.get("t_s")}
-        rows_b = {r["test"]: r for r in mb.get("rows") or [] if r.get("t_s")}
-        len_a, len_b = _acceptance_length(ma), _acceptance_length(mb)
-        for test, ra in rows_a.items():
-            if test in rows_b:
-                f = bench_finding(test, ra["kind"], ra["t_s"], rows_b[test]["t_s"], ra.get("values") or (),
-                                  rows_b[test].get("values") or ())
-                if ra["kind"] in ("tg", "ctx_tg") and len_a and len_b and f.verdict != "same":
-                    why = attribution(ra["t_s"], rows_b[test]["t_s"], len_a, len_b)
-                    f = replace(f, note=f"{f.note}; {why}" if f.note else why)
-                out.append(f)
-            else:
-                out.append(ReceiptDelta("bench", test, ra["t_s"], None, "not comparable", "row missing in B"))
-    elif name == "recall" and ma.get("total") and mb.get("total"):
-        pb = cb.get("params") or {}
-        out.append(recall_finding(ma["found"], ma["total"], mb["found"], mb["total"], pb.get("min_found"),
-                                  pb.get("poisoned_max")))
-    elif name == "structured" and ma.get("total") and mb.get("total"):
-        bad_a, bad_b = ma["total"] - ma["valid"], mb["total"] - mb["valid"]
-        v: Verdict = "regression" if bad_b and not bad_a else "improvement" if bad_a and not bad_b else "same"
-        out.append(ReceiptDelta("structured", "valid replies", f"{ma['valid']}/{ma['total']}",
-                           f"{mb['valid']}/{mb['total']}", v, "any invalid reply is the sampler bug class"))
-    elif name == "reasoning" and ma and mb:
-        for key, label in (("accepted", "efforts accepted"), ("think_leaks", "answers with </think>"),
-                           ("effort_problems", "effort not honoured")):
-            worse = mb.get(key, 0) < ma.get(key, 0) if key == "accepted" else mb.get(key, 0) > ma.get(key, 0)
-            if ma.get(key) != mb.get(key):
-                out.append(ReceiptDelta("reasoning", label, ma.get(key), mb.get(key),
-                                        "regression" if worse else "changed"))
-        if ma.get("tool_call_parsed") and not mb.get("tool_call_parsed"):
-            out.append(ReceiptDelta("reasoning", "tool call parsed", True, False, "regression"))
-    elif name == "gsm8k" and ma.get("strict_match") is not None and mb.get("strict_match") is not None:
-        a, b = ma["strict_match"], mb["strict_match"]
-        se = math.sqrt((ma.get("strict_match_stderr") or 0) ** 2 + (mb.get("strict_match_stderr") or 0) ** 2)
-        v = "regression" if a - b > 2 * se else "improvement" if b - a > 2 * se else "noise"
-        out.append(ReceiptDelta("gsm8k", "strict-match accuracy", a, b, v, f"two standard errors = {2 * se:.3f}"))
+    verdict: Verdict = ("regression" if ca.status in ok and cb.status in ("fail", "error")
+                        else "improvement" if cb.status in ok and ca.status in ("fail", "error")
+                        else "changed")
+    return [ReceiptDelta("check", f"{ca.name} status", ca.status, cb.status, verdict, cb.summary[:160])]
+
+
+def _bench_findings(ca: BenchCheck, cb: BenchCheck) -> list[ReceiptDelta]:
+    ma, mb = ca.metrics or BenchMetrics(), cb.metrics or BenchMetrics()
+    rows_a, rows_b = ma.measured(), mb.measured()
+    len_a, len_b = _acceptance_length(ma), _acceptance_length(mb)
+    out = []
+    for test, ra in rows_a.items():
+        rb = rows_b.get(test)
+        if rb is None:
+            out.append(ReceiptDelta("bench", test, ra.t_s, None, "not comparable", "row missing in B"))
+            continue
+        assert ra.t_s and rb.t_s  # measured() keeps rows with a rate
+        f = bench_finding(test, ra.kind, ra.t_s, rb.t_s, ra.values or (), rb.values or ())
+        if ra.kind in ("tg", "ctx_tg") and len_a and len_b and f.verdict != "same":
+            why = attribution(ra.t_s, rb.t_s, len_a, len_b)
+            f = replace(f, note=f"{f.note}; {why}" if f.note else why)
+        out.append(f)
     return out
 
 
-def _like_for_like(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    pa, pb = a["provenance"], b["provenance"]
+def _metric_findings(ca: Check, cb: Check) -> list[ReceiptDelta]:
+    """What the two runs of one typed check measured; nothing for a check the comparison does not interpret."""
+    if isinstance(ca, BenchCheck) and isinstance(cb, BenchCheck):
+        return _bench_findings(ca, cb)
+    if isinstance(ca, RecallCheck) and isinstance(cb, RecallCheck) and ca.metrics and cb.metrics:
+        ma, mb = ca.metrics, cb.metrics
+        if ma.found is None or mb.found is None or not ma.total or not mb.total:
+            return []
+        pb = cb.params
+        return [recall_finding(ma.found, ma.total, mb.found, mb.total, pb.min_found if pb else None,
+                               pb.poisoned_max if pb else None)]
+    if isinstance(ca, StructuredCheck) and isinstance(cb, StructuredCheck) and ca.metrics and cb.metrics:
+        sa, sb = ca.metrics, cb.metrics
+        if sa.valid is None or sb.valid is None or not sa.total or not sb.total:
+            return []
+        bad_a, bad_b = sa.total - sa.valid, sb.total - sb.valid
+        v: Verdict = "regression" if bad_b and not bad_a else "improvement" if bad_a and not bad_b else "same"
+        return [ReceiptDelta("structured", "valid replies", f"{sa.valid}/{sa.total}", f"{sb.valid}/{sb.total}", v,
+                             "any invalid reply is the sampler bug class")]
+    if isinstance(ca, ReasoningCheck) and isinstance(cb, ReasoningCheck) and ca.metrics and cb.metrics:
+        ra, rb = ca.metrics, cb.metrics
+        out = []
+        for label_, was, now, worse in (("efforts accepted", ra.accepted, rb.accepted, rb.accepted < ra.accepted),
+                                        ("answers with </think>", ra.think_leaks, rb.think_leaks,
+                                         rb.think_leaks > ra.think_leaks),
+                                        ("effort not honoured", ra.effort_problems, rb.effort_problems,
+                                         rb.effort_problems > ra.effort_problems)):
+            if was != now:
+                out.append(ReceiptDelta("reasoning", label_, was, now, "regression" if worse else "changed"))
+        if ra.tool_call_parsed and not rb.tool_call_parsed:
+            out.append(ReceiptDelta("reasoning", "tool call parsed", True, False, "regression"))
+        return out
+    if isinstance(ca, Gsm8kCheck) and isinstance(cb, Gsm8kCheck) and ca.metrics and cb.metrics:
+        ga, gb = ca.metrics, cb.metrics
+        if ga.strict_match is None or gb.strict_match is None:
+            return []
+        a, b = ga.strict_match, gb.strict_match
+        se = math.sqrt((ga.strict_match_stderr or 0) ** 2 + (gb.strict_match_stderr or 0) ** 2)
+        v = "regression" if a - b > 2 * se else "improvement" if b - a > 2 * se else "noise"
+        return [ReceiptDelta("gsm8k", "strict-match accuracy", a, b, v, f"two standard errors = {2 * se:.3f}")]
+    return []
+
+
+def _like_for_like(a: Receipt, b: Receipt) -> list[str]:
     out = []
-    na, nb = (pa.get("profile") or {}), (pb.get("profile") or {})
-    if na.get("name") != nb.get("name") or na.get("digest") != nb.get("digest"):
-        out.append(f"not like-for-like: profile {na.get('name')} ({str(na.get('digest'))[:12]}) vs "
-                   f"{nb.get('name')} ({str(nb.get('digest'))[:12]})")
-    if pa.get("lock_digest") != pb.get("lock_digest"):
-        out.append(f"not like-for-like: lock {str(pa.get('lock_digest'))[:12]} vs {str(pb.get('lock_digest'))[:12]} "
-                   f"(different stacks)")
-    if a.get("size") != b.get("size"):
-        out.append(f"not like-for-like: gate size {a.get('size')} vs {b.get('size')}")
-    for label, r in (("A", a), ("B", b)):
-        if not r.get("complete"):
-            out.append(f"receipt {label} is incomplete (interrupted): only its finished checks are compared")
-    ba, bb = check(a, "bench"), check(b, "bench")
-    if ba and bb and (ba.get("params") or {}).get("corpus") != (bb.get("params") or {}).get("corpus"):
+    na, nb = a.profile, b.profile
+    if na.name != nb.name or na.digest != nb.digest:
+        out.append(f"not like-for-like: profile {na.name} ({str(na.digest)[:12]}) vs {nb.name} ({str(nb.digest)[:12]})")
+    la, lb = a.provenance.lock_digest, b.provenance.lock_digest
+    if la != lb:
+        out.append(f"not like-for-like: lock {str(la)[:12]} vs {str(lb)[:12]} (different stacks)")
+    if a.size != b.size:
+        out.append(f"not like-for-like: gate size {a.size} vs {b.size}")
+    for label_, r in (("A", a), ("B", b)):
+        if not r.complete:
+            out.append(f"receipt {label_} is incomplete (interrupted): only its finished checks are compared")
+    ba, bb = a.bench(), b.bench()
+    if ba and bb and (ba.params.corpus if ba.params else None) != (bb.params.corpus if bb.params else None):
         out.append("bench corpora differ: speculative-decoding acceptance (and so tg) depends on the text")
     return out
 
 
-def receipt_channel(r: dict[str, Any]) -> str | None:
+def receipt_channel(r: Receipt) -> str | None:
     """The engine channel a receipt's serve ran (receipts before channels existed name none)."""
-    return r["provenance"].get("channel")
+    return r.provenance.channel
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], *, across_channels: bool = False) -> ReceiptComparison:
+def compare(a: Receipt, b: Receipt, *, across_channels: bool = False) -> ReceiptComparison:
     """Raises ApplianceError (exit 2) for receipts of two channels unless `across_channels`: a regression between
     engine lines is a different question from a regression of one stack, and is asked for by name."""
-    ca, cb = receipt_channel(a), receipt_channel(b)
-    if ca != cb and not across_channels:
+    chan_a, chan_b = receipt_channel(a), receipt_channel(b)
+    if chan_a != chan_b and not across_channels:
         raise ApplianceError(
-            f"receipt A is of channel {ca or 'unknown (no channel recorded)'}, receipt B of channel "
-            f"{cb or 'unknown (no channel recorded)'}", field="gate compare", value=f"{ca} vs {cb}",
+            f"receipt A is of channel {chan_a or 'unknown (no channel recorded)'}, receipt B of channel "
+            f"{chan_b or 'unknown (no channel recorded)'}", field="gate compare", value=f"{chan_a} vs {chan_b}",
             fix="compare receipts of one channel, or pass --across-channels to compare two engine lines knowingly",
             reason="across channels the engine, its kernels and its defaults all differ: a delta is not the change "
                    "under test")
     result = ReceiptComparison(warnings=_like_for_like(a, b))
-    if ca != cb:
-        result.warnings.insert(0, f"across channels (--across-channels): {ca} vs {cb}: engine, kernels and "
+    if chan_a != chan_b:
+        result.warnings.insert(0, f"across channels (--across-channels): {chan_a} vs {chan_b}: engine, kernels and "
                                   f"defaults differ, not only the change under test")
-    va = ((a["provenance"].get("engine") or {}).get("version"))
-    vb = ((b["provenance"].get("engine") or {}).get("version"))
-    if va != vb:
-        result.findings.append(ReceiptDelta("provenance", "engine version", va, vb, "changed"))
-    result.findings += engagement_findings(a["engagement"], b["engagement"])
-    for ca in a["checks"]:
-        cb = check(b, ca["name"])
+    if a.engine_version != b.engine_version:
+        result.findings.append(ReceiptDelta("provenance", "engine version", a.engine_version, b.engine_version,
+                                            "changed"))
+    result.findings += engagement_findings(a.engagement, b.engagement)
+    for ca in a.checks:
+        cb = b.check(ca.name)
         if cb is None:
-            result.findings.append(ReceiptDelta("check", ca["name"], ca["status"], None, "not comparable",
-                                                "not run in B"))
+            result.findings.append(ReceiptDelta("check", ca.name, ca.status, None, "not comparable", "not run in B"))
             continue
-        result.findings += _check_findings(ca, cb)
-    if a.get("verdict") == "pass" and b.get("verdict") == "fail":
+        result.findings += _status_finding(ca, cb) + _metric_findings(ca, cb)
+    if a.verdict == "pass" and b.verdict == "fail":
         result.findings.append(ReceiptDelta("receipt", "verdict", "pass", "fail", "regression"))
     return result
 
@@ -283,7 +309,6 @@ def render(result: ReceiptComparison, a_label: str, b_label: str) -> str:
     return "\n".join(lines)
 
 
-def label(r: dict[str, Any]) -> str:
-    p = r["provenance"]
-    return (f"{(p.get('profile') or {}).get('name')} vLLM {(p.get('engine') or {}).get('version')} "
-            f"lock {str(p.get('lock_digest'))[:12]} at {r.get('started_at')} ({r.get('verdict')})")
+def label(r: Receipt) -> str:
+    return (f"{r.profile.name} vLLM {r.engine_version} lock {str(r.provenance.lock_digest)[:12]} at {r.started_at} "
+            f"({r.verdict})")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.gate.receipt import check
+from appliance.gate.receipt_model import Receipt
 
 ALPHA = 0.05
 MAX_BLOCKS = 20
@@ -45,12 +45,14 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def _rows(receipt: dict[str, Any]) -> dict[str, float]:
-    bench = check(receipt, "bench") or {}
-    return {r["test"]: float(r["t_s"]) for r in (bench.get("metrics") or {}).get("rows") or [] if r.get("t_s")}
+def _rows(receipt: Receipt) -> dict[str, float]:
+    bench = receipt.bench()
+    if bench is None or bench.metrics is None:
+        return {}
+    return {test: float(row.t_s) for test, row in bench.metrics.measured().items() if row.t_s}
 
 
-def judge_blocks(blocks: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+def judge_blocks(blocks: list[tuple[Receipt, Receipt]]) -> dict[str, Any]:
     if not 2 <= len(blocks) <= MAX_BLOCKS:
         raise ApplianceError(f"{len(blocks)} block(s): the paired test needs 2 to {MAX_BLOCKS}", value=len(blocks),
                              fix="give one A:B receipt pair per block (the seed used 10)")

@@ -123,17 +123,21 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     from appliance import __version__
     from appliance.lock import channel_lock
     from appliance.paths import appliance_home, make_dir
+    from appliance.placement import Placement, resolve_placement
     from appliance.profile.model import DEFAULT_HEALTH_PORT
     from appliance.settings import load_settings
 
     settings = load_settings()
     selected = select(req.checks)
-    default_exporter = f"http://127.0.0.1:{settings.health_port_for(DEFAULT_HEALTH_PORT)}"
+    default_exporter = f"http://127.0.0.1:{settings.health_port or DEFAULT_HEALTH_PORT}"  # before a profile is known
     asked = (req.exporter or default_exporter).rstrip("/")
     loaded, first_status = _load(req, asked)
     profile = loaded.profile
-    url = (req.url or f"http://127.0.0.1:{profile.server.port}").rstrip("/")
-    exporter = (req.exporter or f"http://127.0.0.1:{settings.health_port_for(profile.server.health_port)}").rstrip("/")
+    # This node's ports as `appliance run` resolved them (APPLIANCE_HEALTH_PORT over the profile's).
+    here = resolve_placement(profile, Placement(health_port=settings.health_port,
+                                                origins={"health_port": "env:APPLIANCE_HEALTH_PORT"}))
+    url = (req.url or f"http://127.0.0.1:{here.api_port}").rstrip("/")
+    exporter = (req.exporter or f"http://127.0.0.1:{here.health_port}").rstrip("/")
     try:
         engine = engine_info(url)
     except ServeError as exc:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.result import OK_STATUSES
 from appliance.paths import write_json_atomic
 from appliance.redact import redact_tree
+
+if TYPE_CHECKING:
+    from appliance.gate.receipt_model import Receipt
 
 SCHEMA = "appliance-gate-receipt/1"
 MAX_RECEIPT_BYTES = 256 << 20
@@ -47,8 +50,8 @@ def write(receipt: dict[str, Any], out_dir: Path) -> Path:
     return path
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A receipt from disk, or ApplianceError saying why it is not one."""
+def load(path: Path) -> Receipt:
+    """A receipt from disk, typed, or ApplianceError saying why it is not one."""
     from appliance.gate.receipt_model import validate_receipt
     from appliance.paths import read_capped
 
@@ -64,8 +67,4 @@ def load(path: Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ApplianceError(f"{path}: malformed receipt, missing {', '.join(missing)}", value=str(path))
-    return redact_tree(validate_receipt(data, str(path)))  # a receipt from elsewhere may carry a secret
-
-
-def check(receipt: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((c for c in receipt["checks"] if c.get("name") == name), None)
+    return validate_receipt(redact_tree(data), str(path))  # a receipt from elsewhere may carry a secret

@@ -1,13 +1,14 @@
-"""The receipt's schema, checked when a receipt is read back (`gate compare`): what the comparison reads is typed
-and bounded, so a hand-edited or truncated receipt is exit 2 naming the field, never a traceback, and NaN or
-infinity can never be judged an improvement. Strict types: "5" is no count. Unknown keys are kept (a newer gate
-may add some); only the ones the comparison reads are held to a shape, and what it indexes is required."""
+"""The receipt's schema, checked when a receipt is read back (`gate compare`, `serves`, `paired`): `validate_receipt`
+returns the typed Receipt, and the readers read its attributes, so a hand-edited or truncated receipt is exit 2
+naming the field, never a traceback, and NaN or infinity can never be judged an improvement. Strict types: "5" is no
+count. Unknown keys are kept (a newer gate may add some); the ones the readers use are held to a shape. Each check
+the readers understand has its own model (BenchCheck, RecallCheck, …), chosen by its `name`; any other is a Check."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from appliance.bounds import show
 from appliance.errors import ApplianceError
@@ -18,7 +19,7 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)  # a receipt read back is evidence: read-only
 
 
 class ProfileRef(_Part):
@@ -45,14 +46,27 @@ class Expectation(_Part):
     detail: Any = None
 
 
+class FatalHit(_Part):
+    id: str | None = None
+    rule: str | None = None
+
+
 class Engagement(_Part):
     available: bool | None = None
     guard: str | None = None
     runner: str | None = None
     sm120_decode: bool | None = None
-    expectations: list[Expectation] | None = None
-    fatal: list[dict[str, Any]] | None = None
+    expectations: list[Expectation] = []
+    fatal: list[FatalHit] = []
     verdict: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_lists(cls, data: Any) -> Any:
+        """An older gate wrote null for "none seen"."""
+        if isinstance(data, dict):
+            return {k: [] if k in ("expectations", "fatal") and v is None else v for k, v in data.items()}
+        return data
 
 
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -77,6 +91,10 @@ class BenchMetrics(_Part):
     rows: list[BenchRow] = []
     spec_decode: SpecDecode | None = None
 
+    def measured(self) -> dict[str, BenchRow]:
+        """test -> row, for the rows that carry a rate."""
+        return {r.test: r for r in self.rows if r.t_s}
+
 
 class _PartOfTotal(_Part):
     """A count of a total (`part` of `total`): both there or neither, and the part never above the total."""
@@ -97,6 +115,9 @@ class _PartOfTotal(_Part):
 class RecallMetrics(_PartOfTotal):
     _part: ClassVar[str] = "found"
     found: Count | None = None
+    runs_found: list[Count] | None = None
+    """Needles found in each run of this serve (`--recall-runs`)."""
+    needles_per_run: Count | None = None
 
 
 class StructuredMetrics(_PartOfTotal):
@@ -121,29 +142,63 @@ class RecallParams(_Part):
     poisoned_max: Fraction | None = None
 
 
-METRICS: dict[str, type[_Part]] = {"bench": BenchMetrics, "recall": RecallMetrics, "structured": StructuredMetrics,
-                                   "reasoning": ReasoningMetrics, "gsm8k": Gsm8kMetrics}
+class BenchParams(_Part):
+    corpus: str | None = None
 
 
 class Check(_Part):
+    """A check as every receipt writes it; the metrics of one the readers do not interpret stay as written."""
+
     name: str
     status: str
     summary: str
     params: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _typed_metrics(self) -> Check:
-        model = METRICS.get(self.name)
-        try:
-            if model is not None and self.metrics:
-                model.model_validate(self.metrics)
-            if self.name == "recall" and self.params:
-                RecallParams.model_validate(self.params)
-        except ValidationError as exc:  # said as one line: which metric of which check, and its value
-            where = "metrics" if model is not None and self.metrics else "params"
-            raise ValueError(f"{self.name}: {_describe(exc.errors()[0], where)}") from None
-        return self
+
+class BenchCheck(Check):
+    name: Literal["bench"]
+    params: BenchParams | None = None  # type: ignore[assignment]
+    metrics: BenchMetrics | None = None  # type: ignore[assignment]
+
+
+class RecallCheck(Check):
+    name: Literal["recall"]
+    params: RecallParams | None = None  # type: ignore[assignment]
+    metrics: RecallMetrics | None = None  # type: ignore[assignment]
+
+
+class StructuredCheck(Check):
+    name: Literal["structured"]
+    metrics: StructuredMetrics | None = None  # type: ignore[assignment]
+
+
+class ReasoningCheck(Check):
+    name: Literal["reasoning"]
+    metrics: ReasoningMetrics | None = None  # type: ignore[assignment]
+
+
+class Gsm8kCheck(Check):
+    name: Literal["gsm8k"]
+    metrics: Gsm8kMetrics | None = None  # type: ignore[assignment]
+
+
+TYPED_CHECKS: dict[str, type[Check]] = {"bench": BenchCheck, "recall": RecallCheck, "structured": StructuredCheck,
+                                        "reasoning": ReasoningCheck, "gsm8k": Gsm8kCheck}
+OTHER = "other"
+
+
+def _kind(value: Any) -> str:
+    name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+    return name if isinstance(name, str) and name in TYPED_CHECKS else OTHER
+
+
+AnyCheck = Annotated[
+    Annotated[BenchCheck, Tag("bench")] | Annotated[RecallCheck, Tag("recall")]
+    | Annotated[StructuredCheck, Tag("structured")] | Annotated[ReasoningCheck, Tag("reasoning")]
+    | Annotated[Gsm8kCheck, Tag("gsm8k")] | Annotated[Check, Tag(OTHER)],
+    Discriminator(_kind)]
+C = TypeVar("C", bound=Check)
 
 
 class Receipt(_Part):
@@ -154,7 +209,7 @@ class Receipt(_Part):
     size: str | None = None
     provenance: Provenance
     engagement: Engagement
-    checks: list[Check]
+    checks: list[AnyCheck]
 
     @model_validator(mode="after")
     def _checks_named_once(self) -> Receipt:
@@ -163,23 +218,46 @@ class Receipt(_Part):
             raise ValueError(f"a check appears twice: {sorted({n for n in names if names.count(n) > 1})}")
         return self
 
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def _typed(self, kind: type[C]) -> C | None:
+        found = next((c for c in self.checks if isinstance(c, kind)), None)
+        return found
+
+    def bench(self) -> BenchCheck | None:
+        return self._typed(BenchCheck)
+
+    def recall(self) -> RecallCheck | None:
+        return self._typed(RecallCheck)
+
+    @property
+    def profile(self) -> ProfileRef:
+        return self.provenance.profile or ProfileRef()
+
+    @property
+    def engine_version(self) -> str | None:
+        return self.provenance.engine.version if self.provenance.engine else None
+
 
 def _describe(error: Any, prefix: str = "") -> str:
-    """`path=value: message`; a cross-field error (found > total) says its own values and names no input."""
-    path = ".".join(str(p) for p in (prefix, *error["loc"]) if p != "") or "(top)"
+    """`path=value: message`; a cross-field error (found > total) says its own values and names no input. The union's
+    tag (which model a check was read as) is left out of the path: `checks.1.metrics.found`."""
+    loc = [p for i, p in enumerate(error["loc"]) if not (i and isinstance(error["loc"][i - 1], int)
+                                                        and p in (*TYPED_CHECKS, OTHER))]
+    path = ".".join(str(p) for p in (prefix, *loc) if p != "") or "(top)"
     if error["type"] == "value_error":
         return f"{path}: {error['msg'].removeprefix('Value error, ')}"
     return f"{path}={show(error.get('input'))}: {error['msg']}"
 
 
-def validate_receipt(data: Any, source: str) -> dict[str, Any]:
-    """`data` unchanged when it is a receipt; else ApplianceError naming the file, the field and the value."""
+def validate_receipt(data: Any, source: str) -> Receipt:
+    """The typed receipt; ApplianceError naming the file, the field and the value when `data` is none."""
     try:
-        Receipt.model_validate(data)
+        return Receipt.model_validate(data)
     except ValidationError as exc:
         problems = [_describe(e) for e in exc.errors()[:5]]
         raise ApplianceError(f"{source}: not a valid receipt ({len(exc.errors())} problem(s))\n    "
                              + "\n    ".join(problems), field=problems[0].split("=")[0].split(":")[0], value=source,
                              fix="give a receipt.json written by `appliance gate`, unedited",
                              reason="the comparison must not judge numbers it cannot trust") from None
-    return data

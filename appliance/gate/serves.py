@@ -7,26 +7,27 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING, Bands, judge_serves
-from appliance.gate.receipt import check
+from appliance.gate.receipt_model import RecallParams, Receipt
 
 
-def judge_receipts(receipts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def judge_receipts(receipts: list[tuple[str, Receipt]]) -> dict[str, Any]:
     serves: list[dict[str, Any]] = []
     bands: Bands | None = None
     for label, r in receipts:
-        c = check(r, "recall")
-        m, p = (c or {}).get("metrics") or {}, (c or {}).get("params") or {}
-        if not c or not m.get("total"):
+        c = r.recall()
+        m = c.metrics if c else None
+        if m is None or m.found is None or not m.total:
             raise ApplianceError(f"{label}: no recall result in this receipt", value=label,
                                  fix="run `appliance gate --checks recall --recall-runs 3` on each fresh serve")
-        line = float(p.get("min_found", PASS_LINE))
-        these = Bands(line, min(float(p.get("poisoned_max", POISONED_CEILING)), line))  # older receipts: no ceiling
+        p = (c.params if c else None) or RecallParams()
+        line = PASS_LINE if p.min_found is None else p.min_found
+        these = Bands(line, min(POISONED_CEILING if p.poisoned_max is None else p.poisoned_max, line))  # older: none
         if bands is not None and these != bands:
             raise ApplianceError(f"{label}: recall bands {these} differ from the first receipt's {bands}",
                                  value=label, fix="judge receipts of one profile and gate size together")
         bands = these
-        serves.append({"receipt": label, "runs_found": m.get("runs_found") or [m["found"]],
-                       "mean": m["found"] / m["total"], "needles_per_run": m.get("needles_per_run", m["total"])})
+        serves.append({"receipt": label, "runs_found": m.runs_found or [m.found], "mean": m.found / m.total,
+                       "needles_per_run": m.total if m.needles_per_run is None else m.needles_per_run})
     assert bands is not None
     verdict, why = judge_serves([s["mean"] for s in serves], bands)
     return {"verdict": verdict, "reason": why, "pass_line": bands.pass_line,

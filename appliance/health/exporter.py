@@ -19,6 +19,7 @@ from appliance.health.monitor import ExporterIdentity, HostSections, Monitor
 from appliance.health.peers import PeerWatch, compared_facts
 from appliance.health.server import CONNECTION_TIMEOUT_S, MAX_CONNECTIONS, HealthServer, serve
 from appliance.health.tail import LogTailer
+from appliance.health.verdicts import Verdicts
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.topology import Role
 
@@ -120,12 +121,12 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
+    verdicts = Verdicts(monitor, clock, stale_after, config.live_grace)
     try:
-        registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity)
+        registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity, verdicts.ready)
         if canary:
             registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
-        server = HealthServer((config.host, config.port), monitor, registry,
-                              clock=clock, stale_after=stale_after, live_grace=config.live_grace,
+        server = HealthServer((config.host, config.port), verdicts, registry,
                               connection_timeout=config.connection_timeout, max_connections=config.max_connections)
     except OSError:
         if engine:

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from appliance.health.monitor import Monitor
+from appliance.health.verdicts import Verdict, Verdicts
 from appliance.redact import redact, redact_tree
 
 CONNECTION_TIMEOUT_S = 10.0
@@ -26,17 +27,13 @@ class HealthServer(ThreadingHTTPServer):
     allow_reuse_address = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], monitor: Monitor, registry: CollectorRegistry, *,
-                 clock: Callable[[], float], stale_after: float, live_grace: float,
+    def __init__(self, address: tuple[str, int], verdicts: Verdicts, registry: CollectorRegistry, *,
                  connection_timeout: float = CONNECTION_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> None:
         super().__init__(address, _Handler)
-        self.monitor = monitor
+        self.monitor: Monitor = verdicts.monitor
+        self.judge = verdicts
         self.registry = registry
-        self.clock = clock
-        self.stale_after = stale_after
-        """A snapshot older than this means the poll loop is stuck: not live, not ready."""
-        self.live_grace = live_grace
-        """How long `failed` may last before /live fails (time for supervisord to restart the engine)."""
+        self.clock: Callable[[], float] = verdicts.clock
         self.connection_timeout = connection_timeout
         self._slots = threading.BoundedSemaphore(max_connections)
 
@@ -62,19 +59,8 @@ class HealthServer(ThreadingHTTPServer):
         print(f"appliance exporter: client {client_address[0]}:{client_address[1]}: "
               f"{type(exc).__name__}: {redact(str(exc))[:200]}", file=sys.stderr, flush=True)
 
-    def verdicts(self) -> dict[str, tuple[bool, dict[str, Any]]]:
-        snap, now = self.monitor.snapshot, self.clock()
-        fresh = now - snap.at <= self.stale_after
-        stale = [] if fresh else [f"exporter poll loop stale for {now - snap.at:.0f} s"]
-        failed_long = snap.state == "failed" and now - snap.since > self.live_grace
-        live_reasons = stale + ([f"failed for {now - snap.since:.0f} s: {snap.reasons[0]}"] if failed_long else [])
-        ready_reasons = stale + (snap.reasons if not snap.ready else [])
-        return {
-            "live": (not live_reasons, {"live": not live_reasons, "state": snap.state, "reasons": live_reasons}),
-            "ready": (not ready_reasons,
-                      {"ready": not ready_reasons, "state": snap.state, "reasons": ready_reasons}),
-            "startup": (snap.started and fresh, {"started": snap.started, "state": snap.state, "reasons": stale}),
-        }
+    def verdicts(self) -> dict[str, Verdict]:
+        return self.judge.all()
 
 
 class _Handler(BaseHTTPRequestHandler):

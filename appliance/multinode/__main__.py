@@ -24,14 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        from appliance.multinode.netif import with_host_ip
+        from appliance.multinode.netif import ipv4_of
         from appliance.multinode.rendezvous import preflight
+        from appliance.placement import resolve_placement
         from appliance.render.plan import build_plan
         from appliance.settings import load_settings
 
         settings = load_settings()
         loaded = load_from_args(args, settings)
-        place = with_host_ip(placement_from_args(args, settings))
+        place = resolve_placement(loaded.profile, placement_from_args(args, settings), interface_ip=ipv4_of)
         plan = build_plan(loaded.profile, place)
         preflight(loaded.profile, plan, place, timeout_s=args.timeout or settings.rendezvous_timeout_s)
     except ApplianceError as exc:

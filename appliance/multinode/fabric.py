@@ -29,12 +29,26 @@ from collections.abc import Mapping
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance import port_holder
 from appliance.bounds import QUALIFY_PORT_OFFSET
 from appliance.errors import ApplianceError
 from appliance.lock import NCCL_DISTRIBUTIONS
+from appliance.multinode.fabric_report import (
+    FabricReport,
+    Floor,
+    OnFail,
+    Verdict,
+    measured_figures,
+    measured_links,
+    unjudged,
+)
+
+if TYPE_CHECKING:
+    from appliance.placement import ResolvedPlacement
+    from appliance.profile.model import Profile
+    from appliance.render.serveplan import ServePlan
 
 RULE = "K25"
 NONE = "none"
@@ -202,24 +216,28 @@ def _host(addr: str) -> str:
 
 # --- the verdict (entrypoint side) ------------------------------------------------------------------------
 
-def judge(result: dict[str, Any], min_gbps: float | None, max_latency_us: float | None, on_fail: str) -> dict[str, Any]:
+def judge(result: Mapping[str, Any], min_gbps: float | None, max_latency_us: float | None,
+          on_fail: OnFail) -> FabricReport:
+    """One rank's measurement (`measure`'s JSON) against the profile's floor; ValueError when it is no measurement."""
+    links = measured_links(result)
+    backend = str(result.get("backend"))
     problems = []
-    for peer, m in sorted(result.get("peers", {}).items()):
-        if min_gbps is not None and m["bandwidth_gbps"] < min_gbps:
-            problems.append(f"{RULE} rank {peer} <-> head: {m['bandwidth_gbps']:.2f} GB/s over {result['backend']} "
+    for peer, m in sorted(links.items()):
+        if min_gbps is not None and m.bandwidth_gbps < min_gbps:
+            problems.append(f"{RULE} rank {peer} <-> head: {m.bandwidth_gbps:.2f} GB/s over {backend} "
                             f"is under the profile's floor {min_gbps:g} GB/s")
-        if max_latency_us is not None and m["latency_us"] > max_latency_us:
-            problems.append(f"{RULE} rank {peer} <-> head: latency {m['latency_us']:.0f} us over {result['backend']} "
+        if max_latency_us is not None and m.latency_us > max_latency_us:
+            problems.append(f"{RULE} rank {peer} <-> head: latency {m.latency_us:.0f} us over {backend} "
                             f"exceeds the profile's {max_latency_us:g} us")
-    verdict = "pass" if not problems else "fail" if on_fail == "refuse" else "warn"
-    return {"rule": RULE, "verdict": verdict, "problems": problems,
-            "floor": {"min_bandwidth_gbps": min_gbps, "max_latency_us": max_latency_us, "on_fail": on_fail},
-            **result}
+    verdict: Verdict = "pass" if not problems else "fail" if on_fail == "refuse" else "warn"
+    return FabricReport(rule=RULE, verdict=verdict, problems=tuple(problems),
+                        floor=Floor(min_gbps, max_latency_us, on_fail), peers=links, **measured_figures(result),
+                        extra=unjudged(result))
 
 
 def qualify(*, rank: int, world: int, master_addr: str, port: int, backend: str, transfer_mib: int,
-            min_gbps: float | None, max_latency_us: float | None, on_fail: str, env: Mapping[str, str],
-            iters: int = 5, timeout_s: float = MEASURE_TIMEOUT_S) -> dict[str, Any]:
+            min_gbps: float | None, max_latency_us: float | None, on_fail: OnFail, env: Mapping[str, str],
+            iters: int = 5, timeout_s: float = MEASURE_TIMEOUT_S) -> FabricReport:
     """Measure this rank's link to the head in a child process and judge it; raises ApplianceError (exit 2)
     when the profile refuses below its floor, or when the measurement cannot run at all."""
     argv = [sys.executable, "-m", "appliance.multinode.fabric", "measure", "--rank", str(rank), "--world",
@@ -250,10 +268,14 @@ def qualify(*, rank: int, world: int, master_addr: str, port: int, backend: str,
             tail += f"; {port_holder.describe(port)}"  # the head's store could not listen: say who has the port
         raise _cannot(f"rank {rank}'s fabric measurement with the head at {where} failed (exit {done.returncode}): "
                       f"{tail}", master_addr, port)
-    report = judge(result, min_gbps, max_latency_us, on_fail)
-    if report["verdict"] == "fail":
+    try:
+        report = judge(result, min_gbps, max_latency_us, on_fail)
+    except ValueError as exc:
+        raise _cannot(f"rank {rank}'s fabric measurement with the head at {where} is malformed: {exc}",
+                      master_addr, port) from None
+    if report.verdict == "fail":
         raise ApplianceError(
-            "fabric qualification refused the serve: " + "; ".join(report["problems"]),
+            "fabric qualification refused the serve: " + "; ".join(report.problems),
             field="distributed.fabric.min_bandwidth_gbps", value=min_gbps,
             fix="check that NCCL uses the RDMA fabric (NCCL_DEBUG=INFO shows `Using network IB`, not Socket), the "
                 "HCA (distributed.nccl_ib_hca), cabling and MTU; or set distributed.fabric.on_fail: warn",
@@ -267,14 +289,12 @@ def _cannot(message: str, master_addr: str, port: int) -> ApplianceError:
                               f"fabric from every rank, and that every rank started", reason=K25_REASON)
 
 
-def qualify_for(profile: Any, plan: Any, placement: Any) -> dict[str, Any]:
+def qualify_for(profile: Profile, plan: ServePlan, placement: ResolvedPlacement) -> FabricReport:
     """`appliance run`'s call after the rendezvous: this rank's qualification with the profile's floor."""
     fabric = profile.distributed.fabric
-    from appliance.render.serveplan import qualify_port
-
-    port = qualify_port(profile, placement)
+    assert placement.master_addr is not None  # a multi-node placement: build_plan refused it without one
     return qualify(rank=placement.node_rank, world=profile.hardware.nodes, master_addr=placement.master_addr,
-                   port=port, backend="nccl" if profile.hardware.target == "gpu" else "gloo",
+                   port=placement.qualify_port, backend="nccl" if profile.hardware.target == "gpu" else "gloo",
                    transfer_mib=fabric.transfer_mib, min_gbps=fabric.min_bandwidth_gbps,
                    max_latency_us=fabric.max_latency_us, on_fail=fabric.on_fail, env=plan.env)
 
@@ -282,7 +302,7 @@ def qualify_for(profile: Any, plan: Any, placement: Any) -> dict[str, Any]:
 # --- metrics --------------------------------------------------------------------------------------------
 
 def qualify_here(world: int, master: str, port: int, backend: str, transfer_mib: int, iters: int,
-                 min_gbps: float | None, max_latency_us: float | None, on_fail: str) -> list[dict[str, Any]]:
+                 min_gbps: float | None, max_latency_us: float | None, on_fail: OnFail) -> list[dict[str, Any]]:
     """Every rank of a qualification on this one host (each its own child process, as `appliance run` does):
     for the CPU test between two loopback addresses, and for two GPUs of one host (NVLink, not a fabric)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -292,7 +312,7 @@ def qualify_here(world: int, master: str, port: int, backend: str, transfer_mib:
         try:
             return qualify(rank=rank, world=world, master_addr=master, port=port, backend=backend,
                            transfer_mib=transfer_mib, min_gbps=min_gbps, max_latency_us=max_latency_us,
-                           on_fail=on_fail, env=env, iters=iters)
+                           on_fail=on_fail, env=env, iters=iters).to_json()
         except ApplianceError as exc:
             return {"rank": rank, "verdict": "refused", "error": str(exc)}
 

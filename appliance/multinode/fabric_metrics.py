@@ -3,41 +3,42 @@ loading prometheus_client; only the exporter registers these."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import Metric
 
-from appliance.multinode.fabric import RULE
+from appliance.metricfamilies import DescribedCollector, Family
+from appliance.multinode.fabric_report import VERDICTS, FabricReport
+
+VERDICT = Family("gauge", "appliance_fabric_qualification",
+                 "1 for this node's fabric qualification verdict before launch", ("rule", "backend", "verdict"))
+BANDWIDTH = Family("gauge", "appliance_fabric_bandwidth_bytes_per_second",
+                   "point-to-point bandwidth rank <-> head measured before launch", ("peer",))
+LATENCY = Family("gauge", "appliance_fabric_latency_seconds",
+                 "small-message round trip / 2, rank <-> head, measured before launch", ("peer",))
+ALLREDUCE = Family("gauge", "appliance_fabric_allreduce_bus_bandwidth_bytes_per_second",
+                   "all-reduce bus bandwidth over all ranks, measured before launch")
 
 
-class FabricCollector(Collector):
+class FabricCollector(DescribedCollector):
     """This node's qualification before launch (static for the serve's life)."""
 
-    def __init__(self, report: Mapping[str, Any]) -> None:
-        self.report = report
+    FAMILIES = (VERDICT, BANDWIDTH, LATENCY, ALLREDUCE)
 
-    def describe(self) -> list[Metric]:
-        return []
+    def __init__(self, report: FabricReport) -> None:
+        self.report = report
 
     def collect(self) -> Iterator[Metric]:
         r = self.report
-        verdict = GaugeMetricFamily("appliance_fabric_qualification", "1 for this node's fabric qualification "
-                                    "verdict before launch", labels=["rule", "backend", "verdict"])
-        for one in ("pass", "warn", "fail"):
-            verdict.add_metric([RULE, str(r.get("backend")), one], 1.0 if r.get("verdict") == one else 0.0)
+        verdict = VERDICT.new()
+        for one in VERDICTS:
+            verdict.add_metric([r.rule, r.backend, one], 1.0 if r.verdict == one else 0.0)
         yield verdict
-        bw = GaugeMetricFamily("appliance_fabric_bandwidth_bytes_per_second",
-                               "point-to-point bandwidth rank <-> head measured before launch", labels=["peer"])
-        lat = GaugeMetricFamily("appliance_fabric_latency_seconds",
-                                "small-message round trip / 2, rank <-> head, measured before launch", labels=["peer"])
-        for peer, m in sorted(r.get("peers", {}).items()):
-            bw.add_metric([peer], m["bandwidth_gbps"] * 1e9)
-            lat.add_metric([peer], m["latency_us"] / 1e6)
+        bw, lat = BANDWIDTH.new(), LATENCY.new()
+        for peer, link in sorted(r.peers.items()):
+            bw.add_metric([peer], link.bandwidth_gbps * 1e9)
+            lat.add_metric([peer], link.latency_us / 1e6)
         yield bw
         yield lat
-        if isinstance(r.get("allreduce_busbw_gbps"), int | float):
-            yield GaugeMetricFamily("appliance_fabric_allreduce_bus_bandwidth_bytes_per_second",
-                                    "all-reduce bus bandwidth over all ranks, measured before launch",
-                                    value=r["allreduce_busbw_gbps"] * 1e9)
+        if r.allreduce_busbw_gbps is not None:
+            yield ALLREDUCE.new(r.allreduce_busbw_gbps * 1e9)

@@ -1,14 +1,13 @@
-"""The IPv4 address of a network interface (the fabric's), for VLLM_HOST_IP on each rank."""
+"""The IPv4 address of a network interface (the fabric's), for VLLM_HOST_IP on each rank: the `interface_ip` the
+run-time placement resolution reads (appliance/placement.py)."""
 
 from __future__ import annotations
 
 import fcntl
 import socket
 import struct
-from dataclasses import replace
 
 from appliance.errors import ApplianceError
-from appliance.render.serveplan import Placement
 
 _SIOCGIFADDR = 0x8915
 
@@ -26,11 +25,3 @@ def ipv4_of(ifname: str) -> str:
                 reason="NCCL, Gloo and VLLM_HOST_IP must all use the fast fabric",
             ) from None
     return socket.inet_ntoa(packed[20:24])
-
-
-def with_host_ip(place: Placement) -> Placement:
-    """This node's fabric address: given, else read off the fabric interface (run-time only: a render for
-    another node must not need that node's interface)."""
-    if place.host_ip or not place.fabric_ifname:
-        return place
-    return replace(place, host_ip=ipv4_of(place.fabric_ifname))

@@ -41,8 +41,9 @@ from appliance import port_holder
 from appliance.bounds import RENDEZVOUS_PORT_OFFSET, show
 from appliance.errors import ApplianceError
 from appliance.multinode.identity import Difference, NodeIdentity, differences, local_identity
+from appliance.placement import ResolvedPlacement, http_url
 from appliance.profile.model import Profile
-from appliance.render.serveplan import Placement, ServePlan, http_url, rendezvous_port
+from appliance.render.serveplan import ServePlan
 from appliance.rules.upgrade import RULES
 
 log = logging.getLogger(__name__)
@@ -382,21 +383,20 @@ def join_head(identity: NodeIdentity, rank: int, master_addr: str, port: int, ti
         reason="K10: every rank rendezvous at the head before the engine starts")
 
 
-def preflight(profile: Profile, plan: ServePlan, placement: Placement, *, timeout_s: float,
-              health_port: int | None = None) -> dict[int, Peer]:
+def preflight(profile: Profile, plan: ServePlan, placement: ResolvedPlacement, *, timeout_s: float) -> dict[int, Peer]:
     """The call `appliance run` makes between render and supervisord: exchange this node's identity with the
     other nodes; ApplianceError (exit 2) when they differ or never come; a no-op for single-node.
 
-    A worker tells the head its exporter's `health_port`; the head gets back its workers (rank -> Peer)."""
+    A worker tells the head its exporter's port; the head gets back its workers (rank -> Peer)."""
     if plan.role == "single":
         return {}
     if not placement.master_addr:
         raise ApplianceError("a multi-node serve needs the head's fabric address", field="APPLIANCE_MASTER_ADDR",
                              fix="set APPLIANCE_MASTER_ADDR on every node to the head's address on the fabric")
-    port = rendezvous_port(profile, placement)
+    port = placement.rendezvous_port
     identity = local_identity(profile, env={**os.environ, **plan.env}, fabric_ifname=placement.fabric_ifname)
     if plan.role == "head":
         return serve_head(identity, profile.hardware.nodes, port, timeout_s, ipv6=":" in placement.master_addr)
     join_head(identity, placement.node_rank, placement.master_addr, port, timeout_s,
-              source_ip=placement.host_ip, health_port=health_port)
+              source_ip=placement.host_ip, health_port=placement.health_port)
     return {}

@@ -21,7 +21,7 @@ from appliance.profile.model import Profile
 from appliance.profile.topology import Role
 from appliance.redact import SECRET_ENV
 from appliance.render.plan import build_plan
-from appliance.render.serveplan import Placement, ServePlan, rendezvous_port
+from appliance.render.serveplan import Placement, ResolvedPlacement, ServePlan, resolve_placement
 
 Manifest = dict[str, Any]
 PROBE = "/opt/appliance/healthchecks/probe"
@@ -187,15 +187,14 @@ def _fetch_model(profile: Profile, opts: K8sOptions, env: list[dict[str, Any]]) 
 
 
 def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: dict[str, str],
-                  master_port: int) -> Manifest:
+                  place: ResolvedPlacement) -> Manifest:
     gpu = profile.hardware.gpu != "cpu"
     ports = [{"name": "metrics", "containerPort": profile.server.health_port, "protocol": "TCP"}]
     if plan.role != "worker":
         ports.insert(0, {"name": "http", "containerPort": profile.server.port, "protocol": "TCP"})
     if plan.role == "head":
-        ports += [{"name": "dist-master", "containerPort": master_port, "protocol": "TCP"},
-                  {"name": "rendezvous", "containerPort": rendezvous_port(profile, Placement(master_port=master_port)),
-                   "protocol": "TCP"}]
+        ports += [{"name": "dist-master", "containerPort": place.master_port, "protocol": "TCP"},
+                  {"name": "rendezvous", "containerPort": place.rendezvous_port, "protocol": "TCP"}]
     budget = probe_budget(profile)
     hf_gib = hf_cache_gib(profile) if gpu and not opts.hf_cache_claim else None
     if gpu:
@@ -210,7 +209,7 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
         resources: dict[str, Any] = {"requests": requests, "limits": limits}
     else:
         resources = {"requests": {"cpu": "1", "memory": "4Gi"}}
-    env = _env(profile, plan, opts, master_port)
+    env = _env(profile, plan, opts, place.master_port)
     container = {
         "name": CONTAINER,
         "image": opts.image,
@@ -290,23 +289,23 @@ def _service(profile: Profile, opts: K8sOptions, labels: dict[str, str], role: R
     }
 
 
-def plans_for(profile: Profile, master_port: int | None = None) -> dict[Role, ServePlan]:
-    """The plans the pods will render: single, or head + a worker (workers differ only in rank)."""
+def placements_for(profile: Profile) -> dict[Role, ResolvedPlacement]:
+    """Where the pods stand: single, or head + a worker (workers differ only in rank), at the leader's address."""
     if profile.hardware.nodes == 1:
-        return {"single": build_plan(profile)}
-    port = master_port or profile.distributed.master_port
+        return {"single": resolve_placement(profile)}
     ranks: tuple[tuple[Role, int], ...] = (("head", 0), ("worker", 1))
-    return {role: build_plan(profile, Placement(node_rank=rank, master_addr=LEADER_ADDRESS, master_port=port))
+    leader = {"master_addr": "k8s:LWS_LEADER_ADDRESS"}
+    return {role: resolve_placement(profile, Placement(node_rank=rank, master_addr=LEADER_ADDRESS, origins=leader))
             for role, rank in ranks}
 
 
 def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
     name = resource_name(profile, opts)
     labels = _labels(profile, opts, lock_digest, profile_digest)
-    port = profile.distributed.master_port
-    plans = plans_for(profile, port)
+    places = placements_for(profile)
+    plans = {role: build_plan(profile, place) for role, place in places.items()}
     if "single" in plans:
-        template = _pod_template(profile, opts, plans["single"], labels, port)
+        template = _pod_template(profile, opts, plans["single"], labels, places["single"])
         deployment = {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": _metadata(name, opts, labels),
@@ -328,8 +327,8 @@ def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profi
             "leaderWorkerTemplate": {
                 "size": profile.hardware.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",  # one rank restarting alone would hang the rest
-                "leaderTemplate": _pod_template(profile, opts, plans["head"], labels, port),
-                "workerTemplate": _pod_template(profile, opts, plans["worker"], labels, port),
+                "leaderTemplate": _pod_template(profile, opts, plans["head"], labels, places["head"]),
+                "workerTemplate": _pod_template(profile, opts, plans["worker"], labels, places["worker"]),
             },
         },
     }

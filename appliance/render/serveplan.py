@@ -1,28 +1,12 @@
-"""The ServePlan (argv + env + role) and where a process stands (Placement): the types every view of a plan
-shares, with the addresses derived from them (engine API URL, rendezvous port)."""
+"""The ServePlan (argv + env + role): the type every view of a plan shares. Where a process stands (Placement, and
+its one resolution against the profile) is appliance/placement.py, re-exported here for the views."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from appliance.bounds import QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
-from appliance.profile.model import Profile
+from appliance.placement import Placement, ResolvedPlacement, engine_api_url, http_url, resolve_placement
 from appliance.profile.topology import Role
-
-"""The appliance's own rendezvous listens one above the engine's master port."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where this process runs in the serve: from APPLIANCE_* settings or CLI flags."""
-
-    node_rank: int = 0
-    master_addr: str | None = None
-    master_port: int | None = None
-    host_ip: str | None = None
-    fabric_ifname: str | None = None
-    model_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -40,22 +24,4 @@ class ServePlan:
         return out
 
 
-def http_url(host: str, port: int) -> str:
-    """http://HOST:PORT, an IPv6 literal in brackets."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def engine_api_url(role: Role, port: int, master_addr: str | None) -> str | None:
-    """Where a rank's exporter asks vLLM: its own API server, or on a headless worker (no API of its own)
-    the head's, so the worker is healthy only while its head serves (K22)."""
-    if role == "worker":
-        return http_url(master_addr, port) if master_addr else None
-    return http_url("127.0.0.1", port)
-
-
-def rendezvous_port(profile: Profile, placement: Placement) -> int:
-    return (placement.master_port or profile.distributed.master_port) + RENDEZVOUS_PORT_OFFSET
-
-
-def qualify_port(profile: Profile, placement: Placement) -> int:
-    return (placement.master_port or profile.distributed.master_port) + QUALIFY_PORT_OFFSET
+__all__ = ["Placement", "ResolvedPlacement", "ServePlan", "engine_api_url", "http_url", "resolve_placement"]

@@ -12,19 +12,23 @@ from prometheus_client import CollectorRegistry
 
 from appliance.errors import ApplianceError
 from appliance.hostmem.watchdog import Watchdog
+from appliance.multinode.fabric_report import FabricReport
 from appliance.profile.model import Profile
 from appliance.settings import ApplianceSettings
 
+MAX_REPORT_BYTES = 1 << 20
+
 
 class HostSide:
-    def __init__(self, watchdog: Watchdog | None, fabric: dict[str, Any] | None) -> None:
+    def __init__(self, watchdog: Watchdog | None, fabric: FabricReport | None) -> None:
         self.watchdog, self.fabric = watchdog, fabric
 
     def holds(self) -> list[str]:
         return self.watchdog.state.holds if self.watchdog else []
 
     def sections(self) -> dict[str, Any]:
-        return {"memory": self.watchdog.state.to_json() if self.watchdog else None, "fabric": self.fabric}
+        return {"memory": self.watchdog.state.to_json() if self.watchdog else None,
+                "fabric": self.fabric.to_json() if self.fabric else None}
 
     def register(self, registry: CollectorRegistry) -> None:
         from appliance.hostmem.metrics import WatchdogCollector
@@ -45,22 +49,23 @@ class HostSide:
         return thread
 
 
-def read_fabric_report(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
+def read_fabric_report(path: Path) -> FabricReport:
+    """A fabric report written by hand-run tooling (`python -m appliance.multinode.fabric here`'s JSON line), for
+    `appliance exporter --fabric-report`; `appliance run` hands its own over in launch.json."""
+    from appliance.paths import read_capped
+
+    raw = read_capped(path, "--fabric-report", MAX_REPORT_BYTES, "fabric qualification report")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the fabric qualification report {path}: {exc}", field="--fabric-report",
-                             value=str(path),
-                             fix="pass the file `appliance run` wrote, or leave the flag out") from None
-    if not isinstance(data, dict):
-        raise ApplianceError(f"{path} is not a fabric qualification report", field="--fabric-report", value=str(path))
-    return data
+        return FabricReport.from_json(json.loads(raw))
+    except (ValueError, RecursionError) as exc:
+        raise ApplianceError(f"{path} is not a fabric qualification report: {str(exc)[:200]}",
+                             field="--fabric-report", value=str(path),
+                             fix="pass a report of `python -m appliance.multinode.fabric here`, or leave the flag "
+                                 "out") from None
 
 
 def host_side_for(profile: Profile, settings: ApplianceSettings, engine_program: str,
-                  fabric_report: Path | None) -> HostSide:
+                  fabric: FabricReport | None) -> HostSide:
     """The memory watchdog (K24; the same readers as doctor, APPLIANCE_PROCFS / APPLIANCE_KMSG) and the fabric
     report (K25). It stops the engine only under supervisord; run alone it reports what it would do."""
     from appliance.hostmem.sources import KernelLog, load_kernel_checks
@@ -70,4 +75,4 @@ def host_side_for(profile: Profile, settings: ApplianceSettings, engine_program:
     if profile.memory.watchdog != "off":
         watchdog = Watchdog(profile.memory, load_kernel_checks(), procfs=settings.procfs,
                             kernel=KernelLog(settings.kmsg), control=SupervisorControl.from_env(engine_program))
-    return HostSide(watchdog, read_fabric_report(fabric_report))
+    return HostSide(watchdog, fabric)

@@ -1,12 +1,15 @@
 """The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
 
+    run_files        the run folder, checked (supervisor reads its name) and created, once
     check_profile    locate the checkpoint; validate with its real facts (exit 2 on errors)
+    resolve_place    this node's placement, resolved once against the profile (+ the fabric address, the located
+                     checkpoint), every value with its origin (appliance/placement.py)
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
-    resolve_plan     placement (+ fabric address) -> ServePlan, programs made absolute
-    join_peers       multi-node: the consistency exchange; the head gets its workers' exporters
-    qualify_fabric   multi-node: this rank's measured link to the head against the profile's floor (K25)
-    resolve_launch   the above + run folder, engine env (caches), the exporter's arguments, the canary's watch
-    write_launch     launch.json + supervisord.conf, atomically, proven by supervisor's own loader
+    resolve_launch   ServePlan (programs made absolute) + the consistency exchange (multi-node; the head gets its
+                     workers' exporters) + the fabric qualification (K25) + engine env (caches) + the canary's watch
+    write_launch     launch.json (the typed hand-off: placement, programs, the exporter's section) + supervisord.conf,
+                     atomically, proven by supervisor's own loader
+    relaunch         the canary's step-down: the same launch again with a rung's profile, in this process
 
 Library code: it reports through the `report` callable it is given and raises ApplianceError on bad input.
 """
@@ -14,7 +17,6 @@ Library code: it reports through the `report` callable it is given and raises Ap
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
 import sys
@@ -22,32 +24,30 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from appliance.bounds import check_health_port
 from appliance.channels.engines import EngineInstall, find_engine, require_engine
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
 from appliance.lock import channel_lock
-from appliance.multinode.netif import with_host_ip
+from appliance.multinode.fabric_report import FabricReport
+from appliance.multinode.netif import ipv4_of
 from appliance.multinode.rendezvous import Peer, preflight
-from appliance.paths import venv_executable
+from appliance.paths import make_dir, venv_executable
+from appliance.placement import Placement, ResolvedPlacement, resolve_placement
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.profile.model import Profile
-from appliance.profile.topology import role_for
 from appliance.render.plan import build_plan
-from appliance.render.serveplan import Placement, ServePlan, engine_api_url
+from appliance.render.serveplan import ServePlan
 from appliance.render.supervisord import RunFiles, render_conf
 from appliance.rules import context_for, require_valid
 from appliance.run.caches import cache_env
-from appliance.run.launchfile import LaunchFile, Program
+from appliance.run.launchfile import EXPORTER_BIND, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.settings import ApplianceSettings
 
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
-FABRIC_FILE = "fabric.json"
 EXPORTER = "exporter"
 # Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks):
 # a run folder holding one could not be named in supervisord.conf safely.
@@ -59,17 +59,15 @@ class Launch:
     """Everything `appliance run` resolved: what runs, where, with which environment, next to whom."""
 
     loaded: LoadedProfile
-    place: Placement
+    place: ResolvedPlacement
     plan: ServePlan
     """Programs absolute; env = the plan's only (the engine gets `env`)."""
     env: dict[str, str]
     """The engine's and setup steps' environment: the plan's + caches (+ HF_HUB_OFFLINE for a local model)."""
     files: RunFiles
     peers: dict[int, Peer] = field(default_factory=dict)
-    health_port: int = 0
-    engine_url: str | None = None
-    fabric: dict[str, Any] | None = None
-    """This rank's fabric qualification (K25), written beside launch.json for its exporter."""
+    fabric: FabricReport | None = None
+    """This rank's fabric qualification (K25), handed to its exporter in launch.json."""
     canary: list[str] | None = None
     """The correctness canary's watch (appliance/canary/watch.py), on a head or single node whose profile runs one."""
 
@@ -77,19 +75,14 @@ class Launch:
     def launch_file(self) -> Path:
         return self.files.run_dir / LAUNCH_FILE
 
-    def exporter_args(self) -> list[str]:
-        args = ["--log", str(self.files.engine_log), "--port", str(self.health_port),
-                "--node-rank", str(self.place.node_rank)]
-        if self.engine_url:  # said here, from the placement flags too, not re-derived from the exporter's env
-            args += ["--engine-url", self.engine_url]
-        for rank, peer in sorted(self.peers.items()):  # the head compares the NCCL each worker loaded (K15)
-            if peer.health_url:
-                args += ["--peer", f"{rank}={peer.health_url}"]
-        if self.fabric is not None:  # K25: this node's figures, shown by its exporter in /status and metrics
-            args += ["--fabric-report", str(self.files.run_dir / FABRIC_FILE)]
-        if self.canary:  # the watch writes its rounds and rung there; the exporter turns them into readiness
-            args += ["--canary-state", str(self.files.run_dir / STATE_FILE)]
-        return args
+    def exporter(self) -> ExporterSection:
+        """The exporter's section of launch.json: every input of `appliance exporter --launch`, from this launch."""
+        # The head compares the NCCL each worker loaded (K15) through the workers' exporters.
+        peers = {rank: peer.health_url for rank, peer in sorted(self.peers.items()) if peer.health_url}
+        return ExporterSection(log=self.files.engine_log, port=self.place.health_port, host=EXPORTER_BIND,
+                               role=self.place.role, engine_url=self.place.engine_url, peers=peers,
+                               canary_state=self.files.run_dir / STATE_FILE if self.canary else None,
+                               fabric=self.fabric)
 
     def programs(self) -> dict[str, Program]:
         out = {f"setup{i}": Program(step, self.env) for i, step in enumerate(self.plan.setup)}
@@ -105,10 +98,22 @@ class Launch:
         return out | {EXPORTER: [sys.executable, "-m", "appliance", "exporter", *launch]}
 
 
-def check_profile(loaded: LoadedProfile, place: Placement, report: Report) -> Path | None:
+def run_files(run_dir: Path, field: str = "--run-dir") -> RunFiles:
+    """The run folder, checked and created once; `field` names where it came from (the flag or the variable)."""
+    unsafe = sorted({ch for ch in str(run_dir) if ch in _CONF_UNSAFE})
+    if unsafe:
+        raise ApplianceError(f"the run folder {str(run_dir)!r} holds {unsafe!r}", field=field,
+                             value=str(run_dir), fix="choose a run folder without ';', '#' or control characters",
+                             reason="supervisord.conf names it, and supervisor reads those as comments or breaks")
+    make_dir(run_dir, field)
+    sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
+    return RunFiles(run_dir, sock)
+
+
+def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Path | None:
     """The checkpoint's folder when it is on disk; the profile re-validated with its real facts."""
     profile = loaded.profile
-    model_dir = locate(profile.model.checkpoint, profile.model.revision, place.model_dir)
+    model_dir = locate(profile.model.checkpoint, profile.model.revision, given.model_dir)
     ctx = context_for(profile)
     if model_dir is not None:
         ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
@@ -123,10 +128,18 @@ def check_profile(loaded: LoadedProfile, place: Placement, report: Report) -> Pa
     return model_dir
 
 
-def preflight_host(profile: Profile, place: Placement, settings: ApplianceSettings, report: Report) -> list[Check]:
+def resolve_place(loaded: LoadedProfile, given: Placement, model_dir: Path | None) -> ResolvedPlacement:
+    """This node's placement, once: given over the profile, the fabric interface's address read here, and the
+    checkpoint folder `check_profile` located."""
+    place = resolve_placement(loaded.profile, given, interface_ip=ipv4_of)
+    return place if model_dir is None else place.with_model_dir(model_dir, "derived:the checkpoint located on disk")
+
+
+def preflight_host(profile: Profile, place: ResolvedPlacement, settings: ApplianceSettings,
+                   report: Report) -> list[Check]:
     """doctor for this node's role (reading the host through APPLIANCE_PROCFS / APPLIANCE_KMSG); returns the
     failed checks."""
-    checks = run_doctor(profile, role_for(profile, place.node_rank), procfs=settings.procfs, kmsg=settings.kmsg)
+    checks = run_doctor(profile, place.role, procfs=settings.procfs, kmsg=settings.kmsg)
     if checks:
         report(checks_text(checks, False, profile.name))
     return [c for c in checks if c.status == "fail"]
@@ -144,26 +157,23 @@ def absolute_programs(plan: ServePlan, engine: EngineInstall | None = None) -> S
     return replace(plan, argv=absolute(plan.argv), setup=[absolute(step) for step in plan.setup])
 
 
-def resolve_plan(profile: Profile, place: Placement, model_dir: Path | None, *,
-                 engine_required: bool = True) -> tuple[Placement, ServePlan]:
-    """The engine is the profile's channel's (its engine venv when it is not this environment's); without it on this
-    host, ApplianceError (exit 2), unless not `engine_required` (a dry run renders this environment's programs)."""
-    place = with_host_ip(place)
-    if model_dir is not None:
-        place = replace(place, model_dir=model_dir)
+def engine_plan(profile: Profile, place: ResolvedPlacement, *, engine_required: bool = True) -> ServePlan:
+    """The plan, run by the profile's channel's engine (its engine venv when it is not this environment's); without
+    it on this host, ApplianceError (exit 2), unless not `engine_required` (a dry run renders this environment's
+    programs)."""
     ch = channel_lock(profile.engine.channel, profile.hardware.target)
     engine = require_engine(ch) if engine_required else find_engine(ch)
-    return place, absolute_programs(build_plan(profile, place), engine)
+    return absolute_programs(build_plan(profile, place), engine)
 
 
-def join_peers(profile: Profile, plan: ServePlan, place: Placement, settings: ApplianceSettings,
-               health_port: int) -> dict[int, Peer]:
+def join_peers(profile: Profile, plan: ServePlan, place: ResolvedPlacement,
+               settings: ApplianceSettings) -> dict[int, Peer]:
     if plan.role == "single":
         return {}
-    return preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s, health_port=health_port)
+    return preflight(profile, plan, place, timeout_s=settings.rendezvous_timeout_s)
 
 
-def qualify_fabric(profile: Profile, plan: ServePlan, place: Placement, report: Report) -> dict[str, Any] | None:
+def qualify_fabric(profile: Profile, plan: ServePlan, place: ResolvedPlacement, report: Report) -> FabricReport | None:
     """K25: after the rendezvous agreed, measure this rank's link to the head over the engine's backend;
     ApplianceError (exit 2) below a floor the profile refuses."""
     if plan.role == "single":
@@ -171,55 +181,32 @@ def qualify_fabric(profile: Profile, plan: ServePlan, place: Placement, report: 
     from appliance.multinode.fabric import qualify_for
 
     result = qualify_for(profile, plan, place)
-    for problem in result["problems"]:
+    for problem in result.problems:
         report(f"appliance run: WARNING {problem}")
-    peers = ", ".join(f"rank {r}: {m['bandwidth_gbps']:.2f} GB/s, {m['latency_us']:.0f} us"
-                      for r, m in sorted(result["peers"].items()))
-    report(f"appliance run: fabric {result['verdict']} over {result['backend']} ({peers})")
+    peers = ", ".join(f"rank {r}: {m.bandwidth_gbps:.2f} GB/s, {m.latency_us:.0f} us"
+                      for r, m in sorted(result.peers.items()))
+    report(f"appliance run: fabric {result.verdict} over {result.backend} ({peers})")
     return result
 
 
-def check_run_dir(run_dir: Path) -> None:
-    unsafe = sorted({ch for ch in str(run_dir) if ch in _CONF_UNSAFE})
-    if unsafe:
-        raise ApplianceError(f"the run folder {str(run_dir)!r} holds {unsafe!r}", field="--run-dir",
-                             value=str(run_dir), fix="choose a run folder without ';', '#' or control characters",
-                             reason="supervisord.conf names it, and supervisor reads those as comments or breaks")
-
-
-def run_files(run_dir: Path) -> RunFiles:
-    check_run_dir(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
-    return RunFiles(run_dir, sock)
-
-
-def resolve_launch(loaded: LoadedProfile, place: Placement, settings: ApplianceSettings, model_dir: Path | None,
-                   run_dir: Path, home: Path, report: Report = print, *, measure_fabric: bool = True,
+def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: ApplianceSettings, files: RunFiles,
+                   home: Path, report: Report = print, *, measure_fabric: bool = True,
                    cli_overrides: tuple[str, ...] = ()) -> Launch:
-    """`measure_fabric=False` (a dry run): the fabric qualification is skipped and said so; it needs every rank
-    to measure at once, so one rank's dry run would wait for peers that never come."""
+    """`measure_fabric=False` (a dry run, a step-down): the fabric qualification is skipped and said so; it needs
+    every rank to measure at once, so one rank's dry run would wait for peers that never come."""
     profile = loaded.profile
-    check_run_dir(run_dir)  # before the rendezvous: a bad folder must not keep the other nodes waiting
-    place, plan = resolve_plan(profile, place, model_dir, engine_required=measure_fabric)
-    health_port = settings.health_port_for(profile.server.health_port)
-    if plan.role != "worker":  # a headless worker serves no API of its own
-        check_health_port("APPLIANCE_HEALTH_PORT", health_port, profile.server.port)
-    peers = join_peers(profile, plan, place, settings, health_port)
+    plan = engine_plan(profile, place, engine_required=measure_fabric)
+    peers = join_peers(profile, plan, place, settings)
     fabric = qualify_fabric(profile, plan, place, report) if measure_fabric else None
     if not measure_fabric and plan.role != "single":
         report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")
-    files = run_files(run_dir)
-    if fabric is not None:
-        (run_dir / FABRIC_FILE).write_text(json.dumps(fabric, indent=1))
     # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
     lock = channel_lock(profile.engine.channel, profile.hardware.target)
     env = plan.env | cache_env(lock.digest, engine_digest(profile), home / "cache")
-    if model_dir is not None:
+    if place.model_dir is not None:  # a checkpoint on disk: the engine asks no hub for it
         env.setdefault("HF_HUB_OFFLINE", "1")
-    engine_url = engine_api_url(plan.role, profile.server.port, place.master_addr)
-    return Launch(loaded, place, plan, env, files, peers, health_port, engine_url, fabric,
-                  canary_watch(loaded, plan, files.run_dir, engine_url, cli_overrides))
+    return Launch(loaded, place, plan, env, files, peers, fabric,
+                  canary_watch(loaded, plan, files.run_dir, place.engine_url, cli_overrides))
 
 
 def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None,
@@ -240,8 +227,8 @@ def launch_file(launch: Launch) -> LaunchFile:
     loaded = launch.loaded
     return LaunchFile(
         profile_name=loaded.profile.name, profile_digest=loaded.digest, profile_source=loaded.source.as_posix(),
-        profile=loaded.profile.model_dump(mode="json"), role=launch.plan.role, node_rank=launch.place.node_rank,
-        programs=launch.programs(), exporter_args=launch.exporter_args())
+        profile=loaded.profile.model_dump(mode="json"), placement=launch.place, programs=launch.programs(),
+        exporter=launch.exporter())
 
 
 def supervisord_conf(launch: Launch) -> str:
@@ -298,6 +285,33 @@ def describe(launch: Launch) -> str:
     """The programs as they will run, for `run --dry-run` (values from launch.json, never from the config)."""
     lines = [f"# {launch.launch_file}: the programs as supervisord will start them"]
     lines += [f"# {name}: {shlex.join(p.argv)}" for name, p in launch.programs().items()]
-    lines.append(f"# {EXPORTER}: appliance exporter {shlex.join(launch.exporter_args())}")
+    ex = launch.exporter()
+    peers = ", ".join(f"{rank}={url}" for rank, url in ex.peers.items()) or "-"
+    lines.append(f"# {EXPORTER}: appliance exporter --launch {launch.launch_file}: log {ex.log}, {ex.host}:{ex.port}, "
+                 f"{ex.role}, engine {ex.engine_url or '-'}, peers {peers}, canary {ex.canary_state or '-'}, "
+                 f"fabric {ex.fabric.verdict if ex.fabric else '-'}")
+    lines += [f"# placement {name}: {v['value']} ({v['origin']})" for name, v in launch.place.to_json().items()]
     # One line per program whatever a value holds: a newline inside one is shown, never printed raw.
     return "\n".join(line.replace("\r", "\\r").replace("\n", "\\n") for line in lines)
+
+
+def relaunch(loaded: LoadedProfile, launch_path: Path, settings: ApplianceSettings, home: Path,
+             report: Report = print, *, cli_overrides: tuple[str, ...] = ()) -> Launch:
+    """The launch at `launch_path` again, with `loaded` (a canary rung's profile): the same node, told the same
+    (its placement's given values), resolved against the new profile, its checkpoint re-checked; launch.json
+    rewritten (supervisord.conf names only that file, so it stays). The caller restarts the engine."""
+    try:
+        previous = read_launch(launch_path)
+    except LaunchFileError as exc:
+        raise ApplianceError(str(exc), field="launch.json", value=str(launch_path),
+                             fix="restart the serve (`appliance run`): it rewrites the launch") from None
+    was = previous.placement
+    given = was.given()
+    if was.model_dir is not None:  # the same checkpoint folder as the serve started on, however it was found
+        given = replace(given, model_dir=was.model_dir, origins={**given.origins, "model_dir": was.origin("model_dir")})
+    model_dir = check_profile(loaded, given, report)
+    place = resolve_place(loaded, given, model_dir)
+    launch = resolve_launch(loaded, place, settings, run_files(launch_path.parent), home, report,
+                            measure_fabric=False, cli_overrides=cli_overrides)
+    write_launch(launch)
+    return launch

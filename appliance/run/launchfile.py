@@ -5,6 +5,11 @@ a flag or the environment (served model name, description, --set values, address
 so nothing a user typed is ever parsed by supervisor. The exporter judges the profile stored here, the one
 the engine was started with, not the YAML as it reads when the exporter (re)starts.
 
+The typed hand-off (docs/launch-handoff.md): `placement` is this node's place resolved once, each value with its
+origin (appliance/placement.py); `exporter` is the exporter's section as data, from which `appliance exporter
+--launch` builds its config directly (no flags re-parsed). A new input of the exporter is a field of
+ExporterSection, written by `run/launch.py` and read in `commands/exporter.py`; nothing else changes.
+
 Standard library only: `appliance exec` reads it on every engine (re)start without importing pydantic.
 """
 
@@ -12,11 +17,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-SCHEMA = 1
+from appliance.multinode.fabric_report import FabricReport
+from appliance.placement import ROLES, ResolvedPlacement
+
+if TYPE_CHECKING:
+    from appliance.profile.topology import Role
+
+SCHEMA = 2
+EXPORTER_BIND = "0.0.0.0"
+"""The exporter listens on every interface: probes come over loopback, the head's exporter asks a worker's over the
+fabric, Prometheus over the pod or host network."""
 
 
 @dataclass(frozen=True)
@@ -28,27 +43,74 @@ class Program:
 
 
 @dataclass(frozen=True)
+class ExporterSection:
+    """What this node's exporter needs from the launch, as data: `appliance exporter --launch` builds its config from
+    it. Fields other issues add (bind and probe settings, load progress, ...) go here, with a default, so a section
+    written without them still reads."""
+
+    log: Path
+    """The engine's log in the run folder."""
+    port: int
+    host: str
+    """Bind address: every interface, so the head's exporter reaches a worker's over the fabric."""
+    role: Role
+    engine_url: str | None
+    peers: Mapping[int, str] = field(default_factory=dict)
+    """On the head: each worker's exporter (rank -> URL), from the rendezvous, to compare what each rank loaded."""
+    canary_state: Path | None = None
+    """The correctness canary's state file, where the profile runs one on this node."""
+    fabric: FabricReport | None = None
+    """This rank's fabric qualification (K25), for /status and the metrics."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"log": str(self.log), "port": self.port, "host": self.host, "role": self.role,
+                "engine_url": self.engine_url, "peers": {str(r): u for r, u in sorted(self.peers.items())},
+                "canary_state": None if self.canary_state is None else str(self.canary_state),
+                "fabric": None if self.fabric is None else self.fabric.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExporterSection:
+        port = data["port"]
+        if not isinstance(port, int) or isinstance(port, bool):
+            raise TypeError(f"exporter.port is {port!r}, not a number")
+        canary, fabric, role = data.get("canary_state"), data.get("fabric"), data["role"]
+        if role not in ROLES:
+            raise ValueError(f"exporter.role is {role!r}, not one of {', '.join(ROLES)}")
+        return cls(log=Path(data["log"]), port=port, host=str(data["host"]), role=role,
+                   engine_url=data["engine_url"], peers={int(r): str(u) for r, u in data.get("peers", {}).items()},
+                   canary_state=None if canary is None else Path(canary),
+                   fabric=None if fabric is None else FabricReport.from_json(fabric))
+
+
+@dataclass(frozen=True)
 class LaunchFile:
     profile_name: str
     profile_digest: str
     profile_source: str
     profile: dict[str, Any]
     """The resolved profile (every override applied), as JSON."""
-    role: str
-    node_rank: int
+    placement: ResolvedPlacement
+    """This node's place in the serve, resolved once, each value with its origin."""
     programs: dict[str, Program]
     """supervisord program name -> what `appliance exec` runs: the engine and any setup step."""
-    exporter_args: list[str]
-    """The exporter's arguments (log, port, rank, engine URL, peers), read by `appliance exporter --launch`."""
+    exporter: ExporterSection
+
+    @property
+    def role(self) -> Role:
+        return self.placement.role
+
+    @property
+    def node_rank(self) -> int:
+        return self.placement.node_rank
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "profile": {"name": self.profile_name, "digest": self.profile_digest, "source": self.profile_source,
                         "resolved": self.profile},
-            "role": self.role, "node_rank": self.node_rank,
+            "placement": self.placement.to_json(),
             "programs": {name: {"argv": p.argv, "env": p.env} for name, p in self.programs.items()},
-            "exporter_args": self.exporter_args,
+            "exporter": self.exporter.to_json(),
         }
 
     def write(self, path: Path) -> None:
@@ -64,13 +126,14 @@ def read_launch(path: Path) -> LaunchFile:
     try:
         data = json.loads(path.read_text())
         if data.get("schema") != SCHEMA:
-            raise LaunchFileError(f"{path}: schema {data.get('schema')!r}, this appliance reads {SCHEMA}")
+            raise LaunchFileError(f"{path}: schema {data.get('schema')!r}, this appliance reads {SCHEMA} "
+                                  "(run `appliance run` again to rewrite it)")
         prof = data["profile"]
         return LaunchFile(
             profile_name=prof["name"], profile_digest=prof["digest"], profile_source=prof["source"],
-            profile=prof["resolved"], role=data["role"], node_rank=int(data["node_rank"]),
+            profile=prof["resolved"], placement=ResolvedPlacement.from_json(data["placement"]),
             programs={name: Program(list(p["argv"]), dict(p["env"])) for name, p in data["programs"].items()},
-            exporter_args=list(data["exporter_args"]))
+            exporter=ExporterSection.from_json(data["exporter"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, LaunchFileError):
             raise

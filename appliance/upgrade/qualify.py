@@ -25,6 +25,7 @@ from appliance.bounds import PORT_MAX, PORT_MIN
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
 from appliance.gate.receipt import load as load_receipt
+from appliance.gate.receipt_model import Receipt
 from appliance.profile.active import CHANNEL_ENV, SET_ENV
 from appliance.profile.loader import LoadedProfile
 from appliance.upgrade.candidate import (
@@ -134,7 +135,7 @@ class Qualification:
                                  reason="the candidate is judged against the incumbent, and a window restores it")
         return serve
 
-    def incumbent_receipt(self, pair: Pair, serve: RunningServe, folder: Path) -> tuple[dict[str, Any], str]:
+    def incumbent_receipt(self, pair: Pair, serve: RunningServe, folder: Path) -> tuple[Receipt | dict[str, Any], str]:
         if self.opts.incumbent_receipt:
             return load_receipt(self.opts.incumbent_receipt), str(self.opts.incumbent_receipt)
         found = latest_receipt(pair.name, pair.from_channel.name, pair.incumbent.digest)
@@ -237,7 +238,7 @@ class Qualification:
         return self._window(pair, serve, folder, ports, record, inc_receipt)
 
     def _candidate(self, pair: Pair, folder: Path, ports: tuple[int, int], record: dict[str, Any],
-                   inc_receipt: dict[str, Any]) -> Judgement:
+                   inc_receipt: Receipt | dict[str, Any]) -> Judgement:
         cand, ready = self.serve_candidate(pair, folder, ports)
         try:
             record["candidate"]["ready"] = {"ok": ready.ok, "seconds": round(ready.seconds, 1), "why": ready.why,
@@ -252,7 +253,7 @@ class Qualification:
             self.report(f"stopping the candidate serve ({cand.stop():.0f} s)")
 
     def _window(self, pair: Pair, serve: RunningServe, folder: Path, ports: tuple[int, int],
-                record: dict[str, Any], inc_receipt: dict[str, Any]) -> Judgement:
+                record: dict[str, Any], inc_receipt: Receipt | dict[str, Any]) -> Judgement:
         runs = int(((serve.look().status or {}).get("log") or {}).get("runs") or 0)
         self.report(f"window: stopping the incumbent's engine in {serve.run_dir}")
         began = time.monotonic()

@@ -11,10 +11,12 @@ noise rules (receipts of two channels, compared knowingly: `across_channels`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from appliance.gate.compare import ReceiptComparison, compare
+from appliance.gate.receipt_model import Receipt, validate_receipt
 
 Verdict = Literal["promote", "refuse", "inconclusive"]
 EXIT: dict[Verdict, int] = {"promote": 0, "refuse": 1, "inconclusive": 3}
@@ -36,24 +38,31 @@ def never_ready(why: str) -> Judgement:
     return Judgement("refuse", [f"U2 the candidate never turned ready: {why}"])
 
 
-def judge(incumbent: dict[str, Any], candidate: dict[str, Any]) -> Judgement:
+def typed(receipt: Receipt | dict[str, Any], source: str) -> Receipt:
+    """The typed receipt (issue 19's model): as read from disk, or the dict the gate just returned, validated as its
+    JSON reads back (the model is strict: the file's types, not Python's)."""
+    return receipt if isinstance(receipt, Receipt) else validate_receipt(json.loads(json.dumps(receipt)), source)
+
+
+def judge(incumbent: Receipt | dict[str, Any], candidate: Receipt | dict[str, Any]) -> Judgement:
+    inc, cand = typed(incumbent, "the incumbent's receipt"), typed(candidate, "the candidate's receipt")
     refuse, undecided, notes = [], [], []
-    if not candidate.get("complete"):
+    if not cand.complete:
         undecided.append("the candidate's gate was interrupted (receipt incomplete): only its finished checks count")
-    for c in candidate.get("checks") or []:
-        if c["status"] in ("fail", "error"):
-            refuse.append(f"gate check {c['name']} {c['status']}: {str(c.get('summary'))[:240]}")
-        elif c["status"] == "inconclusive":
-            undecided.append(f"gate check {c['name']} inconclusive: {str(c.get('summary'))[:240]}")
-    eng = candidate.get("engagement") or {}
-    if eng.get("available") and eng.get("verdict") == "fail":
-        failed = [f"{e['rule']} {e['name']}" for e in eng.get("expectations") or [] if e.get("status") == "fail"]
+    for c in cand.checks:
+        if c.status in ("fail", "error"):
+            refuse.append(f"gate check {c.name} {c.status}: {c.summary[:240]}")
+        elif c.status == "inconclusive":
+            undecided.append(f"gate check {c.name} inconclusive: {c.summary[:240]}")
+    eng = cand.engagement
+    if eng.available and eng.verdict == "fail":
+        failed = [f"{e.rule} {e.name}" for e in eng.expectations if e.status == "fail"]
         refuse.append("the candidate's log expectations fail: " + (", ".join(failed) or "see its engagement"))
-    if eng.get("fatal"):
-        refuse.append("fatal lines in the candidate's log: " + ", ".join(str(h.get("id")) for h in eng["fatal"]))
-    if not eng.get("available"):
-        undecided.append(f"the candidate's engagement was not read back from its log ({eng.get('error')})")
-    comparison = compare(incumbent, candidate, across_channels=True)
+    if eng.fatal:
+        refuse.append("fatal lines in the candidate's log: " + ", ".join(str(h.id) for h in eng.fatal))
+    if not eng.available:
+        undecided.append(f"the candidate's engagement was not read back from its log ({getattr(eng, 'error', None)})")
+    comparison = compare(inc, cand, across_channels=True)
     notes += comparison.warnings
     for f in comparison.findings:
         line = f"{f.area} {f.metric}: {f.a} -> {f.b}" + (f" ({f.change})" if f.change else "") + \
@@ -68,7 +77,7 @@ def judge(incumbent: dict[str, Any], candidate: dict[str, Any]) -> Judgement:
         return Judgement("refuse", [f"U2 {r}" for r in refuse], notes + undecided, comparison)
     if undecided:
         return Judgement("inconclusive", [f"U2 {r}" for r in undecided], notes, comparison)
-    ran = ", ".join(f"{c['name']} {c['status']}" for c in candidate.get("checks") or [])
+    ran = ", ".join(f"{c.name} {c.status}" for c in cand.checks)
     return Judgement("promote", [f"the candidate's gate passes ({ran})",
                                  "no difference from the incumbent's receipt beyond the noise rules"], notes,
                      comparison)

@@ -1,4 +1,4 @@
-"""The GPU-stack rehearsal (appliance/container/rehearsal.py, docs/gpu-rehearsal.md): the locked GPU Python stack
+"""The GPU-stack rehearsal (tooling/rehearsal.py, docs/gpu-rehearsal.md): the locked GPU Python stack
 resolved for both platforms from the real index (metadata only), and on amd64 installed for real, checked with
 `appliance versions --check`, imported without a GPU and used to parse every GPU profile's argv with vLLM
 0.27.1's own parser. Marker `rehearsal`: needs the package index. Marker `gpu_stack_install`: the ≈ 10 GB
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from appliance import lockfile
-from appliance.container import rehearsal
 from appliance.profile import list_profiles, load_profile
+from tooling import rehearsal
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = rehearsal.ROOT
 LOCK = lockfile.load(ROOT / "versions.json")
 FORK = lockfile.channel(LOCK, lockfile.default_channel(LOCK, "gpu"))
 GPU_PINS = {p["name"]: p["version"] for p in lockfile.pins(FORK)}
@@ -149,7 +149,7 @@ def test_the_command_exits_2_naming_the_pin_without_a_traceback(tmp_path: Path) 
     import sys
 
     (tmp_path / "versions.json").write_text(json.dumps(with_pin("tilelang", "0.0.999")))
-    out = subprocess.run([sys.executable, "-m", "appliance.container.rehearsal", "--versions",
+    out = subprocess.run([sys.executable, "-m", "tooling.rehearsal", "--versions",
                           str(tmp_path / "versions.json"), "resolve", "--platform", "linux/amd64"],
                          capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -16,9 +16,9 @@ pins the same stack as the fork wheel. Three steps, each a subcommand:
     changed   exit 0 when the inputs of `install` (the default channel's lock digest, Dockerfile, this file)
               differ from the last passing install, 1 when they do not: scripts/test.sh runs the install then.
 
-    python -m appliance.container.rehearsal resolve [--platform linux/amd64 ...]
-    python -m appliance.container.rehearsal install [--python PY]
-    python -m appliance.container.rehearsal changed
+    python -m tooling.rehearsal resolve [--platform linux/amd64 ...]
+    python -m tooling.rehearsal install [--python PY]
+    python -m tooling.rehearsal changed
 
 Pins on another index than PyPI (flashinfer-cubin, flashinfer-jit-cache: FlashInfer's own indexes) are
 checked only when that index's URL is in the environment (versions.json indexes.NAME.env); otherwise
@@ -44,13 +44,13 @@ from pathlib import Path
 from appliance import lockfile
 from appliance.container import buildargs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PLATFORM_ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 INSTALL_PLATFORM = "linux/amd64"
 OLDEST_MANYLINUX = 17  # manylinux2014 = manylinux_2_17: the oldest tag a CUDA 13 wheel carries
 IMPORTS = ("torch", "flashinfer", "tilelang", "vllm")
 READ_BY_THE_DRIVER = {"CUDA_CACHE_PATH"}  # libcuda reads it, no Python package: not looked for in the wheels
-CHANGE_INPUTS = ("Dockerfile", "pyproject.toml", "appliance/container/rehearsal.py")
+CHANGE_INPUTS = ("Dockerfile", "pyproject.toml", "tooling/rehearsal.py")
 """With the default channel's lock digest (not all of versions.json: another channel's edit needs no reinstall)."""
 
 
@@ -355,11 +355,11 @@ def parse_in_venv(venv: Path | None = None) -> dict[str, list[int]]:
     venv = venv or venv_dir()
     vpy = venv / "bin" / "python"
     if not vpy.exists():
-        raise RehearsalError(f"no rehearsal venv at {venv}: run `python -m appliance.container.rehearsal install` "
+        raise RehearsalError(f"no rehearsal venv at {venv}: run `python -m tooling.rehearsal install` "
                              f"first (scripts/test.sh does when the lock or Dockerfile changed)")
     # This checkout's appliance (not the copy installed with the venv): the profiles and renderer under test.
     env = _pip_env() | {"APPLIANCE_ROOT": str(ROOT), "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    out = _run([str(vpy), "-m", "appliance.container.rehearsal", "parse-profiles"],
+    out = _run([str(vpy), "-m", "tooling.rehearsal", "parse-profiles"],
                "vLLM's own parser on every GPU profile", env)
     return json.loads(out.strip().splitlines()[-1])
 
@@ -452,7 +452,7 @@ def changed_since_last_pass() -> tuple[bool, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m appliance.container.rehearsal",
+    parser = argparse.ArgumentParser(prog="python -m tooling.rehearsal",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--versions", type=Path, default=ROOT / "versions.json", help="the lock (default: the repo's)")
     sub = parser.add_subparsers(dest="cmd", required=True)
