@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+PASSTHROUGH_COMMANDS = ("render", "run")
+"""Commands that take `-- ARGS`: engine flags appended to the profile's engine.extra_args (rules X1-X5)."""
+
+
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"appliance {__version__}")
@@ -48,6 +52,12 @@ def _parser(chosen: str | None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # `render PROFILE -- --chat-template X`: what follows the first `--` is engine passthrough (engine.extra_args),
+    # taken apart here so that argparse never reads an engine flag as one of ours.
+    tail: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1:]
     chosen = next((a for a in argv if not a.startswith("-")), None)
     if chosen not in COMMANDS:
         chosen = None
@@ -56,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    if tail and args.command not in PASSTHROUGH_COMMANDS:
+        parser.error(f"`-- ARGS` (engine passthrough) is taken by {' and '.join(PASSTHROUGH_COMMANDS)} only, "
+                     f"not by {args.command}")
+    args.passthrough = tail
     from appliance.errors import ApplianceError
 
     module = importlib.import_module(COMMANDS[args.command][0])

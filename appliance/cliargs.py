@@ -47,7 +47,8 @@ def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None 
     if not name:
         raise ApplianceError("no profile given", field="profile", fix="name one (appliance profiles lists them) "
                              "or set APPLIANCE_PROFILE")
-    return load_profile(name, env_overrides=settings.overrides(), cli_overrides=args.overrides)
+    return load_profile(name, env_overrides=settings.overrides(), cli_overrides=args.overrides,
+                        cli_extra_args=list(getattr(args, "passthrough", None) or []))
 
 
 # Placement field -> the flag and the APPLIANCE_* variable that give it (a command registers the flags it has).

@@ -53,6 +53,12 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "E7": ("gb10-tp2", ("engine.channel=vllm-0.32.0",), "warning", "engine.channel"),
     "E9": ("gb10-tp2", ("engine.channel=vllm-0.32.0", "engine.eager_scratch_pool=true",
                         "engine.accept_scratch_pool_corruption_risk=true"), "error", "engine.eager_scratch_pool"),
+    "X1": ("cpu-smoke", ("engine.extra_args=[--chat-templat, x]",), "error", "engine.extra_args"),
+    "X2": ("cpu-smoke", ("engine.extra_args=[--max-model-len, '99']",), "error", "engine.extra_args"),
+    "X3": ("cpu-smoke", ("engine.extra_env.VLLM_USE_V2_MODEL_RUNNER=1",), "error",
+           "engine.extra_env.VLLM_USE_V2_MODEL_RUNNER"),
+    "X4": ("cpu-smoke", ("engine.extra_args=[--seed, '-1']",), "error", "engine.extra_args"),
+    "X5": ("cpu-smoke", ("engine.extra_env.NCCL_IB_GID_INDEX=3",), "warning", "engine.extra_env"),
 }
 # No shipped channel lacks what these check yet: tests/test_channels.py fails each on an engine double (the
 # channel's facts with the flag, variable, method or backend taken out).

@@ -59,3 +59,15 @@ def test_vllm_rejects_an_unknown_flag_and_a_bad_choice() -> None:
         parse_serve_argv([*argv, "--kv-cache-dtype", "fp7"])
     with pytest.raises(ValueError, match="invalid reasoning parser"):
         parse_serve_argv([*argv, "--reasoning-parser", "deepseek_v9"])
+
+
+def test_passthrough_reaches_vllms_parser_as_given_and_last(tmp_path) -> None:
+    """engine.extra_args / `-- ARGS`: vLLM's own parser reads the passed values (rendered after every managed flag);
+    it checks that a chat template path exists, so the template is a real file."""
+    template = tmp_path / "tpl.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    profile = load_profile("rtx-pro-6000-tp2", cli_extra_args=["--chat-template", str(template),
+                                                               "--load-format=safetensors", "--seed=-1"]).profile
+    parsed = parse_serve_argv(build_plan(profile).argv)
+    assert (parsed["chat_template"], parsed["load_format"], parsed["seed"]) == (str(template), "safetensors", -1)
+    assert parsed["max_model_len"] == profile.limits.max_model_len

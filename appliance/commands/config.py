@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,10 @@ def _flatten(data: object, prefix: str = "") -> dict[str, object]:
             out |= _flatten(value, f"{prefix}{key}.")
         return out
     return {prefix.rstrip("."): data}
+
+
+def _is_passthrough(path: str) -> bool:
+    return path == "engine.extra_args" or path.startswith("engine.extra_env")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +51,18 @@ def run(args: argparse.Namespace) -> int:
         for path in rows:
             if path == key or path.startswith(f"{key}."):
                 rows[path]["origin"] = f"canary:rung {rung['index']} {rung['name']}"
+    if "engine.extra_args" in rows:  # a secret after its flag is masked as on any command line
+        from appliance.render.passthrough import masked_argv
+
+        rows["engine.extra_args"]["value"] = masked_argv(list(loaded.profile.engine.extra_args))
+    passed = [path for path in rows if _is_passthrough(path) and rows[path]["value"] not in ([], {})]
+    for path in passed:  # unmodelled: said as such, with the layer it came from
+        rows[path]["origin"] = f"passthrough ({rows[path]['origin']})"
+    if passed:
+        from appliance.rules import REGISTRY, context_for
+
+        for finding in REGISTRY["X5"](context_for(loaded.profile)):
+            print(finding.render(), file=sys.stderr)
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,
@@ -54,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     width = max(len(p) for p in rows)
     print(f"# {loaded.profile.name} (from {loaded.source}, digest {loaded.digest[:12]})")
     for path, row in rows.items():
-        print(f"{path.ljust(width)}  {json.dumps(row['value']):<40} # {row['origin']}")
+        print(f"{path.ljust(width)}  {json.dumps(row['value'], ensure_ascii=False):<40} # {row['origin']}")
     for name, state in secrets.items():
         print(f"{('env.' + name).ljust(width)}  {state:<40} # env")
     return 0

@@ -24,7 +24,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from appliance.render import build_plan
+    from appliance.render import ServePlan, build_plan
     from appliance.rules import context_for, evaluate, has_errors
 
     loaded = load_from_args(args)
@@ -35,6 +35,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"appliance render: {loaded.profile.name} is invalid; nothing rendered", file=sys.stderr)
         return 2
     plan = build_plan(loaded.profile, placement_from_args(args))  # resolved against the profile there
+    from appliance.redact import redact
+    from appliance.render.passthrough import masked_argv
+
+    # A secret never reaches rendered output, not even one passed through with --force (X2 refuses it otherwise).
+    plan = ServePlan(masked_argv(plan.argv), {k: redact(v) for k, v in plan.env.items()}, plan.role,
+                     [masked_argv(step) for step in plan.setup])
     if args.format == "json":
         print(json.dumps(plan.to_json(), indent=2))
         return 0

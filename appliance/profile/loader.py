@@ -193,6 +193,7 @@ def load_profile(
     *,
     env_overrides: list[str] = (),  # type: ignore[assignment]
     cli_overrides: list[str] = (),  # type: ignore[assignment]
+    cli_extra_args: list[str] = (),  # type: ignore[assignment]
     root: Path | None = None,
     active: Active | bool = True,
 ) -> LoadedProfile:
@@ -213,6 +214,8 @@ def load_profile(
         _override(merged, item, "env:APPLIANCE_SET", origins)
     for item in cli_overrides:
         _override(merged, item, "cli:--set", origins)
+    if cli_extra_args:
+        _append_passthrough(merged, list(cli_extra_args), origins)
     check_tree(merged, origins)
     _default_channel(merged, origins)
     try:
@@ -241,6 +244,17 @@ def _upgrade_layer(merged: dict[str, Any], origins: dict[str, str], given: Activ
     if active is not None:
         for item, origin in active.layer():
             _override(merged, item, origin, origins)
+
+
+def _append_passthrough(merged: dict[str, Any], words: list[str], origins: dict[str, str]) -> None:
+    """`-- ARGS` of render/run: after the profile's own engine.extra_args (the model refuses a non-list there)."""
+    engine = merged.setdefault("engine", {})
+    if not isinstance(engine, dict):
+        return
+    given = engine.get("extra_args") or []
+    engine["extra_args"] = [*given, *words] if isinstance(given, list) else given
+    before = origins.get("engine.extra_args")
+    origins["engine.extra_args"] = f"{before}+cli:--" if given and before else "cli:--"
 
 
 def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:

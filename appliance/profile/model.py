@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -103,6 +103,27 @@ class Engine(Section):
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
     logits_processors: list[str] = Field(default_factory=list, max_length=8)
     """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
+    extra_args: list[Annotated[str, Field(min_length=1, max_length=8192)]] = Field(default_factory=list,
+                                                                                  max_length=64)
+    """Passthrough: engine flags the profile does not model (e.g. [--chat-template, /models/tpl.jinja]), rendered
+    last as given. Unmodelled and unvalidated: rules X1-X5 refuse a flag the channel's engine lacks or the
+    appliance manages (naming its key), and `-- ARGS` of render and run adds to it."""
+    extra_env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)],
+                    Annotated[str, Field(max_length=8192)]] = Field(default_factory=dict, max_length=64)
+    """Passthrough: env vars for every rank (compose and Kubernetes too), e.g. {NCCL_IB_GID_INDEX: "3"}; a
+    variable the appliance sets is refused naming its key (X3). A number is taken as its text."""
+
+    @field_validator("extra_env", mode="before")
+    @classmethod
+    def _env_values_are_text(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, bool):  # YAML true would be "True": not what any tool reads as on
+                raise ValueError(f"{key}: a boolean is no env value; write the text the program reads, e.g. \"1\"")
+            out[key] = str(item) if isinstance(item, int | float) else item
+        return out
 
 
 class Limits(Section):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
+from appliance.render.managed import flag_owner
 from appliance.render.serveplan import ServePlan
 
 
@@ -15,6 +16,9 @@ def launcher_plan(profile: Profile, argv: list[str], env: dict[str, str], role: 
             "--node-rank", str(rank), "--master-addr", master_addr, "--master-port", str(master_port)]
     if role == "worker":
         argv.append("--headless")
+    for word in argv:
+        if word.startswith("--"):
+            flag_owner(word)  # each launcher flag has its owner, as the renderer's (render/managed.py)
     return ServePlan(argv, env, role)
 
 

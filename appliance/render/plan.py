@@ -24,6 +24,8 @@ from appliance.errors import ApplianceError
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
 from appliance.profile.topology import Role, role_for
 from appliance.render.launcher import launcher_plan
+from appliance.render.managed import flag_owner, managed_env_owner
+from appliance.render.passthrough import passthrough_argv, passthrough_env
 from appliance.render.serveplan import (
     Placement,
     ResolvedPlacement,
@@ -39,7 +41,12 @@ ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, E
 
 def _flag(argv: list[str], name: str, value: object) -> None:
     if value is not None:
-        argv += [name, str(value)]
+        argv += [_managed(name), str(value)]
+
+
+def _managed(name: str) -> str:
+    flag_owner(name)  # every flag rendered has an owner a passthrough is refused in favour of (render/managed.py)
+    return name
 
 
 def _compact(obj: object) -> str:
@@ -55,17 +62,17 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
     if p.model.revision and not model_dir:
         _flag(argv, "--revision", p.model.revision)
     if p.model.trust_remote_code:
-        argv.append("--trust-remote-code")
+        argv.append(_managed("--trust-remote-code"))
     _flag(argv, "--tokenizer-mode", p.server.tokenizer_mode)
     if p.server.tool_call_parser:
-        argv += ["--tool-call-parser", p.server.tool_call_parser, "--enable-auto-tool-choice"]
+        argv += [_managed("--tool-call-parser"), p.server.tool_call_parser, _managed("--enable-auto-tool-choice")]
     _flag(argv, "--reasoning-parser", p.server.reasoning_parser)
     if p.parallel.tensor > 1:
         _flag(argv, "--tensor-parallel-size", p.parallel.tensor)
     if p.parallel.pipeline > 1:
         _flag(argv, "--pipeline-parallel-size", p.parallel.pipeline)
     if p.parallel.expert:
-        argv.append("--enable-expert-parallel")
+        argv.append(_managed("--enable-expert-parallel"))
     if p.cache.kv_dtype != "auto":
         _flag(argv, "--kv-cache-dtype", p.cache.kv_dtype)
     _flag(argv, "--block-size", p.cache.block_size)
@@ -76,20 +83,20 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
         _flag(argv, "--gpu-memory-utilization", p.limits.gpu_memory_utilization)
     if p.limits.kv_cache_memory_gib:
         _flag(argv, "--kv-cache-memory-bytes", int(p.limits.kv_cache_memory_gib * 1024**3))
-    argv.append("--enable-prefix-caching" if p.cache.prefix_caching else "--no-enable-prefix-caching")
+    argv.append(_managed("--enable-prefix-caching" if p.cache.prefix_caching else "--no-enable-prefix-caching"))
     if p.speculative:
         spec: dict[str, object] = {"method": p.speculative.method, "num_speculative_tokens": p.speculative.num_tokens}
         if p.speculative.draft_sample_method:
             spec["draft_sample_method"] = p.speculative.draft_sample_method
         _flag(argv, "--speculative-config", _compact(spec))
     if p.engine.enforce_eager:
-        argv.append("--enforce-eager")
+        argv.append(_managed("--enforce-eager"))
     elif p.engine.cudagraph_mode != DEFAULT_CUDAGRAPH_MODE:
         _flag(argv, "--compilation-config", _compact({"cudagraph_mode": p.engine.cudagraph_mode}))
     if p.engine.fp4_indexer_cache:
         _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
     if p.engine.logits_processors:
-        argv += ["--logits-processors", *p.engine.logits_processors]
+        argv += [_managed("--logits-processors"), *p.engine.logits_processors]
     if p.engine.kv_offload_gib > 0:
         _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
     _flag(argv, "--attention-backend", _sm120_backend(p, facts))
@@ -171,7 +178,7 @@ def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = N
     argv = engine_argv(profile, at.model_dir, facts)
     env = engine_env(profile, facts)
     if at.role == "single":
-        return ServePlan(argv, env, at.role)
+        return _with_passthrough(profile, ServePlan(argv, env, at.role))
     if not at.master_addr:
         raise ApplianceError(
             f"{profile.name} spans {profile.hardware.nodes} nodes and needs the head's fabric address",
@@ -180,7 +187,21 @@ def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = N
             reason="K10: every rank rendezvous at the head; an address off the fabric runs NCCL over the slow path",
         )
     env |= fabric_env(profile, at)
-    return launcher_plan(profile, argv, env, at.role, at.node_rank, at.master_addr, at.master_port)
+    return _with_passthrough(profile, launcher_plan(profile, argv, env, at.role, at.node_rank, at.master_addr,
+                                                    at.master_port))
+
+
+def _with_passthrough(profile: Profile, plan: ServePlan) -> ServePlan:
+    """engine.extra_args after every flag the appliance renders (a `vllm serve` only: a Ray worker runs `ray
+    start`, its head's serve carries them); engine.extra_env on every rank, under what the appliance sets."""
+    for name in plan.env:
+        managed_env_owner(name) or _unowned(name)
+    argv = [*plan.argv, *passthrough_argv(profile)] if "serve" in plan.argv[:2] else plan.argv
+    return ServePlan(argv, passthrough_env(profile) | plan.env, plan.role, plan.setup)
+
+
+def _unowned(name: str) -> None:
+    raise AssertionError(f"the renderer sets {name}, which render/managed.py does not own")
 
 
 __all__ = ["ENGINE_ENV_KEYS", "ENV_GUARD", "ENV_RUNNER", "ENV_SCRATCH_POOL", "ENV_SM120_DECODE", "ENV_SM120_PREFILL",

@@ -1,4 +1,4 @@
-"""The rule registry: every rule is a small pure function with a stable id (K1…, C1…, E1…)."""
+"""The rule registry: every rule is a small pure function with a stable id (K1…, C1…, E1…, X1…)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from appliance.rules import (  # noqa: F401  (registration)
     hardware,
     memory,
     model_facts,
+    passthrough,
     provenance,
 )
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext

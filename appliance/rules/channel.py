@@ -7,6 +7,7 @@ from __future__ import annotations
 from appliance.channels.capabilities import DSV4_FLASHINFER, NVFP4_CUTLASS
 from appliance.channels.facts import nearest
 from appliance.profile.model import Profile
+from appliance.render.passthrough import passed_options
 from appliance.rules.base import Finding, Rule, RuleContext, always, deepseek_on_gpu, rule
 
 # A placeholder head address to render every rank's argv (never contacted; RFC 5737 documentation range).
@@ -58,10 +59,10 @@ def e1_target(ctx: RuleContext, r: Rule) -> list[Finding]:
       fix="correct the profile field that renders the flag, or use a channel whose engine has it")
 def e2_flags(ctx: RuleContext, r: Rule) -> list[Finding]:
     facts, name = ctx.channel.facts, ctx.channel.name
-    out, seen = [], set()
+    out, seen, passed = [], set(), passed_options(ctx.profile)  # a passed flag is X1's to judge
     for argv, _ in _plans(ctx.profile):
         for option, value in _options(argv):
-            if option in seen:
+            if option in seen or option.partition("=")[0].replace("_", "-") in passed:
                 continue
             seen.add(option)
             if not facts.has_option(option):
@@ -86,7 +87,8 @@ def e2_flags(ctx: RuleContext, r: Rule) -> list[Finding]:
       fix="correct the profile field that sets it, or use a channel whose engine reads it")
 def e3_env(ctx: RuleContext, r: Rule) -> list[Finding]:
     facts, name = ctx.channel.facts, ctx.channel.name
-    names = sorted({k for _, env in _plans(ctx.profile) for k in env if k.startswith("VLLM_")})
+    passed = ctx.profile.engine.extra_env  # X3 judges those
+    names = sorted({k for _, env in _plans(ctx.profile) for k in env if k.startswith("VLLM_") and k not in passed})
     return [r.finding("error", "render", var,
                       f"channel {name} ({facts.label}) reads no {var}; {_nearest_hint(var, sorted(facts.env))}",
                       "use a channel whose engine reads it, or turn off the setting that sets it")

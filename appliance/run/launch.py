@@ -196,13 +196,20 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
     every rank to measure at once, so one rank's dry run would wait for peers that never come."""
     profile = loaded.profile
     plan = engine_plan(profile, place, engine_required=measure_fabric)
+    # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
+    lock = channel_lock(profile.engine.channel, profile.hardware.target)
+    caches = cache_env(lock.digest, engine_digest(profile), home / "cache")
+    for name in sorted(set(profile.engine.extra_env) & set(caches)):  # the rules' X3 for what `run` adds
+        raise ApplianceError(f"engine.extra_env.{name}: the appliance sets it (APPLIANCE_HOME owns it)",
+                             field=f"engine.extra_env.{name}", value=name,
+                             fix="remove it from engine.extra_env and set APPLIANCE_HOME",
+                             reason="the compile caches are keyed by the lock and engine digest: another folder "
+                                    "would mix the artefacts of different engines")
     peers = join_peers(profile, plan, place, settings)
     fabric = qualify_fabric(profile, plan, place, report) if measure_fabric else None
     if not measure_fabric and plan.role != "single":
         report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")
-    # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
-    lock = channel_lock(profile.engine.channel, profile.hardware.target)
-    env = plan.env | cache_env(lock.digest, engine_digest(profile), home / "cache")
+    env = plan.env | caches
     if place.model_dir is not None:  # a checkpoint on disk: the engine asks no hub for it
         env.setdefault("HF_HUB_OFFLINE", "1")
     return Launch(loaded, place, plan, env, files, peers, fabric,
