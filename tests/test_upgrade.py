@@ -1,7 +1,8 @@
 """`appliance upgrade` without an engine: the active-channel layer, the engine store, the plan (U1), the mode (U3),
 the verdict (U2), readiness with its budget and crash-loop cut (U4), the ranks (U5), the compose env file and the
-Kubernetes manifests a promote writes, and every refusal as exit 2 naming the field. The story on the real CPU
-engines is tests/test_upgrade_engine.py."""
+Kubernetes manifests a promote writes, the history `status` lists, and every refusal as exit 2 naming the field.
+The story on the real CPU engines (serve, qualify, promote, roll back, two bad candidates) lands separately, once it
+has run here."""
 
 from __future__ import annotations
 
