@@ -201,7 +201,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 # The CUDA packages follow the base image's own CUDA_VERSION (13.0.x -> 13-0), never a version written here.
 # gcc/libc6-dev/pythonX-dev: Triton compiles its launcher stubs at run time. libibverbs/librdmacm1t64 (Ubuntu
 # 24.04's name): NCCL's IB transport over ConnectX (GB10 two-node; without it NCCL uses sockets, K10).
-# libxcb1: opencv-python-headless (pulled by vLLM) links it.
+# libxcb1: opencv-python-headless (pulled by vLLM) links it. rsync: `appliance sync-model` and distributed.sync_model
+# copy the weights between ranks (W4).
 # DL3008 (pin apt versions): as above, the CUDA runtime image tag fixes the distribution snapshot.
 # hadolint ignore=DL3008
 RUN cuda="$(echo "${CUDA_VERSION:?the CUDA runtime image sets CUDA_VERSION}" | cut -d. -f1,2 | tr . -)" \
@@ -210,7 +211,7 @@ RUN cuda="$(echo "${CUDA_VERSION:?the CUDA runtime image sets CUDA_VERSION}" | c
         "python${GPU_PYTHON}" "python${GPU_PYTHON}-dev" "python${GPU_PYTHON}-venv" gcc g++ libc6-dev \
         "cuda-nvcc-${cuda}" "cuda-cudart-dev-${cuda}" "cuda-nvrtc-dev-${cuda}" "cuda-cuobjdump-${cuda}" \
         "libcublas-dev-${cuda}" "libcurand-dev-${cuda}" \
-        ca-certificates curl procps tini libnuma1 libibverbs1 ibverbs-providers librdmacm1t64 libxcb1 \
+        ca-certificates curl procps tini rsync libnuma1 libibverbs1 ibverbs-providers librdmacm1t64 libxcb1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 10001 --user-group --home-dir /home/appliance --create-home --shell /usr/sbin/nologin appliance \
     && install -d -o 10001 -g 10001 /var/lib/appliance /var/lib/appliance/hf /var/lib/appliance/cache \

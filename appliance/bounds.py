@@ -24,8 +24,10 @@ RENDEZVOUS_PORT_OFFSET = 1
 """The cross-node consistency exchange listens on master_port + 1 (multinode/rendezvous.py)."""
 QUALIFY_PORT_OFFSET = 2
 """The fabric qualification's process group meets on master_port + 2 (multinode/fabric.py, K25)."""
-MAX_MASTER_PORT = PORT_MAX - max(RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET)
-"""The highest master port whose derived ports (rendezvous, fabric qualification) are still ports."""
+MODEL_SYNC_PORT_OFFSET = 3
+"""With distributed.sync_model, the head serves its verified snapshot (rsync) on master_port + 3 (weights/sync.py)."""
+MAX_MASTER_PORT = PORT_MAX - max(RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET, MODEL_SYNC_PORT_OFFSET)
+"""The highest master port whose derived ports (rendezvous, fabric qualification, model sync) are still ports."""
 IFNAMSIZ = 16
 MAX_NODES = 16
 """Nodes a serve may span (the profile's hardware.nodes); ranks are 0 (the head) .. MAX_NODES - 1."""
@@ -191,6 +193,13 @@ def check_http_url(field: str, value: str) -> str:
                              fix="write e.g. http://127.0.0.1:8000 (credentials go in VLLM_API_KEY, not the URL)",
                              reason="the appliance only speaks HTTP to the serve and its exporter")
     return value
+
+
+def api_base_url(value: str) -> str:
+    """The serve's base URL as the appliance joins paths to it: an OpenAI client's base URL (`…/v1`) taken as well,
+    so `--url http://host:8000/v1` never becomes `…/v1/v1/models`."""
+    base = value.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
 def check_ifname(field: str, value: str) -> str:

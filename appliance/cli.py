@@ -12,16 +12,18 @@ from appliance import __version__
 
 # name -> (module, one-line help). Order is the order of `appliance --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "profiles": ("appliance.commands.profiles", "table of serve profiles"),
+    "profiles": ("appliance.commands.profiles", "table of serve profiles; --host: which one fits this machine"),
     "validate": ("appliance.commands.validate", "check a profile against every known pitfall"),
     "rules": ("appliance.commands.rules", "every rule id (K1...): why, fix, and where it is enforced"),
     "config": ("appliance.commands.config", "effective config with each value's origin"),
     "render": ("appliance.commands.render", "the exact serve command (shell or json)"),
     "versions": ("appliance.commands.versions", "the version lock; --check compares installed packages"),
     "channels": ("appliance.commands.channels", "engine channels: each a locked engine line and its facts; diff A B"),
-    "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift"),
+    "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift; --suggest a profile"),
     "run": ("appliance.commands.run", "container entrypoint: validate, doctor, render, exec supervisord"),
-    "fetch-model": ("appliance.commands.fetch_model", "download a profile's checkpoint into the HF cache"),
+    "fetch-model": ("appliance.commands.fetch_model", "the profile's pinned checkpoint in the HF cache, verified"),
+    "sync-model": ("appliance.commands.sync_model", "copy a verified snapshot to other ranks (rsync), or receive one"),
+    "bundle": ("appliance.commands.bundle", "an offline bundle of a profile: create, verify, apply"),
     "smoke-model": ("appliance.commands.smoke_model", "convert the packaged SmolLM2 GGUF for cpu-smoke"),
     "logscan": ("appliance.commands.logscan", "read a serve log back: facts, expectations, fatal lines"),
     "exporter": ("appliance.commands.exporter", "health exporter: /live /ready /status /metrics"),
@@ -34,12 +36,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+DESCRIPTION = ("Serve DeepSeek-V4-Flash on NVIDIA SM12x (GB10 / DGX Spark, RTX PRO 6000, RTX 5090): pick a profile "
+               "that fits this machine (profiles --host), validate it against every known pitfall, render the exact "
+               "vLLM serve command, run it with health checks that read the engine's log back, and gate it.")
+
 PASSTHROUGH_COMMANDS = ("render", "run")
 """Commands that take `-- ARGS`: engine flags appended to the profile's engine.extra_args (rules X1-X5)."""
 
 
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="appliance", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="appliance", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"appliance {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

@@ -50,6 +50,15 @@ class PackagePin(_Strict):
         return f"{self.name}{extras}=={self.version}"
 
 
+class CheckpointPin(_Strict):
+    """A checkpoint's pinned hub commit and where the pin comes from (W1, W2)."""
+
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    """The 40-hex commit `--revision` and `fetch-model` use; null = no pin known (W2 refuses such a profile)."""
+    confirmed: str = Field(min_length=1)
+    """The pin's source: who pins it, or why none is known."""
+
+
 class UpstreamBase(_Strict):
     name: str
     version: str
@@ -141,7 +150,7 @@ class Lock(_Strict):
     """Installed on the test machine beside the engine, never in an image, never checked there."""
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
-    checkpoints: dict[str, dict[str, object]]
+    checkpoints: dict[str, CheckpointPin]
 
     @model_validator(mode="after")
     def _defaults_exist(self) -> Lock:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.bounds import QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET, check_health_port
+from appliance.bounds import MODEL_SYNC_PORT_OFFSET, QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET, check_health_port
 
 if TYPE_CHECKING:
     from appliance.profile.model import Profile
@@ -66,8 +66,8 @@ class ResolvedPlacement:
     role: Role
     master_addr: str | None
     master_port: int
-    """vLLM's own rendezvous (mp launcher / Ray); the appliance's exchange and the fabric qualification use the two
-    ports above it."""
+    """vLLM's own rendezvous (mp launcher / Ray); the appliance's exchange, the fabric qualification and the model
+    sync use the three ports above it."""
     host_ip: str | None
     """This node's address on the fabric (VLLM_HOST_IP; a worker's source address at the exchange)."""
     fabric_ifname: str | None
@@ -85,6 +85,12 @@ class ResolvedPlacement:
     @property
     def qualify_port(self) -> int:
         return self.master_port + QUALIFY_PORT_OFFSET
+
+    @property
+    def model_sync_port(self) -> int:
+        """Where the head serves its verified snapshot to the workers (distributed.sync_model, W4), and the default
+        port of `appliance sync-model`."""
+        return self.master_port + MODEL_SYNC_PORT_OFFSET
 
     def origin(self, name: str) -> str:
         return self.origins.get(name, GIVEN)

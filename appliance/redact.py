@@ -2,7 +2,8 @@
 the appliance echoes it. A leaf module (stdlib only), so a probe-like command can use it for free.
 
 What becomes `***`:
-- the values of the secret environment variables (HF_TOKEN, VLLM_API_KEY) wherever they appear;
+- the values of the secret environment variables (HF_TOKEN, VLLM_API_KEY, APPLIANCE_SYNC_SECRET) wherever they
+  appear;
 - the argument after a secret-named flag: `--api-key X`, `--hf-token=X`, `--token X`;
 - `key=value` / `key: value` where the key names a secret (`token=`, `api_key:`, `HF_TOKEN=`, `"password": "…"`);
 - `Bearer X` (an Authorization header), a Hugging Face token (`hf_…`), and the password of `scheme://user:pw@host`.
@@ -15,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY")
+SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY", "APPLIANCE_SYNC_SECRET")
 MASK = "***"
 MIN_SECRET = 4
 """Env values shorter than this are not searched for: masking every `1` in a text hides nothing and garbles all."""

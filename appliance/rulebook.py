@@ -51,6 +51,16 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
             "gpu_memory_utilization is not a ceiling and Docker/cgroup limits do not see CUDA allocations: on GB10's "
             "unified memory an over-committed serve ends in a hung or hard-reset host",
             "lower limits.gpu_memory_utilization, max_model_len or max_num_seqs as doctor names, or free memory"),
+    "W3": ("a checkpoint is served only when its snapshot is complete on disk",
+           "an interrupted download looks complete (a config.json, most shards): the engine fails to load it, or "
+           "loads a truncated or corrupt shard, and is restarted in a loop",
+           "run `appliance fetch-model` (it keeps complete files and fetches the rest again) or `appliance "
+           "sync-model` from a rank whose copy is complete; `appliance fetch-model --check` lists every problem"),
+    "W5": ("a warm start loads its compile caches instead of compiling again",
+           "torch.compile, FlashInfer JIT and autotuning cost minutes per start on GPU (about 100 s on the CPU "
+           "build); a cache that does not load makes every start cold, silently",
+           "keep APPLIANCE_HOME/cache (keyed by lock digest + engine digest) across starts, or carry it in a bundle; "
+           "the log check names the engine's reason when a cache does not load"),
     "K25": ("the fabric between ranks is qualified before launch",
             "a fabric that fell back to sockets, or nodes with different NCCL binaries, HCAs or MTU, make NCCL slow "
             "or hang minutes into the serve instead of failing at start",
@@ -134,6 +144,18 @@ def build() -> list[RuleEntry]:
     entry("K25").enforced.append(Enforcement("run", "appliance run: NCCL library hash, HCAs and MTU compared at the "
                                                     "rendezvous; bandwidth and latency to the head against the floor"))
     entry("K16").enforced.append(Enforcement("lock", "compose, bake, Dockerfile args generated from versions.json"))
+    entry("W3").enforced += [
+        Enforcement("run", "appliance run: every file of the hub's listing present with its size and sha256/git-sha1 "
+                           "before anything starts"),
+        Enforcement("fetch-model", "appliance fetch-model: damaged files fetched again; --check lists every problem"),
+        Enforcement("sync", "appliance sync-model: the sender's copy checked before sending, the receiver's on "
+                            "arrival")]
+    entry("W4").enforced.append(Enforcement("run", "appliance run: a worker fetches what it lacks from the head's "
+                                                   "snapshot (rsync, master port + 3) before the rendezvous"))
+    entry("W5").enforced += [
+        Enforcement("run", "the CPU plan compiles with VLLM_USE_AOT_COMPILE=0 (the CPU build's AOT artefact never "
+                           "loads); the caches are keyed by lock + engine digest under APPLIANCE_HOME/cache"),
+        Enforcement("bundle", "appliance bundle carries the keyed caches to another machine")]
     return sorted(entries.values(), key=lambda r: _key(r.id))
 
 

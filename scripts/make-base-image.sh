@@ -18,7 +18,7 @@ LOCKARGS=(python3 "$HERE/../appliance/container/lockcli.py" --versions "$HERE/..
 NAME="${1:-$("${LOCKARGS[@]}" get images.base)}"
 SUITE="$("${LOCKARGS[@]}" get images.suite)"
 VARIANT=minbase
-PACKAGES=python3,python3-venv,ca-certificates,tini,procps,curl,libnuma1
+PACKAGES=python3,python3-venv,ca-certificates,tini,procps,curl,libnuma1,rsync  # rsync: sync-model (W4)
 CACHE="${APPLIANCE_CACHE:-/var/cache/appliance}"
 
 say() { printf '[make-base-image.sh] %s\n' "$*" >&2; }

@@ -9,10 +9,17 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
 scripts/install-engine.sh
-# promtool (Debian's prometheus package) lints the exporter's /metrics (tests/test_health_metrics_lint.py).
-if ! command -v promtool >/dev/null 2>&1; then
+# Debian packages the tests use: promtool (prometheus) lints the exporter's /metrics
+# (tests/test_health_metrics_lint.py); rsync moves weights between ranks (tests/test_weights_sync.py); unshare and
+# ip (util-linux, iproute2) cut the network for the offline bundle (tests/test_bundle_offline.py).
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+if ((${#missing[@]})); then
   sudo_=""; [[ $(id -u) == 0 ]] || sudo_=sudo
-  $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends prometheus
+  $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
 

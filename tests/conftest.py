@@ -73,7 +73,8 @@ def free_port() -> int:
 
 
 def master_port() -> int:
-    """A master port whose derived ports (rendezvous + 1, fabric qualification + 2) are reserved with it."""
+    """A master port whose derived ports (rendezvous + 1, fabric qualification + 2, model sync + 3) are reserved with
+    it."""
     return ports.reserve(ports.MASTER_SPAN)
 
 

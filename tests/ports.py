@@ -3,8 +3,9 @@
 Why not bind(0)-and-close: that port lies in the ephemeral range, where the kernel also picks the source
 port of every outgoing connection (and every other test's bind(0)); between the test closing it and the
 engine binding it, either can take it. And a serve listens on more than the port it is given: the
-rendezvous on master port + 1 and the fabric qualification on + 2 (appliance/bounds.py), which nothing
-reserved. Seen from a fresh clone: rank 0 "cannot listen on rendezvous port 39788: Address already in use".
+rendezvous on master port + 1, the fabric qualification on + 2 and the model sync on + 3 (appliance/bounds.py),
+which nothing reserved. Seen from a fresh clone: rank 0 "cannot listen on rendezvous port 39788: Address already
+in use".
 
 So a test port
 - comes from FLOOR..CEILING, below the ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), where the
@@ -28,11 +29,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from appliance.bounds import QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
+from appliance.bounds import MODEL_SYNC_PORT_OFFSET, QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
 
 LOCK_DIR = Path("/tmp/appliance-test-ports")
 FLOOR, CEILING = 20000, 29000
-MASTER_SPAN = 1 + max(RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET)
+MASTER_SPAN = 1 + max(RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET, MODEL_SYNC_PORT_OFFSET)
 """A master port and the ports a serve derives from it."""
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 

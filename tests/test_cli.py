@@ -92,3 +92,26 @@ def test_fetch_model_offline_says_how_to_get_the_checkpoint_instead_of_a_traceba
                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
     assert r.returncode == 2 and "HF_HUB_OFFLINE=1" in r.stderr and "APPLIANCE_MODEL_DIR" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_help_says_what_the_tool_does_in_whole_sentences(capsys) -> None:
+    from appliance.cli import main
+
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert "Serve DeepSeek-V4-Flash on NVIDIA SM12x" in out and "and gate it." in out
+    assert "Each subcommand lives" not in out  # the module's docstring is for developers
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_canary_takes_the_openai_base_url_with_or_without_v1(suffix: str, capsys) -> None:
+    """Every OpenAI client is given `http://host:8000/v1`: the canary asks `/v1/models` of the serve either way."""
+    from appliance.bounds import api_base_url
+    from appliance.cli import main
+    from tests.conftest import free_port
+
+    port = free_port()  # nothing listens there: the refusal names the URL the canary asked
+    assert main(["canary", "--url", f"http://127.0.0.1:{port}{suffix}"]) == 2
+    err = capsys.readouterr().err
+    assert f"http://127.0.0.1:{port}/v1/models:" in err and "/v1/v1" not in err
+    assert api_base_url(f"http://h:1{suffix}") == "http://h:1"

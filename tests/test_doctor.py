@@ -71,3 +71,17 @@ def test_host_readers(tmp_path) -> None:
     (proc / "78").mkdir()
     (proc / "78" / "cmdline").write_bytes(b"bash\0")
     assert [pid for pid, _ in running_engines(proc)] == [77]
+
+
+def test_version_drift_lines_carry_their_rule_id() -> None:
+    """This machine has the CPU stack, not the fork's: the K13/K14/K15 drifts of a GPU profile name their rule
+    (doctor --json had `"rule": null` on them)."""
+    from appliance.doctor.report import check_versions
+
+    checks = check_versions(load_profile("gb10-tp2").profile, {})
+
+    def rule_of(package: str) -> str | None:
+        return next(c.rule for c in checks if f" {package}: " in f" {c.detail}")
+
+    assert (rule_of("apache-tvm-ffi"), rule_of("nvidia-nccl-cu13"), rule_of("flashinfer-python")) == \
+        ("K14", "K15", "K13")

@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
     {"placement"},  # where this node stands: given values resolved once against the profile (stdlib at run time)
+    {"weights"},  # checkpoint weights: pins, verification on disk (huggingface_hub's cache), the transfer tool
     {"channels"},  # a channel's committed engine facts and the capabilities read from them
     # The ServePlan and its views (shell, json, supervisord, k8s): below the rules, which check every flag and
     # env var a plan renders against the channel's facts (E2–E4).
@@ -46,6 +47,7 @@ LAYERS: list[set[str]] = [
     # safe upgrades between channels: plan, qualify (a serve and the gate), promote/rollback (the launch, the compose
     # env file, the manifests); the active channel itself is read by the profile loader (profile/active.py)
     {"upgrade"},
+    {"bundle"},  # the offline bundle: checkpoint, image, wheelhouse, caches and lock, made and applied
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"channel_report"},  # `appliance channels [diff]`: a channel's summary, and rules/expectations per channel
     {"commands"},  # parse and delegate

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from copy import deepcopy
@@ -225,7 +226,8 @@ def test_gpu_pods_prefetch_the_weights_and_ask_for_memory_and_storage_sized_for_
         init = spec["initContainers"]
         assert [c["name"] for c in init] == ["fetch-model"]
         assert init[0]["command"] == ["appliance", "fetch-model"] and init[0]["image"] == "appliance:test"
-        assert init[0]["volumeMounts"] == [{"name": "hf-cache", "mountPath": k8s.HF_HOME}]
+        assert init[0]["volumeMounts"] == [{"name": "hf-cache", "mountPath": k8s.HF_HOME},
+                                           {"name": "appliance-cache", "mountPath": k8s.APPLIANCE_HOME}]
         init_env = {e["name"]: e for e in init[0]["env"]}
         assert init_env["APPLIANCE_PROFILE"]["value"] == name and "value" not in init_env["HF_TOKEN"]
         requests = spec["containers"][0]["resources"]["requests"]
@@ -235,6 +237,19 @@ def test_gpu_pods_prefetch_the_weights_and_ask_for_memory_and_storage_sized_for_
         assert volumes["hf-cache"]["emptyDir"] == {"sizeLimit": f"{size}Gi"}
         assert requests["ephemeral-storage"] == f"{size + k8s.COMPILE_CACHE_GIB}Gi"
         assert requests["memory"] == ("96Gi" if profile.hardware.gpu == "gb10" else "32Gi")
+
+
+def test_with_sync_model_only_the_leader_downloads_and_it_serves_the_workers_on_the_model_sync_port() -> None:
+    docs = manifests("gb10-tp2", K8sOptions(image="a:b"), "distributed.sync_model=true")
+    lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert [c["name"] for c in leader["initContainers"]] == ["fetch-model"] and "initContainers" not in worker
+    ports = {p["name"]: p["containerPort"] for p in leader["containers"][0]["ports"]}
+    assert ports["model-sync"] == ports["dist-master"] + 3
+    jsonschema.Draft202012Validator(SCHEMA).validate(lws)
+    for template in pod_templates(lws):
+        k8s_validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template})
 
 
 def test_with_pvcs_nothing_big_lands_on_the_nodes_ephemeral_storage() -> None:
@@ -289,3 +304,11 @@ def test_the_command_takes_rdma_mode_and_gpu_products() -> None:
     assert expr["values"] == ["NVIDIA-DGX-Spark"]
     custom = cli("gb10-tp2", "--rdma", "rdma/hca_shared_devices_a")
     assert "rdma/hca_shared_devices_a" in custom.stdout
+
+
+def test_yaml_output_has_no_anchors_or_aliases_and_reads_back_equal() -> None:
+    """The LWS leader and worker templates share values: PyYAML would write them once as &id001 and refer back."""
+    docs = manifests("gb10-tp2")
+    text = k8s.dump(docs, "yaml")
+    assert not re.search(r"[&*]id\d{3}", text)
+    assert list(yaml.safe_load_all(text)) == docs

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.commands.profiles import host_report
-from appliance.doctor.fit import Host, fit, read_host, recommend
+from appliance.doctor.fit import Host, fit, host_report, read_host, recommend
 from appliance.doctor.gpu import GpuInfo, GpuProbe
 from appliance.profile import list_profiles, load_profile
 
@@ -96,3 +95,15 @@ def test_a_cpu_machine_gets_the_demo_and_the_json_says_why_for_each(tmp_path: Pa
     assert by_name["gb10-tp2"]["verdict"] == "refused" and by_name["gb10-tp2"]["rule"] == "gpu"
     assert all(p["rule"] for p in doc["profiles"] if p["verdict"] == "refused")  # every refusal names its check
     assert host.fabric == [] and "no RDMA device" in host.describe()[2]
+
+
+def test_doctor_suggest_is_the_same_report_and_needs_no_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.cli import main
+
+    assert main(["doctor", "--suggest", "--json"]) == 0
+    suggested = json.loads(capsys.readouterr().out)
+    assert main(["profiles", "--host", "--json"]) == 0
+    host = json.loads(capsys.readouterr().out)
+    # MemAvailable moves between the two reads: the verdicts and the recommendation are what must agree
+    assert (host["profiles"], host["recommended"]) == (suggested["profiles"], suggested["recommended"])
+    assert suggested["recommended"] == "cpu-smoke"  # this machine: no GPU

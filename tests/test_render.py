@@ -32,11 +32,26 @@ def plan(name: str, rank: int = 0, *overrides: str, **place: object):
     return build_plan(profile, Placement(node_rank=rank, master_addr="10.1.0.1", **place))  # type: ignore[arg-type]
 
 
-def test_gb10_head_is_the_seeds_reference_command_plus_launcher_flags() -> None:
+PIN_0731 = ["--revision", "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"]  # versions.json (W1, W2)
+
+
+def test_gb10_head_is_the_seeds_reference_command_plus_the_pin_and_launcher_flags() -> None:
     head = plan("gb10-tp2", 0)
     assert head.role == "head"
     assert head.argv[: len(REFERENCE)] == REFERENCE
-    assert head.argv[len(REFERENCE):] == [*LAUNCHER[:4], "--node-rank", "0", *LAUNCHER[4:]]
+    assert head.argv[len(REFERENCE):] == [*PIN_0731, *LAUNCHER[:4], "--node-rank", "0", *LAUNCHER[4:]]
+
+
+def test_a_profile_revision_replaces_the_pin_and_a_local_folder_takes_none(tmp_path: Path) -> None:
+    other = "a" * 40
+    argv = plan("gb10-tp2", 0, f"model.revision={other}").argv
+    assert argv[argv.index("--revision") + 1] == other
+    assert "--revision" not in plan("gb10-tp2", 0, model_dir=tmp_path).argv
+
+
+def test_a_branch_name_as_revision_is_refused_naming_the_field() -> None:
+    with pytest.raises(ApplianceError, match=r"model\.revision"):
+        load_profile("gb10-tp2", cli_overrides=["model.revision=main"])
 
 
 def test_gb10_worker_is_headless_with_the_same_engine_args() -> None:

@@ -53,6 +53,8 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "E7": ("gb10-tp2", ("engine.channel=vllm-0.32.0",), "warning", "engine.channel"),
     "E9": ("gb10-tp2", ("engine.channel=vllm-0.32.0", "engine.eager_scratch_pool=true",
                         "engine.accept_scratch_pool_corruption_risk=true"), "error", "engine.eager_scratch_pool"),
+    "W1": ("gb10-tp2", (f"model.revision={'f' * 40}",), "warning", "model.revision"),
+    "W4": ("cpu-smoke", ("distributed.sync_model=true",), "warning", "distributed.sync_model"),
     "X1": ("cpu-smoke", ("engine.extra_args=[--chat-templat, x]",), "error", "engine.extra_args"),
     "X2": ("cpu-smoke", ("engine.extra_args=[--max-model-len, '99']",), "error", "engine.extra_args"),
     "X3": ("cpu-smoke", ("engine.extra_env.VLLM_USE_V2_MODEL_RUNNER=1",), "error",
@@ -60,13 +62,29 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "X4": ("cpu-smoke", ("engine.extra_args=[--seed, '-1']",), "error", "engine.extra_args"),
     "X5": ("cpu-smoke", ("engine.extra_env.NCCL_IB_GID_INDEX=3",), "warning", "engine.extra_env"),
 }
+# Rules whose pitfall is in the lock, not the profile: the context the rule reads is built with the pitfall.
+FAILING_CONTEXT: dict[str, tuple[str, dict[str, object], str, str]] = {
+    "W2": ("gb10-tp2", {"pins": {}}, "error", "model.revision"),  # a checkpoint the lock does not pin
+}
 # No shipped channel lacks what these check yet: tests/test_channels.py fails each on an engine double (the
 # channel's facts with the flag, variable, method or backend taken out).
 FAILING_ON_AN_ENGINE_DOUBLE = {"E2", "E3", "E5", "E8"}
 
 
 def test_every_registered_rule_has_a_failing_case_here() -> None:
-    assert set(REGISTRY) == set(FAILING) | FAILING_ON_AN_ENGINE_DOUBLE
+    assert set(REGISTRY) == set(FAILING) | set(FAILING_CONTEXT) | FAILING_ON_AN_ENGINE_DOUBLE
+
+
+@pytest.mark.parametrize("rule_id", sorted(FAILING_CONTEXT))
+def test_rule_fires_on_its_pitfall_in_the_lock_with_field_fix_and_reason(rule_id: str) -> None:
+    import dataclasses
+
+    profile, update, severity, field = FAILING_CONTEXT[rule_id]
+    ctx = context_for(load_profile(profile).profile)
+    hits = [f for f in evaluate(dataclasses.replace(ctx, **update)) if f.rule == rule_id]  # type: ignore[arg-type]
+    assert [(h.severity, h.path) for h in hits] == [(severity, field)]
+    assert hits[0].fix and hits[0].reason == REGISTRY[rule_id].reason
+    assert rule_id not in {f.rule for f in evaluate(ctx)}, f"{rule_id} fires on the shipped lock"
 
 
 @pytest.mark.parametrize("rule_id", sorted(FAILING))

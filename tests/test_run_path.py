@@ -95,13 +95,11 @@ def test_model_dir_without_config_is_refused_before_anything_starts(tmp_path: Pa
         locate("x/y", None, tmp_path / "missing")
 
 
-def test_hf_cache_snapshot_is_found_by_ref(tmp_path: Path) -> None:
-    repo = tmp_path / "models--org--name"
-    _checkpoint(repo / "snapshots" / "abc123", {})
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("abc123")
-    assert in_hf_cache("org/name", None, tmp_path) == repo / "snapshots" / "abc123"
-    assert in_hf_cache("org/name", "other", tmp_path) is None
+def test_hf_cache_snapshot_is_found_by_its_commit_and_no_other(tmp_path: Path) -> None:
+    rev, other = "a" * 40, "b" * 40
+    _checkpoint(tmp_path / "models--org--name" / "snapshots" / rev, {})
+    assert in_hf_cache("org/name", rev, tmp_path)
+    assert not in_hf_cache("org/name", other, tmp_path)
 
 
 def test_loopback_address_and_unknown_interface() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bounds import QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
+from appliance.bounds import MODEL_SYNC_PORT_OFFSET, QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET
 from tests import ports
 from tests.conftest import ROOT, free_port, master_port
 
@@ -39,12 +39,13 @@ def test_ports_lie_below_the_kernels_ephemeral_range_where_no_connection_takes_i
     low, _ = ports.ephemeral_range()
     master = master_port()
     assert ports.FLOOR <= free_port() < low
-    assert ports.FLOOR <= master < master + max(RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET) < low
+    assert ports.FLOOR <= master < master + ports.MASTER_SPAN - 1 < low
 
 
-def test_a_master_port_comes_with_its_rendezvous_and_fabric_ports_reserved_and_free():
+def test_a_master_port_comes_with_its_rendezvous_fabric_and_model_sync_ports_reserved_and_free():
     master = master_port()
-    for port in (master, master + RENDEZVOUS_PORT_OFFSET, master + QUALIFY_PORT_OFFSET):
+    for port in (master, *(master + off for off in (RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET,
+                                                    MODEL_SYNC_PORT_OFFSET))):
         assert locked_elsewhere(port), port
         with socket.socket() as s:
             s.bind(("0.0.0.0", port))  # nothing is bound there

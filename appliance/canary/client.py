@@ -67,7 +67,8 @@ class CanaryClient:
             raise Unreachable(f"{self.base_url}/v1/models: {type(exc).__name__}: {exc}") from None
         if reply.status_code != 200:
             raise ApplianceError(f"{self.base_url}/v1/models answered HTTP {reply.status_code}", field="--url",
-                                 value=self.base_url, fix="point --url at an OpenAI-compatible serve (no /v1)")
+                                 value=self.base_url,
+                                 fix="point --url at an OpenAI-compatible serve (with or without /v1)")
         return [m["id"] for m in reply.json().get("data", [])]
 
     async def tokenize_chat(self, model: str, messages: list[dict[str, str]]) -> list[int] | None:

@@ -58,6 +58,6 @@ async def one_round(url: str, *, model: str | None, plan: RoundPlan, calibration
         return await run_round(client, chosen, golden, plan, calibration, record=record, rng=random.Random())
     except Unreachable as exc:
         raise ApplianceError(f"the serve at {url} did not answer: {exc}", field="--url", value=url,
-                             fix="check the URL (scheme, host, port; no /v1) and that the serve is up") from None
+                             fix="check the URL (scheme, host, port) and that the serve is up") from None
     finally:
         await client.aclose()

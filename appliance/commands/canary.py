@@ -11,7 +11,8 @@ from pathlib import Path
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", required=True, help="the serve's base URL, e.g. http://127.0.0.1:8000 (no /v1)")
+    parser.add_argument("--url", required=True, help="the serve's base URL, e.g. http://127.0.0.1:8000 (an OpenAI "
+                        "base URL ending in /v1 is taken too)")
     parser.add_argument("--model", help="served model name (default: the one the serve lists)")
     parser.add_argument("--json", action="store_true", help="print the round as JSON")
     parser.add_argument("--calibration", type=Path, metavar="FILE",
@@ -48,10 +49,11 @@ def _in_section_bounds(args: argparse.Namespace, key: str, why: str) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from appliance.bounds import check_http_url
+    from appliance.bounds import api_base_url, check_http_url
     from appliance.errors import ApplianceError
 
     check_http_url("--url", args.url)
+    args.url = api_base_url(args.url)
     for key, why in (("long_decode_tokens", "too short shows no loop; too long costs the serve"),
                      ("concurrency", "cached blocks are shared by >= 2")):
         _in_section_bounds(args, key, why)

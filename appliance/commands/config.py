@@ -51,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
         for path in rows:
             if path == key or path.startswith(f"{key}."):
                 rows[path]["origin"] = f"canary:rung {rung['index']} {rung['name']}"
+    revision = rows.get("model.revision")
+    if revision is not None and revision["value"] is None:  # unset in the profile: the lock's pin (W1, W2)
+        from appliance.weights.pins import LOCK_ORIGIN, pinned_revision
+
+        revision.update(value=pinned_revision(loaded.profile.model.checkpoint), origin=LOCK_ORIGIN)
     if "engine.extra_args" in rows:  # a secret after its flag is masked as on any command line
         from appliance.render.passthrough import masked_argv
 

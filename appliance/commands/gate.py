@@ -26,7 +26,7 @@ def _positive(text: str) -> int:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="the serve's API server (default http://127.0.0.1:<server.port>)")
+    parser.add_argument("--url", help="the serve's API server, with or without /v1 (default http://127.0.0.1:<server.port>)")
     parser.add_argument("--exporter", help="the health exporter (default http://127.0.0.1:<server.health_port>); "
                                            "without a profile given, the gate asks it which one the serve runs")
     add_profile_args(parser, positional=False)
@@ -104,11 +104,13 @@ EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
 
 def _check_flags(args: argparse.Namespace) -> None:
     """Flag values reach llama-benchy's and lm-eval's command lines: the bounds of every outside value."""
-    from appliance.bounds import check_http_url, check_text
+    from appliance.bounds import api_base_url, check_http_url, check_text
 
     for flag in ("url", "exporter"):
         if getattr(args, flag):
             check_http_url(f"--{flag}", getattr(args, flag))
+    if args.url:  # an OpenAI client's base URL (…/v1) is taken as the serve's
+        args.url = api_base_url(args.url)
     for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out"):
         if getattr(args, flag) is not None:
             check_text(f"--{flag.replace('_', '-')}", str(getattr(args, flag)))

@@ -1,6 +1,7 @@
 """`appliance run`: the container entrypoint (also usable natively).
 
-Parses, then delegates to appliance.run.launch: the run folder -> check the profile -> this node's placement ->
+Parses, then delegates to appliance.run.launch: the run folder -> (a worker with distributed.sync_model: the
+head's snapshot) -> check the profile -> this node's placement ->
 doctor (exit 1 on a failed check) -> resolve the launch (plan, peers, fabric, env) -> write launch.json +
 supervisord.conf -> exec supervisord -n.
 """
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_launch,
         resolve_place,
         run_files,
+        sync_from_head,
         write_launch,
     )
     from appliance.settings import load_settings
@@ -44,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     loaded = load_from_args(args, settings)
     given = placement_from_args(args, settings)
+    sync_from_head(loaded, given, settings, _stderr)  # distributed.sync_model: a worker's copy comes from the head
     model_dir = check_profile(loaded, given, _stderr)
     place = resolve_place(loaded, given, model_dir)
     if not args.skip_doctor:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,3 +123,43 @@ def recommend(fits: list[Fit], profiles: dict[str, Profile]) -> Fit | None:
                 profiles[f.profile].hardware.nodes, len(f.profile), f.profile)
 
     return min(usable, key=key)
+
+
+def host_report(as_json: bool, host: Host | None = None) -> int:
+    """`profiles --host`: this host's facts, every shipped profile's verdict here, and one recommended."""
+    from appliance.profile import list_profiles, load_profile
+    from appliance.settings import load_settings
+
+    if host is None:
+        settings = load_settings()
+        host = read_host(settings.procfs)
+    profiles = {name: load_profile(name).profile for name in list_profiles()}
+    fits = [fit(p, host) for p in profiles.values()]
+    best = recommend(fits, profiles)
+    if as_json:
+        print(json.dumps({"host": host.describe(), "profiles": [f.as_dict() for f in fits],
+                          "recommended": best.profile if best else None}, indent=2, ensure_ascii=False))
+        return 0
+    print("\n".join(host.describe()))
+    print()
+    width = max(len(f.profile) for f in fits)
+    for f in fits:
+        verdict = f"refused ({f.rule})" if f.verdict == "refused" else f.verdict
+        print(f"{f.profile.ljust(width)}  {verdict:<20}  {_short(f.reason)}")
+    print()
+    if best is None:
+        print("recommended: none of the shipped profiles fits this host")
+    elif not best.gpu and any(f.gpu for f in fits) and host.gpus.gpus:
+        print(f"recommended: {best.profile} (no GPU profile fits these GPUs: the appliance serves DeepSeek-V4 on "
+              f"SM12x only; {best.profile} is the CPU demo)")
+    else:
+        print(f"recommended: {best.profile} ({best.verdict}; provenance {best.status})")
+    return 0
+
+
+def _short(text: str, width: int = 110) -> str:
+    import shutil
+    import textwrap
+
+    cols = max(60, shutil.get_terminal_size((160, 24)).columns - 45)
+    return textwrap.shorten(text, width=min(width, cols) if cols else width, placeholder=" …")

@@ -146,7 +146,7 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
     where = "" if engine.venv is None else f" (engine venv {engine.venv})"
     if not drifts:
         return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json{where}")]
-    return [Check("versions", "fail", f"channel {ch.name}{where}: {d.message}") for d in drifts]
+    return [Check("versions", "fail", f"channel {ch.name}{where}: {d.message}", d.rule) for d in drifts]
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,

@@ -105,16 +105,17 @@ def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str,
 def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) -> str | None:
     """A local folder holding the tokenizer: --tokenizer, the checkpoint on disk, or the folder vLLM serves."""
     from appliance.run.model_location import locate
+    from appliance.weights.pins import revision_for
 
     if req.tokenizer:
         return req.tokenizer
     m = loaded.profile.model
     try:
-        found = locate(m.checkpoint, m.revision, req.model_dir)
+        found = locate(m.checkpoint, revision_for(m.checkpoint, m.revision), req.model_dir, deep=False)
     except ApplianceError:
         found = None
     if found:
-        return str(found)
+        return str(found.folder)
     root = next((x.get("root") for x in engine["models"] if x.get("root")), None)
     return root if root and Path(root).is_dir() else None
 

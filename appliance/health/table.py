@@ -24,7 +24,7 @@ FactType = Literal["str", "int", "float"]
 Scalar = str | int | float | bool
 
 _ID = r"^[a-z0-9][a-z0-9-]*$"
-_RULE = r"^K[0-9]+$"
+_RULE = r"^[A-Z][0-9]+$"  # an id of appliance/rulebook.py (K…, W…)
 COMPARE: dict[str, Callable[[Any, Any], bool]] = {  # two-character operators first: the regex tries in order
     "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
 }

@@ -39,8 +39,9 @@ class Hardware(Section):
 class Model(Section):
     checkpoint: str = Field(min_length=1)
     """Hugging Face repository id of the checkpoint (its facts come from profiles/catalogue.yaml or its config.json)."""
-    revision: str | None = None
-    """Pinned revision (commit) of the checkpoint; null = whatever the cache holds."""
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    """Hub commit (40 lowercase hex) overriding the lock's pin (versions.json `checkpoints`); null = the lock's.
+    A branch or tag is refused: it moves. Overriding the validated pin is a warning (W1)."""
     quantization: Literal["mxfp4", "nvfp4", "none"]
     """Expert weight format: MXFP4 (0731 / original), NVFP4 (NVIDIA checkpoints), none (tiny test models)."""
     trust_remote_code: bool = False
@@ -184,7 +185,8 @@ class Distributed(Section):
     backend: Literal["mp", "ray"] = "mp"
     """--distributed-executor-backend for multi-node serves: vLLM's own launcher (mp) or Ray."""
     master_port: int = Field(29501, ge=1024, le=MAX_MASTER_PORT)
-    """Rendezvous port on the head's fabric address (the consistency exchange uses the next one)."""
+    """Rendezvous port on the head's fabric address (the consistency exchange uses the next one, the fabric
+    qualification the one after, the model sync master port + 3)."""
     nccl_ib_hca: str | None = None
     """NCCL_IB_HCA (e.g. the ConnectX device); null = NCCL's choice."""
     nccl_ib_disable: bool = False
@@ -192,6 +194,9 @@ class Distributed(Section):
     15.1 vs 21.9 tok/s decode with IB disabled."""
     fabric: Fabric = Fabric()
     """Fabric qualification before launch (K25): a short transfer from each rank to the head."""
+    sync_model: bool = False
+    """Workers take the head's verified snapshot over the fabric (rsync on master port + 3) before the ranks meet,
+    instead of each downloading the checkpoint itself (W4). The head's copy must be complete."""
 
 
 class Measured(Section):

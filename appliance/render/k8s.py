@@ -174,14 +174,17 @@ def _scheduling(profile: Profile, opts: K8sOptions) -> dict[str, Any]:
 def _fetch_model(profile: Profile, opts: K8sOptions, env: list[dict[str, Any]]) -> dict[str, Any]:
     """Init container: the weights into the HF cache before the engine starts, so the startup probe's budget
     covers only load + JIT; a restarted pod resumes the download instead of starting the probe clock."""
-    keep = {"APPLIANCE_PROFILE", "APPLIANCE_SET", "HF_HOME", "HF_TOKEN"}
+    keep = {"APPLIANCE_PROFILE", "APPLIANCE_SET", "HF_HOME", "HF_TOKEN", "APPLIANCE_HOME"}
     return {
         "name": "fetch-model",
         "image": opts.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["appliance", "fetch-model"],
         "env": [e for e in env if e["name"] in keep],
-        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME}],
+        # The appliance home keeps the hashes fetch-model checked (weights/stamps.py): the engine container's check
+        # of the same files (W3) then reads 160 GB only once.
+        "volumeMounts": [{"name": "hf-cache", "mountPath": HF_HOME},
+                         {"name": "appliance-cache", "mountPath": APPLIANCE_HOME}],
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
     }
 
@@ -195,6 +198,8 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
     if plan.role == "head":
         ports += [{"name": "dist-master", "containerPort": place.master_port, "protocol": "TCP"},
                   {"name": "rendezvous", "containerPort": place.rendezvous_port, "protocol": "TCP"}]
+        if profile.distributed.sync_model:  # W4: the workers take the leader's verified snapshot from here
+            ports.append({"name": "model-sync", "containerPort": place.model_sync_port, "protocol": "TCP"})
     budget = probe_budget(profile)
     hf_gib = hf_cache_gib(profile) if gpu and not opts.hf_cache_claim else None
     if gpu:
@@ -240,7 +245,9 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
     }
     if gpu:
         spec |= _scheduling(profile, opts)
-        spec["initContainers"] = [_fetch_model(profile, opts, env)]
+        # With distributed.sync_model a worker's weights come from the leader when it starts (W4): one download.
+        if not (profile.distributed.sync_model and plan.role == "worker"):
+            spec["initContainers"] = [_fetch_model(profile, opts, env)]
     if opts.rdma_resource:
         # RDMA mode: the node's own network and RDMA devices; on the pod network NCCL silently uses sockets.
         spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
@@ -338,4 +345,12 @@ def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profi
 def dump(manifests: list[Manifest], fmt: Literal["yaml", "json"]) -> str:
     if fmt == "json":
         return json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}, indent=2) + "\n"
-    return yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False)
+    return yaml.dump_all(manifests, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No anchors and aliases (`&id001` / `*id001`) where two pod templates share a value: kubectl reads them, but a
+    person reading or diffing the manifests, and many tools that template them, do not."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True

@@ -6,6 +6,7 @@ The compile-cache variables `run` adds (run/caches.py, a layer above the rules) 
 from __future__ import annotations
 
 from appliance.channels.capabilities import (
+    ENV_AOT_COMPILE,
     ENV_GUARD,
     ENV_RUNNER,
     ENV_SCRATCH_POOL,
@@ -63,6 +64,8 @@ ENV_OWNERS: dict[str, str] = {
     ENV_SM120_DECODE: "engine.sm120_decode",
     ENV_SM120_PREFILL: "engine.sm120_prefill",
     ENV_SCRATCH_POOL: "engine.eager_scratch_pool",
+    # W5: the CPU build's AOT artefact never loads (render/plan.py), so a compiling CPU serve runs without AOT.
+    ENV_AOT_COMPILE: "engine.enforce_eager (off on the CPU build: its AOT compile artefact never loads, W5)",
     # INFO with INIT,NET is what the health read-back parses (K10, K15): another level hides those lines.
     "NCCL_DEBUG": "the appliance's NCCL read-back (K10, K15)",
     "NCCL_DEBUG_SUBSYS": "the appliance's NCCL read-back (K10, K15)",

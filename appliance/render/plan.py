@@ -12,6 +12,7 @@ from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.channels.capabilities import (
     DSV4_FLASHINFER,
     DSV4_FLASHMLA,
+    ENV_AOT_COMPILE,
     ENV_GUARD,
     ENV_RUNNER,
     ENV_SCRATCH_POOL,
@@ -34,9 +35,10 @@ from appliance.render.serveplan import (
     http_url,
     resolve_placement,
 )
+from appliance.weights.pins import revision_for
 
 # Env that changes engine behaviour (must reach every rank); the names are the channels' (channels/capabilities).
-ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL)
+ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_AOT_COMPILE)
 
 
 def _flag(argv: list[str], name: str, value: object) -> None:
@@ -59,8 +61,6 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
     argv = ["vllm", "serve", str(model_dir) if model_dir else p.model.checkpoint]
     served = p.server.served_model_name or (p.model.checkpoint if model_dir else None)
     _flag(argv, "--served-model-name", served)
-    if p.model.revision and not model_dir:
-        _flag(argv, "--revision", p.model.revision)
     if p.model.trust_remote_code:
         argv.append(_managed("--trust-remote-code"))
     _flag(argv, "--tokenizer-mode", p.server.tokenizer_mode)
@@ -95,6 +95,9 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
         _flag(argv, "--compilation-config", _compact({"cudagraph_mode": p.engine.cudagraph_mode}))
     if p.engine.fp4_indexer_cache:
         _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
+    if not model_dir:  # a local folder is one revision already; a hub id is fetched at the pin (W1, W2)
+        # vLLM takes the tokenizer at the same revision when --tokenizer-revision is unset (config/model.py)
+        _flag(argv, "--revision", revision_for(p.model.checkpoint, p.model.revision))
     if p.engine.logits_processors:
         argv += [_managed("--logits-processors"), *p.engine.logits_processors]
     if p.engine.kv_offload_gib > 0:
@@ -146,6 +149,14 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
             env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
     if p.engine.eager_scratch_pool and caps.scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
+    if p.hardware.gpu == "cpu" and not p.engine.enforce_eager:
+        # W5: the CPU platform compiles in DYNAMO_TRACE_ONCE mode with torch's own inductor backend
+        # (vllm/platforms/cpu.py: `compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE`), whose AOT artefact
+        # holds a plain function; loading it calls `compiled_fn.finalize_loading` (vllm/compilation/decorators.py,
+        # _try_load_aot_compiled_fn), which fails ("'function' object has no attribute 'finalize_loading'") and every
+        # start recompiles. Without AOT compile the start re-traces and takes inductor's own cache (C++ kernels and
+        # FX graphs in TORCHINDUCTOR_CACHE_DIR): measured cold vs warm in benchmarks/warm_start.py.
+        env[ENV_AOT_COMPILE] = "0"
     if p.hardware.gpu != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
         # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the

@@ -14,6 +14,7 @@ from appliance.rules import (  # noqa: F401  (registration)
     model_facts,
     passthrough,
     provenance,
+    weights,
 )
 from appliance.rules.base import REGISTRY, Finding, Rule, RuleContext
 

@@ -10,9 +10,10 @@ from appliance.bounds import show
 from appliance.catalogue import CheckpointFacts, GpuFacts
 from appliance.channels.capabilities import Capabilities, capabilities_of, profile_channel
 from appliance.channels.facts import EngineFacts, load_facts
-from appliance.lock import ChannelLock, channel_lock
+from appliance.lock import ChannelLock, CheckpointPin, channel_lock
 from appliance.profile.model import Profile
 from appliance.redact import redact
+from appliance.weights.pins import checkpoint_pins
 
 Severity = Literal["error", "warning"]
 
@@ -58,6 +59,8 @@ class RuleContext:
     gpu: GpuFacts
     channel: Channel = field(default=None)  # type: ignore[assignment]
     """The profile's channel (filled from engine.channel): the rules consult its capabilities, not the fork's."""
+    pins: dict[str, CheckpointPin] = field(default_factory=checkpoint_pins)
+    """The lock's pinned checkpoint revisions (W1, W2)."""
 
     def __post_init__(self) -> None:
         if self.channel is None:

@@ -1,12 +1,14 @@
 """The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
 
     run_files        the run folder, checked (supervisor reads its name) and created, once
-    check_profile    locate the checkpoint; validate with its real facts (exit 2 on errors)
+    sync_from_head   distributed.sync_model, a worker: take the head's verified snapshot first (W4)
+    check_profile    locate the checkpoint and check it complete (W3); validate with its real facts (exit 2 on errors)
     resolve_place    this node's placement, resolved once against the profile (+ the fabric address, the located
                      checkpoint), every value with its origin (appliance/placement.py)
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
     resolve_launch   ServePlan (programs made absolute) + the consistency exchange (multi-node; the head gets its
-                     workers' exporters) + the fabric qualification (K25) + engine env (caches) + the canary's watch
+                     workers' exporters; with distributed.sync_model it serves its snapshot read-only meanwhile,
+                     W4) + the fabric qualification (K25) + engine env (caches) + the canary's watch
     write_launch     launch.json (the typed hand-off: placement, programs, the exporter's section) + supervisord.conf,
                      atomically, proven by supervisor's own loader
     relaunch         the canary's step-down: the same launch again with a rung's profile, in this process
@@ -16,12 +18,13 @@ Library code: it reports through the `report` callable it is given and raises Ap
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,7 +36,7 @@ from appliance.lock import channel_lock
 from appliance.multinode.fabric_report import FabricReport
 from appliance.multinode.netif import ipv4_of
 from appliance.multinode.rendezvous import Peer, preflight
-from appliance.paths import make_dir, venv_executable
+from appliance.paths import appliance_home, make_dir, venv_executable
 from appliance.placement import Placement, ResolvedPlacement, resolve_placement
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.profile.model import Profile
@@ -45,6 +48,8 @@ from appliance.run.caches import cache_env
 from appliance.run.launchfile import EXPORTER_BIND, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.settings import ApplianceSettings
+from appliance.weights.pins import revision_for
+from appliance.weights.stamps import stamp_root
 
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
@@ -110,10 +115,75 @@ def run_files(run_dir: Path, field: str = "--run-dir") -> RunFiles:
     return RunFiles(run_dir, sock)
 
 
-def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Path | None:
-    """The checkpoint's folder when it is on disk; the profile re-validated with its real facts."""
+def sync_from_head(loaded: LoadedProfile, given: Placement, settings: ApplianceSettings, report: Report) -> None:
+    """distributed.sync_model on a worker whose copy is not complete: fetch what it lacks from the head's snapshot
+    over the fabric (rsync, master port + 3), before anything else; check_profile then checks it on arrival.
+    The head serves while the ranks meet (serve_snapshot), so this waits for it as long as the rendezvous would."""
     profile = loaded.profile
-    model_dir = locate(profile.model.checkpoint, profile.model.revision, given.model_dir)
+    if not profile.distributed.sync_model:
+        return
+    place = resolve_placement(profile, given)
+    if place.role != "worker":
+        return
+    revision = revision_for(profile.model.checkpoint, profile.model.revision)
+    if revision is None:
+        return  # W2 refuses the profile in check_profile
+    if place.model_dir is not None:
+        report(f"appliance run: model sync skipped: APPLIANCE_MODEL_DIR={place.model_dir} is served as it is")
+        return
+    from appliance.weights.rsync import MODULE_MODEL, SECRET_ENV
+    from appliance.weights.snapshot import check_hub_snapshot
+    from appliance.weights.sync import daemon_peer, pull, wait_for_daemon
+
+    here = check_hub_snapshot(profile.model.checkpoint, revision, stamp_root=stamp_root(appliance_home()))
+    if here.complete:
+        report(f"appliance run: model sync: nothing to fetch, {here.summary()}")
+        return
+    if not place.master_addr:
+        raise ApplianceError("a multi-node serve needs the head's fabric address", field="APPLIANCE_MASTER_ADDR",
+                             fix="set APPLIANCE_MASTER_ADDR on every node to the head's address on the fabric")
+    port = place.model_sync_port
+    report(f"appliance run: model sync: {here.summary()}; fetching it from the head at {place.master_addr}:{port}")
+    wait_for_daemon(place.master_addr, port, settings.rendezvous_timeout_s)
+    pull(profile.model.checkpoint, revision, daemon_peer(place.master_addr, port, MODULE_MODEL),
+         secret=os.environ.get(SECRET_ENV) or None, report=report)
+
+
+@contextlib.contextmanager
+def serve_snapshot(profile: Profile, plan: ServePlan, place: ResolvedPlacement, report: Report) -> Iterator[None]:
+    """distributed.sync_model on the head: its complete snapshot, served read-only on its fabric address while the
+    block runs (the rendezvous: a worker joins it only once its copy arrived). Nothing else is served."""
+    if not profile.distributed.sync_model or plan.role != "head":
+        yield
+        return
+    from appliance.weights.hub import repo_folder
+    from appliance.weights.rsync import MODULE_MODEL, SECRET_ENV, daemon
+
+    storage, model_dir = repo_folder(profile.model.checkpoint), place.model_dir
+    if model_dir is None or not model_dir.resolve().is_relative_to(storage.resolve()):
+        raise ApplianceError(
+            f"distributed.sync_model: the head has no complete snapshot of {profile.model.checkpoint} in its hub "
+            f"cache ({'APPLIANCE_MODEL_DIR is served instead' if model_dir else 'it is not on disk'})",
+            field="distributed.sync_model", value=True,
+            fix="run `appliance fetch-model` on the head first (and unset APPLIANCE_MODEL_DIR), or turn "
+                "distributed.sync_model off and give every rank its own copy",
+            reason="W4: the workers copy the head's verified snapshot; the head must have one")
+    address = place.master_addr or place.host_ip or "127.0.0.1"
+    with daemon(MODULE_MODEL, storage, address=address, port=place.model_sync_port, writable=False,
+                secret=os.environ.get(SECRET_ENV) or None,
+                report=lambda line: report(f"appliance run: {line}")):
+        yield
+
+
+def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Path | None:
+    """The checkpoint's folder when it is on disk and complete (W3); the profile re-validated with its real facts."""
+    profile = loaded.profile
+    revision = revision_for(profile.model.checkpoint, profile.model.revision)
+    found = locate(profile.model.checkpoint, revision, given.model_dir, stamp_root=stamp_root(appliance_home()),
+                   profile_name=profile.name)  # W3: an incomplete or damaged snapshot is refused here
+    model_dir = found.folder if found else None
+    if found is not None:
+        report(f"appliance run: checkpoint {found.check.summary()}")
     ctx = context_for(profile)
     if model_dir is not None:
         ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
@@ -205,7 +275,8 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
                              fix="remove it from engine.extra_env and set APPLIANCE_HOME",
                              reason="the compile caches are keyed by the lock and engine digest: another folder "
                                     "would mix the artefacts of different engines")
-    peers = join_peers(profile, plan, place, settings)
+    with serve_snapshot(profile, plan, place, report):  # W4: the workers fetch while the ranks meet
+        peers = join_peers(profile, plan, place, settings)
     fabric = qualify_fabric(profile, plan, place, report) if measure_fabric else None
     if not measure_fabric and plan.role != "single":
         report("appliance run: fabric qualification (K25) skipped: a dry run measures nothing")

@@ -1,4 +1,5 @@
-"""Where the checkpoint is, and the facts read from it (config.json, the safetensors index).
+"""Where the checkpoint is (checked complete on disk, W3), and the facts read from it (config.json, the safetensors
+index).
 
 When the checkpoint is on disk, K2/K3/K20 use its real `dspark_block_size`, MTP layers and
 `total_size` rather than the catalogue's figures.
@@ -8,25 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from appliance.catalogue import CheckpointFacts
 from appliance.errors import ApplianceError
 from appliance.paths import appliance_home
+from appliance.weights.hub import hf_home, hf_hub_cache, hf_offline, repo_folder
+from appliance.weights.snapshot import SnapshotCheck, check_folder, check_hub_snapshot, resume_hint
 
-
-def hf_home() -> Path:
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-
-
-def hf_offline(*names: str) -> bool:
-    """Whether HF_HUB_OFFLINE (or another of `names`) is set the way huggingface_hub reads it: 1/true/yes/on."""
-    return any(os.environ.get(n, "").strip().lower() in ("1", "true", "yes", "on") for n in ("HF_HUB_OFFLINE", *names))
-
-
-def hf_hub_cache() -> Path:
-    return Path(os.environ.get("HF_HUB_CACHE") or hf_home() / "hub")
+__all__ = ["Located", "hf_home", "hf_hub_cache", "hf_offline", "in_hf_cache", "locate", "prepared_model_dir",
+           "read_facts"]
 
 
 def prepared_model_dir(checkpoint: str) -> Path:
@@ -34,23 +28,29 @@ def prepared_model_dir(checkpoint: str) -> Path:
     return appliance_home() / "models" / checkpoint.split("/")[-1]
 
 
-def in_hf_cache(checkpoint: str, revision: str | None, cache: Path | None = None) -> Path | None:
-    """The snapshot folder of `checkpoint` in the HF cache (layout models--org--name/snapshots/REV)."""
-    repo = (cache or hf_hub_cache()) / f"models--{checkpoint.replace('/', '--')}"
-    if not repo.is_dir():
-        return None
-    rev = revision
-    if rev is None:
-        ref = repo / "refs" / "main"
-        rev = ref.read_text().strip() if ref.is_file() else None
-    if rev is None:
-        return None
-    snapshot = repo / "snapshots" / rev
-    return snapshot if (snapshot / "config.json").is_file() else None
+@dataclass(frozen=True)
+class Located:
+    """A checkpoint found on disk, and what its check found (complete, or `locate` would have refused it)."""
+
+    folder: Path
+    check: SnapshotCheck
+    origin: Literal["APPLIANCE_MODEL_DIR", "hub cache", "prepared"]
 
 
-def locate(checkpoint: str, revision: str | None, model_dir: Path | None) -> Path | None:
-    """APPLIANCE_MODEL_DIR, else the HF cache, else a model the appliance prepared; None = not on disk."""
+def in_hf_cache(checkpoint: str, revision: str, cache: Path | None = None) -> bool:
+    """Whether anything of `revision` is in the hub cache: its snapshot folder, or the listing huggingface_hub
+    records when a download of it starts (a download cut before the first file landed leaves only that)."""
+    repo = repo_folder(checkpoint, cache)
+    return (repo / "snapshots" / revision).is_dir() or (repo / "trees" / f"{revision}.json").is_file()
+
+
+def locate(checkpoint: str, revision: str | None, model_dir: Path | None, *, cache: Path | None = None,
+           deep: bool = True, stamp_root: Path | None = None, profile_name: str | None = None) -> Located | None:
+    """APPLIANCE_MODEL_DIR, else the hub cache at `revision`, else a model the appliance prepared; None = not on
+    disk. `cache` is the hub cache (None: HF_HUB_CACHE / HF_HOME's). What is found is checked (W3): an incomplete or
+    damaged one is refused (ApplianceError, exit 2) with what is missing and how to resume, never returned. `deep`
+    hashes the files (stamps skip those hashed before)."""
+    resume = resume_hint(profile_name)
     if model_dir is not None:
         if not (model_dir / "config.json").is_file():
             raise ApplianceError(
@@ -60,12 +60,23 @@ def locate(checkpoint: str, revision: str | None, model_dir: Path | None) -> Pat
                     "HF cache",
                 reason="the engine would start, fail to load and be restarted in a loop",
             )
-        return model_dir
-    found = in_hf_cache(checkpoint, revision)
-    if found:
-        return found
+        check = check_folder(checkpoint, revision, model_dir, deep=deep, stamp_root=stamp_root)
+        if not check.complete:
+            raise check.refusal(f"complete the folder APPLIANCE_MODEL_DIR={model_dir} (copy what is named again), "
+                                "or unset it to use the HF cache")
+        return Located(model_dir, check, "APPLIANCE_MODEL_DIR")
+    if revision is not None and in_hf_cache(checkpoint, revision, cache):
+        check = check_hub_snapshot(checkpoint, revision, cache, deep=deep, stamp_root=stamp_root)
+        if not check.complete or check.folder is None:
+            raise check.refusal(resume)
+        return Located(check.folder, check, "hub cache")
     prepared = prepared_model_dir(checkpoint)
-    return prepared if (prepared / "config.json").is_file() else None
+    if (prepared / "config.json").is_file():
+        check = check_folder(checkpoint, None, prepared, deep=deep, stamp_root=stamp_root)
+        if not check.complete:
+            raise check.refusal(f"prepare it again (remove {prepared} and run `appliance smoke-model`)")
+        return Located(prepared, check, "prepared")
+    return None
 
 
 def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:

@@ -1,0 +1,316 @@
+"""Is a checkpoint's snapshot really on disk? (W3)
+
+"Present" means every file of the checkpoint's listing is there with the size the hub's metadata gives, and, where
+the hub supplies one, the hash: sha256 for LFS files (the weights), the git blob sha1 for the rest. The listing is
+the one huggingface_hub records when it downloads a revision (`trees/<commit>.json` in the repo's cache folder, or
+under `.cache/huggingface/` of a `local_dir` download); huggingface_hub's own calls find the snapshot
+(`snapshot_download(local_files_only=True)`) and hash the files (`utils.sha`). Where no listing was recorded (a
+folder copied by hand, a model the appliance prepared), the safetensors index and each shard's header say which
+files must exist and how long each one is, and an LFS blob's name (its sha256 etag) is its hash.
+
+Hashing 160 GB takes minutes, so a file hashed once is vouched for by a stamp (weights/stamps.py) until it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from appliance.errors import ApplianceError
+from appliance.weights.hub import hf_hub_cache, repo_folder
+from appliance.weights.stamps import StampBook
+
+Kind = Literal["missing", "interrupted", "size", "hash", "unreadable"]
+HASH_WORKERS = 4
+"""Files hashed at once: sha256 releases the GIL, so a few threads keep a fast disk busy."""
+SHOWN = 6
+"""Problems named in an error message; the rest are counted (`appliance fetch-model --check` lists them all)."""
+
+@dataclass(frozen=True)
+class Expected:
+    """One file a complete snapshot holds."""
+
+    path: str
+    """Relative to the snapshot folder (the repository path)."""
+    size: int | None
+    """Bytes, from the hub's listing or the safetensors header; None = unknown (existence only)."""
+    sha256: str | None = None
+    git_sha1: str | None = None
+
+    @property
+    def digest(self) -> str | None:
+        return self.sha256 or self.git_sha1
+
+    @property
+    def algorithm(self) -> str:
+        return "sha256" if self.sha256 else "git-sha1"
+
+@dataclass(frozen=True)
+class FileProblem:
+    path: str
+    kind: Kind
+    detail: str
+
+    def render(self) -> str:
+        return f"{self.path}: {self.detail}"
+
+@dataclass(frozen=True)
+class SnapshotCheck:
+    """What a check of one snapshot found."""
+
+    checkpoint: str
+    revision: str | None
+    folder: Path | None
+    """The snapshot folder; None when nothing of this revision is on disk."""
+    listing: str
+    """Where the list of expected files came from."""
+    files: int
+    total_bytes: int
+    problems: tuple[FileProblem, ...] = ()
+    hashed: int = 0
+    """Files hashed by this check (the rest were vouched for by stamps, or not hashed: quick check)."""
+    hashed_bytes: int = 0
+    vouched: int = 0
+    expected: tuple[Expected, ...] = field(default=(), repr=False)
+
+    @property
+    def complete(self) -> bool:
+        return self.folder is not None and not self.problems
+
+    @property
+    def where(self) -> str:
+        return f"{self.checkpoint}@{self.revision}" if self.revision else self.checkpoint
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.problems:
+            out[p.kind] = out.get(p.kind, 0) + 1
+        return out
+
+    def summary(self) -> str:
+        if self.folder is None:
+            return f"{self.where}: not on disk"
+        if not self.problems:
+            return (f"{self.where}: complete, {self.files} files, {self.total_bytes:,} bytes ({self.hashed} hashed "
+                    f"now, {self.vouched} vouched for by earlier hashing; listing: {self.listing})")
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts().items()))
+        return f"{self.where}: INCOMPLETE at {self.folder}: {counts} of {self.files} files (listing: {self.listing})"
+
+    def refusal(self, resume: str, consequence: str = "nothing started") -> ApplianceError:
+        """W3: an incomplete snapshot is reported with what is missing and how to resume, and never served."""
+        shown = "\n    ".join(p.render() for p in self.problems[:SHOWN])
+        more = f"\n    ... and {len(self.problems) - SHOWN} more" if len(self.problems) > SHOWN else ""
+        return ApplianceError(
+            f"W3 {self.summary()}; {consequence}:\n    {shown}{more}",
+            field="model.checkpoint", value=self.where, fix=resume,
+            reason="an interrupted or damaged download looks like a checkpoint: the engine would fail to load it, "
+                   "or load wrong weights, and be restarted in a loop")
+
+def resume_hint(profile_name: str | None) -> str:
+    target = f" {profile_name}" if profile_name else ""
+    return (f"run `appliance fetch-model{target}` where the hub is reachable: it keeps the complete files and "
+            f"fetches the missing, interrupted and damaged ones again; or `appliance sync-model{target} --to "
+            "THIS-NODE` from a node whose copy is complete (`appliance fetch-model --check` lists every problem)")
+
+# --- the listing ------------------------------------------------------------------------------------------------
+
+def hub_listing(tree_folder: Path, revision: str) -> tuple[Expected, ...] | None:
+    """The files huggingface_hub recorded for `revision` when it downloaded it; None when it recorded none."""
+    from huggingface_hub._tree_cache import read_tree_cache  # the library's reader of its own record
+
+    entries = read_tree_cache(str(tree_folder), revision)
+    if entries is None:
+        return None
+    return tuple(Expected(path, e.lfs_size if e.lfs_size is not None else e.size, e.lfs_sha256,
+                          None if e.lfs_sha256 else e.blob_id) for path, e in sorted(entries.items()))
+
+def safetensors_size(path: Path) -> int | None:
+    """The length a safetensors file must have: 8 + its header + the end of its last tensor; None if unreadable."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) != 8:
+                return None
+            (n,) = struct.unpack("<Q", head)
+            if n > 100 * 1024 * 1024:
+                return None
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError):
+        return None
+    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    return 8 + n + max(ends, default=0)
+
+def folder_listing(folder: Path) -> tuple[tuple[Expected, ...], list[FileProblem]]:
+    """Without a recorded listing: config.json, every shard the safetensors index names (or the single
+    model.safetensors), each with the size its header declares, and its sha256 where the hub cache named the blob
+    after it. An index that does not parse is a problem of its own: its shards cannot be named."""
+    names = ["config.json"]
+    problems = []
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names.append(index.name)
+        try:
+            names += sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            problems.append(FileProblem(index.name, "unreadable", f"no shard list in it ({type(exc).__name__})"))
+    else:
+        names += sorted(p.name for p in folder.glob("*.safetensors"))
+    out = []
+    for name in names:
+        path = folder / name
+        size = safetensors_size(path) if name.endswith(".safetensors") and path.exists() else None
+        blob = path.resolve().name if path.is_symlink() else ""
+        sha = blob if len(blob) == 64 and all(c in "0123456789abcdef" for c in blob) else None
+        out.append(Expected(name, size, sha))
+    return tuple(out), problems
+
+# --- the check --------------------------------------------------------------------------------------------------
+
+def _hash(path: Path, algorithm: str) -> str:
+    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+
+    with path.open("rb") as fh:
+        return sha_fileobj(fh).hex() if algorithm == "sha256" else git_hash(fh.read())
+
+def _interrupted(blobs: Path | None, item: Expected) -> FileProblem | None:
+    """huggingface_hub downloads into blobs/<etag>.<id>.incomplete and renames it when done; a download cut by an
+    error removes it, one whose process was killed leaves it behind: such a file is a download that never finished
+    (huggingface_hub 2.x fetches it again whole; it does not resume a cut HTTP download)."""
+    if blobs is None or not item.digest or not blobs.is_dir():
+        return None
+    parts = sorted(blobs.glob(f"{item.digest}*.incomplete"))
+    if not parts:
+        return None
+    got = max(p.stat().st_size for p in parts)
+    of = f" of {item.size:,}" if item.size is not None else ""
+    return FileProblem(item.path, "interrupted", f"download interrupted at {got:,}{of} bytes ({parts[-1].name})")
+
+
+def check_files(folder: Path, expected: tuple[Expected, ...], *, deep: bool, stamps: StampBook | None,
+                blobs: Path | None = None) -> tuple[list[FileProblem], int, int, int]:
+    """(problems, files hashed, bytes hashed, files vouched for) for `expected` under `folder`."""
+    problems: list[FileProblem] = []
+    to_hash: list[Expected] = []
+    vouched = 0
+    for item in expected:
+        path = folder / item.path
+        if not path.exists():  # a dangling symlink (the blob is gone) is missing too
+            problems.append(_interrupted(blobs, item) or FileProblem(item.path, "missing", "not on disk"))
+            continue
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            problems.append(FileProblem(item.path, "unreadable", exc.strerror or str(exc)))
+            continue
+        if item.size is not None and size != item.size:
+            how = "truncated" if size < item.size else "longer than listed"
+            problems.append(FileProblem(item.path, "size", f"{size:,} bytes on disk, {item.size:,} expected ({how})"))
+            continue
+        if not deep or not item.digest:
+            continue
+        if stamps is not None and stamps.vouches(item.path, item.digest):
+            vouched += 1
+        else:
+            to_hash.append(item)
+
+    def one(item: Expected) -> tuple[Expected, str | None, str]:
+        try:
+            return item, _hash(folder / item.path, item.algorithm), ""
+        except OSError as exc:
+            return item, None, exc.strerror or str(exc)
+
+    hashed = hashed_bytes = 0
+    with ThreadPoolExecutor(HASH_WORKERS) as pool:
+        for item, got, error in pool.map(one, to_hash):
+            if got is None:
+                problems.append(FileProblem(item.path, "unreadable", error))
+                continue
+            hashed += 1
+            hashed_bytes += (folder / item.path).stat().st_size
+            if got != item.digest:
+                problems.append(FileProblem(item.path, "hash", f"{item.algorithm} {got[:16]}… on disk, "
+                                                               f"{(item.digest or '')[:16]}… expected (corrupt)"))
+                if stamps is not None:
+                    stamps.forget(item.path)
+            elif stamps is not None:
+                stamps.record(item.path, got)
+    order = {item.path: i for i, item in enumerate(expected)}
+    problems.sort(key=lambda p: order.get(p.path, 0))
+    return problems, hashed, hashed_bytes, vouched
+
+def _check(checkpoint: str, revision: str | None, folder: Path, listing: tuple[Expected, ...] | None, what: str,
+           *, deep: bool, stamp_root: Path | None, blobs: Path | None) -> SnapshotCheck:
+    source = what if listing is not None else "the safetensors index and shard headers (no hub listing recorded)"
+    expected, problems = (listing, []) if listing is not None else folder_listing(folder)
+    stamps = StampBook(stamp_root, folder) if stamp_root is not None and deep else None
+    found, hashed, hashed_bytes, vouched = check_files(folder, expected, deep=deep, stamps=stamps, blobs=blobs)
+    problems += found
+    if stamps is not None:
+        stamps.save()
+    total = sum(e.size or 0 for e in expected)
+    return SnapshotCheck(checkpoint, revision, folder, source, len(expected), total, tuple(problems), hashed,
+                         hashed_bytes, vouched, expected)
+
+def check_hub_snapshot(checkpoint: str, revision: str, cache: Path | None = None, *, deep: bool = True,
+                       stamp_root: Path | None = None) -> SnapshotCheck:
+    """The snapshot of `checkpoint` at commit `revision` in the hub cache, checked against the listing
+    huggingface_hub recorded at download. Never touches the network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import IncompleteSnapshotError, LocalEntryNotFoundError
+
+    cache = cache or hf_hub_cache()
+    storage = repo_folder(checkpoint, cache)
+    listing = hub_listing(storage, revision) if storage.is_dir() else None
+    recorded = f"the hub's listing recorded at download ({storage.name}/trees/{revision[:12]}….json)"
+    try:
+        folder = Path(snapshot_download(checkpoint, revision=revision, cache_dir=cache, local_files_only=True))
+    except IncompleteSnapshotError as exc:  # the library's own existence check against its listing failed
+        folder = Path(str(exc.snapshot_path))
+    except LocalEntryNotFoundError:
+        if listing is None:
+            return SnapshotCheck(checkpoint, revision, None, "none (nothing downloaded)", 0, 0)
+        folder = storage / "snapshots" / revision  # interrupted before the first file landed
+        problems = [_interrupted(storage / "blobs", e) or FileProblem(e.path, "missing", "not on disk")
+                    for e in listing]
+        return SnapshotCheck(checkpoint, revision, folder, recorded, len(listing), sum(e.size or 0 for e in listing),
+                             tuple(problems), expected=listing)
+    return _check(checkpoint, revision, folder, listing, recorded, deep=deep, stamp_root=stamp_root,
+                  blobs=storage / "blobs")
+
+def check_folder(checkpoint: str, revision: str | None, folder: Path, *, deep: bool = True,
+                 stamp_root: Path | None = None) -> SnapshotCheck:
+    """A plain checkpoint folder (APPLIANCE_MODEL_DIR, a prepared model): the listing a `local_dir` download
+    recorded for `revision` when there is one, else the safetensors index and headers."""
+    from huggingface_hub._tree_cache import tree_cache_folder_for_local_dir
+
+    listing = hub_listing(Path(tree_cache_folder_for_local_dir(str(folder))), revision) if revision else None
+    return _check(checkpoint, revision, folder, listing, "the hub's listing recorded by a local_dir download",
+                  deep=deep, stamp_root=stamp_root, blobs=None)
+
+
+@dataclass(frozen=True)
+class CachedRevision:
+    commit: str
+    size_on_disk: int
+    refs: tuple[str, ...]
+
+
+def cached_revisions(checkpoint: str, cache: Path | None = None) -> tuple[list[CachedRevision], list[str]]:
+    """Every revision of `checkpoint` huggingface_hub's `scan_cache_dir` finds in the cache (an older pin's
+    snapshot keeps its blobs until deleted), and what the scan found corrupt in this repository's folder."""
+    from huggingface_hub import scan_cache_dir
+
+    cache = cache or hf_hub_cache()
+    if not cache.is_dir():
+        return [], []
+    info = scan_cache_dir(cache)
+    revisions = [CachedRevision(r.commit_hash, r.size_on_disk, tuple(sorted(r.refs)))
+                 for repo in info.repos if repo.repo_id == checkpoint and repo.repo_type == "model"
+                 for r in sorted(repo.revisions, key=lambda r: r.commit_hash)]
+    folder = repo_folder(checkpoint, cache).name
+    corrupt = [str(w) for w in info.warnings if folder in str(w)]
+    return revisions, corrupt
