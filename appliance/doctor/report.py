@@ -140,8 +140,9 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
     from appliance.channels.engines import engine_versions, find_engine, missing_engine
 
     engine = find_engine(ch, env)
-    if engine is None:
-        return [Check("versions", "fail", missing_engine(ch).message)]
+    if engine is None:  # not on this host: said first, then this environment's drift from the channel with rules
+        return [Check("versions", "fail", missing_engine(ch).message),
+                *(Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in check(ch))]
     drifts = check(ch, engine_versions(engine, [p.name for p in ch.pins()]))
     where = "" if engine.venv is None else f" (engine venv {engine.venv})"
     if not drifts:
