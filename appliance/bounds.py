@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.redact import redact
 
 MAX_ARG_BYTES = 128 * 1024
 """The kernel's MAX_ARG_STRLEN (32 pages): exec refuses an argv word of this many bytes or more."""
@@ -47,10 +48,13 @@ _SHOW = _repr()
 
 
 def show(value: Any, limit: int = SHOW_CHARS) -> str:
-    """A value for an error message: escaped (control characters visible), truncated, never unbounded."""
+    """A value for an error message: masked (appliance/redact.py), then escaped (control and format characters
+    visible), then truncated, never unbounded. In that order: a secret cut in two by the limit, or escaped by
+    repr(), would no longer be recognised and leak in part."""
     if isinstance(value, str):
-        head = repr(value[:limit])
-        return head if len(value) <= limit else f"{head}… ({len(value):,} chars)"
+        masked = redact(value)
+        head = repr(masked[:limit])  # repr() escapes every character str.isprintable() refuses
+        return head if len(masked) <= limit else f"{head}… ({len(value):,} chars)"
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"<an integer of about {int(value.bit_length() * 0.30103):,} digits>"
     try:
@@ -61,12 +65,18 @@ def show(value: Any, limit: int = SHOW_CHARS) -> str:
 
 
 def control_char(text: str) -> tuple[int, str] | None:
-    """The first character that is no printable text: C0 (newline, CR, NUL, ESC, tab…), DEL, C1, and the
-    Unicode line/paragraph separators."""
+    """The first character that is no printable text: C0 (newline, CR, NUL, ESC, tab…), DEL, C1, the Unicode
+    line/paragraph separators, format characters (U+202E right-to-left override, U+2066 isolate, U+200B zero width
+    space, U+200D joiner, U+FEFF: they reorder or hide what a terminal or an editor shows) and lone surrogates."""
+    if text.isprintable():  # the common case, in C: no character of the categories below is printable
+        return None
     for i, ch in enumerate(text):
-        if ch < " " or "\x7f" <= ch <= "\x9f" or unicodedata.category(ch) in ("Zl", "Zp", "Cc"):
+        if unicodedata.category(ch) in _NOT_TEXT:
             return i, ch
     return None
+
+
+_NOT_TEXT = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def check_text(field: str, value: str, *, max_bytes: int = MAX_ARG_BYTES) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from appliance import __version__
 
@@ -36,6 +37,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse echoes a refused value ("invalid int value: '…'"): a token pasted into the wrong flag would be
+    printed. Its messages pass the one redaction (masked, escaped) first; every subcommand's parser is this class."""
+
+    def error(self, message: str) -> NoReturn:
+        from appliance.redact import clip
+
+        super().error(clip(message, 2000))
+
+
 DESCRIPTION = ("Serve DeepSeek-V4-Flash on NVIDIA SM12x (GB10 / DGX Spark, RTX PRO 6000, RTX 5090): pick a profile "
                "that fits this machine (profiles --host), validate it against every known pitfall, render the exact "
                "vLLM serve command, run it with health checks that read the engine's log back, and gate it.")
@@ -45,7 +56,7 @@ PASSTHROUGH_COMMANDS = ("render", "run")
 
 
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="appliance", description=DESCRIPTION)
+    parser = _Parser(prog="appliance", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"appliance {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

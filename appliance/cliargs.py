@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,25 @@ if TYPE_CHECKING:  # the loader and settings pull in pydantic: only a command th
     from appliance.placement import Placement
     from appliance.profile.loader import LoadedProfile
     from appliance.settings import ApplianceSettings
+
+
+def seconds_up_to(high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above 0 and at most `high` (argparse names the flag in its
+    refusal: exit 2). `nan`, `inf`, 0 and negatives are no duration a client can wait."""
+    import math
+
+    from appliance.redact import clip
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{clip(text, 40)!r} is not a number of seconds") from None
+        if not math.isfinite(value) or not 0 < value <= high:
+            raise argparse.ArgumentTypeError(f"{clip(text, 40)!r} must be more than 0 and at most {high:g} seconds")
+        return value
+
+    return seconds
 
 
 def add_profile_args(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:
@@ -114,6 +134,9 @@ def add_k8s_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, p
     add("rdma", nargs="?", const="rdma/rdma_shared_device_a", metavar="RESOURCE",
         help="RDMA mode for multi-node NCCL over IB/RoCE: host network, IPC_LOCK and one RDMA device-plugin "
              "RESOURCE per pod (default %(const)s)")
+    add("monitoring", action="store_true",
+        help="also a PodMonitor scraping both ports (exporter and vLLM) and a PrometheusRule with the appliance's "
+             "alert rules (prometheus-operator, e.g. kube-prometheus-stack)")
     add("gpu-product", action="append", metavar="LABEL",
         help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the profile GPU's "
              "product names)")
@@ -127,4 +150,4 @@ def k8s_options(args: argparse.Namespace, prefix: str = "") -> dict[str, object]
     return {"namespace": get("namespace"), "name": get("name"), "secret": get("secret"),
             "hf_cache_claim": get("hf-cache-pvc"), "appliance_cache_claim": get("cache-pvc"),
             "fabric_ifname": get("fabric-ifname"), "shm_size": get("shm-size"), "rdma_resource": get("rdma"),
-            "gpu_products": tuple(get("gpu-product") or ())}  # type: ignore[arg-type]
+            "gpu_products": tuple(get("gpu-product") or ()), "monitoring": get("monitoring")}  # type: ignore[arg-type]

@@ -7,7 +7,6 @@ messages because each of them fails in its own, non-obvious way.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -148,6 +147,8 @@ class Lock(_Strict):
     channels: dict[str, ChannelLock]
     tools: list[PackagePin] = []
     """Installed on the test machine beside the engine, never in an image, never checked there."""
+    images: dict[str, dict[str, str]] = {}
+    """Images of no engine channel: `monitoring` (Prometheus, Grafana) for compose's monitoring profile."""
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
     checkpoints: dict[str, CheckpointPin]
@@ -183,13 +184,19 @@ class Lock(_Strict):
         return self.default_cpu_channel if target == "cpu" else self.default_channel
 
 
+MAX_LOCK_BYTES = 4 << 20
+"""versions.json is a few KiB."""
+
+
 @cache
 def _read(path: Path) -> tuple[Lock, str]:
-    try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the version lock {path}: {exc}", value=str(path)) from None
+    from appliance.jsonstrict import load_file
+
+    # Read strictly and bounded: every command reads the lock, so a FIFO, a huge or a deeply nested file under the
+    # data root is exit 2 naming it, never a hang or a traceback in all of them.
+    original = data = load_file(path, "versions.json", MAX_LOCK_BYTES, "version lock")
+    if not isinstance(data, dict):
+        raise ApplianceError(f"{path}: a version lock is a JSON object, not a {type(data).__name__}", value=str(path))
     try:
         for name, ch in (data.get("channels") or {}).items():
             if isinstance(ch, dict):  # the name and digest are the key's and the content's, never written twice
@@ -198,7 +205,7 @@ def _read(path: Path) -> tuple[Lock, str]:
         lock = Lock.model_validate(data)
     except (ValidationError, KeyError, TypeError) as exc:
         raise ApplianceError(f"{path}: malformed version lock: {exc}", value=str(path)) from None
-    return lock, canonical_digest(json.loads(raw))  # the image labels use the same function
+    return lock, canonical_digest(original)  # the image labels use the same function
 
 
 def load_lock(path: Path | None = None) -> Lock:

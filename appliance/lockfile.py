@@ -36,16 +36,52 @@ def find_versions(start: Path = HERE) -> Path:
                          reason="every version the appliance installs or checks is read from that one file")
 
 
+MAX_LOCK_BYTES = 4 << 20
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is no JSON number")
+
+
 def load(path: Path) -> dict:
+    """versions.json, read strictly with the standard library only (the image build runs this before anything is
+    installed, from the few files the Dockerfile copies): a regular file only (a FIFO would block), at most 4 MiB, no
+    duplicate key, no NaN, no number past 4,300 digits, bounded nesting. A lock that cannot be read is an
+    ApplianceError naming it (exit 2 in the CLI, the build tools' message)."""
+    import stat
+
+    def refuse(problem: str) -> ApplianceError:
+        return ApplianceError(f"the version lock {path} {problem}", field="APPLIANCE_VERSIONS", value=str(path),
+                              fix="point APPLIANCE_VERSIONS (or --versions) at the repository's versions.json",
+                              reason="every version the appliance installs or checks is read from it")
+
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # missing, unreadable, not UTF-8, not JSON
-        raise ApplianceError(f"the lock {path} cannot be read: {exc}", field="APPLIANCE_VERSIONS", value=str(path),
-                             fix="point APPLIANCE_VERSIONS (or --versions) at the repository's versions.json",
-                             reason="every version the appliance installs or checks is read from it") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise refuse("is not a regular file (a FIFO or a device would block the reader or never end)")
+            if st.st_size > MAX_LOCK_BYTES:
+                raise refuse(f"is {st.st_size} bytes, more than {MAX_LOCK_BYTES}")
+            raw = os.read(fd, MAX_LOCK_BYTES + 1)
+        finally:
+            os.close(fd)
+        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except OSError as exc:
+        raise refuse(f"cannot be read: {exc.strerror}") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, a duplicate key, too deep, too many digits
+        raise refuse(f"is not readable JSON: {str(exc)[:200] or type(exc).__name__}") from None
     if not isinstance(data, dict):
-        raise ApplianceError(f"the lock {path} is not a JSON object", field="APPLIANCE_VERSIONS", value=str(path),
-                             fix="point APPLIANCE_VERSIONS (or --versions) at the repository's versions.json")
+        raise refuse("is not a JSON object")
     return data
 
 

@@ -101,8 +101,11 @@ def command_of(pid: int, procfs: Path = Path("/proc")) -> str:
             text = (procfs / str(pid) / "comm").read_text().strip()
         except OSError:
             text = "?"
-    text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= MAX_CMD else text[:MAX_CMD] + "…"
+    from appliance.redact import clip
+
+    # Another process's command line may carry --api-key: masked before it is cut (a secret across the cut would
+    # leak in part), control and format characters escaped.
+    return clip(text, MAX_CMD)
 
 
 def describe(port: int, procfs: Path = Path("/proc")) -> str:

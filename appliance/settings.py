@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +44,9 @@ class ApplianceSettings(BaseSettings):
     kmsg: Path | None = None
     """A kernel-log file to read (NVRM NV_ERR_NO_MEMORY, Xid lines); unset = this boot's kernel log
     (/dev/kmsg, else `journalctl -k -b` / `dmesg`)."""
+    log_format: Literal["text", "json"] = "text"
+    """How the exporter says state changes and start-up progress in the container's output: text lines, or one
+    JSON object per line for a log pipeline."""
 
     # The same bounds as the flags and the profile (appliance/bounds.py), named by the variable.
     @field_validator("profile", "set", "model_dir", "log_dir", mode="before")

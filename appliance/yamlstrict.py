@@ -62,6 +62,33 @@ _StrictLoader.add_implicit_resolver(
     list("tTfFyYnNoO"),
 )
 _StrictLoader.add_constructor("tag:yaml.org,2002:bool", _no_ambiguous_bool)
+
+# Numbers YAML 1.1 reads one way and YAML 1.2 (and JSON) another: base 60 (`34:08` is 2048), a leading zero as
+# octal (`010` is 8), `0b` binary, `_` separators (1.2 reads all of these as text).
+_AMBIGUOUS_NUMBER = re.compile(r"[:_]|^[-+]?0[0-7]+$|^[-+]?0b", re.IGNORECASE)
+
+
+def _no_ambiguous_number(kind: str) -> Any:
+    construct = getattr(yaml.SafeLoader, f"construct_yaml_{kind}")
+
+    def checked(loader: _StrictLoader, node: yaml.ScalarNode) -> Any:
+        raw = str(node.value)
+        if _AMBIGUOUS_NUMBER.search(raw):
+            raise ApplianceError(
+                f"{loader.source}:{node.start_mark.line + 1}: ambiguous number {raw!r}",
+                value=raw, fix="write the number in plain decimal (or quote it if you mean the text)",
+                reason="YAML 1.1 reads 34:08 as 2048 (base 60), 010 as 8 and 1_000 as 1000; YAML 1.2 reads them as "
+                       "text: a profile must mean one thing")
+        return construct(loader, node)
+
+    return checked
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_ambiguous_number("int"))
+# `1e3` is text to YAML 1.1 (its floats need a dot) and a float to YAML 1.2 and JSON: read as the float.
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"),
+                                    list("-+0123456789"))
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _no_ambiguous_number("float"))
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
 
 

@@ -2,7 +2,8 @@
 
 A real `appliance exporter` serves a ready cpu-smoke log (its /ready is 200). Arms, run in blocks
 that alternate their order: bare `curl -fsS -o /dev/null URL/ready`, the shipped probe (POSIX sh +
-curl), and two options the probe could have been (`python3 -I -S` with http.client; `python3` with
+curl) on its default path (the exporter's reserved probe socket) and with a URL (TCP), and two
+options the probe could have been (`python3 -I -S` with http.client; `python3` with
 the appliance package importable, i.e. paying for site-packages). Cost = wall time per call and the
 children's CPU time (user + sys), what a kubelet or Docker pays every period.
 
@@ -40,12 +41,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def measure(argv: list[str], calls: int) -> tuple[float, float]:
+def measure(argv: list[str], calls: int, env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall ms per call, child CPU ms per call); every call must succeed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     for _ in range(calls):
-        rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+        rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                            env=env).returncode
         if rc != 0:
             raise SystemExit(f"{argv} exited {rc}")
     wall = (time.perf_counter() - start) / calls * 1000
@@ -81,22 +83,26 @@ def main() -> int:
             time.sleep(0.2)
         else:
             raise SystemExit("the exporter did not get ready")
+        probe = str(ROOT / "healthchecks" / "probe")
         arms = {
             "bare curl -fsS /ready": ["curl", "-fsS", "-o", "/dev/null", f"{base}/ready"],
-            "healthchecks/probe ready": [str(ROOT / "healthchecks" / "probe"), "ready", base],
+            # As shipped: Docker's HEALTHCHECK and the Kubernetes probes ask the reserved probe socket.
+            "healthchecks/probe ready": [probe, "ready"],
+            "healthchecks/probe ready URL": [probe, "ready", base],
             "python3 -I -S http.client": [os.path.realpath(sys.executable), "-I", "-S", "-c", PY_PROBE, str(port)],
             "python3 (site-packages)": [sys.executable, "-c", PY_PROBE, str(port)],
         }
         if args.vllm_url:
             arms["bare curl -fsS vLLM /health"] = ["curl", "-fsS", "-o", "/dev/null", f"{args.vllm_url}/health"]
         names = list(arms)
+        env = {**os.environ, "APPLIANCE_HEALTH_PORT": str(port)}  # the probe socket's name follows the port
         for name in names:  # warm caches once
-            measure(arms[name], 3)
+            measure(arms[name], 3, env)
         results: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
         for block in range(args.blocks):
             order = names if block % 2 == 0 else names[::-1]
             for name in order:
-                results[name].append(measure(arms[name], args.calls))
+                results[name].append(measure(arms[name], args.calls, env))
         print(f"{args.blocks} blocks x {args.calls} calls per arm, order alternating; median of block means")
         bare_wall = statistics.median(w for w, _ in results[names[0]])
         bare_cpu = statistics.median(c for _, c in results[names[0]])

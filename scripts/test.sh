@@ -9,11 +9,14 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
 scripts/install-engine.sh
-# Debian packages the tests use: promtool (prometheus) lints the exporter's /metrics
-# (tests/test_health_metrics_lint.py); rsync moves weights between ranks (tests/test_weights_sync.py); unshare and
-# ip (util-linux, iproute2) cut the network for the offline bundle (tests/test_bundle_offline.py).
+# Debian packages the tests use: promtool and the server (prometheus) lint the exporter's /metrics, test the alert
+# rules and run the monitoring bundle against the CPU serve (tests/test_health_metrics_lint.py,
+# tests/test_monitoring_*.py); chromium opens the receipt report headless for its screenshot (tests/test_gate_report.py);
+# rsync moves weights between ranks (tests/test_weights_sync.py); unshare and ip (util-linux, iproute2) cut the network
+# for the offline bundle (tests/test_bundle_offline.py).
 missing=()
-command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -154,6 +155,14 @@ def test_exporter_serves_status_and_metrics_from_inside_the_container(stack: Sta
     assert '"ready": true' in stack.exec("/opt/appliance/healthchecks/probe", "ready").replace("'", '"')
 
 
+def test_docker_logs_say_the_start_phase_by_phase_and_each_state_change(stack: Stack) -> None:
+    # The exporter's lines reach the container's output through the log tail, beside the engine's own.
+    lines = [line for line in stack.logs().splitlines() if line.startswith("appliance: ")]
+    assert any(line.startswith("appliance: loading ") and ", phase " in line for line in lines), lines
+    assert any(line.startswith("appliance: ready after ") for line in lines), lines
+    assert any(line.startswith("appliance: state ") and line.endswith("-> ready") for line in lines), lines
+
+
 def test_every_process_in_the_container_runs_as_the_non_root_user(stack: Stack) -> None:
     assert docker("inspect", "-f", "{{.Config.User}}", stack.container).stdout.strip() == "10001:10001"
     rows = [line.split(None, 1) for line in stack.exec("ps", "-eo", "uid=,comm=").splitlines() if line.strip()]
@@ -206,6 +215,10 @@ def test_killing_the_engine_turns_docker_unhealthy_then_supervisor_brings_it_bac
     new_pid = int(stack.exec("supervisorctl", "-c", conf, "pid", "vllm").strip())
     assert new_pid not in (0, pid)
     assert stack.client().completions.create(model="smollm2", prompt="One, two,", max_tokens=4).choices[0].text
+    # `docker logs` said why: the state left ready with its reasons, and came back after the restarted start.
+    logs = stack.logs()
+    assert re.search(r"^appliance: state ready -> (degraded|failed|loading|starting): .+", logs, re.M), logs[-3000:]
+    assert logs.count("appliance: ready after ") >= 2, logs[-3000:]
     print(f"unhealthy after {went_unhealthy:.0f} s, healthy again after {came_back:.0f} s")
 
 

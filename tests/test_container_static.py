@@ -147,12 +147,55 @@ def test_compose_images_are_tagged_with_their_channel_and_its_lock_digest() -> N
 
 def test_secrets_are_passed_through_never_written_and_multinode_settings_come_from_env() -> None:
     text = (ROOT / "compose.yaml").read_text()
-    for svc in COMPOSE["services"].values():
+    for svc in (COMPOSE["services"][lay.name] for lay in LAYOUTS):
         env = svc["environment"]
         for name in ("HF_TOKEN", "VLLM_API_KEY", "APPLIANCE_NODE_RANK", "APPLIANCE_MASTER_ADDR",
                      "APPLIANCE_FABRIC_IFNAME"):
             assert name in env and env[name] is None, f"{name} must be a bare pass-through"
     assert not re.search(r"(TOKEN|API_KEY)\s*[:=]\s*\S", text.replace("HF_TOKEN:\n", "").replace("VLLM_API_KEY:\n", ""))
+
+
+def test_the_monitoring_profile_runs_the_bundles_prometheus_and_grafana_beside_a_serve() -> None:
+    """`--profile cpu-smoke --profile monitoring` (issue 26): the lock's images, the bundle's files mounted where its
+    own configuration looks for them (Prometheus's --config.file, Grafana's provider path, the datasource's port)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("APPLIANCE_", "COMPOSE_", "GF_"))}
+    base = [compose_binary(), "--project-directory", str(ROOT), "-f", str(ROOT / "compose.yaml")]
+    out = subprocess.run([*base, "--profile", "cpu-smoke", "--profile", "monitoring", "config", "--format", "json"],
+                         capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert out.returncode == 0, out.stderr
+    services = json.loads(out.stdout)["services"]
+    assert set(services) == {"cpu-smoke", "prometheus", "grafana"}
+    images = LOCK["images"]["monitoring"]
+    assert services["prometheus"]["image"] == images["prometheus"]
+    assert services["grafana"]["image"] == images["grafana"]
+
+    def mounts(name: str) -> dict[str, Path]:
+        binds = [v for v in services[name]["volumes"] if v["type"] == "bind"]
+        assert all(v["read_only"] for v in binds), binds
+        return {v["target"]: Path(v["source"]) for v in binds}
+
+    for name in ("prometheus", "grafana"):
+        svc = services[name]
+        assert svc["network_mode"] == "host" and svc["profiles"] == ["monitoring"]
+        assert not set(svc.get("environment") or {}) & {"HF_TOKEN", "VLLM_API_KEY"}
+    prom = mounts("prometheus")
+    assert prom == {"/etc/prometheus": ROOT / "monitoring" / "prometheus"}
+    config_flag = next(a for a in services["prometheus"]["command"] if a.startswith("--config.file="))
+    assert (prom["/etc/prometheus"] / Path(config_flag.split("=", 1)[1]).relative_to("/etc/prometheus")).is_file()
+    listen = next(a for a in services["prometheus"]["command"] if a.startswith("--web.listen-address="))
+    assert listen.endswith(f":{generate.MONITORING_PORTS['prometheus']}")
+
+    graf = mounts("grafana")
+    provisioning = graf["/etc/grafana/provisioning"]
+    provider = yaml.safe_load((provisioning / "dashboards" / "appliance.yml").read_text())["providers"][0]
+    dashboards = graf[provider["options"]["path"]]
+    assert (dashboards / "appliance.json").is_file()
+    home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (dashboards / Path(home).relative_to(provider["options"]["path"])).is_file()
+    (source,) = yaml.safe_load((provisioning / "datasources" / "appliance.yml").read_text())["datasources"]
+    assert source["url"] == f"http://127.0.0.1:{generate.MONITORING_PORTS['prometheus']}"
+    assert services["grafana"]["environment"]["GF_SERVER_HTTP_PORT"] == str(generate.MONITORING_PORTS["grafana"])
+    assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] is None  # passed through, never written
 
 
 @pytest.mark.parametrize("target", FINAL)

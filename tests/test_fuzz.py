@@ -1,7 +1,10 @@
 """Property-based fuzzing of every command's contract (issue 11: keep hostile input from coming back).
 
 Hypothesis generates profiles, --set overrides, placement flags, APPLIANCE_* values, serve logs, receipts and raw
-HTTP requests to the exporter; every example must keep the contract:
+HTTP requests to the exporter, and (issue 22) hostile serves for the canary and the gate, non-regular files at every
+read and write path, paced connection floods against the exporter, the forms a secret takes (flags, keys, headers,
+URLs, escaped values), `extends` graphs (checked against their plain expansion) and dash-led argv values; every
+example must keep the contract:
 - exit 0 or 2 (logscan 0/1; gate compare 0/1/2; argparse's own refusals are 2), never a traceback;
 - bounded time (TIME_LIMIT_S per command, enforced by a timer: a hang is a failure, not a stuck CI job) and bounded
   memory growth;
@@ -39,6 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from appliance.cli import main
+from tests.hostile_serve import MODES, HostileServer
 from tests.test_gate_compare import receipt as good_receipt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -424,7 +428,8 @@ def test_logscan_keeps_the_contract_for_any_log(data: st.DataObject, secret: str
 
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**64), max_value=2**64),
-              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20)),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+              st.sampled_from([10**400, 5e-324, 1e308, -1e308, "a/b/c", "5/5", "\ud800", "0/0"])),  # issue 22
     lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=6), children,
                                                                                max_size=3)),
     max_leaves=8)
@@ -455,22 +460,32 @@ def receipts(draw: st.DrawFn, secret: str) -> str:
         else:
             parent[path[-1]] = draw(json_values)
     text = json.dumps(r)
-    if draw(now_and_then(10)):
-        cut = draw(st.integers(0, len(text)))
-        text = text[:cut]
+    hostile = draw(st.sampled_from(["none"] * 6 + ["cut", "duplicate-key", "deep", "surrogate-escape"]))
+    if hostile == "cut":
+        text = text[:draw(st.integers(0, len(text)))]
+    elif hostile == "duplicate-key":
+        text = text.replace('"complete":', '"complete": true, "complete":', 1)
+    elif hostile == "deep":
+        text = text[:-1] + ', "x": ' + "[" * draw(st.integers(60, 5000)) + "]" * 5000 + "}"
+    elif hostile == "surrogate-escape":
+        text = text.replace('"gb10-tp2"', '"gb10\\udc80"', 1)
     return text
 
 
 @settings(BUDGET, max_examples=300)
-@given(data=st.data(), secret=secret_values, as_json=st.booleans())
-def test_gate_compare_keeps_the_contract_for_any_receipts(data: st.DataObject, secret: str, as_json: bool) -> None:
+@given(data=st.data(), secret=secret_values, as_json=st.booleans(),
+       command=st.sampled_from(["compare", "compare", "serves", "paired"]))
+def test_gate_compare_keeps_the_contract_for_any_receipts(data: st.DataObject, secret: str, as_json: bool,
+                                                          command: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         a, b = Path(tmp) / "a.json", Path(tmp) / "b.json"
         a.write_text(data.draw(receipts(secret)))
         b.write_text(data.draw(receipts(secret)))
-        argv = ["gate", "compare", str(a), str(b)] + (["--json"] if as_json else [])
-        result = run_cli("gate-compare", argv, env={"VLLM_API_KEY": secret}, secrets=(secret,), codes=(0, 1, 2))
-        if as_json and result.code != 2:  # a judged number is always finite: NaN is never an improvement
+        pair = [str(a), str(b)] if command != "paired" else [f"{a}:{b}", f"{b}:{a}"]
+        argv = ["gate", command, *pair] + (["--json"] if as_json else [])
+        result = run_cli(f"gate-{command}", argv, env={"VLLM_API_KEY": secret}, secrets=(secret,),
+                         codes=(0, 1, 2, 3) if command == "serves" else (0, 1, 2))
+        if command == "compare" and as_json and result.code != 2:  # a judged number is always finite
             import math
 
             for f in json.loads(result.out)["findings"]:
@@ -598,3 +613,397 @@ def test_the_exporter_answers_any_request_and_stays_up(exporter_url: tuple[str, 
         pytest.fail(f"secret in the reply to {request[:200]!r}")
     assert live.status_code in (200, 503) and live.json()["state"] == "failed"  # up, and judging the fatal line
     assert threading.active_count() < 80
+
+
+# --- issue 22: hostile serves --------------------------------------------------------------------------------------
+
+SERVE_PATHS = ["/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/completions#stream",
+               "/v1/chat/completions#stream", "/tokenize", "/version", "/status"]
+SLOW_MODES = ["trickle", "huge", "endless"]
+FAST_MODES = [m for m in MODES if m not in SLOW_MODES]
+
+
+@pytest.fixture(scope="module")
+def hostile_serve() -> Iterator[HostileServer]:
+    with HostileServer() as server:
+        yield server
+
+
+@settings(BUDGET, max_examples=40)
+@given(modes=st.dictionaries(st.sampled_from(SERVE_PATHS), mostly(st.sampled_from(FAST_MODES),
+                                                                   st.sampled_from(SLOW_MODES), 6), max_size=3),
+       command=st.sampled_from(["canary", "canary --json", "gate"]), key=secret_values)
+def test_the_canary_and_the_gate_meet_any_hostile_serve_cleanly(hostile_serve: HostileServer, modes: dict[str, str],
+                                                                command: str, key: str) -> None:
+    if command == "gate":  # the gate's own timeouts are minutes: its slow modes are tested with short ones
+        modes = {k: v for k, v in modes.items() if v not in SLOW_MODES}
+    hostile_serve.modes = modes
+    with tempfile.TemporaryDirectory() as tmp:
+        if command == "gate":
+            argv = ["gate", "--url", hostile_serve.url, "--exporter", hostile_serve.url, "--profile", "cpu-smoke",
+                    "--checks", "structured", "--out", str(Path(tmp) / "r")]
+        else:
+            argv = ["canary", "--url", hostile_serve.url, "--timeout", "1", *command.split()[1:]]
+        run_cli(f"hostile-serve:{command.split()[0]}", argv, env={"VLLM_API_KEY": key}, secrets=(key,),
+                codes=(0, 1, 2))
+        receipt = Path(tmp) / "r" / "receipt.json"
+        if receipt.exists():
+            assert key not in receipt.read_text()  # the serve echoed the key: the receipt masks it
+
+
+# --- issue 22: non-regular files at every read and write path -------------------------------------------------------
+
+SPECIAL_KINDS = ["fifo", "folder", "dangling-link", "link-loop", "socket", "dev-null", "dev-zero", "missing-parent",
+                 "garbage", "empty", "deep-json", "dup-keys"]
+
+
+def _special(tmp: Path, kind: str) -> Path:
+    path = tmp / "target.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "dangling-link":
+        path.symlink_to(tmp / "nowhere")
+    elif kind == "link-loop":
+        path.symlink_to(path)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(path))
+        s.close()
+    elif kind in ("dev-null", "dev-zero"):
+        return Path(f"/dev/{kind[4:]}")
+    elif kind == "missing-parent":
+        return tmp / "no" / "such" / "target.json"
+    elif kind == "garbage":
+        path.write_bytes(b"\xff\xfe\x00garbage\x1b[2J")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "deep-json":
+        path.write_text("[" * 60_000 + "]" * 60_000)
+    else:
+        path.write_text('{"schema": 1, "schema": 2}')
+    return path
+
+
+def _kind_of(path: Path) -> int | None:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return None
+
+
+GOOD_LOG = ROOT / "tests" / "fixtures" / "logs" / "cpu-smoke-serve.log"
+FILE_PATHS: dict[str, tuple[str, Any]] = {  # name -> (read|write, argv or env of the path)
+    "logscan LOG": ("read", lambda p: ["logscan", p, "--profile", "cpu-smoke"]),
+    "logscan --table": ("read", lambda p: ["logscan", str(GOOD_LOG), "--profile", "cpu-smoke", "--table", p]),
+    "gate compare": ("read", lambda p: ["gate", "compare", p, p]),
+    "gate serves": ("read", lambda p: ["gate", "serves", p]),
+    "gate paired": ("read", lambda p: ["gate", "paired", f"{p}:{p}", f"{p}:{p}"]),
+    "canary --calibration": ("read", lambda p: ["canary", "--url", "http://127.0.0.1:1", "--calibration", p]),
+    "validate PROFILE": ("read", lambda p: ["validate", p]),
+    "exec --launch": ("read", lambda p: ["exec", "--launch", p, "vllm"]),
+    "exporter --launch": ("read", lambda p: ["exporter", "--launch", p]),
+    "doctor APPLIANCE_KMSG": ("read", {"APPLIANCE_KMSG": None}),
+    "doctor APPLIANCE_PROCFS": ("read", {"APPLIANCE_PROCFS": None}),
+    "canary --record-calibration": ("write", lambda p: ["canary", "--url", "http://127.0.0.1:1",
+                                                        "--record-calibration", p]),
+    "run --run-dir": ("write", lambda p: ["run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", p]),
+}
+
+
+@settings(BUDGET, max_examples=120)
+@given(where=st.sampled_from(sorted(FILE_PATHS)), kind=st.sampled_from(SPECIAL_KINDS), hf=secret_values)
+def test_any_non_regular_file_at_any_read_or_write_path_is_refused_unharmed(where: str, kind: str, hf: str,
+                                                                           smoke_model_dir: Path) -> None:
+    use, how = FILE_PATHS[where]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _special(Path(tmp), kind)
+        before = _kind_of(path)
+        if callable(how):
+            argv, env = how(str(path)), {"HF_TOKEN": hf, "APPLIANCE_HOME": str(Path(tmp) / "home")}
+            if argv[0] == "run":
+                argv += ["--model-dir", str(smoke_model_dir)]
+        else:
+            argv, env = ["doctor", "cpu-smoke"], {k: str(path) for k in how} | {"HF_TOKEN": hf}
+        run_cli(f"files:{use}", argv, env=env, secrets=(hf,), codes=(0, 1, 2))
+        if kind not in ("garbage", "empty", "deep-json", "dup-keys", "missing-parent"):
+            assert _kind_of(path) == before, f"{where} changed the {kind} at {path}"  # nothing destroyed
+        if use == "write" and kind in ("folder", "fifo", "socket", "dev-null", "link-loop", "dangling-link"):
+            leftovers = [p.name for p in Path(tmp).iterdir() if p.name.endswith(".tmp")]
+            assert not leftovers, leftovers
+
+
+# --- issue 22: paced connection floods against the exporter ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_exporter() -> Iterator[tuple[int, str]]:
+    """The exporter's servers with a small cap (8) and a short deadline (1 s), to flood cheaply."""
+    from appliance.health.exporter import ExporterConfig, build_exporter
+    from appliance.health.server import probe_socket_name
+    from appliance.profile.loader import load_profile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "vllm.log"
+        log.write_text("")
+        exporter = build_exporter(ExporterConfig(load_profile("cpu-smoke"), log, "single", interval=0.2,
+                                                 stale_after=30, live_grace=3600, connection_timeout=1.0,
+                                                 max_connections=8))
+        stop = threading.Event()
+        thread = threading.Thread(target=exporter.serve, args=(stop,), daemon=True)
+        thread.start()
+        port = int(exporter.server.server_address[1])
+        yield port, probe_socket_name(port)
+        stop.set()
+        thread.join(10)
+
+
+def _probe_socket_live(name: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(3)
+        s.connect("\0" + name)
+        s.sendall(b"GET /live HTTP/1.0\r\n\r\n")
+        reply = b"".join(iter(lambda: s.recv(65536), b""))
+    return reply.startswith(b"HTTP/1.0 200")
+
+
+@settings(BUDGET, max_examples=10)
+@given(idle=st.integers(0, 60), slow=st.integers(0, 30), pace_ms=st.sampled_from([0, 1, 5, 20]),
+       partial=st.sampled_from([b"", b"G", b"GET /live HTTP/1.1\r\n", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 4000]))
+def test_the_exporter_answers_probes_through_any_paced_flood(small_exporter: tuple[int, str], idle: int, slow: int,
+                                                            pace_ms: int, partial: bytes) -> None:
+    port, name = small_exporter
+    FIGURES.inputs += 1
+    FIGURES.per_area["exporter-flood"] = FIGURES.per_area.get("exporter-flood", 0) + 1
+    before = threading.active_count()
+    socks: list[socket.socket] = []
+    began = time.monotonic()
+    try:
+        with time_limit(TIME_LIMIT_S):
+            for i in range(idle + slow):
+                with contextlib.suppress(OSError):
+                    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                    if i >= idle:
+                        s.sendall(partial)
+                    socks.append(s)
+                time.sleep(pace_ms / 1000)
+            for s in socks[idle:]:  # slowloris: one more line each
+                with contextlib.suppress(OSError):
+                    s.sendall(b"X-Slow: 1\r\n")
+            live = httpx.get(f"http://127.0.0.1:{port}/live", timeout=3).status_code
+            assert live == 200 and _probe_socket_live(name)
+            assert threading.active_count() - before <= 2 * 8 + 4, threading.active_count() - before
+    except Hang:
+        FIGURES.hangs += 1
+        pytest.fail(f"hang: a flood of {idle} idle and {slow} slow connections")
+    finally:
+        for s in socks:
+            s.close()
+    seconds = time.monotonic() - began
+    if seconds > FIGURES.slowest_s:
+        FIGURES.slowest_s, FIGURES.slowest = seconds, f"exporter-flood: {idle} idle, {slow} slow at {pace_ms} ms"
+
+
+# --- issue 22: secret forms -----------------------------------------------------------------------------------------
+
+token_chars = st.text(string.ascii_letters + string.digits + "-._~+=", min_size=8, max_size=40)
+FLAG_FORMS = ["--{n} {v}", "--{n}={v}", '--{n} "{v}"', "--{n} '{v}'", "['--{n}', '{v}']", '["--{n}", "{v}"]']
+KEY_FORMS = ["{k}={v}", "{k}: {v}", '"{k}": "{v}"', "'{k}': ['{v}']", "'{k}': ['x{v}', '{v}']", "{k} = {v}"]
+AUTH_FORMS = ["Authorization: Bearer {v}", "Authorization: Basic {v}", "Authorization:{v}", "authorization={v}",
+              "Bearer {v}", "https://user:{v}@host.example/path", "http://:{v}@10.0.0.1:8000"]
+
+
+@st.composite
+def secret_texts(draw: st.DrawFn) -> tuple[str, str]:
+    value = "Sx" + draw(token_chars)
+    family = draw(st.sampled_from(["flag", "key", "auth"]))
+    if family == "flag":
+        form = draw(st.sampled_from(FLAG_FORMS)).format(n=draw(st.sampled_from(
+            ["api-key", "api-keys", "hf-token", "token", "x-api-key", "client-secret", "password"])), v=value)
+    elif family == "key":
+        form = draw(st.sampled_from(KEY_FORMS)).format(k=draw(st.sampled_from(
+            ["token", "api_key", "api-key", "HF_TOKEN", "VLLM_API_KEY", "password", "client_secret",
+             "access_token", "api_keys"])), v=value)
+    else:
+        form = draw(st.sampled_from(AUTH_FORMS)).format(v=value.replace("/", ""))
+    around = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+    return f"{draw(around)} {form} {draw(around)}", value
+
+
+def _leaks(value: str, out: str, around: str = "") -> bool:
+    """Any 6 characters of the secret in a row (beyond its marker) reach the output: a leak, whole or in part.
+    Six characters the text around the secret holds anyway are no evidence."""
+    body = value[2:]
+    return any(g in out and g not in around for g in (body[i:i + 6] for i in range(len(body) - 5)))
+
+
+@settings(BUDGET, max_examples=600)
+@given(case=secret_texts(), limit=st.integers(1, 200))
+def test_every_secret_form_is_masked_before_any_cut_or_escape(case: tuple[str, str], limit: int) -> None:
+    from appliance.bounds import show
+    from appliance.redact import clip, redact
+
+    text, value = case
+    FIGURES.inputs += 1
+    FIGURES.per_area["secret-forms"] = FIGURES.per_area.get("secret-forms", 0) + 1
+    around = text.replace(value, "")
+    for out in (redact(text, {}), clip(text, limit, {}), show(text, limit)):
+        if _leaks(value, out, repr(around) + around):
+            FIGURES.leaks += 1
+            pytest.fail(f"secret {value!r} leaks from {text!r}: {out!r}")
+
+
+@settings(BUDGET, max_examples=200)
+@given(secret=st.text(string.ascii_letters + string.digits + "\\'\"\u200b\t", min_size=4, max_size=20).map(
+    lambda s: "Sx" + s), escape=st.sampled_from(["plain", "repr", "json", "json-unicode", "unicode-escape"]),
+       limit=st.integers(1, 100))
+def test_an_env_secret_is_masked_in_every_escaped_form(secret: str, escape: str, limit: int) -> None:
+    import json as json_
+
+    from appliance.redact import clip, redact
+
+    FIGURES.inputs += 1
+    FIGURES.per_area["secret-forms"] = FIGURES.per_area.get("secret-forms", 0) + 1
+    written = {"plain": secret, "repr": repr(secret)[1:-1], "json": json_.dumps(secret)[1:-1],
+               "json-unicode": json_.dumps(secret, ensure_ascii=False)[1:-1],
+               "unicode-escape": secret.encode("unicode_escape").decode()}[escape]
+    env = {"VLLM_API_KEY": secret}
+    for out in (redact(f"said {written} here", env), clip(f"said {written} here", limit, env)):
+        if written in out or secret in out:
+            FIGURES.leaks += 1
+            pytest.fail(f"env secret {secret!r} written {escape} leaks: {out!r}")
+
+
+# --- issue 22: extends graphs ----------------------------------------------------------------------------------------
+
+@st.composite
+def extends_graphs(draw: st.DrawFn) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]], list[str]]:
+    n = draw(st.integers(1, 7))
+    names = [f"b{i}" for i in range(n)]
+    acyclic = draw(st.booleans())
+    graph = {}
+    for i, name in enumerate(names):
+        pool = names[i + 1:] if acyclic else names
+        graph[name] = draw(st.lists(st.sampled_from(pool), max_size=6)) if pool else []
+        if draw(now_and_then(6)) and graph[name]:
+            graph[name] = graph[name] * draw(st.integers(10, 300))  # the same entries, many times
+    bodies = {name: draw(st.fixed_dictionaries({}, optional={
+        "description": st.sampled_from(["one", "two", "three"]),
+        "cache": st.fixed_dictionaries({}, optional={"block_size": st.sampled_from([64, 128, 256]),
+                                                     "prefix_caching": st.booleans()}),
+        "limits": st.fixed_dictionaries({}, optional={"max_num_seqs": st.integers(1, 16)}),
+        "speculative": st.none()})) for name in names}
+    top = draw(st.lists(st.sampled_from(names), min_size=1, max_size=6))
+    return graph, bodies, top
+
+
+class _Cycle(Exception):
+    pass
+
+
+def _naive_layers(name: str, graph: dict[str, list[str]], chain: tuple[str, ...], budget: list[int]) -> list[str]:
+    """The plain depth-first expansion the loader must agree with (each entry applied where it is listed)."""
+    if name in chain:
+        raise _Cycle
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise OverflowError
+    out: list[str] = []
+    for base in graph[name]:
+        out += _naive_layers(base, graph, (*chain, name), budget)
+    return [*out, name]
+
+
+@settings(BUDGET, max_examples=120)
+@given(case=extends_graphs())
+def test_any_extends_graph_loads_fast_and_as_its_plain_expansion_would(
+        case: tuple[dict[str, list[str]], dict[str, dict[str, Any]], list[str]]) -> None:
+    import yaml
+
+    from appliance.errors import ApplianceError
+    from appliance.profile.loader import _merge, load_profile
+    from appliance.profile.model import Profile
+
+    graph, bodies, top = case
+    FIGURES.inputs += 1
+    FIGURES.per_area["extends"] = FIGURES.per_area.get("extends", 0) + 1
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "profiles"
+        (root / "bases").mkdir(parents=True)
+        for name, bases in graph.items():
+            doc = {"extends": [f"bases/{b}" for b in bases], **bodies[name]}
+            (root / "bases" / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+        base_text = BASE_TEXT.replace("extends:", "#")
+        (root / "top.yaml").write_text(f"extends: {[f'bases/{b}' for b in top]}\n{base_text}")
+        began = time.monotonic()
+        try:
+            with time_limit(TIME_LIMIT_S):
+                loaded = load_profile(str(root / "top.yaml"), root=root)
+            error = None
+        except ApplianceError as exc:
+            loaded, error = None, str(exc)
+        except Hang:
+            FIGURES.hangs += 1
+            pytest.fail(f"hang: loading extends graph {graph}")
+        seconds = time.monotonic() - began
+        if seconds > FIGURES.slowest_s:
+            FIGURES.slowest_s, FIGURES.slowest = seconds, f"extends: {len(graph)} bases"
+        budget = [20_000]
+        try:
+            layers = [layer for b in top for layer in _naive_layers(b, graph, ("top",), budget)]
+        except _Cycle:
+            assert error is not None and "extends itself" in error, error
+            return
+        except OverflowError:
+            assert error is None or "extends itself" not in error  # too big to expand plainly: the loader did it
+            return
+        assert error is None, error
+        merged: dict[str, Any] = {}
+        for name in layers:
+            _merge(merged, bodies[name], name, {}, "")
+        _merge(merged, yaml.safe_load(base_text), "top", {}, "")
+        merged["name"] = "top"
+        assert loaded is not None
+        merged.setdefault("engine", {}).setdefault("channel", loaded.profile.engine.channel)  # the lock's default
+        assert loaded.profile == Profile.model_validate(merged)
+
+
+# --- issue 22: dash-led argv values ----------------------------------------------------------------------------------
+
+DASH_LED = ["--trust-remote-code", "-x", "--enforce-eager", " --enable-expert-parallel", "--api-key=x", "-",
+            "--", "--port=1"]
+
+
+def _argv_bound_fields() -> dict[str, bool]:
+    from tests.test_argv_words import ARGV_BOUND
+
+    return ARGV_BOUND
+
+
+@settings(BUDGET, max_examples=100)
+@given(data=st.data(), base=st.sampled_from(["cpu-smoke", "gb10-tp2"]))
+def test_no_profile_value_becomes_an_engine_flag(data: st.DataObject, base: str) -> None:
+    from appliance.profile.loader import load_profile
+    from appliance.render import Placement, build_plan
+
+    fields = _argv_bound_fields()
+    chosen = data.draw(st.lists(st.sampled_from(sorted(fields)), min_size=1, max_size=3, unique=True))
+    legal = printable.filter(lambda v: not v.lstrip().startswith("-") and v.strip())
+    value = mostly(legal, st.one_of(st.sampled_from(DASH_LED), hostile_text), 3)
+    sets, benign = [], []
+    for path in chosen:
+        if fields[path]:
+            items = data.draw(st.lists(value, min_size=1, max_size=3))
+            sets.append(f"{path}={json.dumps(items)}")
+            benign.append(f"{path}={json.dumps(['benign.x:Y'] * len(items))}")
+        else:
+            sets.append(f"{path}={json.dumps(data.draw(value))}")
+            benign.append(f"{path}=benign-value")
+    result = run_cli("argv-words", ["render", base, "--format", "json", *(f"--set={s}" for s in sets)])
+    if result.code != 0:
+        return
+    argv = json.loads(result.out)["argv"]
+    reference = build_plan(load_profile(base, cli_overrides=benign).profile, Placement()).argv
+    flags = sorted(w.split("=", 1)[0] for w in argv if w.startswith("-"))
+    expected = sorted(w.split("=", 1)[0] for w in reference if w.startswith("-"))
+    assert flags == expected, f"{sets} rendered the flags {flags}, the profile's are {expected}"

@@ -257,10 +257,11 @@ def test_run_refuses_a_health_port_from_the_environment_that_is_the_api_port(tmp
     assert not (tmp_path / "run" / "supervisord.conf").exists()
 
 
-@pytest.mark.parametrize("rank", ["-1", "2"])
+@pytest.mark.parametrize(("rank", "said"), [("-1", "--node-rank=-1: outside 0-15"),  # every placement flag's bound
+                                           ("2", "outside the 2-node profile")])
 def test_logscan_refuses_a_rank_outside_the_profile(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                    rank: str) -> None:
+                                                    rank: str, said: str) -> None:
     log = tmp_path / "vllm.log"
     log.write_text("")
     code, _, err = cli(capsys, "logscan", str(log), "--profile", "cpu-smoke-2node", f"--node-rank={rank}")
-    assert code == 2 and "outside the 2-node profile" in err
+    assert code == 2 and said in err

@@ -1,72 +1,43 @@
-"""The Grafana dashboard queries only series that exist: the exporter's and the real vLLM's."""
+"""The dashboard and the alert rules name only series that exist: the exporter's (built as `appliance exporter`
+builds it, on the fixtures' logs) and the real vLLM's (the CPU serve's /metrics, and the speculative-decoding series
+vLLM's own code writes). The real Prometheus runs them against the CPU serve in tests/test_monitoring_engine.py."""
 
 from __future__ import annotations
 
 import json
-import re
-import socket
-import tempfile
 from pathlib import Path
 
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+import yaml
 
-from appliance.health.canary_state import CanaryState, write_state
-from appliance.health.exporter import ExporterConfig, build_exporter
-from appliance.profile.loader import load_profile
+from tests.monitoring_series import exporter_series_names, metric_names, queries, vllm_series_names
 
 ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD = json.loads((ROOT / "healthchecks" / "grafana-dashboard.json").read_text())
-LOGS = Path(__file__).parent / "fixtures" / "logs"
-# vLLM's speculative-decoding counters exist only when a drafter runs (not in the CPU smoke serve).
-SPEC_DECODE = {"vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"}
+DASHBOARD = json.loads((ROOT / "monitoring" / "grafana" / "dashboards" / "appliance.json").read_text())
+RULES = yaml.safe_load((ROOT / "monitoring" / "prometheus" / "rules" / "appliance.rules.yml").read_text())
 
 
-def exprs() -> list[str]:
-    return [t["expr"] for p in DASHBOARD["panels"] for t in p.get("targets", [])]
+def used() -> set[str]:
+    names = {n for _, expr in queries(DASHBOARD) for n in metric_names(expr)}
+    names |= {n for g in RULES["groups"] for r in g["rules"] for n in metric_names(r["expr"])}
+    names |= {n for v in DASHBOARD["templating"]["list"] for n in metric_names(str(v.get("query", "")))}
+    return names
 
 
-def exporter_series(profile: str = "gb10-tp2", log: Path = LOGS / "deepseek" / "illegal-memory-access.log") -> str:
-    """/metrics of a head exporter after one poll of `log`, built as `appliance exporter` builds it."""
-    # A head whose one worker's exporter is not there: the cross-rank series exist (unknown).
-    free = socket.socket()
-    free.bind(("127.0.0.1", 0))
-    peer = f"http://127.0.0.1:{free.getsockname()[1]}"
-    free.close()
-    with tempfile.TemporaryDirectory() as tmp:
-        # The canary's series: what an exporter with --canary-state shows once a round has passed.
-        state = Path(tmp) / "canary.json"
-        write_state(state, CanaryState(status="ok", last_success_unix=1.0, last_round_unix=1.0,
-                                       failures_total={"repetition-loop": 1}))
-        exporter = build_exporter(ExporterConfig(load_profile(profile), log, "head", peers={1: peer}, engine_timeout=1,
-                                                 canary_state=state))
-        try:
-            exporter.monitor.poll()
-            return generate_latest(exporter.server.registry).decode()
-        finally:
-            exporter.close()
-
-
-def exporter_series_names() -> set[str]:
-    return {s.name for f in text_string_to_metric_families(exporter_series()) for s in f.samples}
-
-
-def test_every_appliance_series_on_the_dashboard_is_exported():
+def test_every_appliance_series_on_the_dashboard_and_in_the_rules_is_exported() -> None:
+    mine = {n for n in used() if n.startswith("appliance_")}
     exported = exporter_series_names()
-    used = {m for e in exprs() for m in re.findall(r"\bappliance_[a-z0-9_]+", e)}
-    assert used and used <= exported, used - exported
+    assert mine and mine <= exported, sorted(mine - exported)
 
 
-def test_every_vllm_series_on_the_dashboard_exists_in_the_real_engines_metrics():
-    real = {line.split("{")[0].split(" ")[0] for line in (LOGS / "cpu-smoke-metrics.txt").read_text().splitlines()
-            if line.startswith("vllm:")}
-    used = {m for e in exprs() for m in re.findall(r"vllm:[a-z0-9_]+", e)}
-    assert used and used - SPEC_DECODE <= real, (used - SPEC_DECODE) - real
+def test_every_vllm_series_on_the_dashboard_and_in_the_rules_exists_in_the_real_engines_metrics() -> None:
+    theirs = {n for n in used() if n.startswith("vllm:")}
+    real = vllm_series_names()
+    assert theirs and theirs <= real, sorted(theirs - real)
 
 
-def test_the_dashboard_is_importable_grafana_json():
+def test_the_dashboard_is_importable_grafana_json() -> None:
     assert DASHBOARD["uid"] and DASHBOARD["title"] and DASHBOARD["schemaVersion"] >= 36
     ids = [p["id"] for p in DASHBOARD["panels"]]
     assert len(ids) == len(set(ids))
     names = {v["name"] for v in DASHBOARD["templating"]["list"]}
-    assert {"datasource", "instance", "model_name"} <= names
+    assert {"datasource", "instance", "rank", "model_name"} <= names

@@ -92,3 +92,14 @@ def test_a_log_that_never_got_ready_fails_with_the_missing_evidence_named():
 def test_a_missing_log_or_profile_is_a_usage_error():
     assert logscan(LOGS / "nope.log", "--profile", "cpu-smoke").returncode == 2
     assert logscan(LOGS / "cpu-smoke-serve.log", "--profile", "no-such-profile").returncode == 2
+
+
+def test_the_first_logs_rank_is_placed_as_every_node_rank_is_flag_over_environment_within_bounds(monkeypatch):
+    """--node-rank over APPLIANCE_NODE_RANK (cliargs.placement_from_args), with the flag's own bounds."""
+    monkeypatch.setenv("APPLIANCE_NODE_RANK", "1")
+    _, out = scan_json(DS / "gb10-tp2-dspark-worker.log", "--profile", "gb10-tp2")
+    assert [log["role"] for log in out["logs"]] == ["worker"]
+    _, out = scan_json(DS / "gb10-tp2-dspark-head.log", "--profile", "gb10-tp2", "--node-rank", "0")
+    assert [log["role"] for log in out["logs"]] == ["head"]
+    bad = logscan(DS / "gb10-tp2-dspark-head.log", "--profile", "gb10-tp2", "--node-rank", "99")
+    assert bad.returncode == 2 and "--node-rank=99: outside 0-15" in bad.stderr and "Traceback" not in bad.stderr

@@ -38,6 +38,21 @@ def test_only_new_whole_lines_are_returned_and_a_partial_line_waits_for_its_newl
     assert read(tailer) == b"three\n"
 
 
+def test_pending_shows_the_line_still_being_drawn_and_leaves_it_to_arrive_whole(tmp_path):
+    """A progress bar (tqdm redraws with \r, no newline until it closes): what the start-up tracker reads live."""
+    log = tmp_path / "vllm.log"
+    tailer = LogTailer(log)
+    assert tailer.pending == b""
+    append(log, b"start\nshards:  10% | 1/10\r")
+    assert read(tailer) == b"start\n"
+    assert tailer.pending == b"shards:  10% | 1/10\r"
+    append(log, b"shards:  50% | 5/10\r")
+    assert read(tailer) == b"" and tailer.pending.endswith(b"5/10\r")
+    append(log, b"shards: 100% | 10/10\n")
+    assert read(tailer) == b"shards:  10% | 1/10\rshards:  50% | 5/10\rshards: 100% | 10/10\n"
+    assert tailer.pending == b""
+
+
 def test_flush_returns_the_last_line_of_a_finished_file_without_a_newline(tmp_path):
     log = tmp_path / "vllm.log"
     log.write_bytes(b"a\nlast")

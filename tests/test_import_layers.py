@@ -19,12 +19,16 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
-    # leaves (lockfile: stdlib only, the image build runs it; metricfamilies: prometheus-client only;
-    # port_holder: who holds a port, from procfs)
-    {"lockfile", "redact", "apikey", "metricfamilies", "port_holder"},
-    {"bounds"},  # the limits of every value from outside (text, ports, addresses)
-    {"paths"},  # where the appliance's files are
-    {"yamlstrict", "settings", "engine_args"},  # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser
+    {"redact", "apikey", "metricfamilies"},  # leaves (metricfamilies: prometheus-client only)
+    # the limits of every value from outside (text, ports, addresses); port_holder: who holds a port, from procfs
+    # (its command line masked before it is cut)
+    {"bounds", "port_holder"},
+    {"safe_write"},  # the one writer: every file the appliance writes
+    {"paths"},  # where the appliance's files are (and read_capped, the bounded reader)
+    {"jsonstrict"},  # the strict JSON reader of every JSON document read back
+    # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser, the lock file (stdlib only: the image build
+    # runs it), bounded HTTP replies
+    {"yamlstrict", "settings", "engine_args", "lockfile", "http_bounded"},
     {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
     {"placement"},  # where this node stands: given values resolved once against the profile (stdlib at run time)
     {"weights"},  # checkpoint weights: pins, verification on disk (huggingface_hub's cache), the transfer tool
@@ -43,6 +47,7 @@ LAYERS: list[set[str]] = [
     # sits in profile/, its state file and metrics in health/; the gate's `canary` check runs a round)
     {"canary"},
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, the lock's command line for the image build
+    {"report"},  # receipts drawn as one self-contained page (reads the gate's receipts and its noise bands)
     {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
     # safe upgrades between channels: plan, qualify (a serve and the gate), promote/rollback (the launch, the compose
     # env file, the manifests); the active channel itself is read by the profile loader (profile/active.py)

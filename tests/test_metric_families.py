@@ -16,6 +16,7 @@ from appliance.health.canary_metrics import CanaryCollector
 from appliance.health.canary_state import CanaryState
 from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.health.metrics import IdentityCollector, LogFactsCollector, StateCollector, VerdictCollector
+from appliance.health.startup_metrics import StartupCollector
 from appliance.hostmem.metrics import WatchdogCollector
 from appliance.hostmem.sources import Pressure
 from appliance.hostmem.watchdog import WatchState
@@ -27,7 +28,7 @@ from tests.test_fabric import MEASURED
 
 SERVE_LOG = (Path(__file__).parent / "fixtures" / "logs" / "cpu-smoke-serve.log").read_text()
 COLLECTOR_MODULES = ("appliance.health.metrics", "appliance.health.canary_metrics", "appliance.hostmem.metrics",
-                     "appliance.multinode.fabric_metrics")
+                     "appliance.multinode.fabric_metrics", "appliance.health.startup_metrics")
 
 
 def _all_subclasses(cls: type) -> Iterator[type]:
@@ -60,7 +61,9 @@ def collectors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Collec
     try:
         yield [StateCollector(snap, ident, lambda: True), VerdictCollector(snap, ident), LogFactsCollector(snap, ident),
                IdentityCollector(snap, ident), CanaryCollector(lambda: canary), WatchdogCollector(lambda: watch),
-               FabricCollector(judge(MEASURED, 2, None, "warn"))]
+               FabricCollector(judge(MEASURED, 2, None, "warn")),
+               StartupCollector(lambda: exporter.monitor.snapshot.startup,
+                                tuple(p.id for p in exporter.monitor.judge.table.startup))]
     finally:
         exporter.close()
 
@@ -79,7 +82,7 @@ def test_a_scrape_yields_only_declared_families_of_the_declared_kind(collectors:
         assert {n: declared.get(n) for n in collected} == collected, type(collector).__name__
 
 
-@pytest.mark.parametrize("index", range(7))
+@pytest.mark.parametrize("index", range(8))
 def test_the_registry_refuses_a_second_collector_of_the_same_series(collectors: list[Collector], index: int) -> None:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(collectors[index])

@@ -99,6 +99,23 @@ def test_a_resolved_placement_round_trips_and_says_what_it_was_given() -> None:
         ResolvedPlacement.from_json({**place.to_json(), "master_port": {"value": "29700", "origin": "x"}})
 
 
+def test_the_precedence_of_a_placement_value_is_written_in_one_place_only() -> None:
+    """Flags over APPLIANCE_* is cliargs.placement_from_args; given over the profile is resolve_placement. No other
+    module of the package reads a placement variable from the settings or falls back to the profile's distributed
+    section itself. Mutant this kills: appliance/commands/logscan.py's old `args.node_rank if args.node_rank is not
+    None else settings.node_rank` (a second copy of the rule, without the flag's bounds)."""
+    import re
+
+    from appliance.cliargs import PLACEMENT_ENV
+
+    reads = re.compile(rf"\bsettings\.({'|'.join(n for n in PLACEMENT_ENV if n not in ('model_dir', 'health_port'))})\b"
+                       r"|\b(?:master_port|master_addr|node_rank) or\b|\bor \w+\.distributed\.")
+    owners = {ROOT / "appliance" / "cliargs.py", ROOT / "appliance" / "placement.py"}
+    copies = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in sorted((ROOT / "appliance").rglob("*.py"))
+              if path not in owners for n, line in enumerate(path.read_text().splitlines(), 1) if reads.search(line)]
+    assert copies == []
+
+
 def test_kubernetes_pods_get_their_ports_from_the_same_resolution() -> None:
     profile = load_profile("cpu-smoke-2node", cli_overrides=["distributed.master_port=29610"]).profile
     places = placements_for(profile)

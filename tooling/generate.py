@@ -7,6 +7,7 @@ One compose service (and compose profile) per hardware layout: the serve profile
 kind, node count and GPUs per node share a service, named after the shortest of them (its name is
 the prefix of the others: gb10-tp2 covers gb10-tp2-nvfp4, …). `APPLIANCE_PROFILE` picks the serve
 profile within it and defaults to that name. Multi-node CPU layouts are test-only (K22) and get none.
+A `monitoring` profile adds the bundle's Prometheus and Grafana (monitoring/, images from versions.json).
 """
 
 from __future__ import annotations
@@ -127,6 +128,60 @@ def _other_channel_example(lock: dict, lays: list[Layout], root: Path) -> str:
     return "# Every serve profile of a layout runs the layout's engine channel."
 
 
+MONITORING_PORTS = {"prometheus": 9090, "grafana": 3000}
+"""Where the monitoring profile listens (host network); monitoring/grafana's datasource names Prometheus's."""
+
+
+def _monitoring_services(lock: dict) -> str:
+    """The `monitoring` profile: Prometheus and Grafana of monitoring/ (issue 26), images from the lock's
+    images.monitoring. Host network like the serve, so the targets files' 127.0.0.1 ports are this node's."""
+    images = lock["images"]["monitoring"]
+    prom, graf = MONITORING_PORTS["prometheus"], MONITORING_PORTS["grafana"]
+    return f"""\
+
+
+  # --- the monitoring bundle (docs/monitoring.md): add `--profile monitoring` to a serve's profile ------------
+  prometheus:
+    <<: *monitoring-service
+    image: {_q('${APPLIANCE_PROMETHEUS_IMAGE:-' + images["prometheus"] + '}')}
+    command:
+      - --config.file=/etc/prometheus/prometheus.yml
+      - --storage.tsdb.path=/prometheus
+      - --storage.tsdb.retention.time=${{APPLIANCE_PROMETHEUS_RETENTION:-15d}}
+      - --web.listen-address=:{prom}
+    volumes:
+      # The bundle as it ships: its config, rules and target files (edit targets/*.yml; reread without a restart).
+      - ./monitoring/prometheus:/etc/prometheus:ro
+      - prometheus-data:/prometheus
+    healthcheck:
+      test: ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:{prom}/-/ready"]
+      interval: 15s
+      timeout: 5s
+      retries: 4
+
+  grafana:
+    <<: *monitoring-service
+    image: {_q('${APPLIANCE_GRAFANA_IMAGE:-' + images["grafana"] + '}')}
+    depends_on: [prometheus]
+    environment:
+      GF_SERVER_HTTP_PORT: "{graf}"
+      # Passed through only when set (Grafana's own default is admin, changed at the first login).
+      GF_SECURITY_ADMIN_PASSWORD:
+      GF_USERS_ALLOW_SIGN_UP: "false"
+      GF_ANALYTICS_REPORTING_ENABLED: "false"
+      GF_ANALYTICS_CHECK_FOR_UPDATES: "false"
+      GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH: /etc/grafana/dashboards/appliance/appliance.json
+    volumes:
+      - ./monitoring/grafana/provisioning:/etc/grafana/provisioning:ro
+      - ./monitoring/grafana/dashboards:/etc/grafana/dashboards/appliance:ro
+      - grafana-data:/var/lib/grafana
+    healthcheck:
+      test: ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:{graf}/api/health"]
+      interval: 15s
+      timeout: 5s
+      retries: 4"""
+
+
 def compose_yaml(root: Path = ROOT) -> str:
     from appliance.profile.model import DEFAULT_HEALTH_PORT as HEALTH_PORT_DEFAULT
     from appliance.render.supervisord import STOP_WAIT_S
@@ -228,15 +283,30 @@ x-cpu-service: &cpu-service
     retries: 3
     start_period: 5m
 
+x-monitoring-service: &monitoring-service
+  profiles: [monitoring]
+  restart: ${{APPLIANCE_RESTART:-unless-stopped}}
+  # Host networking, like the serve: the targets are this node's loopback ports ({MONITORING_PORTS['prometheus']}, \
+{MONITORING_PORTS['grafana']}).
+  network_mode: host
+  security_opt: ["no-new-privileges:true"]
+  # Pulled: public images pinned in versions.json (images.monitoring).
+  pull_policy: missing
+  logging:
+    driver: json-file
+    options: {{max-size: 10m, max-file: "3"}}
+
 services:
 """
-    services = "\n\n".join(_service(lay, lock) for lay in lays)
+    services = "\n\n".join(_service(lay, lock) for lay in lays) + _monitoring_services(lock)
     tail = """
 
 volumes:
   hf-cache:
   compile-cache:
   models:
+  prometheus-data:
+  grafana-data:
 """
     return head + body + services + tail
 

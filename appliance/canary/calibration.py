@@ -10,29 +10,35 @@ gate receipt (its `canary` check records it on a healthy round).
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError
-from appliance.paths import write_json_atomic
+from appliance.safe_write import write_json
 
 RECEIPT_KEY = "canary_calibration"
+MAX_PROBES = 256
+"""A calibration holds a few dozen probes (healthchecks/canary.yaml)."""
+MAX_REPLY_CHARS = 1 << 20
+"""A greedy reply is a few hundred tokens."""
+MAX_CALIBRATION_BYTES = 256 << 20
+"""A calibration is a few KiB; a gate receipt carrying one is capped like any receipt (gate/receipt.py)."""
 
 
 class Calibration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_: int = Field(1, alias="schema")
-    model: str
+    model: Annotated[str, Field(max_length=1024)]
     """The served model name the calibration was recorded against."""
-    recorded_at: str
-    serve_url: str | None = None
-    known_answers_right: list[str]
+    recorded_at: Annotated[str, Field(max_length=64)]
+    serve_url: Annotated[str, Field(max_length=8192)] | None = None
+    known_answers_right: list[Annotated[str, Field(max_length=256)]] = Field(max_length=MAX_PROBES)
     """Ids of the known-answer prompts (healthchecks/canary.yaml) the model answered right."""
-    greedy: dict[str, str]
+    greedy: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=MAX_REPLY_CHARS)]] = Field(
+        max_length=MAX_PROBES)
     """Probe id -> the greedy reply on the known-good serve."""
 
     def to_json(self) -> dict[str, Any]:
@@ -46,15 +52,14 @@ def new_calibration(model: str, url: str, right: list[str], greedy: dict[str, st
 
 def load_calibration(path: Path) -> Calibration:
     """A calibration file, or a gate receipt carrying one under `canary_calibration`."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    from appliance.jsonstrict import load_file
+
+    if not path.exists() and not path.is_symlink():
         raise ApplianceError(f"calibration file {path} does not exist", field="--calibration", value=str(path),
                              fix="record one with `appliance canary --url URL --record-calibration FILE` on a "
-                                 "known-good serve") from None
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"calibration file {path} is not readable JSON: {exc}", field="--calibration",
-                             value=str(path), fix="re-record it with --record-calibration") from None
+                                 "known-good serve")
+    # A FIFO or /dev/zero is refused unread; a receipt carrying a calibration may be big, never unbounded.
+    data = load_file(path, "--calibration", MAX_CALIBRATION_BYTES, "calibration file")
     if isinstance(data, dict) and RECEIPT_KEY in data:
         data = data[RECEIPT_KEY]
     try:
@@ -67,5 +72,9 @@ def load_calibration(path: Path) -> Calibration:
 
 def save_calibration(calibration: Calibration, path: Path) -> str:
     """Write the calibration file PATH (a gate receipt gets one through appliance/gate/canary.py)."""
-    write_json_atomic(path, calibration.to_json())
+    from appliance.redact import redact_tree
+
+    # Replies are text from outside: a serve that echoes a header would put `Bearer ...` on disk. Masked here, and
+    # a round masks its replies the same way before comparing them with these (checks.py).
+    write_json(path, redact_tree(calibration.to_json()), field="--record-calibration")
     return "calibration file"

@@ -33,6 +33,7 @@ from appliance.canary.calibration import Calibration
 from appliance.canary.client import CanaryClient, Completion, Endpoint, Prompt
 from appliance.canary.degeneration import Thresholds, symptoms
 from appliance.canary.golden import Golden
+from appliance.redact import clip, redact
 
 CALIBRATED = ("known-answers", "golden")
 
@@ -98,7 +99,8 @@ class RoundResult:
 
 
 def _clip(text: str, width: int = 120) -> str:
-    return repr(text if len(text) <= width else text[:width] + "…")
+    """A reply as evidence: masked, escaped, cut (a serve's text may carry a secret or a terminal sequence)."""
+    return repr(clip(text, width))
 
 
 def agreeing_prefix(a: str, b: str) -> int:
@@ -252,6 +254,7 @@ class Round:
             now = self.result.greedy.get(probe)
             if now is None:
                 continue
+            now = redact(now)  # a calibration is stored masked (calibration.py): compare like with like
             if not agree(now, recorded, self.t.golden_min_prefix_chars):
                 at = agreeing_prefix(now, recorded)
                 self._find("golden-divergence", f"golden:{probe}",

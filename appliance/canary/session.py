@@ -11,6 +11,7 @@ from appliance.canary.client import CanaryClient, Unreachable
 from appliance.canary.golden import load_golden
 from appliance.errors import ApplianceError
 from appliance.profile.canary import Canary
+from appliance.redact import clip
 
 QUIET_EFFORT = "none"
 """The reasoning effort a canary's chat requests ask of a serve with a reasoning parser: answer, do not think
@@ -27,14 +28,15 @@ def plan_for(section: Canary | None, reasoning_parser: str | None) -> RoundPlan:
 
 async def pick_model(client: CanaryClient, model: str | None) -> str:
     served = await client.models()
+    listed = ", ".join(clip(m, 80) for m in served[:20]) + (f" (+{len(served) - 20} more)" if len(served) > 20 else "")
     if model:
         if model not in served:
-            raise ApplianceError(f"model {model!r} is not served at {client.base_url}", field="--model", value=model,
-                                 fix=f"use one of: {', '.join(served) or '(none listed)'}")
+            raise ApplianceError(f"model {clip(model, 80)!r} is not served at {client.base_url}", field="--model",
+                                 value=clip(model, 80), fix=f"use one of: {listed or '(none listed)'}")
         return model
     if len(served) != 1:
         raise ApplianceError(f"{client.base_url} serves {len(served)} models", field="--model", value=None,
-                             fix=f"name one with --model: {', '.join(served) or '(none listed)'}")
+                             fix=f"name one with --model: {listed or '(none listed)'}")
     return served[0]
 
 

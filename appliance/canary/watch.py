@@ -33,6 +33,7 @@ from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE, CanaryState, read_state, write_state
 from appliance.health.engine import EngineProbe, EngineSample
 from appliance.profile.canary import Canary
+from appliance.redact import clip, redact
 
 CONFIRM_DELAY_S = 5.0
 """A failing round is re-run this soon (not a whole interval later): detection within two rounds."""
@@ -236,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="`appliance run`'s --set items")
     args = parser.parse_args(argv)
 
-    def log(line: str) -> None:
-        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} appliance canary: {line}", flush=True)
+    def log(line: str) -> None:  # lines quote the serve (errors, evidence): through the one redaction
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} appliance canary: {clip(line, 4000)}", flush=True)
 
     try:
         settings = load_settings()
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         if canary.calibration:
             calibration = load_calibration(loaded.source.parent / canary.calibration)  # an absolute path stays itself
     except ApplianceError as exc:
-        print(f"appliance canary: error: {exc}", file=sys.stderr)
+        print(f"appliance canary: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     ladder = Ladder(
         validate=lambda plan: validate_rung(args.profile, env_sets, args.overrides, plan),

@@ -99,11 +99,19 @@ def nearest(name: str, known: list[str]) -> str | None:
     return close[0] if close else None
 
 
+MAX_FACTS_BYTES = 64 << 20
+"""A channel's extracted facts (every flag, env var and log format string of an engine) are some MiB."""
+
+
 @cache
 def _load(path: Path) -> EngineFacts:
+    from appliance.jsonstrict import load_file
+
+    # Shipped data under the data root, read by every command that checks a profile: strictly and bounded, so a FIFO
+    # or a deep document there is exit 2 naming it (read_capped, jsonstrict), never a hang or a traceback.
     try:
-        return EngineFacts.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError) as exc:
+        return EngineFacts.from_json(load_file(path, "engine facts", MAX_FACTS_BYTES, "engine facts file"))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ApplianceError(f"cannot read the engine facts {path}: {exc}", value=str(path),
                              fix="re-extract them: python -m tooling.channel_facts extract --channel NAME "
                                  "--python VENV/bin/python --write") from None

@@ -9,6 +9,11 @@ import json
 import re
 from pathlib import Path
 
+from appliance.cliargs import seconds_up_to
+
+MAX_TIMEOUT_S = 3600.0
+"""An hour for one request: the longest decode a round asks for takes seconds on a healthy serve."""
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", required=True, help="the serve's base URL, e.g. http://127.0.0.1:8000 (an OpenAI "
@@ -25,7 +30,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="length of the long greedy decode (default: a profile's canary.long_decode_tokens)")
     parser.add_argument("--concurrency", type=int,
                         help="requests sharing one cached prefix at once (default: a profile's canary.concurrency)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    parser.add_argument("--timeout", type=seconds_up_to(MAX_TIMEOUT_S), default=120.0,
+                        help=f"seconds a request may take in all, its whole reply read (default 120, at most "
+                             f"{MAX_TIMEOUT_S:g})")
     parser.add_argument("--reasoning-effort", metavar="EFFORT",
                         help="sent with every chat request; `none` for a reasoning model (DeepSeek-V4), so a reply "
                              "answers instead of thinking (`appliance run` and the gate set it from the profile)")
@@ -65,6 +72,12 @@ def _validate(args: argparse.Namespace) -> None:
     if args.calibration and args.record_calibration:
         raise ApplianceError("--calibration and --record-calibration together", field="--record-calibration",
                              fix="record on a known-good serve first, then check with --calibration")
+    if args.record_calibration:  # before the round: a target that cannot be written must not cost the serve a round
+        from appliance.bounds import check_text
+        from appliance.safe_write import check_target
+
+        check_text("--record-calibration", str(args.record_calibration), max_bytes=4096)
+        check_target(args.record_calibration, "--record-calibration")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.canary.checks import RoundPlan
     from appliance.canary.session import one_round
     from appliance.gate.canary import record_calibration
+    from appliance.redact import clip, redact_tree
 
     _validate(args)
     plan = RoundPlan(long_decode_tokens=args.long_decode_tokens, concurrency=args.concurrency,
@@ -86,10 +100,10 @@ def run(args: argparse.Namespace) -> int:
                                 args.record_calibration)
         out["calibration_recorded"] = f"{args.record_calibration} ({what})"
     if args.json:
-        print(json.dumps(out, indent=1))
+        print(json.dumps(redact_tree(out), indent=1))  # the model id and the evidence are the serve's text
     else:
         verdict = "healthy" if result.healthy else f"CORRUPTION ({', '.join(result.signatures)})"
-        print(f"canary {args.url} model {result.model}: {verdict} — {len(result.checks)} checks, "
+        print(f"canary {args.url} model {clip(result.model, 200)}: {verdict} — {len(result.checks)} checks, "
               f"{result.requests} requests, {result.completion_tokens} tokens, {result.seconds:.1f} s")
         for f in result.findings:
             print(f"  {f.render()}")

@@ -70,17 +70,23 @@ HAND_FLAGS = ("profile", "profile_option", "overrides", "log", "engine_url", "ho
 
 def run(args: argparse.Namespace) -> int:
     from appliance.health.exporter import build_exporter
+    from appliance.health.server import probe_socket_name
     from appliance.settings import load_settings
 
     settings = load_settings()
     config, host = _from_launch(args, settings) if args.launch else _by_hand(args, settings)
+    from appliance.health.events import EventLog
+
+    events = EventLog(lambda line: print(line, flush=True), settings.log_format)
     try:
-        exporter = build_exporter(config, host=host)
+        exporter = build_exporter(config, host=host, report=events)
         host.register(exporter.server.registry)
     except OSError as exc:
         held = f"; {port_holder.describe(config.port)}" if port_holder.in_use(exc) else ""
-        raise ApplianceError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}{held}", field="--port",
-                             value=config.port, fix="choose a free port (--port) or stop what holds it") from None
+        raise ApplianceError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}{held} (the exporter "
+                             f"listens there and on its probe socket @{probe_socket_name(config.port)})",
+                             field="--port", value=config.port,
+                             fix="choose a free port (--port) or stop what holds it") from None
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -89,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     print(f"appliance exporter: {config.loaded.profile.name} ({config.role}) log {config.log} engine "
-          f"{config.engine_url or '-'} on {config.host}:{config.port}", flush=True)
+          f"{config.engine_url or '-'} on {config.host}:{config.port}, probes also on "
+          f"@{probe_socket_name(exporter.server.server_address[1])}", flush=True)
     host.start(stop, args.memory_interval)
     exporter.serve(stop)
     return 0

@@ -14,9 +14,19 @@ import argparse
 from appliance.cliargs import add_profile_args, load_from_args
 
 
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("an integer from 1 to 64") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError("an integer from 1 to 64 (parallel downloads)")
+    return value
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
-    parser.add_argument("--max-workers", type=int, default=8, help="parallel file downloads")
+    parser.add_argument("--max-workers", type=_workers, default=8, help="parallel file downloads (1-64)")
     parser.add_argument("--check", action="store_true",
                         help="check the snapshot on disk (sizes and hashes against the hub's listing); download "
                              "nothing; exit 1 when it is incomplete")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from appliance.cliargs import add_profile_args
@@ -12,17 +13,28 @@ from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
+    value = float(text)  # NaN fails the comparison below; argparse turns a ValueError into its own refusal
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError("a fraction between 0 and 1")
     return value
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("a positive integer")
-    return value
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from `low` to `high` (a count that reaches a tool's command line)."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"an integer from {low} to {high}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"an integer from {low} to {high}")
+        return value
+
+    return count
+
+
+_positive = _count(1, 10_000)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -43,10 +55,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recall-runs", type=_positive, help="recall runs on this serve (the seed: 3 on each of "
                                                               "4 fresh serves; see `gate serves`)")
     parser.add_argument("--gsm8k-limit", type=_positive, help="lm-eval --limit")
-    parser.add_argument("--gsm8k-fewshot", type=int, help="lm-eval --num_fewshot (default 8)")
+    parser.add_argument("--gsm8k-fewshot", type=_count(0, 64), help="lm-eval --num_fewshot (default 8)")
     parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
     parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
-    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves]")
+    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves|report]")
     cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
@@ -60,6 +72,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     srv = sub.add_parser("serves", help="judge recall over receipts of several fresh serves (the seed's design)")
     srv.add_argument("receipts", type=Path, nargs="+", help="one receipt.json per fresh serve")
     srv.add_argument("--json", action="store_true", help="machine-readable verdict")
+    rep = sub.add_parser("report", help="draw receipts as one self-contained HTML page (plots, bands, verdicts)")
+    rep.add_argument("receipts", type=Path, nargs="+", help="receipt.json files: builds, channels or fresh serves")
+    rep.add_argument("--html", type=Path, required=True, metavar="FILE", help="the page to write")
+    rep.add_argument("--title", default="Gate receipts", help="the page's title")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -98,6 +114,30 @@ def _paired(args: argparse.Namespace) -> int:
     return 1 if any(c["verdict"] == "regression" for c in result["cells"]) else 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from appliance.bounds import check_text
+    from appliance.errors import ApplianceError
+    from appliance.paths import write_text_atomic
+    from appliance.report.from_receipts import views
+    from appliance.report.page import render
+
+    check_text("--title", args.title)
+    target: Path = args.html
+    if target.is_dir() or not target.parent.is_dir():
+        raise ApplianceError(f"--html {target}: {'a folder' if target.is_dir() else 'its folder does not exist'}",
+                             field="--html", value=str(target), fix="name a file in an existing folder")
+    page = render(views(args.receipts), args.title, f"drawn {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    try:
+        write_text_atomic(target, page)
+    except OSError as exc:
+        raise ApplianceError(f"cannot write {target}: {exc.strerror}", field="--html", value=str(target),
+                             fix="name a file you can write") from None
+    print(f"{target}: {len(args.receipts)} receipt(s)")
+    return 0
+
+
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
 """`gate` and `gate serves`: inconclusive (recall between its bands) is neither a pass nor a failure."""
 
@@ -123,9 +163,12 @@ def run(args: argparse.Namespace) -> int:
         return _serves(args)
     if args.gate_action == "paired":
         return _paired(args)
+    if args.gate_action == "report":
+        return _report(args)
     from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
     from appliance.gate.runner import run_gate
+    from appliance.redact import clip
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -141,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     receipt = run_gate(ctx, selected, receipt)
     print(f"{receipt['verdict'].upper()}: {ctx.out_dir / 'receipt.json'}")
     for c in receipt["checks"]:
-        print(f"  {c['name']:<10} {c['status']:<14} {c['summary']}")
+        print(f"  {c['name']:<10} {c['status']:<14} {clip(c['summary'], 500)}")  # a summary quotes the serve
     if not receipt["complete"]:
         return 130
     return EXIT.get(receipt["verdict"], 1)

@@ -8,13 +8,14 @@ import argparse
 import json
 from pathlib import Path
 
-from appliance.cliargs import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args, placement_from_args
 from appliance.health.context import HealthContext
 from appliance.health.expect import show_value
 from appliance.health.facts import Facts
 from appliance.health.peers import agreements, compared_facts
 from appliance.health.report import ALL_LOGS, LogFinding, LogReport, cross_rank_report, log_report
 from appliance.health.scan import scan_file
+from appliance.redact import clip, redact_tree
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     loaded = load_from_args(args, settings)
     ctx = HealthContext.load(loaded, args.table)
-    first = args.node_rank if args.node_rank is not None else settings.node_rank
+    given = placement_from_args(args, settings).node_rank  # flags over APPLIANCE_NODE_RANK: the one rule
+    first = 0 if given is None else given
     logs = []
     report = LogReport([], log_ready=True)
     for offset, log in enumerate(args.logs):
@@ -47,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         per_rank = {str(log): facts.values for log, _, facts, _ in logs}
         report += cross_rank_report(agreements(compared_facts(ctx.table), per_rank))
     verdict = report.verdict
-    if args.json:
-        print(json.dumps({
+    if args.json:  # the log's free text (versions, reasons, fatal lines) passes the one redaction
+        print(json.dumps(redact_tree({
             "verdict": verdict,
             "profile": {"name": loaded.profile.name, "digest": loaded.digest},
             "channel": ctx.lock.name,
@@ -58,28 +60,30 @@ def run(args: argparse.Namespace) -> int:
                       "fatal_during_shutdown": [h.to_json() for h in facts.quiet.values()]}
                      for log, role, facts, one in logs],
             "findings": [f.to_json() for f in report.findings],
-        }, indent=2))
+        }), indent=2))
     else:
         for log, role, facts, _ in logs:
             _print_log(log, role, facts, report.of_log(str(log)))
         for f in report.of_log(ALL_LOGS):
-            print(f"FAIL    {f.rule:<4} {f.name}: {f.detail}")
+            print(f"FAIL    {f.rule:<4} {f.name}: {clip(f.detail)}")
         print(f"verdict: {verdict}")
     return 0 if verdict == "pass" else 1
 
 
 def _print_log(log: Path, role: str, facts: Facts, findings: list[LogFinding]) -> None:
-    print(f"== {log} (role {role}, {facts.lines_read:,} lines, engine runs {facts.runs})")
+    """Every value that came from the log is shown through clip(): masked, escaped (a log line cannot move the
+    cursor or reorder the text after it), cut to one screen line."""
+    print(f"== {clip(str(log))} (role {role}, {facts.lines_read:,} lines, engine runs {facts.runs})")
     for name, value in facts.to_json().items():
-        print(f"  {name:<30} {show_value(value):<24} line {facts.lines.get(name)}")
+        print(f"  {name:<30} {clip(show_value(value), 200):<24} line {facts.lines.get(name)}")
     for f in findings:
         label = f.status.upper() if f.severity == "error" or f.status != "fail" else "WARN"
-        print(f"{label:<7} {f.rule:<4} {f.name}: {f.detail}")
+        print(f"{label:<7} {f.rule:<4} {f.name}: {clip(f.detail)}")
         if f.warning:
-            print(f"        warning: {f.warning}")
+            print(f"        warning: {clip(f.warning)}")
         if f.fix and f.status == "fail":
-            print(f"        fix: {f.fix}")
+            print(f"        fix: {clip(f.fix)}")
         if f.text:
-            print(f"        > {f.text}")
+            print(f"        > {clip(f.text, 500)}")
     for hit in facts.quiet.values():
         print(f"quiet   {hit.rule:<4} {hit.id} at line {hit.line} (x{hit.count}): during a requested shutdown")

@@ -38,6 +38,7 @@ def cpu_engine_fixup(ch: dict, python: str, installer: str) -> Path:
         shutil.rmtree(stale)
     shim = Path(purelib) / f"vllm-{version}+cpu.dist-info"
     shim.mkdir()
-    for name, content in vllm_shim(version, installer).items():
-        (shim / name).write_text(content)
+    from appliance.safe_write import write_files
+
+    write_files({shim / name: content for name, content in vllm_shim(version, installer).items()}, field="vllm shim")
     return shim

@@ -16,7 +16,6 @@ Standard library only: the Docker build runs this file by path, like lockcli.py.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -114,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "max-jobs":
         print(max_jobs(args.meminfo.read_text(), os.cpu_count() or 1, args.gb_per_job))
         return 0
-    lock = json.loads(args.versions.read_text())
+    from appliance.lockfile import load
+
+    lock = load(args.versions)  # strict and bounded, as every reader of versions.json
     name = args.channel or lock["default_channel"]
     if name not in lock["channels"]:
         print(f"forkcheck: versions.json has no channel {name!r} ({', '.join(sorted(lock['channels']))})",
@@ -137,7 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forkcheck: {RUNTIME_REQS} and {', '.join(build)} agree with versions.json "
           f"(build requirements layout: {build[0]})")
     if args.write_build_reqs:
-        args.write_build_reqs.write_text("".join(f"-r {(args.source / f).resolve()}\n" for f in build))
+        from appliance.errors import ApplianceError
+        from appliance.safe_write import write_file
+
+        try:
+            write_file(args.write_build_reqs, "".join(f"-r {(args.source / f).resolve()}\n" for f in build),
+                       field="--write-build-reqs")
+        except ApplianceError as exc:
+            print(f"forkcheck: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

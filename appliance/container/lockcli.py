@@ -100,9 +100,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.cmd == "build-args":
         print(_format(all_build_args(lock, name, path.parent), args.format))
     elif args.cmd == "lock-files":
+        from appliance.errors import ApplianceError
+        from appliance.safe_write import write_files
+
         args.dir.mkdir(parents=True, exist_ok=True)
-        for file, content in lock_files(ch, args.pyproject).items():
-            (args.dir / file).write_text(content)
+        files = {args.dir / file: content for file, content in lock_files(ch, args.pyproject).items()}
+        try:
+            write_files(files, field="--dir")
+        except ApplianceError as exc:
+            print(f"lockcli lock-files: {exc}", file=sys.stderr)
+            return 2
     elif args.cmd == "version":
         found = next((p for p in pins(ch) if p["name"] == args.name), None) or tool_pin(lock, args.name)
         if found is None:

@@ -7,16 +7,14 @@ import re
 import socket
 from pathlib import Path
 
-from appliance.hostmem.sources import parse_meminfo
-from appliance.redact import redact
+from appliance.hostmem.sources import parse_meminfo, read_source
+from appliance.redact import clip
 
 
 def meminfo_gib(key: str, meminfo: Path = Path("/proc/meminfo")) -> float | None:
     """One /proc/meminfo line (`MemAvailable`, `MemTotal`) in GiB; None where it cannot be read."""
-    try:
-        return parse_meminfo(meminfo.read_text()).get(key)
-    except OSError:
-        return None
+    text = read_source(meminfo)
+    return None if text is None else parse_meminfo(text).get(key)
 
 
 def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
@@ -38,7 +36,7 @@ def running_engines(proc: Path = Path("/proc")) -> list[tuple[int, str]]:
             continue
         if _ENGINE.search(cmd.replace(b"\0", b" ")):
             # The command line may carry --api-key/--hf-token: redacted before it is shown anywhere.
-            found.append((int(entry.name), redact(cmd.replace(b"\0", b" ").decode(errors="replace").strip())[:160]))
+            found.append((int(entry.name), clip(cmd.replace(b"\0", b" ").decode(errors="replace").strip(), 160)))
     return found
 
 

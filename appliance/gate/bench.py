@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,8 +30,11 @@ from appliance.gate.corpus import filler
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
 from appliance.paths import venv_executable
+from appliance.safe_write import open_for_writing, write_file
 
 OFFLINE_CORPUS_CHARS = 300_000
+MAX_CORPUS_BYTES = 64 << 20
+"""A --bench-corpus file is a book (llama-benchy draws its prompts from it); far beyond this it is a mistake."""
 """About 75k tokens: the deepest standard request (32768 + 2048) fits twice; llama-benchy repeats it if not."""
 
 
@@ -159,10 +160,13 @@ def corpus(p: BenchParams) -> Iterator[tuple[str | None, dict[str, str], dict[st
         book = Path(home) / "corpus" / "book.txt"
         book.parent.mkdir()
         if p.corpus == "builtin":
-            book.write_text(filler(OFFLINE_CORPUS_CHARS))
+            write_file(book, filler(OFFLINE_CORPUS_CHARS), field="--bench-corpus")
             about = {"corpus": "builtin filler (appliance.gate.corpus)"}
         else:
-            shutil.copyfile(p.corpus, book)
+            from appliance.paths import read_capped
+
+            write_file(book, read_capped(Path(p.corpus), "--bench-corpus", MAX_CORPUS_BYTES, "corpus"),
+                       field="--bench-corpus")
             about = {"corpus": str(Path(p.corpus))}
         # llama-benchy caches the corpus under ~/.cache keyed by URL; a loopback URL changes every run.
         from appliance.run.model_location import hf_home
@@ -222,7 +226,7 @@ def run(ctx: GateContext) -> CheckResult:
         rc, tail, interrupted = _drive(launch(cmd), env, log, ctx, p.timeout_s)
     spec = engine_steps.acceptance(before, engine_steps.scrape(ctx.url))
     about = {**about, "spec_decode": spec}
-    raw = json.loads(result_file.read_text()) if result_file.is_file() else None
+    raw = _tool_json(result_file)
     rows = parse_results(raw) if raw else []
     rows = engine_steps.with_verify_steps(rows, spec["mean_acceptance_length"] if spec else None)
     if interrupted:
@@ -234,11 +238,24 @@ def run(ctx: GateContext) -> CheckResult:
     return _result(status, why, p, cmd, rows, about, raw, started, began)
 
 
+def _tool_json(path: Path) -> Any:
+    """llama-benchy's result file: strict JSON, bounded; None when it wrote none (or none this reader takes)."""
+    from appliance.errors import ApplianceError
+    from appliance.jsonstrict import load_file
+
+    if not path.is_file():
+        return None
+    try:
+        return load_file(path, "llama-benchy result", 64 << 20, "llama-benchy result")
+    except ApplianceError:
+        return None
+
+
 def _drive(cmd: list[str], env: dict[str, str], log: Path, ctx: GateContext,
            timeout: float) -> tuple[int, list[str], bool]:
     """Run llama-benchy in its own session (Ctrl-C reaches it through us, once), stream its progress lines."""
     tail: deque[str] = deque(maxlen=80)
-    with log.open("w") as sink:
+    with open_for_writing(log, field="--out") as sink:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
 

@@ -9,21 +9,22 @@ corruption fails the check and records nothing.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
+from typing import Any
 
 from appliance.canary.calibration import RECEIPT_KEY, Calibration, new_calibration, save_calibration
 from appliance.canary.session import one_round, plan_for
 from appliance.gate.context import GateContext
 from appliance.gate.receipt import SCHEMA
 from appliance.gate.result import CheckResult, utc_now
-from appliance.paths import write_json_atomic
+from appliance.safe_write import write_json
 
 RULES = ("K2", "K4", "K6")
 """Garbled text from a too-small speculative block (K2), a poisoned prefix cache (K4), the eager scratch pool (K6):
 what the round reads in the replies."""
 TIMEOUT_S = 600.0
+FIELD = "--record-calibration"
 
 
 def run(ctx: GateContext) -> CheckResult:
@@ -51,11 +52,19 @@ def run(ctx: GateContext) -> CheckResult:
 def record_calibration(calibration: Calibration, path: Path) -> str:
     """Into PATH: when it is a gate receipt, under `canary_calibration` (the receipt of the same known-good serve
     carries it); else as a calibration file. What was written."""
-    try:
-        existing = json.loads(path.read_text())
-    except (OSError, ValueError):
-        existing = None
+    from appliance.gate.receipt import MAX_RECEIPT_BYTES
+    from appliance.jsonstrict import JsonError, loads
+    from appliance.paths import read_capped
+    from appliance.redact import redact_tree
+    from appliance.safe_write import check_target
+
+    existing: Any = None
+    if check_target(path, FIELD) is not None:  # a folder, FIFO, device or link: refused before it is read
+        try:
+            existing = loads(read_capped(path, FIELD, MAX_RECEIPT_BYTES, "calibration target"), str(path))
+        except JsonError:
+            existing = None  # not JSON: replaced by the calibration file
     if not (isinstance(existing, dict) and existing.get("schema") == SCHEMA):
         return save_calibration(calibration, path)
-    write_json_atomic(path, {**existing, RECEIPT_KEY: calibration.to_json()}, indent=2)
+    write_json(path, {**existing, RECEIPT_KEY: redact_tree(calibration.to_json())}, field=FIELD, indent=2)
     return "gate receipt (canary_calibration)"

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 
 from appliance.apikey import api_headers
+from appliance.http_bounded import ReplyError, get, request
+from appliance.redact import clip
 
 
 class ServeError(Exception):
@@ -37,8 +39,12 @@ class Reply:
 
 
 class ServeClient:
+    """Every request within a total deadline (`timeout`, or the call's) and a size cap (appliance/http_bounded.py):
+    a serve that trickles, streams without end or answers a gigabyte makes the check that asked record an error."""
+
     def __init__(self, base_url: str, *, timeout: float, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
         self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, trust_env=False,
                                          headers=api_headers(), transport=transport)
 
@@ -53,28 +59,31 @@ class ServeClient:
         if timeout is not None:
             kwargs["timeout"] = timeout
         try:
-            response = await self._client.post(path, **kwargs)
+            response = await request(self._client, "POST", path, deadline=timeout or self.timeout, **kwargs)
         except httpx.HTTPError as exc:
-            raise ServeError(f"POST {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            raise ServeError(f"POST {self.base_url}{path}: {type(exc).__name__}: {clip(str(exc), 200)}") from None
+        except ReplyError as exc:
+            raise ServeError(f"POST {self.base_url}{path}: {clip(str(exc), 200)}") from None
         try:
             parsed: Any = response.json()
-        except ValueError:
+        except ReplyError:
             parsed = response.text
-        return Reply(response.status_code, parsed)
+        return Reply(response.status, parsed)
 
 
 def get_json(url: str, timeout: float = 10.0, *, to_serve: bool = True) -> dict[str, Any]:
     """One synchronous GET for provenance (version, models, /status); raises ServeError. The serve's key goes
     only to the serve (`to_serve`), never to the health exporter, which neither needs nor checks it."""
     try:
-        response = httpx.get(url, timeout=timeout, trust_env=False, headers=api_headers() if to_serve else None)
-        response.raise_for_status()
-        data = response.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise ServeError(f"GET {url}: {type(exc).__name__}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ServeError(f"GET {url}: expected a JSON object, got {type(data).__name__}")
-    return data
+        with httpx.Client(timeout=timeout, trust_env=False, headers=api_headers() if to_serve else None) as client:
+            response = get(client, url, deadline=timeout)
+        if response.status != 200:
+            raise ServeError(f"GET {url}: HTTP {response.status}")
+        return response.json_object()
+    except httpx.HTTPError as exc:
+        raise ServeError(f"GET {url}: {type(exc).__name__}: {clip(str(exc), 200)}") from None
+    except ReplyError as exc:
+        raise ServeError(f"GET {url}: {clip(str(exc), 200)}") from None
 
 
 async def count_tokens(client: ServeClient, model: str, text: str) -> int | None:
@@ -87,11 +96,25 @@ async def count_tokens(client: ServeClient, model: str, text: str) -> int | None
     return int(count) if isinstance(count, int) else None
 
 
+def first_choice(body: Any) -> dict[str, Any]:
+    """choices[0] of a completion; {} when the reply has no such object (a broken or hostile serve)."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    return choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+
+
+def chat_message(body: Any) -> dict[str, Any]:
+    message = first_choice(body).get("message")
+    return message if isinstance(message, dict) else {}
+
+
+def finish_reason(body: Any) -> str | None:
+    value = first_choice(body).get("finish_reason")
+    return value if isinstance(value, str) else None
+
+
 def chat_text(body: Any) -> tuple[str, str]:
-    """(answer content, reasoning) of a chat completion; empty strings where absent."""
-    try:
-        message = body["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError):
-        return "", ""
+    """(answer content, reasoning) of a chat completion; empty strings where absent or not text."""
+    message = chat_message(body)
+    content = message.get("content")
     reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-    return message.get("content") or "", reasoning if isinstance(reasoning, str) else ""
+    return content if isinstance(content, str) else "", reasoning if isinstance(reasoning, str) else ""

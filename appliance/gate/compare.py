@@ -31,6 +31,7 @@ from appliance.gate.receipt_model import (
     Receipt,
     StructuredCheck,
 )
+from appliance.redact import clip
 
 TG_NOISE = 0.15
 PP_NOISE = 0.02
@@ -295,15 +296,18 @@ def compare(a: Receipt, b: Receipt, *, across_channels: bool = False) -> Receipt
 
 
 def render(result: ReceiptComparison, a_label: str, b_label: str) -> str:
-    lines = [f"A: {a_label}", f"B: {b_label}", ""]
-    lines += [f"warning: {w}" for w in result.warnings]
+    """Every name and value from a receipt through clip(): a receipt from elsewhere cannot put a terminal sequence
+    (or a secret) on the screen."""
+    lines = [f"A: {clip(a_label, 300)}", f"B: {clip(b_label, 300)}", ""]
+    lines += [f"warning: {clip(w, 500)}" for w in result.warnings]
     if result.warnings:
         lines.append("")
-    width = max((len(f"{f.area} {f.metric}") for f in result.findings), default=10)
-    for f in result.findings:
+    names = [clip(f"{f.area} {f.metric}", 120) for f in result.findings]
+    width = max((len(n) for n in names), default=10)
+    for f, name in zip(result.findings, names, strict=True):
         change = f" ({f.change})" if f.change else ""
-        lines.append(f"{f.verdict.upper():<14} {f'{f.area} {f.metric}':<{width}}  {f.a} -> {f.b}{change}"
-                     + (f"  {f.note}" if f.note else ""))
+        lines.append(f"{f.verdict.upper():<14} {name:<{width}}  {clip(str(f.a), 120)} -> {clip(str(f.b), 120)}{change}"
+                     + (f"  {clip(f.note, 500)}" if f.note else ""))
     n = len(result.regressions)
     lines += ["", f"{n} regression(s)" if n else "no regression"]
     return "\n".join(lines)

@@ -28,14 +28,17 @@ def spec_counters(text: str) -> dict[str, float]:
 
 
 def scrape(url: str, timeout: float = 5.0) -> dict[str, float] | None:
-    """The counters now, or None when /metrics does not answer."""
+    """The counters now, or None when /metrics does not answer (within `timeout` in all) as a metrics page."""
     import httpx
 
+    from appliance.http_bounded import ReplyError, get
+
     try:
-        reply = httpx.get(f"{url}/metrics", timeout=timeout)
-    except httpx.HTTPError:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            reply = get(client, f"{url}/metrics", deadline=timeout)
+        return spec_counters(reply.text) if reply.status == 200 else None
+    except (httpx.HTTPError, ReplyError, ValueError):  # ValueError: no Prometheus text
         return None
-    return spec_counters(reply.text) if reply.status_code == 200 else None
 
 
 def acceptance(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, Any] | None:

@@ -7,17 +7,19 @@ The result parser reads the JSON lm-eval writes (`<output_path>/<model>/results_
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from appliance.errors import ApplianceError
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import Gsm8kParams
+from appliance.jsonstrict import load_file
 from appliance.paths import venv_executable
+from appliance.safe_write import open_for_writing
 
 TASK = "gsm8k"
 DATASET = "openai/gsm8k"
@@ -120,7 +122,7 @@ def run(ctx: GateContext) -> CheckResult:
     ctx.progress.step(f"lm-eval {p.task} {p.num_fewshot}-shot" + (f", limit {p.limit}" if p.limit else ""))
     log = ctx.out_dir / "lm-eval.log"
     env = lm_eval_env(dict(os.environ))
-    with log.open("w") as sink:
+    with open_for_writing(log, field="--out") as sink:
         try:
             rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False,
                                 env=env).returncode
@@ -135,7 +137,12 @@ def run(ctx: GateContext) -> CheckResult:
                            p, started, began, details={"argv": cmd})
         last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
         return _result("error", f"lm-eval exited {rc}: {last[:200]}", p, started, began, details={"argv": cmd})
-    metrics = parse_results(json.loads(found.read_text()), p.task)
+    try:
+        results = load_file(found, "lm-eval result", 64 << 20, "lm-eval result")
+    except ApplianceError as exc:
+        return _result("error", f"lm-eval's results are unreadable: {exc.message}", p, started, began,
+                       details={"argv": cmd})
+    metrics = parse_results(results, p.task)
     status, summary = judge(metrics, p)
     return _result(status, summary, p, started, began, metrics=metrics,
                    details={"argv": cmd, "results_file": str(found)})

@@ -93,7 +93,8 @@ def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str,
     name, status, why = req.profile, None, ""
     if not name:  # ask the running serve which profile it runs
         status, error = exporter_status(exporter_url)
-        name = ((status or {}).get("profile") or {}).get("name")
+        profile = (status or {}).get("profile")
+        name = profile.get("name") if isinstance(profile, dict) and isinstance(profile.get("name"), str) else None
         why = error or "its /status names no profile"
     if not name:
         raise ApplianceError(f"no profile given and none could be read from the health exporter at {exporter_url} "
@@ -144,7 +145,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     except ServeError as exc:
         raise ApplianceError(f"no serve answers at {url}: {exc}", field="--url", value=url,
                              fix="start one (appliance run) or point --url at its API server") from None
-    served = [str(m["id"]) for m in engine["models"] if m.get("id")]
+    served = [m["id"] for m in engine["models"] if m.get("id")]
     if not served:
         raise ApplianceError(f"{url}/v1/models lists no model", field="--url", value=url)
     name = profile.server.served_model_name

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from appliance.gate.result import CheckResult
+from appliance.redact import clip
 
 _MARK = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "not_applicable": "n/a", "unavailable": "unavailable",
          "interrupted": "interrupted"}
@@ -38,6 +39,7 @@ class Progress:
         self._emit(f"[gate] {text}", final=True)
 
     def _emit(self, line: str, *, final: bool) -> None:
+        line = clip(line, 2000)  # summaries carry a serve's text: masked, escaped, one line
         if self.live:
             self.stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
         else:

@@ -32,10 +32,29 @@ def engine_info(url: str) -> dict[str, Any]:
         out["version"] = get_json(f"{url}/version").get("version")
     except ServeError as exc:
         out["version"], out["version_error"] = None, str(exc)
-    models = get_json(f"{url}/v1/models").get("data") or []
-    out["models"] = [{"id": m.get("id"), "root": m.get("root"), "max_model_len": m.get("max_model_len")}
-                     for m in models if isinstance(m, dict)]
+    if not isinstance(out["version"], str | None):
+        out["version"] = None
+    models = _list(get_json(f"{url}/v1/models").get("data"))
+    out["models"] = [{"id": _str(m.get("id")), "root": _str(m.get("root")),
+                      "max_model_len": _int(m.get("max_model_len"))} for m in models if isinstance(m, dict)]
     return out
+
+
+# What a serve or an exporter answers is read by shape: a value of another type is absent, never a traceback.
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def exporter_status(url: str | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -59,25 +78,27 @@ def engagement(status: dict[str, Any] | None, error: str | None = None) -> dict[
     """The log-verified facts a reader of the receipt looks for first, plus the exporter's whole fact table."""
     if status is None:
         return {"available": False, "error": error}
-    facts = status.get("facts") or {}
-    active, total = facts.get("guard_active"), facts.get("guard_total")
+    facts = _obj(status.get("facts"))
+    active, total = _int(facts.get("guard_active")), _int(facts.get("guard_total"))
+    profile = _obj(status.get("profile"))
     return {
         "available": True,
-        "state": status.get("state"),
-        "verdict": status.get("verdict"),
-        "guard": f"{active}/{total}" if isinstance(active, int) and isinstance(total, int) else None,
-        "runner": _runner(facts, bool(status.get("log_ready"))),
-        "sm120_decode": bool(facts.get("sm120_decode")),
-        "attention_backend": facts.get("attention_backend"),
-        "kv_tokens": facts.get("kv_tokens"),
+        "state": _str(status.get("state")),
+        "verdict": _str(status.get("verdict")),
+        "guard": f"{active}/{total}" if active is not None and total is not None else None,
+        "runner": _runner(facts, status.get("log_ready") is True),
+        "sm120_decode": facts.get("sm120_decode") is True,
+        "attention_backend": _str(facts.get("attention_backend")),
+        "kv_tokens": _int(facts.get("kv_tokens")),
         "kv_max_concurrency": facts.get("kv_max_concurrency"),
         "expectations": [{k: e.get(k) for k in ("rule", "name", "status", "detail")}
-                         for e in status.get("expectations") or [] if isinstance(e, dict)],
-        "fatal": status.get("fatal") or [],
-        "profile": status.get("profile"),
-        "lock_digest": status.get("lock_digest"),
-        "channel": status.get("channel"),
-        "versions": status.get("versions"),
+                         for e in _list(status.get("expectations")) if isinstance(e, dict)
+                         and all(isinstance(e.get(k), str) for k in ("rule", "name", "status"))],
+        "fatal": [h for h in _list(status.get("fatal")) if isinstance(h, dict)],
+        "profile": {"name": _str(profile.get("name")), "digest": _str(profile.get("digest"))} if profile else None,
+        "lock_digest": _str(status.get("lock_digest")),
+        "channel": _str(status.get("channel")),
+        "versions": status.get("versions") if isinstance(status.get("versions"), dict) else None,
         "facts": facts,
     }
 

@@ -12,16 +12,17 @@ detectors are pure functions over response bodies, unit-tested on crafted replie
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.gate.client import Reply, ServeClient, ServeError, chat_text
+from appliance.gate.client import Reply, ServeClient, ServeError, chat_message, chat_text
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, utc_now
 from appliance.gate.sizing import ReasoningParams
+from appliance.jsonstrict import JsonError, loads
+from appliance.redact import clip
 
 RULES = ("K19",)
 """The rule ids this check is evidence for (`appliance rules`)."""
@@ -67,29 +68,30 @@ class ToolParse:
 def parse_tool_calls(body: Any) -> ToolParse:
     """The tool calls of a chat completion, each with JSON-object arguments; problems say what is wrong."""
     out = ToolParse()
-    try:
-        message = body["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError):
+    message = chat_message(body)
+    if not message:
         out.problems.append("no choices[0].message in the reply")
         return out
-    content = message.get("content") or ""
+    content = message.get("content") if isinstance(message.get("content"), str) else ""
     markup = [m for m in TOOL_MARKUP if m in content]
     if markup:
         out.problems.append(f"tool-call markup left unparsed in content: {markup[0]}")
     out.problems += think_leaks(content)
-    for index, call in enumerate(message.get("tool_calls") or []):
+    calls = message.get("tool_calls")
+    for index, call in enumerate(calls if isinstance(calls, list) else []):
         fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not fn.get("name"):
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             out.problems.append(f"tool_calls[{index}] has no function name")
             continue
         raw = fn.get("arguments")
         try:
-            args = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError:
-            out.problems.append(f"tool_calls[{index}] ({fn['name']}): arguments are not JSON: {str(raw)[:120]}")
+            args = loads(raw, "arguments") if isinstance(raw, str) else raw
+        except JsonError:
+            out.problems.append(f"tool_calls[{index}] ({clip(fn['name'], 80)}): arguments are not JSON: "
+                                f"{clip(str(raw), 120)}")
             continue
         if not isinstance(args, dict):
-            out.problems.append(f"tool_calls[{index}] ({fn['name']}): arguments are not a JSON object")
+            out.problems.append(f"tool_calls[{index}] ({clip(fn['name'], 80)}): arguments are not a JSON object")
             continue
         out.calls.append(ToolCall(fn["name"], args))
     if not out.calls and not out.problems:

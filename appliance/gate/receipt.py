@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.result import OK_STATUSES
-from appliance.paths import write_json_atomic
 from appliance.redact import redact_tree
 
 if TYPE_CHECKING:
@@ -39,27 +38,32 @@ def finalize(receipt: dict[str, Any], *, complete: bool, finished_at: str, durat
 
 
 def write(receipt: dict[str, Any], out_dir: Path) -> Path:
-    """receipt.json (atomically: a reader never sees half a file) and summary.md."""
+    """receipt.json and summary.md, together (the one writer: a reader never sees half a file, and the summary
+    always describes the receipt beside it)."""
     from appliance.gate.summary import render
+    from appliance.paths import make_dir
+    from appliance.safe_write import write_files
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir, "--out")
     path = out_dir / "receipt.json"
-    receipt = redact_tree(json.loads(json.dumps(receipt, default=str)))  # a receipt is shared: no secrets in it
-    write_json_atomic(path, receipt, indent=2)
-    (out_dir / "summary.md").write_text(render(receipt))
+    # A receipt is shared: no secrets in it. NaN or infinity (a statistic of nothing) is written as null: a receipt
+    # is strict JSON, which `gate compare` reads back (appliance/jsonstrict.py).
+    receipt = redact_tree(json.loads(json.dumps(receipt, default=str), parse_constant=lambda _: None))
+    write_files({path: json.dumps(receipt, indent=2) + "\n", out_dir / "summary.md": render(receipt)}, field="--out")
     return path
 
 
 def load(path: Path) -> Receipt:
     """A receipt from disk, typed, or ApplianceError saying why it is not one."""
     from appliance.gate.receipt_model import validate_receipt
+    from appliance.jsonstrict import JsonError, loads
     from appliance.paths import read_capped
 
     raw = read_capped(path, "receipt", MAX_RECEIPT_BYTES, "receipt")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, an int past the digit limit, too deep
-        raise ApplianceError(f"{path} is not JSON: {str(exc)[:200]}", field="receipt", value=str(path),
+    try:  # strict: duplicate keys, NaN, 400-digit numbers, deep nesting and lone surrogates are no receipt
+        data = loads(raw, str(path))
+    except JsonError as exc:
+        raise ApplianceError(f"{path} is not JSON this reader takes: {exc.problem}", field="receipt", value=str(path),
                              fix="give the receipt.json written by `appliance gate`") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ApplianceError(f"{path} is not a gate receipt (schema {SCHEMA!r} expected)", value=str(path),

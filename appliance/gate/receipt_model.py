@@ -8,18 +8,37 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from appliance.bounds import show
 from appliance.errors import ApplianceError
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
+# Every number the readers use is bounded to what a gate can measure (issue 22): a count of 10^400, a rate of
+# 5e-324 (whose ratio overflows) or 1e308 is no measurement. The document itself is read by appliance/jsonstrict.py
+# (duplicate keys, NaN, 400-digit numbers, deep nesting, lone surrogates refused) before it reaches this schema.
+MAX_COUNT = 10**12
+MIN_RATE, MAX_RATE = 1e-9, 1e9
+"""tokens/s: a nonzero rate below a token in 30 years, or above a billion a second, is no measurement."""
+MAX_TEXT = 1 << 20
+"""A summary, a name or a detail; the receipt file as a whole is capped by gate/receipt.py."""
+
+
+def _rate(value: float) -> float:
+    if value and not MIN_RATE <= value <= MAX_RATE:
+        raise ValueError(f"a rate of {value:g} is outside {MIN_RATE:g}..{MAX_RATE:g} (or 0)")
+    return value
+
+
+Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e15, le=1e15)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Guard = Annotated[str, Field(pattern=r"^[0-9]{1,6}/[0-9]{1,6}$")]
+"""The guard's `active/total` KV managers (K4), as the gate writes it."""
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)  # a receipt read back is evidence: read-only
+    # a receipt read back is evidence: read-only
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True, str_max_length=MAX_TEXT)
 
 
 class ProfileRef(_Part):
@@ -53,7 +72,7 @@ class FatalHit(_Part):
 
 class Engagement(_Part):
     available: bool | None = None
-    guard: str | None = None
+    guard: Guard | None = None
     runner: str | None = None
     sm120_decode: bool | None = None
     expectations: list[Expectation] = []
@@ -69,7 +88,7 @@ class Engagement(_Part):
         return data
 
 
-Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Rate = Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_rate)]
 
 
 class BenchRow(_Part):
@@ -84,7 +103,7 @@ class BenchRow(_Part):
 class SpecDecode(_Part):
     drafts: Count | None = None
     accepted_tokens: Count | None = None
-    mean_acceptance_length: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    mean_acceptance_length: Annotated[float, Field(ge=1, le=1000, allow_inf_nan=False)] | None = None
 
 
 class BenchMetrics(_Part):
@@ -134,7 +153,7 @@ class ReasoningMetrics(_Part):
 
 class Gsm8kMetrics(_Part):
     strict_match: Fraction | None = None
-    strict_match_stderr: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    strict_match_stderr: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
 
 
 class RecallParams(_Part):

@@ -8,6 +8,7 @@ from typing import Any
 from appliance.errors import ApplianceError
 from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING, Bands, judge_serves
 from appliance.gate.receipt_model import RecallParams, Receipt
+from appliance.redact import clip
 
 
 def judge_receipts(receipts: list[tuple[str, Receipt]]) -> dict[str, Any]:
@@ -35,6 +36,6 @@ def judge_receipts(receipts: list[tuple[str, Receipt]]) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = [f"{s['receipt']}: runs {s['runs_found']} of {s['needles_per_run']}, mean {s['mean']:.3f}"
-             for s in result["serves"]]
-    return "\n".join([*lines, "", f"{result['verdict'].upper()}: {result['reason']}"])
+    lines = [f"{clip(str(s['receipt']), 300)}: runs {s['runs_found']} of {s['needles_per_run']}, mean "
+             f"{s['mean']:.3f}" for s in result["serves"]]
+    return "\n".join([*lines, "", f"{result['verdict'].upper()}: {clip(result['reason'], 2000)}"])

@@ -12,10 +12,11 @@ import json
 import time
 from typing import Any
 
-from appliance.gate.client import ServeClient, ServeError, chat_text
+from appliance.gate.client import ServeClient, ServeError, chat_text, finish_reason
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import StructuredParams
+from appliance.jsonstrict import JsonError, loads
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -67,8 +68,8 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str = "$") -> list[s
 def judge(content: str, finish_reason: str | None) -> list[str]:
     """Problems with one reply's content; empty = valid."""
     try:
-        value = json.loads(content)
-    except ValueError as exc:
+        value = loads(content, "the reply")  # strict: a model's 100k-deep nesting is no valid answer either
+    except JsonError as exc:
         cut = " (cut by max_tokens)" if finish_reason == "length" else ""
         return [f"not JSON{cut}: {exc}: {content[:120]!r}"]
     return schema_errors(value, SCHEMA)
@@ -86,7 +87,7 @@ async def _one(client: ServeClient, ctx: GateContext, p: StructuredParams, seed:
     if not reply.ok:
         return {"seed": seed, "valid": False, "problems": [reply.error_text()], "error": True}
     content, _ = chat_text(reply.body)
-    finish = reply.body["choices"][0].get("finish_reason")
+    finish = finish_reason(reply.body)
     problems = judge(content, finish)
     return {"seed": seed, "valid": not problems, "problems": problems, "finish_reason": finish,
             "content": content[:200]}

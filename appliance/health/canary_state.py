@@ -11,17 +11,18 @@ corrupt and rechecking make the serve `degraded`; failed makes it `failed`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from appliance.paths import write_json_atomic
+from appliance.safe_write import write_json
 
 CanaryStatus = Literal["pending", "ok", "suspect", "corrupt", "rechecking", "failed"]
 STATUSES: tuple[CanaryStatus, ...] = get_args(CanaryStatus)
 ROUND_RESULTS = ("healthy", "corruption", "error", "deferred")
 STATE_FILE = "canary.json"
+MAX_STATE_BYTES = 4 << 20
+"""The state is a few KiB (the last round, the step-downs)."""
 
 
 @dataclass
@@ -68,13 +69,19 @@ class CanaryState:
 
 
 def write_state(path: Path, state: CanaryState) -> None:
-    write_json_atomic(path, state.to_json())
+    write_json(path, state.to_json(), field="canary state")
 
 
 def read_state(path: Path) -> CanaryState | None:
     """None when the file is absent (the watch has not written yet) or unreadable (mid-replace is impossible:
     the write is atomic; a corrupt file is reported as None rather than crashing the exporter)."""
-    try:
-        return CanaryState.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+    from appliance.errors import ApplianceError
+    from appliance.jsonstrict import load_file
+
+    if not path.exists():
+        return None
+    try:  # read every poll by the exporter: a FIFO or a huge file there must not stall or sink it
+        data = load_file(path, "canary state", MAX_STATE_BYTES, "canary state file")
+        return CanaryState.from_json(data) if isinstance(data, dict) else None
+    except (ApplianceError, ValueError, TypeError):
         return None

@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 import httpx
 
+from appliance.http_bounded import ReplyError, get
+from appliance.redact import clip
+
+MAX_METRICS_BYTES = 16 << 20
+"""vLLM's /metrics is some hundred KiB (histograms per engine)."""
 RUNNING = "vllm:num_requests_running"
 # Any of these moving means the engine steps: decode adds generation tokens, a finished prefill adds
 # prompt tokens, and every scheduler iteration adds one observation to the iteration histogram.
@@ -57,19 +62,23 @@ class EngineProbe:
     def __init__(self, base_url: str, *, timeout: float = 2.0, client: httpx.Client | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = client or httpx.Client(timeout=timeout, trust_env=False)
+        self.timeout = timeout
 
     def sample(self) -> EngineSample:
+        """/health then /metrics, each whole within the timeout and a size cap: an engine wedged mid-reply (or
+        whatever else answers on its port) must not stall the exporter's poll loop."""
         try:
-            health = self._client.get(f"{self.base_url}/health")
-        except httpx.HTTPError as exc:
-            return EngineSample(True, error=f"/health: {type(exc).__name__}: {exc}")
-        if health.status_code != 200:
-            return EngineSample(True, error=f"/health answered {health.status_code}")
+            health = get(self._client, f"{self.base_url}/health", deadline=self.timeout, max_bytes=1 << 16)
+        except (httpx.HTTPError, ReplyError) as exc:
+            return EngineSample(True, error=f"/health: {type(exc).__name__}: {clip(str(exc), 300)}")
+        if health.status != 200:
+            return EngineSample(True, error=f"/health answered {health.status}")
         try:
-            metrics = self._client.get(f"{self.base_url}/metrics")
-            metrics.raise_for_status()
-        except httpx.HTTPError as exc:
-            return EngineSample(True, healthy=True, error=f"/metrics: {type(exc).__name__}: {exc}")
+            metrics = get(self._client, f"{self.base_url}/metrics", deadline=self.timeout, max_bytes=MAX_METRICS_BYTES)
+            if metrics.status != 200:
+                raise ReplyError(f"HTTP {metrics.status}")
+        except (httpx.HTTPError, ReplyError) as exc:
+            return EngineSample(True, healthy=True, error=f"/metrics: {type(exc).__name__}: {clip(str(exc), 300)}")
         running, progress = parse_metrics(metrics.text)
         return EngineSample(True, healthy=True, running=running, progress=progress)
 

@@ -15,9 +15,18 @@ from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineProbe
 from appliance.health.expect import Judge
 from appliance.health.metrics import make_registry
-from appliance.health.monitor import ExporterIdentity, HostSections, Monitor
+from appliance.health.monitor import ExporterIdentity, HostSections, Monitor, Snapshot
 from appliance.health.peers import PeerWatch, compared_facts
-from appliance.health.server import CONNECTION_TIMEOUT_S, MAX_CONNECTIONS, HealthServer, serve
+from appliance.health.server import (
+    CONNECTION_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    ConnectionPolicy,
+    HealthServer,
+    ProbeServer,
+    probe_socket_name,
+    serve,
+)
+from appliance.health.startup_metrics import StartupCollector
 from appliance.health.tail import LogTailer
 from appliance.health.verdicts import Verdicts
 from appliance.profile.loader import LoadedProfile
@@ -45,9 +54,12 @@ class ExporterConfig:
     stale_after: float | None = None
     """Default: three polls and two engine timeouts, plus 5 s."""
     connection_timeout: float = CONNECTION_TIMEOUT_S
-    """Seconds a client may take over one request before its connection is closed."""
+    """Seconds a client may take over one request in all (its request and the reply) before it is closed."""
     max_connections: int = MAX_CONNECTIONS
-    """Connections served at once; more are closed (a thousand slow clients must not become a thousand threads)."""
+    """Connections served at once per listener; at the cap the one waiting longest for its request is evicted (a
+    thousand slow clients must not become a thousand threads, nor keep a probe out)."""
+    probe_socket: bool = True
+    """Also answer /live, /ready and /startup on the reserved abstract socket @appliance-probe-PORT (server.py)."""
     canary_state: Path | None = None
     """The correctness canary's state file (`appliance run` writes it beside launch.json), read every poll."""
     follow: Callable[[], LoadedProfile | None] | None = None
@@ -64,6 +76,7 @@ class Exporter:
     server: HealthServer
     engine: EngineProbe | None
     peers: PeerWatch | None
+    probe: ProbeServer | None = None
 
     @property
     def url(self) -> str:
@@ -73,12 +86,14 @@ class Exporter:
     def serve(self, stop: threading.Event) -> None:
         """Poll and serve until `stop` is set, then release the server, the engine probe and the peer watch."""
         try:
-            serve(self.monitor, self.server, interval=self.config.interval, stop=stop)
+            serve(self.monitor, self.server, interval=self.config.interval, stop=stop, probe=self.probe)
         finally:
             self.close()
 
     def close(self) -> None:
         self.server.server_close()
+        if self.probe:
+            self.probe.server_close()
         if self.engine:
             self.engine.close()
         if self.peers:
@@ -105,9 +120,11 @@ def _follower(config: ExporterConfig) -> Callable[[], tuple[Judge, ExporterIdent
 
 
 def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.monotonic,
-                   context: HealthContext | None = None, host: HostSections | None = None) -> Exporter:
-    """Raises OSError when the port cannot be bound (the command names the port). `host`: what the host side
-    (memory watchdog, fabric report) adds to each poll."""
+                   context: HealthContext | None = None, host: HostSections | None = None,
+                   report: Callable[[Snapshot], None] | None = None) -> Exporter:
+    """Raises OSError when the port (or the probe socket of that port) cannot be bound; the command names it. `host`:
+    what the host side (memory watchdog, fabric report) adds to each poll; `report`: told each new snapshot
+    (health/events.py)."""
     ctx = context or HealthContext.load(config.loaded, config.table)
     identity = identity_of(config, config.loaded, ctx)
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
@@ -117,21 +134,28 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     canary = (lambda: read_state(state_file)) if state_file else None  # a small file: read each poll
     monitor = Monitor(judge=ctx.judge(config.role), tailer=LogTailer(config.log), identity=identity, clock=clock,
                       engine=engine, progress_window=config.progress_window, peers=peers, host=host, canary=canary,
-                      follow=_follower(config) if config.follow else None)
+                      follow=_follower(config) if config.follow else None, report=report)
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5
     verdicts = Verdicts(monitor, clock, stale_after, config.live_grace)
+    policy = ConnectionPolicy(deadline_s=config.connection_timeout, max_connections=config.max_connections)
+    server: HealthServer | None = None
     try:
         registry = make_registry(lambda: monitor.snapshot, lambda: monitor.identity, verdicts.ready)
         if canary:
             registry.register(CanaryCollector(lambda: monitor.snapshot.canary))
-        server = HealthServer((config.host, config.port), verdicts, registry,
-                              connection_timeout=config.connection_timeout, max_connections=config.max_connections)
+        registry.register(StartupCollector(lambda: monitor.snapshot.startup,
+                                           tuple(p.id for p in ctx.table.startup)))
+        server = HealthServer((config.host, config.port), verdicts, registry, policy=policy)
+        probe = ProbeServer(probe_socket_name(server.server_address[1]), verdicts,
+                            policy=policy) if config.probe_socket else None
     except OSError:
+        if server is not None:
+            server.server_close()
         if engine:
             engine.close()
         if peers:
             peers.close()
         raise
-    return Exporter(config, ctx, identity, monitor, server, engine, peers)
+    return Exporter(config, ctx, identity, monitor, server, engine, peers, probe)

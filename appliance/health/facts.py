@@ -77,7 +77,13 @@ def _float(raw: str) -> float:
     return float(raw.replace(",", ""))
 
 
-_CASTS: dict[str, Callable[[str], Any]] = {"int": _int, "float": _float, "str": str.strip}
+def _text(raw: str) -> str:
+    """A free-text fact (a version, a fallback reason): masked once here, so no reader of the facts (logscan,
+    /status, /metrics labels, a receipt) can show a secret the line carried; then capped."""
+    return redact(raw.strip())[:MAX_TEXT]
+
+
+_CASTS: dict[str, Callable[[str], Any]] = {"int": _int, "float": _float, "str": _text}
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +241,25 @@ class Extractor:
 
     def feed_text(self, text: str) -> None:
         self.feed(text.encode())
+
+    def peek(self, text: str) -> dict[str, Any]:
+        """The facts `text` would give, stored nowhere: for the line the engine is still drawing (a tqdm bar
+        redraws with `\\r` and ends its line only when it closes), which start-up progress reads live."""
+        found: dict[str, Any] = {}
+        for c in self._compiled:
+            if c.fatal or c.reset or not any(a in text for a in c.pattern.anchors):
+                continue
+            m = c.search(text)
+            if m is None:
+                continue
+            for name, cast in c.casts:
+                if m[name] is not None:
+                    try:
+                        found[name] = cast(m[name])
+                    except ValueError:
+                        continue
+            found.update(c.constants)
+        return found
 
     def _apply(self, text: str, line: int, indexes: set[int]) -> None:
         compiled = self._compiled

@@ -16,6 +16,7 @@ from appliance.health.monitor import ExporterIdentity, Snapshot
 from appliance.health.state import STATES
 from appliance.lock import NCCL_DISTRIBUTIONS
 from appliance.metricfamilies import DescribedCollector, Family
+from appliance.redact import clip
 
 STATUS_VALUES: tuple[ExpectationStatus, ...] = get_args(ExpectationStatus)
 GIB = 1024**3
@@ -40,11 +41,12 @@ NUMERIC_FACTS: dict[str, tuple[str, str, float]] = {
 
 
 def _text(value: Any) -> str:
+    """A label value from the serve's log (a version): through the one redaction, like /status."""
     if value is None:
         return ""
     if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        return clip(",".join(str(v) for v in value), 400)
+    return clip(str(value), 400)
 
 
 class _SnapshotCollector(DescribedCollector):
@@ -118,6 +120,8 @@ class VerdictCollector(_SnapshotCollector):
 
 
 FACT_FAMILIES = {fact: Family("gauge", name, help_text) for fact, (name, help_text, _) in NUMERIC_FACTS.items()}
+NCCL_NETWORK = Family("gauge", "appliance_nccl_network",
+                      "1 for each transport NCCL said it uses (NCCL INFO Using network X)", ("network",))
 ENGINE_RUNS = Family("counter", "appliance_engine_runs", "engine starts seen in the log")
 LOG_READ = Family("counter", "appliance_log_read_bytes", "bytes of serve log read")
 
@@ -125,7 +129,7 @@ LOG_READ = Family("counter", "appliance_log_read_bytes", "bytes of serve log rea
 class LogFactsCollector(_SnapshotCollector):
     """Numbers the serve log states (capacity, load times, acceptance) and how much of it was read."""
 
-    FAMILIES = (*FACT_FAMILIES.values(), ENGINE_RUNS, LOG_READ)
+    FAMILIES = (*FACT_FAMILIES.values(), NCCL_NETWORK, ENGINE_RUNS, LOG_READ)
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
@@ -133,6 +137,12 @@ class LogFactsCollector(_SnapshotCollector):
             value = snap.facts.get(fact)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 yield FACT_FAMILIES[fact].new(float(value) * scale)
+        networks = snap.facts.get("nccl_network")
+        if networks:  # K10: IB over RDMA, Socket is NCCL's silent fallback
+            transport = NCCL_NETWORK.new()
+            for network in networks if isinstance(networks, list) else [networks]:
+                transport.add_metric([str(network)], 1.0)
+            yield transport
         yield ENGINE_RUNS.new(float(snap.runs))
         yield LOG_READ.new(float(snap.bytes_read))
 

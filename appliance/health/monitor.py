@@ -17,6 +17,7 @@ from appliance.health.expect import Evaluation, Judge
 from appliance.health.facts import Extractor, Facts, FatalHit
 from appliance.health.peers import CrossRank, PeerWatch
 from appliance.health.report import LogReport, log_report
+from appliance.health.startup import Startup, StartupTracker, drawing
 from appliance.health.state import Assessment, State, StateMachine
 from appliance.health.tail import LogTailer
 
@@ -66,6 +67,8 @@ class Snapshot:
     """Host-side sections (the memory watchdog, K24; fabric qualification, K25) for /status."""
     canary: CanaryState | None = None
     """The correctness canary's state file as last read (None when the serve runs no canary)."""
+    startup: Startup | None = None
+    """Where this engine run's start stands (phase, times, counts), read from the log."""
 
     @property
     def ready(self) -> bool:
@@ -106,6 +109,7 @@ class Snapshot:
             "ranks": self.ranks.to_json(now) if self.ranks else None,
             **self.host,
             "canary": self.canary.to_json() if self.canary else None,
+            "startup": self.startup.to_json() if self.startup else None,
             "age_s": round(now - self.at, 2),
         }
 
@@ -115,7 +119,8 @@ class Monitor:
                  engine: EngineProbe | None = None, progress_window: float = 60.0,
                  peers: PeerWatch | None = None, host: HostSections | None = None,
                  canary: Callable[[], CanaryState | None] | None = None,
-                 follow: Callable[[], tuple[Judge, ExporterIdentity] | None] | None = None) -> None:
+                 follow: Callable[[], tuple[Judge, ExporterIdentity] | None] | None = None,
+                 report: Callable[[Snapshot], None] | None = None) -> None:
         self.judge = judge
         self.tailer = tailer
         self.identity = identity
@@ -125,8 +130,11 @@ class Monitor:
         self.host = host
         self.canary = canary
         self.follow = follow
+        self.report = report
+        """Told every new snapshot (the container's output: state changes with their reasons, start-up progress)."""
         self.extractor = Extractor(judge.table)
         self.machine = StateMachine(clock, progress_window)
+        self.startup = StartupTracker(judge.table.startup, clock)
         self._started = False
         self.last_error: str | None = None
         evaluation = judge.evaluate(self.extractor.facts)
@@ -154,11 +162,16 @@ class Monitor:
                                          engine=sample, stopping=self.extractor.stopping,
                                          cross_rank=[*(ranks.reasons if ranks else ()), *holds],
                                          canary=canary_reasons, canary_failed=canary_failed)
-        self.snapshot = self._snap(evaluation, sample, assessment, ranks, canary)
+        # The start's phase from the facts and from the bar the engine is still drawing (a line without its newline).
+        live = {**facts.values, **self.extractor.peek(drawing(self.tailer.pending))}
+        startup = self.startup.observe(facts.runs, facts.lines_read > 0, live, evaluation.log_ready)
+        self.snapshot = self._snap(evaluation, sample, assessment, ranks, canary, startup)
+        if self.report:
+            self.report(self.snapshot)
         return self.snapshot
 
-    def _snap(self, evaluation: Evaluation, sample: EngineSample, a: Assessment,
-              ranks: CrossRank | None = None, canary: CanaryState | None = None) -> Snapshot:
+    def _snap(self, evaluation: Evaluation, sample: EngineSample, a: Assessment, ranks: CrossRank | None = None,
+              canary: CanaryState | None = None, startup: Startup | None = None) -> Snapshot:
         facts = self.extractor.facts
         self._started = self._started or a.ever_ready
         return Snapshot(
@@ -166,7 +179,7 @@ class Monitor:
             started=self._started, stalled=a.stalled, evaluation=evaluation, facts=facts.to_json(),
             quiet=list(facts.quiet.values()), engine=sample, runs=facts.runs, lines_read=facts.lines_read,
             bytes_read=self.tailer.bytes_read, ranks=ranks, host=self.host.sections() if self.host else {},
-            canary=canary)
+            canary=canary, startup=startup)
 
     def run(self, stop: threading.Event, interval: float) -> None:
         """Poll until `stop` is set; an error in one poll is reported in /status, not fatal."""

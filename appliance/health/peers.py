@@ -25,6 +25,8 @@ from appliance.health.table import LogTable
 if TYPE_CHECKING:
     import httpx
 
+MAX_STATUS_BYTES = 4 << 20
+"""An exporter's /status is a few KiB."""
 FIX = "run the same image, versions.json and profile on every node (`appliance versions --check` on each)"
 
 
@@ -129,26 +131,35 @@ class PeerWatch:
         import httpx  # here, not at the top: `appliance logscan` compares ranks without HTTP
 
         self._client = client or httpx.Client(timeout=timeout, trust_env=False)
+        self.timeout = timeout
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self._views)), thread_name_prefix="peer")
         self._asked_at: float | None = None
 
     def _ask(self, view: PeerView, now: float) -> PeerView:
+        """One /status, whole within the timeout and a size cap (a peer trickling its answer must not stall the
+        head's poll loop, which waits for every peer), read as strict JSON of the expected shape."""
         import httpx
 
+        from appliance.http_bounded import ReplyError, get
+        from appliance.redact import clip
+
         try:
-            reply = self._client.get(f"{view.url}/status")
-            reply.raise_for_status()
-            body = reply.json()
-            facts = body["facts"]
+            reply = get(self._client, f"{view.url}/status", deadline=self.timeout, max_bytes=MAX_STATUS_BYTES)
+            if reply.status != 200:
+                raise ReplyError(f"HTTP {reply.status}")
+            body = reply.json_object()
+            facts = body.get("facts")
             if not isinstance(facts, dict):
-                raise ValueError("`facts` is not an object")
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                raise ReplyError("`facts` is not an object")
+            state = body.get("state") if isinstance(body.get("state"), str) else None
+        except (httpx.HTTPError, ReplyError) as exc:
             # Keep what was last heard: a rank's loaded libraries do not change until its engine restarts.
-            return PeerView(view.rank, view.url, None, view.facts, f"{type(exc).__name__}: {exc}", now,
+            return PeerView(view.rank, view.url, None, view.facts, f"{type(exc).__name__}: {clip(str(exc), 300)}", now,
                             view.channel, view.lock_digest)
         channel, lock = body.get("channel"), body.get("lock_digest")
-        return PeerView(view.rank, view.url, body.get("state"), facts, None, now,
-                        channel if isinstance(channel, str) else None, lock if isinstance(lock, str) else None)
+        return PeerView(view.rank, view.url, clip(state, 40) if state else None, facts, None, now,
+                        clip(channel, 80) if isinstance(channel, str) else None,
+                        clip(lock, 80) if isinstance(lock, str) else None)
 
     def check(self, own: Mapping[str, Any]) -> CrossRank:
         now = self.clock()

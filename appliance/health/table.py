@@ -201,6 +201,45 @@ class Expectation(_Strict):
                 *(str(o.value) for o in self.operands() if o.kind == "fact")]
 
 
+class StartupPhase(_Strict):
+    """One phase of an engine start (the `startup:` section): entered when the log shows one of its facts."""
+
+    id: str = Field(pattern=_ID)
+    label: str = Field(min_length=1)
+    """What the engine is doing, as the container's output and /status say it."""
+    enter: list[str] = []
+    """Facts whose first sight means the phase has begun (any of them)."""
+    enter_together: list[list[str]] = []
+    """Groups of facts that begin the phase once every fact of one group was seen (a line that means this phase
+    only with another's context: the V2 runner's load line, downloading only when the model is a hub id)."""
+    ready: bool = False
+    """Entered when the log says this rank is ready (the `readiness:` section) instead of by a fact."""
+    done: str | None = None
+    """A count the log gives (shards loaded, graphs captured) ..."""
+    total: str | None = None
+    """... of this many: together they are the phase's fraction."""
+    remaining: str | None = None
+    """The engine's own estimate of the time left (tqdm's `MM:SS`), where it prints one."""
+    detail: str | None = None
+    """A fact shown beside the count (which CUDA graph bar)."""
+    unit: str | None = None
+    """What `done` counts (shards, graphs)."""
+
+    @model_validator(mode="after")
+    def _entered_somehow(self) -> StartupPhase:
+        if bool(self.enter or self.enter_together) == self.ready:
+            raise ValueError(f"startup phase {self.id}: give `enter` facts or `ready: true`, not both or neither")
+        if any(not group for group in self.enter_together):
+            raise ValueError(f"startup phase {self.id}: an `enter_together` group names no fact")
+        if (self.done is None) != (self.total is None):
+            raise ValueError(f"startup phase {self.id}: `done` and `total` come together")
+        return self
+
+    def facts(self) -> list[str]:
+        return [*self.enter, *(f for group in self.enter_together for f in group),
+                *(f for f in (self.done, self.total, self.remaining, self.detail) if f)]
+
+
 class LogTable(_Strict):
     schema_version: Literal[1] = Field(alias="schema")
     facts: list[FactPattern]
@@ -208,11 +247,13 @@ class LogTable(_Strict):
     quiet_after: list[str] = []
     readiness: list[Readiness] = Field(min_length=1)
     expectations: list[Expectation]
+    startup: list[StartupPhase] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> LogTable:
         dupes: set[str] = set()
-        for ids in ([p.id for p in (*self.facts, *self.fatal)], [e.id for e in self.expectations]):
+        for ids in ([p.id for p in (*self.facts, *self.fatal)], [e.id for e in self.expectations],
+                    [s.id for s in self.startup]):
             dupes |= {i for i in ids if ids.count(i) > 1}
         if dupes:
             raise ValueError(f"duplicate ids: {', '.join(sorted(dupes))}")
@@ -222,6 +263,7 @@ class LogTable(_Strict):
             ("quiet_after", self.quiet_after, []),
             *((f"readiness[{i}]", r.present, r.when) for i, r in enumerate(self.readiness)),
             *((e.id, e.facts(), e.when) for e in self.expectations),
+            *((f"startup {s.id}", s.facts(), []) for s in self.startup),
         ]:
             problems += [f"{owner}: unknown fact {n!r}" for n in names if n not in known]
             problems += [f"{owner}: unknown predicate {w!r}" for w in when if w.lstrip("!") not in PREDICATES]

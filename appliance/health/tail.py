@@ -55,6 +55,11 @@ class LogTailer:
             if not self._open():
                 return
 
+    @property
+    def pending(self) -> bytes:
+        """The partial last line held back so far (what a progress bar is drawing now), left in place."""
+        return bytes(self._buf[: self._held]) if self._buf is not None and self._held else b""
+
     def flush(self) -> bytes:
         """The held-back partial last line, for a reader that knows the file is complete."""
         return self._take_held()

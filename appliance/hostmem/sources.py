@@ -24,14 +24,31 @@ from appliance.yamlstrict import load_data_table
 
 GIB = 1024**3
 DEV_KMSG = Path("/dev/kmsg")
+MAX_KMSG_READ = 16 << 20
+
+
+MAX_PROCFS_BYTES = 1 << 20
+"""meminfo and pressure/memory are a few hundred bytes; a procfs root from APPLIANCE_PROCFS may hold anything."""
+MAX_KB_DIGITS = 15
+"""kB of memory: 15 digits are 931 PiB. A 5,000-digit MemTotal is no memory size."""
+
+
+def read_source(path: Path, max_bytes: int = MAX_PROCFS_BYTES) -> str | None:
+    """A host source's text, or None ("unknown") when it is missing, unreadable, too big, or no regular file (a FIFO
+    in a fake procfs would block the reader: it is refused on the open handle, never read)."""
+    from appliance.errors import ApplianceError
+    from appliance.paths import read_capped
+
+    try:
+        return read_capped(path, "APPLIANCE_PROCFS", max_bytes, "host source").decode("utf-8", "replace")
+    except ApplianceError:
+        return None
 
 
 def meminfo(procfs: Path) -> dict[str, float] | None:
     """/proc/meminfo in GiB per key; None when it cannot be read."""
-    try:
-        return parse_meminfo((procfs / "meminfo").read_text())
-    except OSError:
-        return None
+    text = read_source(procfs / "meminfo")
+    return None if text is None else parse_meminfo(text)
 
 
 def parse_meminfo(text: str) -> dict[str, float]:
@@ -39,7 +56,7 @@ def parse_meminfo(text: str) -> dict[str, float]:
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
-        if parts and parts[0].isdigit():
+        if parts and parts[0].isascii() and parts[0].isdigit() and len(parts[0]) <= MAX_KB_DIGITS:
             out[key.strip()] = int(parts[0]) * 1024 / GIB  # the kernel writes kB (KiB)
     return out
 
@@ -57,14 +74,13 @@ class Pressure:
     full_avg10: float
 
 
-_PSI = re.compile(r"^(some|full)\s.*?avg10=([\d.]+)", re.MULTILINE)
+_PSI = re.compile(r"^(some|full)\s.*?avg10=(\d{1,3}\.\d{1,2})\b", re.MULTILINE)  # a percentage, as the kernel writes
 
 
 def memory_pressure(procfs: Path) -> Pressure | None:
     """/proc/pressure/memory; None when the kernel has no PSI (CONFIG_PSI off, or psi=0) or it is unreadable."""
-    try:
-        text = (procfs / "pressure" / "memory").read_text()
-    except OSError:
+    text = read_source(procfs / "pressure" / "memory")
+    if text is None:
         return None
     found = dict(_PSI.findall(text))
     if "some" not in found:
@@ -141,16 +157,30 @@ class KernelLog:
         return self._read_file(self.path) if self.path else self._read_kmsg()
 
     def _read_file(self, path: Path) -> list[str] | None:
+        """Opened without blocking and read only as a regular file (a FIFO given as APPLIANCE_KMSG would hang the
+        watchdog), at most MAX_KMSG_READ bytes a call: a huge log is read from its newest part."""
+        import stat
+
         try:
-            size = path.stat().st_size
-            if size < self._offset:  # truncated or replaced: start over
-                self._offset, self._partial = 0, ""
-            with path.open("rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read(size - self._offset)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             self.error = f"{path}: {exc.strerror or exc}"
             return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.error = f"{path}: not a regular file"
+                return None
+            if st.st_size < self._offset:  # truncated or replaced: start over
+                self._offset, self._partial = 0, ""
+            if st.st_size - self._offset > MAX_KMSG_READ:  # keep the newest part; the rest is older news
+                self._offset, self._partial = st.st_size - MAX_KMSG_READ, ""
+            data = os.pread(fd, st.st_size - self._offset, self._offset)
+        except OSError as exc:
+            self.error = f"{path}: {exc.strerror or exc}"
+            return None
+        finally:
+            os.close(fd)
         self.error = None
         self._offset += len(data)
         text = self._partial + data.decode(errors="replace")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from appliance import port_holder
 from appliance.bounds import QUALIFY_PORT_OFFSET
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import loads
 from appliance.lock import NCCL_DISTRIBUTIONS
 from appliance.multinode.fabric_report import (
     FabricReport,
@@ -255,8 +256,8 @@ def qualify(*, rank: int, world: int, master_addr: str, port: int, backend: str,
     result = None
     for line in done.stdout.splitlines():  # NCCL_DEBUG writes to stdout too: keep our line, pass the rest on
         try:
-            parsed = json.loads(line)
-        except ValueError:
+            parsed = loads(line, "the measurement's output")
+        except ValueError:  # JsonError too: a line of the backend's own output
             parsed = None
         if isinstance(parsed, dict) and "peers" in parsed:
             result = parsed

@@ -16,6 +16,10 @@ BANDWIDTH = Family("gauge", "appliance_fabric_bandwidth_bytes_per_second",
                    "point-to-point bandwidth rank <-> head measured before launch", ("peer",))
 LATENCY = Family("gauge", "appliance_fabric_latency_seconds",
                  "small-message round trip / 2, rank <-> head, measured before launch", ("peer",))
+FLOOR_BANDWIDTH = Family("gauge", "appliance_fabric_floor_bandwidth_bytes_per_second",
+                         "the profile's bandwidth floor the links were judged against")
+FLOOR_LATENCY = Family("gauge", "appliance_fabric_floor_latency_seconds",
+                       "the profile's latency ceiling the links were judged against")
 ALLREDUCE = Family("gauge", "appliance_fabric_allreduce_bus_bandwidth_bytes_per_second",
                    "all-reduce bus bandwidth over all ranks, measured before launch")
 
@@ -23,7 +27,7 @@ ALLREDUCE = Family("gauge", "appliance_fabric_allreduce_bus_bandwidth_bytes_per_
 class FabricCollector(DescribedCollector):
     """This node's qualification before launch (static for the serve's life)."""
 
-    FAMILIES = (VERDICT, BANDWIDTH, LATENCY, ALLREDUCE)
+    FAMILIES = (VERDICT, BANDWIDTH, LATENCY, FLOOR_BANDWIDTH, FLOOR_LATENCY, ALLREDUCE)
 
     def __init__(self, report: FabricReport) -> None:
         self.report = report
@@ -40,5 +44,9 @@ class FabricCollector(DescribedCollector):
             lat.add_metric([peer], link.latency_us / 1e6)
         yield bw
         yield lat
+        if r.floor.min_bandwidth_gbps is not None:  # the dashboard draws the links against it
+            yield FLOOR_BANDWIDTH.new(r.floor.min_bandwidth_gbps * 1e9)
+        if r.floor.max_latency_us is not None:
+            yield FLOOR_LATENCY.new(r.floor.max_latency_us / 1e6)
         if r.allreduce_busbw_gbps is not None:
             yield ALLREDUCE.new(r.allreduce_busbw_gbps * 1e9)

@@ -40,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from appliance import port_holder
 from appliance.bounds import RENDEZVOUS_PORT_OFFSET, show
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import loads
 from appliance.multinode.identity import Difference, NodeIdentity, differences, local_identity
 from appliance.placement import ResolvedPlacement, http_url
 from appliance.profile.model import Profile
@@ -204,7 +205,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not 0 < length <= MAX_BODY:
             return self._reply(400, {"message": f"a body of 1..{MAX_BODY} bytes is required"})
         try:
-            data = json.loads(self.rfile.read(length))
+            data = loads(self.rfile.read(length), "join")  # strict: a 30,000-deep body is refused, not a traceback
         except ValueError:
             return self._reply(400, {"message": "the body is not JSON"})
         code, payload, verdict_for = self.server.exchange.join(data, self.client_address[0])
@@ -323,8 +324,8 @@ def _post(host: str, port: int, body: bytes, timeout: float, source_ip: str | No
     finally:
         conn.close()
     try:
-        return status, json.loads(raw)
-    except ValueError:
+        return status, loads(raw, f"{host}:{port}")
+    except ValueError:  # JsonError too: no JSON this reader takes
         raise NotRendezvous(f"{host}:{port} answered but is not the appliance rendezvous (HTTP {status}, not "
                             f"JSON); the rendezvous uses master port + {RENDEZVOUS_PORT_OFFSET}") from None
 

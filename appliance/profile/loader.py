@@ -74,6 +74,10 @@ def _resolve_path(name_or_path: str, root: Path) -> Path:
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
         if candidate.is_file():
             return candidate
+        if candidate.is_symlink():
+            raise ApplianceError(f"profile file {show(name_or_path)} is a symlink that leads nowhere (a loop or a "
+                                 "missing target)", field="profile", value=show(name_or_path),
+                                 fix="repair the link or give the file it should name")
         if candidate.exists():
             raise ApplianceError(f"profile file {show(name_or_path)} is not a regular file", field="profile",
                                  value=show(name_or_path), fix="give the path of a YAML file")
@@ -86,6 +90,10 @@ def _resolve_path(name_or_path: str, root: Path) -> Path:
     path = root / f"{name_or_path}.yaml"
     if path.is_file() and name_or_path != "catalogue":
         return path
+    if path.is_symlink():
+        raise ApplianceError(f"profile {show(name_or_path)}: {path} is a symlink that leads nowhere (a loop or a "
+                             "missing target)", field="profile", value=show(name_or_path),
+                             fix=f"repair or remove {path}")
     names = list_profiles(root)
     close = difflib.get_close_matches(name_or_path, names, n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
@@ -117,18 +125,76 @@ def _mark(value: Any, origin: str, origins: dict[str, str], path: str) -> None:
         origins[path] = origin
 
 
-def _read_layer(path: Path, root: Path, chain: tuple[Path, ...]) -> list[tuple[str, dict[str, Any]]]:
-    """Layers in application order: the bases (depth first), then this file."""
-    if path in chain:
-        cycle = " -> ".join(p.stem for p in (*chain, path))
-        raise ApplianceError(f"profile extends itself: {cycle}", field="extends", fix="remove the cycle")
-    data = load_file(path)
-    if not isinstance(data, dict):
-        raise ApplianceError(f"{path}: a profile must be a mapping of sections", value=type(data).__name__)
-    layers: list[tuple[str, dict[str, Any]]] = []
-    for base in _extends(data.pop("extends", []), path):
+MAX_EXTENDS = 16
+"""Distinct bases one `extends` may list (the shipped profiles list two)."""
+MAX_LAYERS = 32
+"""Distinct files one profile may be built from, bases of bases included."""
+
+
+def _last_occurrence(paths: list[Path]) -> list[Path]:
+    """Each file once, where it last appears. Applying a layer again overwrites everything it set before, so its
+    earlier applications change nothing: the merged result is exactly that of the full list."""
+    seen: set[Path] = set()
+    out = [p for p in reversed(paths) if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+    return out[::-1]
+
+
+class _Layers:
+    """The layers of one profile in application order: bases depth first, then the file; each file read once, each
+    applied once (a base listed many times, or reached by many paths, costs one layer), their number capped. So
+    19,000 entries of one base, or bases listing each other a hundred times, stay a handful of layers."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data: dict[Path, dict[str, Any]] = {}
+        self.order: dict[Path, list[Path]] = {}
+
+    def of(self, path: Path, chain: tuple[Path, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+        return [(self._origin(p), self.data[p]) for p in self._linear(path, chain)]
+
+    def _linear(self, path: Path, chain: tuple[Path, ...]) -> list[Path]:
+        if path in chain:
+            cycle = " -> ".join(p.stem for p in (*chain, path))
+            raise ApplianceError(f"profile extends itself: {cycle}", field="extends", fix="remove the cycle")
+        if path in self.order:
+            return self.order[path]
+        if len(self.data) >= MAX_LAYERS:
+            raise self._too_many(path)
+        data = load_file(path)
+        if not isinstance(data, dict):
+            raise ApplianceError(f"{path}: a profile must be a mapping of sections", value=type(data).__name__)
+        self.data[path] = data
+        bases = [self._base_path(path, base) for base in _extends(data.pop("extends", []), path)]
+        bases = _last_occurrence(bases)
+        if len(bases) > MAX_EXTENDS:
+            raise ApplianceError(f"{path}: extends lists {len(bases)} different bases, more than {MAX_EXTENDS}",
+                                 field="extends", value=len(bases), fix="build on a few bases (a base may extend "
+                                 "others)", reason="every base is a layer read and merged; the loader caps them")
+        order: list[Path] = []
+        for base in bases:
+            order += self._linear(base, (*chain, path))
+        order = _last_occurrence([*order, path])
+        if len(order) > MAX_LAYERS:
+            raise self._too_many(path)
+        self.order[path] = order
+        return order
+
+    def _too_many(self, path: Path) -> ApplianceError:
+        return ApplianceError(f"{path}: built from more than {MAX_LAYERS} files (bases of bases included)",
+                              field="extends", fix="flatten the bases", reason="every base is a layer read and "
+                              "merged; the loader caps them, so a hostile extends graph cannot run for minutes")
+
+    def _base_path(self, path: Path, base: str) -> Path:
+        root = self.root
         base_path = root / f"{base}.yaml"
-        if not base_path.resolve().is_relative_to(root) or not base_path.is_file():
+        try:
+            ok = base_path.resolve().is_relative_to(root) and base_path.is_file()
+        except (OSError, RuntimeError):  # a symlink loop, a name too long
+            ok = False
+        if not ok and base_path.is_symlink():
+            raise ApplianceError(f"{path}: extends {show(base)}, a symlink that leads nowhere (a loop or a missing "
+                                 "target)", field="extends", value=base, fix=f"repair or remove {base_path}")
+        if not ok:
             raise ApplianceError(
                 f"{path}: extends unknown base {show(base)}",
                 field="extends",
@@ -136,11 +202,29 @@ def _read_layer(path: Path, root: Path, chain: tuple[Path, ...]) -> list[tuple[s
                 fix=f"bases live in {root}/bases/; known: "
                 + ", ".join(f"bases/{p.stem}" for p in sorted((root / "bases").glob("*.yaml"))),
             )
-        layers += _read_layer(base_path, root, (*chain, path))
-    rel = path.relative_to(root).with_suffix("") if path.is_relative_to(root) else path
-    kind = "base" if str(rel).startswith("bases/") else "profile"
-    layers.append((f"{kind}:{rel}", data))
-    return layers
+        return base_path
+
+    def _origin(self, path: Path) -> str:
+        rel = path.relative_to(self.root).with_suffix("") if path.is_relative_to(self.root) else path
+        kind = "base" if str(rel).startswith("bases/") else "profile"
+        return f"{kind}:{rel}"
+
+
+def _check_name(layers: _Layers, path: Path) -> None:
+    """A profile's name is its file's stem: a file that declares another (so two profiles would answer to one name,
+    and share its caches, receipts and Kubernetes objects) is refused, and so is a name in a base."""
+    for file, data in layers.data.items():
+        if "name" not in data:
+            continue
+        declared = data["name"]
+        if file.resolve() == path.resolve() and declared == path.stem:
+            continue
+        where = "a base names no profile" if file.resolve() != path.resolve() else f"the file is {path.name}"
+        raise ApplianceError(f"{file}: name {show(declared)} is not the file's name {show(file.stem)} ({where})",
+                             field="name", value=show(declared),
+                             fix=f"remove `name:` (a profile is named after its file) or rename the file to "
+                                 f"{declared}.yaml" if isinstance(declared, str) else "remove `name:`",
+                             reason="two profiles declaring one name would share its caches, receipts and manifests")
 
 
 _BASE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*(/[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
@@ -204,10 +288,12 @@ def load_profile(
     path = resolve_path(name_or_path, root)
     origins: dict[str, str] = {}
     merged: dict[str, Any] = {}
-    for origin, layer in _read_layer(path.resolve(), root.resolve(), ()):
+    layers = _Layers(root.resolve())
+    for origin, layer in layers.of(path.resolve()):
         _merge(merged, layer, origin, origins, "")
-    merged.setdefault("name", path.stem)
-    origins.setdefault("name", f"profile:{path.stem}")
+    _check_name(layers, path)
+    merged["name"] = path.stem  # a base's or an extended profile's name is never inherited
+    origins["name"] = f"profile:{path.stem}"
     if active is not False:
         _upgrade_layer(merged, origins, None if active is True else active)
     for item in env_overrides:
@@ -265,7 +351,7 @@ def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:
     from appliance.paths import versions_path
 
     try:
-        lock = load(versions_path())
+        lock = load(versions_path())  # a hostile lock is the reader's exit 2, naming the version lock
     except (OSError, ValueError) as exc:
         raise ApplianceError(f"cannot read the version lock {versions_path()}: {exc}", field="engine.channel",
                              value=str(versions_path()), fix="set APPLIANCE_ROOT to a folder holding versions.json",

@@ -1,11 +1,20 @@
-"""The serve profile: typed, bounded, unknown keys rejected. Cross-field checks live in rules/."""
+"""The serve profile: typed, bounded, unknown keys rejected. Cross-field checks live in rules/.
+
+Conventions every section keeps (a new field follows them):
+- strict types: `1` is no boolean, `'off'` no boolean, `"2048"` no number (YAML already refuses yes/no/on/off and
+  1.1-only numbers such as `34:08`, appliance/yamlstrict.py); a float field takes an integer;
+- a string that becomes an argv word of the engine is an `ArgWord`: never empty, never starting with `-` (vLLM's
+  parser would read `--trust-remote-code` given as a value as the flag itself; tests/test_argv_words.py proves
+  with the engine's own parser that what it parses equals the profile);
+- every number bounded so that what is rendered is meaningful (no 1e-300 GiB that renders as 0 bytes).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from appliance.bounds import MAX_MASTER_PORT, MAX_NODES, PORT_MAX, PORT_MIN, is_host
 from appliance.profile.canary import Canary
@@ -16,10 +25,24 @@ CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 DEFAULT_CUDAGRAPH_MODE: CudagraphMode = "FULL_AND_PIECEWISE"
 DEFAULT_PORT = 8000
 DEFAULT_HEALTH_PORT = 9400
+MIN_KV_CACHE_GIB = 1 / 1024
+
+
+def _argv_word(value: str) -> str:
+    if not value.strip():
+        raise ValueError("empty: give a value, or null to leave the flag out")
+    if value.lstrip().startswith("-"):
+        raise ValueError("starts with '-': the engine's parser would read it as a flag of its own (a value "
+                         "`--trust-remote-code` would turn that on); a name, parser or revision never starts so")
+    return value
+
+
+ArgWord = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_argv_word)]
+"""A profile string the renderer puts on the engine's command line as a word of its own."""
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True)
 
 
 class Hardware(Section):
@@ -37,11 +60,12 @@ class Hardware(Section):
 
 
 class Model(Section):
-    checkpoint: str = Field(min_length=1)
+    checkpoint: ArgWord
     """Hugging Face repository id of the checkpoint (its facts come from profiles/catalogue.yaml or its config.json)."""
     revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
     """Hub commit (40 lowercase hex) overriding the lock's pin (versions.json `checkpoints`); null = the lock's.
-    A branch or tag is refused: it moves. Overriding the validated pin is a warning (W1)."""
+    A branch or tag is refused: it moves (and so no revision can be dash-led). Overriding the validated pin is a
+    warning (W1)."""
     quantization: Literal["mxfp4", "nvfp4", "none"]
     """Expert weight format: MXFP4 (0731 / original), NVFP4 (NVIDIA checkpoints), none (tiny test models)."""
     trust_remote_code: bool = False
@@ -76,6 +100,13 @@ class Cache(Section):
     guard: Literal["auto", 0, 1, 2] = "auto"
     """Same-step ghost-block guard: auto = leave unset (engine picks 2 with prefix caching + spec decode)."""
 
+    @field_validator("guard", mode="before")
+    @classmethod
+    def _guard_is_no_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):  # True == 1 in Python: `guard: true` would silently mean guard 1
+            raise ValueError("a boolean is no guard level; write auto, 0, 1 or 2")
+        return value
+
 
 class Engine(Section):
     channel: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.+-]*$", max_length=100)
@@ -102,7 +133,7 @@ class Engine(Section):
     """--kv-offloading-size in GiB; 0 = off."""
     fp4_indexer_cache: bool = False
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
-    logits_processors: list[str] = Field(default_factory=list, max_length=8)
+    logits_processors: list[ArgWord] = Field(default_factory=list, max_length=8)
     """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
     extra_args: list[Annotated[str, Field(min_length=1, max_length=8192)]] = Field(default_factory=list,
                                                                                   max_length=64)
@@ -136,8 +167,9 @@ class Limits(Section):
     """--max-num-batched-tokens."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=0.98)
     """--gpu-memory-utilization (GPU targets only)."""
-    kv_cache_memory_gib: float | None = Field(None, gt=0, le=1024)
-    """--kv-cache-memory-bytes: a fixed KV size instead of profiling for it (the cpu-smoke start skips warmup)."""
+    kv_cache_memory_gib: float | None = Field(None, ge=MIN_KV_CACHE_GIB, le=1024)
+    """--kv-cache-memory-bytes: a fixed KV size instead of profiling for it (the cpu-smoke start skips warmup).
+    At least 1 MiB: rendered in whole bytes, a smaller value would be 0 (the engine would profile after all)."""
 
 
 class Server(Section):
@@ -145,15 +177,15 @@ class Server(Section):
     """The OpenAI-compatible API port (rank 0)."""
     health_port: int = Field(DEFAULT_HEALTH_PORT, ge=PORT_MIN, le=PORT_MAX)
     """Port of the appliance's health exporter (/live, /ready, /status, /metrics)."""
-    host: str | None = None
+    host: ArgWord | None = None
     """Bind address; null = the engine's default (all interfaces)."""
-    served_model_name: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^[^-\s]")
+    served_model_name: Annotated[ArgWord, Field(pattern=r"^[^-\s]")] | None = None
     """Name clients use; null = the checkpoint id. Not empty, not starting like a flag."""
-    tokenizer_mode: str | None = None
+    tokenizer_mode: ArgWord | None = None
     """--tokenizer-mode (deepseek_v4 for DeepSeek-V4)."""
-    tool_call_parser: str | None = None
+    tool_call_parser: ArgWord | None = None
     """--tool-call-parser; also turns on --enable-auto-tool-choice."""
-    reasoning_parser: str | None = None
+    reasoning_parser: ArgWord | None = None
     """--reasoning-parser (deepseek_v4 for DeepSeek-V4, K19)."""
 
     @field_validator("host")

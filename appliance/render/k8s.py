@@ -88,6 +88,8 @@ class K8sOptions:
     """RDMA mode: host network, this RDMA device-plugin resource and IPC_LOCK, so NCCL can use IB/RoCE (K10)."""
     gpu_products: tuple[str, ...] = ()
     """nvidia.com/gpu.product values the pods may run on; default GPU_PRODUCTS of the profile's GPU."""
+    monitoring: bool = False
+    """Add a PodMonitor (both ports) and a PrometheusRule (the bundle's alerts) for prometheus-operator."""
     overrides: tuple[str, ...] = field(default_factory=tuple)
     """`a.b=v` overrides the manifests were rendered with; they reach the pods as APPLIANCE_SET."""
 
@@ -307,6 +309,17 @@ def placements_for(profile: Profile) -> dict[Role, ResolvedPlacement]:
 
 
 def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
+    docs = _workload(profile, opts, lock_digest, profile_digest)
+    if opts.monitoring:
+        from appliance.render.k8s_monitoring import pod_monitor, prometheus_rule
+
+        name = resource_name(profile, opts)
+        meta = _metadata(name, opts, _labels(profile, opts, lock_digest, profile_digest))
+        docs += [pod_monitor(name, meta, {"app.kubernetes.io/instance": name}), prometheus_rule(name, meta)]
+    return docs
+
+
+def _workload(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
     name = resource_name(profile, opts)
     labels = _labels(profile, opts, lock_digest, profile_digest)
     places = placements_for(profile)

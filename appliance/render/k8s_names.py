@@ -14,6 +14,7 @@ Rules (Kubernetes API conventions, "Object Names and IDs"; the container image r
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from appliance.bounds import check_ifname, control_char, show
@@ -87,11 +88,40 @@ def check_label_value(flag: str, value: str) -> str:
     return value
 
 
-def check_quantity(flag: str, value: str) -> str:
-    """A positive resource quantity (e.g. 16Gi, 500M)."""
-    m = _QUANTITY.match(_text(flag, value))
-    if not m or float(m.group(1)) <= 0:
-        raise _refuse(flag, value, "a positive Kubernetes quantity", "write e.g. 16Gi, 2Gi or 512Mi")
+_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": Decimal("0.001"),
+           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def quantity_value(value: str) -> Decimal | None:
+    """What a quantity amounts to (`16Gi` -> 17179869184), exactly; None when it is no quantity."""
+    m = _QUANTITY.match(value)
+    if not m:
+        return None
+    number, suffix = Decimal(m.group(1)), m.group(3) or ""
+    if suffix[:1] in ("e", "E"):
+        return number.scaleb(int(suffix[1:]))
+    return number * _SUFFIX.get(suffix, 1)
+
+
+def check_quantity(flag: str, value: str, *, low: int = 1, high: int = 2**62) -> str:
+    """A resource quantity (e.g. 16Gi, 500M) of at least `low` and at most `high` (bytes, for a size): `1e999` is a
+    quantity by its grammar, and no size a node has."""
+    amount = quantity_value(_text(flag, value))
+    if amount is None or not low <= amount <= high:
+        raise _refuse(flag, value, f"a Kubernetes quantity from {low:,} to {high:,}", "write e.g. 16Gi, 2Gi or 512Mi")
+    return value
+
+
+_EXTENDED_RESOURCE = re.compile(r"^(?P<domain>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/"
+                                r"(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+
+
+def check_extended_resource(flag: str, value: str) -> str:
+    """A device-plugin resource name, `domain/name` (e.g. rdma/rdma_shared_device_a): what a pod may request."""
+    m = _EXTENDED_RESOURCE.match(_text(flag, value))
+    if not m or len(m.group("domain")) > 253 or m.group("domain").endswith("kubernetes.io"):
+        raise _refuse(flag, value, "an extended resource name (domain/name)",
+                      "give the RDMA device plugin's resource, e.g. rdma/rdma_shared_device_a")
     return value
 
 
@@ -116,6 +146,10 @@ def check_options(opts: K8sOptions, profile_name: str, multi_node: bool) -> None
     if opts.appliance_cache_claim is not None:
         check_subdomain("--cache-pvc", opts.appliance_cache_claim)
     if opts.shm_size is not None:
-        check_quantity("--shm-size", opts.shm_size)
+        check_quantity("--shm-size", opts.shm_size, low=2**20, high=2**50)  # 1 MiB .. 1 PiB of memory
+    if opts.rdma_resource is not None:
+        check_extended_resource("--rdma", opts.rdma_resource)
+    for product in opts.gpu_products:
+        check_label_value("--gpu-product", product)
     if opts.fabric_ifname is not None:
         check_ifname("--fabric-ifname", opts.fabric_ifname)

@@ -19,6 +19,7 @@ START_SECS = 10
 START_RETRIES = 3
 CRASH_LIMIT, CRASH_WINDOW_S = 5, 600  # more engine crashes than this in the window stop the serve (crashguard)
 ENGINE_LOG = "vllm.log"  # in the run dir; the exporter's default --log is $APPLIANCE_LOG_DIR/ENGINE_LOG
+EXPORTER_LOG = "exporter.log"
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,25 @@ class RunFiles:
         return self.run_dir / ENGINE_LOG
 
     @property
+    def exporter_log(self) -> Path:
+        return self.run_dir / EXPORTER_LOG
+
+    @property
     def pidfile(self) -> Path:
         return self.run_dir / "supervisord.pid"
+
+    def program_log(self, program: str) -> Path:
+        """Where a program's output goes: the engine and its setup steps share the serve log the exporter reads."""
+        if program == "vllm" or program.startswith("setup"):
+            return self.engine_log
+        if program == "exporter":
+            return self.exporter_log
+        return self.run_dir / f"{program}.log"
+
+    def paths(self) -> dict[str, Path]:
+        """Every path supervisor itself opens (it expands `%(...)s` in some of them twice: verify_conf compares what
+        it read back with these)."""
+        return {"pidfile": self.pidfile, "childlogdir": self.run_dir, "socket": self.socket}
 
 
 def _esc(text: str) -> str:
@@ -84,19 +102,21 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
     sections.append(_program(
         "exporter", exporter_argv, {}, priority=30, autorestart=True, startsecs=2, stopsignal="TERM",
         stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
-        stdout_logfile=str(files.run_dir / "exporter.log"), stdout_logfile_maxbytes="20MB",
+        stdout_logfile=str(files.program_log("exporter")), stdout_logfile_maxbytes="20MB",
         stdout_logfile_backups=1,
     ))
     if canary_argv:
         sections.append(_program(
             "canary", canary_argv, {}, priority=40, autorestart=True, startsecs=2, stopsignal="TERM",
             stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
-            stdout_logfile=str(files.run_dir / "canary.log"), stdout_logfile_maxbytes="20MB",
+            stdout_logfile=str(files.program_log("canary")), stdout_logfile_maxbytes="20MB",
             stdout_logfile_backups=1,
         ))
-    # The engine's output also goes to the container's stdout, without a shell in the engine command.
+    # The engine's output and the exporter's (its state changes with their reasons, the start's progress) also go
+    # to the container's stdout, without a shell in either command; -q: no "==> file <==" headers between them.
     sections.append(_program(
-        "logtail", ["tail", "-n", "+1", "-F", log], {}, priority=25, autorestart=True, startsecs=0,
+        "logtail", ["tail", "-q", "-n", "+1", "-F", log, str(files.exporter_log)], {}, priority=25,
+        autorestart=True, startsecs=0,
         stopsignal="TERM", stdout_logfile="/dev/stdout", stdout_logfile_maxbytes=0, redirect_stderr=True,
     ))
     sections.append(_program(

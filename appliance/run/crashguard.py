@@ -27,13 +27,18 @@ from supervisor import childutils
 
 
 def tail(path: Path, lines: int = 25) -> str:
-    try:
+    try:  # the engine log the appliance configured: a regular file supervisor writes
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(0, fh.tell() - 16384))
-            return b"\n".join(fh.read().splitlines()[-lines:]).decode(errors="replace")
+            last = fh.read().splitlines()[-lines:]
     except OSError:
         return "(no engine log)"
+    from appliance.redact import clip
+
+    # The engine's lines, echoed by the appliance: through the one redaction (vLLM's `non-default args:` line carries
+    # an --api-key), escaped, each cut to a screen line's worth.
+    return "\n".join(clip(line.decode(errors="replace"), 1000) for line in last)
 
 
 def reap_group(pgid: int) -> None:

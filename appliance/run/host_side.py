@@ -3,7 +3,6 @@ qualification this node passed before launch (K25), as /status sections and metr
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -51,15 +50,17 @@ class HostSide:
 
 def read_fabric_report(path: Path) -> FabricReport:
     """A fabric report written by hand-run tooling (`python -m appliance.multinode.fabric here`'s JSON line), for
-    `appliance exporter --fabric-report`; `appliance run` hands its own over in launch.json."""
-    from appliance.paths import read_capped
+    `appliance exporter --fabric-report`; `appliance run` hands its own over in launch.json. Read strictly
+    (appliance/jsonstrict.py: no FIFO, no duplicate key, bounded depth and size)."""
+    from appliance.jsonstrict import load_file
+    from appliance.redact import clip
 
-    raw = read_capped(path, "--fabric-report", MAX_REPORT_BYTES, "fabric qualification report")
+    data = load_file(path, "--fabric-report", MAX_REPORT_BYTES, "fabric qualification report")
     try:
-        return FabricReport.from_json(json.loads(raw))
-    except (ValueError, RecursionError) as exc:
-        raise ApplianceError(f"{path} is not a fabric qualification report: {str(exc)[:200]}",
-                             field="--fabric-report", value=str(path),
+        return FabricReport.from_json(data)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ApplianceError(f"{clip(str(path), 200)} is not a fabric qualification report: {clip(str(exc), 200)}",
+                             field="--fabric-report", value=clip(str(path), 200),
                              fix="pass a report of `python -m appliance.multinode.fabric here`, or leave the flag "
                                  "out") from None
 

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import os
 import shlex
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -47,6 +48,7 @@ from appliance.rules import context_for, require_valid
 from appliance.run.caches import cache_env
 from appliance.run.launchfile import EXPORTER_BIND, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
+from appliance.safe_write import write_files
 from appliance.settings import ApplianceSettings
 from appliance.weights.pins import revision_for
 from appliance.weights.stamps import stamp_root
@@ -54,9 +56,10 @@ from appliance.weights.stamps import stamp_root
 Report = Callable[[str], None]
 LAUNCH_FILE = "launch.json"
 EXPORTER = "exporter"
-# Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks):
-# a run folder holding one could not be named in supervisord.conf safely.
-_CONF_UNSAFE = frozenset(";#") | {chr(c) for c in range(32)} | {"\x7f"}
+# Characters supervisor's config reader gives a meaning to even inside a value (comments, line breaks, and `%`:
+# supervisor expands `%(ENV_X)s` in a log file's path twice, so `%%` is no escape there): a run folder holding one
+# could not be named in supervisord.conf safely.
+_CONF_UNSAFE = frozenset(";#%") | {chr(c) for c in range(32)} | {"\x7f"}
 
 
 @dataclass(frozen=True)
@@ -104,12 +107,11 @@ class Launch:
 
 
 def run_files(run_dir: Path, field: str = "--run-dir") -> RunFiles:
-    """The run folder, checked and created once; `field` names where it came from (the flag or the variable)."""
-    unsafe = sorted({ch for ch in str(run_dir) if ch in _CONF_UNSAFE})
-    if unsafe:
-        raise ApplianceError(f"the run folder {str(run_dir)!r} holds {unsafe!r}", field=field,
-                             value=str(run_dir), fix="choose a run folder without ';', '#' or control characters",
-                             reason="supervisord.conf names it, and supervisor reads those as comments or breaks")
+    """The run folder, checked and created once; `field` names where it came from (the flag or the variable).
+    Absolute: supervisord.conf and every program's arguments name paths in it (a relative `-x` would read as a flag,
+    and supervisord resolves relative paths against its own working folder)."""
+    run_dir = run_dir.absolute()
+    check_run_dir(run_dir, field)  # supervisord.conf names it: no '%', ';', '#' or control character
     make_dir(run_dir, field)
     sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
     return RunFiles(run_dir, sock)
@@ -259,6 +261,25 @@ def qualify_fabric(profile: Profile, plan: ServePlan, place: ResolvedPlacement, 
     return result
 
 
+def check_conf_path(field: str, path: Path, what: str = "run folder") -> None:
+    """A path supervisord.conf will name holds nothing supervisor's reader gives a meaning to."""
+    from appliance.redact import clip
+
+    unsafe = sorted({ch for ch in str(path) if ch in _CONF_UNSAFE})
+    if unsafe:
+        raise ApplianceError(f"{field}: the {what} {clip(str(path), 200)!r} holds {unsafe!r}", field=field,
+                             value=clip(str(path), 200), fix="choose a folder without ';', '#', '%' or control "
+                             "characters", reason="supervisord.conf names it, and supervisor reads those as comments "
+                             "or line breaks, and expands `%(ENV_X)s` in a log path twice (another file, or a "
+                             "secret's value in a file name)")
+
+
+def check_run_dir(run_dir: Path, field: str = "--run-dir") -> None:
+    check_conf_path(field, run_dir)
+    # supervisor's control socket lives in the temporary folder
+    check_conf_path("TMPDIR", Path(tempfile.gettempdir()), "temporary folder")
+
+
 def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: ApplianceSettings, files: RunFiles,
                    home: Path, report: Report = print, *, measure_fabric: bool = True,
                    cli_overrides: tuple[str, ...] = ()) -> Launch:
@@ -317,26 +338,21 @@ def supervisord_conf(launch: Launch) -> str:
 
 
 def write_launch(launch: Launch) -> str:
-    """launch.json and supervisord.conf: both written aside, the config read back with supervisor's own loader
-    (it must define exactly the planned programs), then both put in place; on a refusal neither is touched."""
+    """launch.json and supervisord.conf as one pair through the one writer: staged beside their targets, the config
+    read back with supervisor's own loader (it must define exactly the planned programs and files), then put in
+    place together; on a refusal or a failure neither changes."""
     conf = supervisord_conf(launch)
-    launch_tmp = launch.launch_file.with_suffix(".tmp")
-    conf_tmp = launch.files.conf.with_suffix(".tmp")
-    try:
-        launch_file(launch).write(launch_tmp)
-        conf_tmp.write_text(conf)
-        verify_conf(conf_tmp, launch.supervised() | {"logtail": None, "crashguard": None})
-    except BaseException:
-        launch_tmp.unlink(missing_ok=True)
-        conf_tmp.unlink(missing_ok=True)
-        raise
-    launch_tmp.replace(launch.launch_file)
-    conf_tmp.replace(launch.files.conf)
+    files: dict[Path, str] = {launch.launch_file: launch_file(launch).text(), launch.files.conf: conf}
+    planned = launch.supervised() | {"logtail": None, "crashguard": None}
+    write_files(files, field="--run-dir",
+                verify=lambda staged: verify_conf(staged[launch.files.conf], planned, launch.files))
     return conf
 
 
-def verify_conf(path: Path, planned: dict[str, list[str] | None]) -> None:
-    """supervisor's own reader finds exactly `planned` (name -> argv; None: any command) in the file."""
+def verify_conf(path: Path, planned: dict[str, list[str] | None], files: RunFiles | None = None) -> None:
+    """supervisor's own reader finds exactly `planned` (name -> argv; None: any command) in the file, and (given
+    `files`) every path it will open where the plan put it: the programs' logs, its pidfile, log folder and socket.
+    Supervisor expands `%(...)s` in some paths twice; whatever it reads them as, the check is on what it read."""
     from supervisor.options import ServerOptions
 
     options = ServerOptions()
@@ -345,12 +361,27 @@ def verify_conf(path: Path, planned: dict[str, list[str] | None]) -> None:
         options.process_config(do_usage=False)
     except ValueError as exc:
         raise _conf_error(path, f"supervisor rejects it: {exc}") from None
-    found = {p.name: p.command for group in options.process_group_configs for p in group.process_configs}
+    programs = {p.name: p for group in options.process_group_configs for p in group.process_configs}
+    found = {name: p.command for name, p in programs.items()}
     if sorted(found) != sorted(planned):
         raise _conf_error(path, f"it defines the programs {sorted(found)}, the plan {sorted(planned)}")
     for name, argv in planned.items():
         if argv is not None and shlex.split(found[name]) != argv:
             raise _conf_error(path, f"program {name} would run {found[name]!r}, not {shlex.join(argv)!r}")
+    if files is None:
+        return
+    section = options.configroot.supervisord
+    sockets = [s.get("file") for s in section.server_configs if s.get("family") == socket.AF_UNIX]
+    seen = {"pidfile": section.pidfile, "childlogdir": section.childlogdir, "socket": sockets[0] if sockets else None}
+    want = {what: str(p) for what, p in files.paths().items()}
+    for name, program in programs.items():
+        if planned.get(name) is not None:  # the appliance's own programs log into the run folder
+            seen[f"program {name} log"] = program.stdout_logfile
+            want[f"program {name} log"] = str(files.program_log(name))
+    for what, path_wanted in want.items():
+        if str(seen.get(what)) != path_wanted:
+            raise _conf_error(path, f"supervisor reads the {what} as {seen.get(what)!r}, the plan wrote "
+                                    f"{path_wanted!r}")
 
 
 def _conf_error(path: Path, detail: str) -> ApplianceError:

@@ -4,7 +4,10 @@ and restarts the engine on them (appliance/canary/ladder.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from appliance.errors import ApplianceError
 from appliance.profile.loader import LoadedProfile
@@ -13,7 +16,13 @@ from appliance.run.launchfile import LaunchFile, LaunchFileError, read_launch
 
 
 def loaded_from_launch(launch: LaunchFile, path: Path) -> LoadedProfile:
-    loaded = LoadedProfile(Profile.model_validate(launch.profile), Path(launch.profile_source))
+    try:  # JSON as written by `appliance run`: validated as JSON (a date is its ISO text there), strictly
+        profile = Profile.model_validate_json(json.dumps(launch.profile))
+    except ValidationError as exc:
+        raise ApplianceError(f"{path}: the stored profile is not valid: {exc.errors()[0]['msg']} at "
+                             f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}", field="--launch", value=str(path),
+                             fix="run `appliance run` again to rewrite it") from None
+    loaded = LoadedProfile(profile, Path(launch.profile_source))
     if loaded.digest != launch.profile_digest:
         raise ApplianceError(f"{path}: the stored profile's digest is {loaded.digest[:12]}, the file says "
                              f"{launch.profile_digest[:12]}", field="--launch", value=str(path),

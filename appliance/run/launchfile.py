@@ -113,18 +113,47 @@ class LaunchFile:
             "exporter": self.exporter.to_json(),
         }
 
+    def text(self) -> str:
+        """The file's content; written through the one writer (appliance/safe_write.py) with supervisord.conf,
+        so a program (re)started never reads half of it or a launch.json of another config."""
+        return json.dumps(self.to_json(), indent=1) + "\n"
+
     def write(self, path: Path) -> None:
-        """The caller writes it aside and renames it into place: a program (re)started then never reads half."""
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        """launch.json alone, through the one writer (`appliance run` writes it with its supervisord.conf)."""
+        from appliance.safe_write import write_file
+
+        write_file(path, self.text(), field="launch.json")
 
 
 class LaunchFileError(ValueError):
     """launch.json is missing, unreadable or not one this appliance wrote."""
 
 
+MAX_LAUNCH_BYTES = 16 << 20
+"""A launch.json is a few KiB (the resolved profile, the argv and env of each program)."""
+
+
+def _program(name: str, p: Any) -> Program:
+    """One program, typed: an argv of at least the program itself, text only; an env of text to text."""
+    argv, env = p["argv"], p["env"]
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
+        raise LaunchFileError(f"program {name!r}: argv must be a non-empty list of words, starting with the program")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise LaunchFileError(f"program {name!r}: env must map names to text")
+    return Program(list(argv), dict(env))
+
+
 def read_launch(path: Path) -> LaunchFile:
+    from appliance.errors import ApplianceError
+    from appliance.jsonstrict import load_file
+
     try:
-        data = json.loads(path.read_text())
+        try:  # no FIFO, device or folder; bounded; strict JSON (duplicate keys, NaN, deep nesting refused)
+            data = load_file(path, "--launch", MAX_LAUNCH_BYTES, "launch file")
+        except ApplianceError as exc:
+            raise LaunchFileError(exc.message) from None
+        if not isinstance(data, dict) or not isinstance(data.get("programs"), dict):
+            raise LaunchFileError(f"{path} is no launch file (no `programs` object)")
         if data.get("schema") != SCHEMA:
             raise LaunchFileError(f"{path}: schema {data.get('schema')!r}, this appliance reads {SCHEMA} "
                                   "(run `appliance run` again to rewrite it)")
@@ -132,7 +161,7 @@ def read_launch(path: Path) -> LaunchFile:
         return LaunchFile(
             profile_name=prof["name"], profile_digest=prof["digest"], profile_source=prof["source"],
             profile=prof["resolved"], placement=ResolvedPlacement.from_json(data["placement"]),
-            programs={name: Program(list(p["argv"]), dict(p["env"])) for name, p in data["programs"].items()},
+            programs={name: _program(name, p) for name, p in data["programs"].items()},
             exporter=ExporterSection.from_json(data["exporter"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, LaunchFileError):

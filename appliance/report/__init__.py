@@ -1,0 +1,1 @@
+"""The receipt report (`appliance gate report RECEIPT... --html FILE`): receipts drawn as one self-contained page."""
