@@ -330,3 +330,26 @@ def test_gate_compare_and_serves_show_receipt_names_escaped(tmp_path: Path) -> N
     (tmp_path / "a.json").write_text(json.dumps(a))
     code, out, _ = cli("gate", "compare", str(tmp_path / "a.json"), str(tmp_path / "a.json"))
     assert code in (0, 1) and "\x1b" not in out and "\\x1b[2J" in out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dup-keys", "deep"])
+def test_a_checkpoint_config_that_is_no_json_file_is_refused_without_reading_it_all(tmp_path: Path, kind: str) -> None:
+    from appliance.catalogue import CheckpointFacts
+    from appliance.run.model_location import read_facts
+
+    config = tmp_path / "config.json"
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "dup-keys":
+        config.write_text('{"dspark_block_size": 1, "dspark_block_size": 2}')
+    else:
+        config.write_text("[" * 60_000 + "]" * 60_000)
+    fallback = CheckpointFacts.model_construct()
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    try:
+        with pytest.raises(ApplianceError) as err:
+            read_facts(tmp_path, fallback)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    assert err.value.field == "model_dir" and "config.json" in str(err.value)

@@ -8,7 +8,6 @@ When the checkpoint is on disk, K2/K3/K20 use its real `dspark_block_size`, MTP 
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -18,6 +17,11 @@ from appliance.errors import ApplianceError
 from appliance.paths import appliance_home
 from appliance.weights.hub import hf_home, hf_hub_cache, hf_offline, repo_folder
 from appliance.weights.snapshot import SnapshotCheck, check_folder, check_hub_snapshot, resume_hint
+
+MAX_CONFIG_BYTES = 16 << 20
+"""A checkpoint's config.json is KiBs."""
+MAX_INDEX_BYTES = 256 << 20
+"""A weight index lists every tensor: MBs for DeepSeek-V4."""
 
 __all__ = ["Located", "hf_home", "hf_hub_cache", "hf_offline", "in_hf_cache", "locate", "prepared_model_dir",
            "read_facts"]
@@ -81,11 +85,13 @@ def locate(checkpoint: str, revision: str | None, model_dir: Path | None, *, cac
 
 def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     """Facts from the checkpoint's own files; what they do not say keeps the catalogue's value."""
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"{model_dir}/config.json is unreadable: {exc}", field="model_dir",
-                             value=str(model_dir), fix="re-download the checkpoint") from None
+    from appliance.jsonstrict import load_file
+
+    # The checkpoint's own files, read strictly and bounded (a FIFO or a 10 GB file there must not stall a start).
+    config = load_file(model_dir / "config.json", "model_dir", MAX_CONFIG_BYTES, "checkpoint config.json")
+    if not isinstance(config, dict):
+        raise ApplianceError(f"{model_dir}/config.json is not a JSON object", field="model_dir",
+                             value=str(model_dir), fix="re-download the checkpoint")
     from appliance.profile.checkpoint_facts import mtp_heads_from_index, quantization_from_config
 
     block = config.get("dspark_block_size")
@@ -94,8 +100,8 @@ def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     size = fallback.size_bytes
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
-            data = json.loads(index.read_text())
+        with contextlib.suppress(ApplianceError, ValueError, KeyError, TypeError, AttributeError):
+            data = load_file(index, "model_dir", MAX_INDEX_BYTES, "weight index")
             size = int(data["metadata"]["total_size"])
             mtp = mtp_heads_from_index(data["weight_map"].keys())  # the seed's evidence, not config.json
     else:
