@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rdma and args.no_rdma:
         from appliance.errors import ApplianceError
 
-        raise ApplianceError("--rdma with --no-rdma", field="--no-rdma", value=args.rdma, fix="pass one of them",
+        raise ApplianceError("--no-rdma: not allowed with --rdma", field="--no-rdma", value=args.rdma, fix="pass one of them",
                              reason="RDMA mode is on or off")
     rdma = args.rdma or (DEFAULT_RDMA_RESOURCE if uses_rdma(loaded.profile) and not args.no_rdma else None)
     opts = K8sOptions(
