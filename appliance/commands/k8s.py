@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     if args.rdma and args.no_rdma:
         from appliance.errors import ApplianceError
 
-        raise ApplianceError("--no-rdma: not allowed with --rdma", field="--no-rdma", value=args.rdma, fix="pass one of them",
-                             reason="RDMA mode is on or off")
+        raise ApplianceError("--no-rdma: not allowed with --rdma", field="--no-rdma", value=args.rdma,
+                             fix="pass one of them", reason="RDMA mode is on or off")
     rdma = args.rdma or (DEFAULT_RDMA_RESOURCE if uses_rdma(loaded.profile) and not args.no_rdma else None)
     opts = K8sOptions(
         image=args.image or image_tag(lock, str(loaded.profile.engine.channel)),  # the tag the image build gives
