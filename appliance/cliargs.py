@@ -115,3 +115,39 @@ def check_placement_flags(args: argparse.Namespace) -> None:
         check_ifname("--fabric-ifname", args.fabric_ifname)
     if getattr(args, "model_dir", None) is not None:
         check_text("--model-dir", str(args.model_dir))
+
+
+def add_k8s_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, prefix: str = "") -> None:
+    """The manifests' options; `prefix` ("k8s-") where another command has flags of these names (`appliance upgrade
+    promote --k8s-out` re-renders with the same options as `appliance k8s`)."""
+    def add(flag: str, **kw: object) -> None:
+        parser.add_argument(f"--{prefix}{flag}", dest=f"{prefix}{flag}".replace("-", "_"), **kw)  # type: ignore[arg-type]
+
+    add("namespace", help="namespace of every resource (default: none, kubectl's current)")
+    add("name", help="resource name (default appliance-PROFILE)")
+    add("secret", default="appliance-secrets",
+        help="Secret with the optional keys HF_TOKEN and VLLM_API_KEY (default %(default)s)")
+    add("hf-cache-pvc", metavar="CLAIM", help="PVC for the HF cache (default emptyDir)")
+    add("cache-pvc", metavar="CLAIM", help="PVC for the compile/JIT caches (default emptyDir)")
+    add("fabric-ifname", help="fabric interface inside the pods (default: the pod network)")
+    add("shm-size", help="sizeLimit of /dev/shm (default 16Gi on GPUs, 2Gi on cpu)")
+    add("rdma", nargs="?", const="rdma/rdma_shared_device_a", metavar="RESOURCE",
+        help="RDMA mode for multi-node NCCL over IB/RoCE: host network, IPC_LOCK and one RDMA device-plugin "
+             "RESOURCE per pod (default %(const)s)")
+    add("monitoring", action="store_true",
+        help="also a PodMonitor scraping both ports (exporter and vLLM) and a PrometheusRule with the appliance's "
+             "alert rules (prometheus-operator, e.g. kube-prometheus-stack)")
+    add("gpu-product", action="append", metavar="LABEL",
+        help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the profile GPU's "
+             "product names)")
+
+
+def k8s_options(args: argparse.Namespace, prefix: str = "") -> dict[str, object]:
+    """K8sOptions' fields from add_k8s_options' flags (the image and overrides are the caller's)."""
+    def get(name: str) -> object:
+        return getattr(args, f"{prefix}{name}".replace("-", "_"))
+
+    return {"namespace": get("namespace"), "name": get("name"), "secret": get("secret"),
+            "hf_cache_claim": get("hf-cache-pvc"), "appliance_cache_claim": get("cache-pvc"),
+            "fabric_ifname": get("fabric-ifname"), "shm_size": get("shm-size"), "rdma_resource": get("rdma"),
+            "gpu_products": tuple(get("gpu-product") or ()), "monitoring": get("monitoring")}  # type: ignore[arg-type]

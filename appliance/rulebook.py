@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.rules import REGISTRY
+from appliance.rules.upgrade import RULES as UPGRADE_RULES
 
 DEFINED_HERE: dict[str, tuple[str, str, str]] = {
     # id: (title, reason, fix)
@@ -67,7 +68,7 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
 }
 
 Where = str
-"""validate | lock | log | gate | health | doctor | run"""
+"""validate | lock | log | gate | health | doctor | run | upgrade"""
 
 
 @dataclass
@@ -104,6 +105,9 @@ def build() -> list[RuleEntry]:
                 entries[rule_id] = RuleEntry(rule_id, r.title, r.reason, r.fix)
             elif rule_id in DEFINED_HERE:
                 entries[rule_id] = RuleEntry(rule_id, *DEFINED_HERE[rule_id])
+            elif rule_id in UPGRADE_RULES:
+                u = UPGRADE_RULES[rule_id]
+                entries[rule_id] = RuleEntry(rule_id, u.title, u.reason, u.fix)
             else:
                 raise KeyError(f"rule {rule_id} is cited but defined nowhere (add it to appliance/rulebook.py)")
         return entries[rule_id]
@@ -131,6 +135,8 @@ def build() -> list[RuleEntry]:
             entry(rule_id).enforced.append(Enforcement("gate", f"appliance gate --checks {name}"))
     for rule_id in DEFINED_HERE:
         entry(rule_id)
+    for rule_id, u in UPGRADE_RULES.items():
+        entry(rule_id).enforced.extend(Enforcement(where, what) for where, what in u.enforced)
     entry("K18").enforced.append(Enforcement("health", "the exporter's /ready: engine progress while requests run"))
     entry("K22").enforced.append(Enforcement("health", "a worker's readiness follows its head's API"))
     entry("K23").enforced.append(Enforcement("doctor", "doctor / run preflight: the profile's need vs MemAvailable "
@@ -171,7 +177,8 @@ def render_markdown(entries: list[RuleEntry]) -> str:
            "when it is stale. -->", "",
            "Every rule id the appliance cites, where it is enforced (validate = `appliance validate`/`run`, "
            "lock = `appliance versions --check`/doctor, log = the health exporter reading the serve log, "
-           "gate = `appliance gate`, health = the exporter's readiness), why, and what to do.", ""]
+           "gate = `appliance gate`, health = the exporter's readiness, upgrade = `appliance upgrade`), why, and "
+           "what to do.", ""]
     for e in entries:
         out += [f"## {e.id}: {e.title}", "", f"- why: {e.reason}", f"- fix: {e.fix}", "- enforced:"]
         out += [f"  - {x.where}: {x.what}" for x in e.enforced]

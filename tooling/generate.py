@@ -206,6 +206,10 @@ x-env: &env
   # stay equal on nodes whose exporters listen on different ports); the probe reads the same variable.
   APPLIANCE_SET: "${{APPLIANCE_SET:-}}"
   APPLIANCE_HEALTH_PORT: "${{APPLIANCE_HEALTH_PORT:-{HEALTH_PORT_DEFAULT}}}"
+  # The promoted engine channel and the overrides it carries (`appliance upgrade promote --compose-env FILE` writes
+  # them, with the channel's image, into FILE; `docker compose --env-file FILE` reads it): empty = the profile's own.
+  APPLIANCE_UPGRADE_CHANNEL: "${{APPLIANCE_UPGRADE_CHANNEL:-}}"
+  APPLIANCE_UPGRADE_SET: "${{APPLIANCE_UPGRADE_SET:-}}"
   # Passed through only when set in the caller's environment (or .env). A bare name that is unset
   # there is removed from the container's environment, image ENV included: only names the images
   # leave unset belong here.

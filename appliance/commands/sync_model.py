@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from appliance.cliargs import add_profile_args, load_from_args
+from appliance.cliargs import add_profile_args, load_from_args, placement_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.bounds import check_host, check_port
     from appliance.errors import ApplianceError
     from appliance.paths import appliance_home
-    from appliance.placement import Placement, resolve_placement
+    from appliance.placement import resolve_placement
     from appliance.rules import context_for, require_valid
     from appliance.settings import load_settings
     from appliance.weights.pins import revision_for
@@ -59,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = profile.model.checkpoint
     revision = revision_for(checkpoint, profile.model.revision)
     assert revision is not None  # W2 above
+    given = placement_from_args(args, settings)  # APPLIANCE_MASTER_PORT / APPLIANCE_HOST_IP: the one rule
     port = check_port("--port", args.port) if args.port is not None else resolve_placement(
-        profile, Placement(master_port=settings.master_port)).model_sync_port
+        profile, given).model_sync_port
     secret = os.environ.get(SECRET_ENV) or None
     if args.bwlimit is not None and args.bwlimit <= 0:
         raise ApplianceError(f"--bwlimit={args.bwlimit}: not a positive KiB/s", field="--bwlimit",
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         push(checkpoint, revision, peers, stamp_root=stamp_root(appliance_home()), checksum=not args.quick,
              bwlimit_kib=args.bwlimit, secret=secret)
         return 0
-    listen = args.listen or settings.host_ip
+    listen = args.listen or given.host_ip
     if not listen:
         raise ApplianceError("--receive needs the address to listen on", field="--listen",
                              fix="give --listen with this node's fabric address (or set APPLIANCE_HOST_IP)",

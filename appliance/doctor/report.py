@@ -137,10 +137,17 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
         return [Check("versions", "fail", f"this image is channel {image} but profile {profile.name} runs channel "
                                           f"{ch.name}: run the image of {ch.name} (appliance channels), or set "
                                           f"engine.channel: {image}")]
-    drifts = check(ch)
+    from appliance.channels.engines import engine_versions, find_engine, missing_engine
+
+    engine = find_engine(ch, env)
+    if engine is None:  # not on this host: said first, then this environment's drift from the channel with rules
+        return [Check("versions", "fail", missing_engine(ch).message),
+                *(Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in check(ch))]
+    drifts = check(ch, engine_versions(engine, [p.name for p in ch.pins()]))
+    where = "" if engine.venv is None else f" (engine venv {engine.venv})"
     if not drifts:
-        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json")]
-    return [Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in drifts]
+        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json{where}")]
+    return [Check("versions", "fail", f"channel {ch.name}{where}: {d.message}", d.rule) for d in drifts]
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,

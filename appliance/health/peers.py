@@ -81,10 +81,14 @@ class PeerView:
     facts: Mapping[str, Any] | None = None
     error: str | None = None
     asked_at: float | None = None
+    channel: str | None = None
+    """The engine channel and its lock digest the worker's exporter judges (U5: one channel for every rank)."""
+    lock_digest: str | None = None
 
     def to_json(self, now: float, compared: Iterable[str]) -> dict[str, Any]:
         said = {name: self.facts.get(name) for name in compared} if self.facts is not None else None
         return {"rank": self.rank, "url": self.url, "state": self.state, "facts": said, "error": self.error,
+                "channel": self.channel, "lock_digest": self.lock_digest,
                 "age_s": None if self.asked_at is None else round(now - self.asked_at, 1)}
 
 
@@ -150,8 +154,12 @@ class PeerWatch:
             state = body.get("state") if isinstance(body.get("state"), str) else None
         except (httpx.HTTPError, ReplyError) as exc:
             # Keep what was last heard: a rank's loaded libraries do not change until its engine restarts.
-            return PeerView(view.rank, view.url, None, view.facts, f"{type(exc).__name__}: {clip(str(exc), 300)}", now)
-        return PeerView(view.rank, view.url, clip(state, 40) if state else None, facts, None, now)
+            return PeerView(view.rank, view.url, None, view.facts, f"{type(exc).__name__}: {clip(str(exc), 300)}", now,
+                            view.channel, view.lock_digest)
+        channel, lock = body.get("channel"), body.get("lock_digest")
+        return PeerView(view.rank, view.url, clip(state, 40) if state else None, facts, None, now,
+                        clip(channel, 80) if isinstance(channel, str) else None,
+                        clip(lock, 80) if isinstance(lock, str) else None)
 
     def check(self, own: Mapping[str, Any]) -> CrossRank:
         now = self.clock()
