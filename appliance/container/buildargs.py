@@ -131,7 +131,18 @@ def from_only_args(lock: dict, channel_name: str) -> dict[str, str]:
     if channel(lock, channel_name)["target"] == "gpu":
         return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"]}
     images = channel(lock, default_channel(lock, "gpu"))["images"]
-    return {"GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"]}
+    # `FROM gpu-runtime-${TARGETARCH}` too: that BuildKit leaves the automatic platform args blank in the global
+    # scope of a plain `docker build` (`failed to parse stage name "gpu-runtime-"`). A CPU build is native, so
+    # the host's architecture is what a newer BuildKit would set.
+    return {"GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"], "TARGETARCH": host_arch()}
+
+
+def host_arch() -> str:
+    """This machine's architecture in Docker's words (amd64, arm64)."""
+    import platform
+
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
 def all_build_args(lock: dict, channel_name: str, root: Path) -> dict[str, str]:
