@@ -50,7 +50,8 @@ RUN apt-get update \
     && "python${GPU_PYTHON}" -m venv /opt/venv
 COPY versions.json pyproject.toml /opt/appliance/
 # The lock's command line and the stdlib-only modules the build runs by path (nothing else is installed yet).
-COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py /opt/appliance/lock/appliance/
+COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py appliance/safe_write.py \
+     appliance/bounds.py appliance/redact.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
      appliance/container/lockcli.py appliance/container/forkcheck.py appliance/container/enginesource.py \
      appliance/container/flashattn.py appliance/container/artifacts.py appliance/container/smoke.py \
@@ -406,7 +407,8 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_NO_CACHE_DIR=1
 COPY versions.json pyproject.toml /opt/appliance/
 # The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
-COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py /opt/appliance/lock/appliance/
+COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py appliance/safe_write.py \
+     appliance/bounds.py appliance/redact.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
      appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_CHANNEL

@@ -684,3 +684,26 @@ def test_every_image_re_extracts_its_engine_facts_and_stops_on_a_difference(imag
                    .instructions)
     assert any(op == "COPY" and rest == "channels /opt/appliance/channels"
                for op, rest in DOCKERFILE.stage(f"{image}-image").instructions)
+
+
+def test_the_modules_a_build_runs_by_path_are_copied_with_every_module_they_import() -> None:
+    """The build runs lockcli.py (and friends) from /opt/appliance/lock before anything is installed: each
+    `appliance.*` module any of them imports, at the top or inside a function, must be copied there too (a
+    missing one is a ModuleNotFoundError mid-build, as appliance.safe_write was)."""
+    import ast
+
+    for stage in ("gpu-base", "cpu-stack"):
+        copied: set[str] = set()
+        for op, rest in DOCKERFILE.stage(stage).instructions:
+            words = rest.split()
+            if op == "COPY" and words[-1].startswith("/opt/appliance/lock/"):
+                copied |= {w.removesuffix(".py").replace("/", ".") for w in words[:-1] if w.endswith(".py")}
+        assert "appliance.container.lockcli" in copied, stage
+        for module in sorted(copied):
+            tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+            for node in ast.walk(tree):
+                names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                for name in names:
+                    if name.startswith("appliance.") and (ROOT / (name.replace(".", "/") + ".py")).is_file():
+                        assert name in copied, f"{stage}: {module} imports {name}, which the build does not copy"
