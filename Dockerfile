@@ -22,6 +22,8 @@ ARG CPU_BASE_IMAGE
 ARG BUILD_MODE=online
 # fork: build vLLM from the channel's commit; pypi: take the channel's release wheel (vllm-build-${ENGINE_SOURCE}).
 ARG ENGINE_SOURCE
+# BuildKit's own (the platform being built): picks the runtime stage of that platform (gpu-runtime-amd64/-arm64).
+ARG TARGETARCH
 
 # ============================================================================================
 # GPU
@@ -47,15 +49,21 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && "python${GPU_PYTHON}" -m venv /opt/venv
 COPY versions.json pyproject.toml /opt/appliance/
-# The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
-COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py /opt/appliance/lock/appliance/
+# The lock's command line and the stdlib-only modules the build runs by path (nothing else is installed yet).
+COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py appliance/safe_write.py \
+     appliance/bounds.py appliance/redact.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
-     appliance/container/lockcli.py appliance/container/forkcheck.py /opt/appliance/lock/appliance/container/
+     appliance/container/lockcli.py appliance/container/forkcheck.py appliance/container/enginesource.py \
+     appliance/container/flashattn.py appliance/container/artifacts.py appliance/container/smoke.py \
+     /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_CHANNEL
+# Every later build stage's lock tools (lockcli, forkcheck, enginesource, artifacts) read the channel from here.
+ENV APPLIANCE_CHANNEL=${APPLIANCE_CHANNEL}
 ARG APPLIANCE_LOCK_DIGEST
 ARG ENGINE_SOURCE
 ARG ENGINE_REPO
 ARG ENGINE_REF
+ARG ENGINE_BRANCH
 ARG ENGINE_COMMIT
 ARG ENGINE_DIST
 ARG ENGINE_VERSION
@@ -64,6 +72,10 @@ ARG GPU_RUNTIME_IMAGE
 ARG GPU_ENGINE
 ARG TORCH_CUDA_ARCH_LIST_AMD64
 ARG TORCH_CUDA_ARCH_LIST_ARM64
+ARG FLASHINFER_CUDA_ARCH_LIST_AMD64
+ARG FLASHINFER_CUDA_ARCH_LIST_ARM64
+ARG CUTE_DSL_ARCH_AMD64
+ARG CUTE_DSL_ARCH_ARM64
 RUN test -n "${APPLIANCE_CHANNEL}" || { echo "APPLIANCE_CHANNEL is empty: build with docker buildx bake TARGET" >&2; exit 1; } \
     && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json verify \
     && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files \
@@ -72,51 +84,83 @@ RUN test -n "${APPLIANCE_CHANNEL}" || { echo "APPLIANCE_CHANNEL is empty: build 
 
 # --- vLLM from the pinned fork commit, for this platform's SM only ---------------------------
 FROM gpu-base AS vllm-build-fork
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG TARGETPLATFORM
 ARG TORCH_INDEX_URL=
 ARG ENGINE_GIT_URL=
+ARG FLASH_ATTN_GIT_URL=
 ARG MAX_JOBS=
 ARG NVCC_THREADS=2
 ARG ENGINE_REPO
 ARG ENGINE_REF
+ARG ENGINE_BRANCH
 ARG ENGINE_COMMIT
 ARG TORCH_CUDA_ARCH_LIST_AMD64
 ARG TORCH_CUDA_ARCH_LIST_ARM64
+# The fork's Rust frontend (vllm-rs, vllm._rust_tool_parser: tools/build_rust.py) needs cargo and protoc;
+# setuptools-rust skips optional Rust parts silently without them, so the toolchain is installed and required.
+# rustup (Ubuntu's package) installs the channel the commit's rust-toolchain file names, from rustup's default
+# server; the crates come from cargo's default registry. Nothing here names a host.
+# DL3008 (pin apt versions): the CUDA image tag in versions.json fixes the distribution snapshot.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends rustup protobuf-compiler libprotobuf-dev pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+ENV RUSTUP_HOME=/opt/rustup \
+    CARGO_HOME=/opt/cargo \
+    PATH=/opt/cargo/bin:/opt/venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 WORKDIR /src/vllm
-# Right after the clone, before torch is even fetched: the tag must resolve to the commit versions.json
-# pins (a moved tag fails), and the fork's own requirements/cuda.txt and build requirements at that commit
-# must pin what versions.json locks (forkcheck.py names both values): seconds, not an hour of compiling.
-RUN url="${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \
-    && git clone --quiet --filter=blob:none --branch "${ENGINE_REF}" "$url" . \
-    && full="$(git rev-parse HEAD)" \
-    && case "$full" in "${ENGINE_COMMIT}"*) ;; \
-        *) echo "engine source: ${ENGINE_REF} is at $full but versions.json pins ${ENGINE_COMMIT}" >&2; exit 1 ;; esac \
+# Right after the fetch, before torch is even downloaded: the pinned commit is checked out of the pull
+# request's branch (never `--branch <tag>`: the tag moved once), engine-source.json records the full SHA,
+# the branch head and where the tag points now, and the fork's own requirements/cuda.txt and build
+# requirements at that commit must pin what versions.json locks (forkcheck.py names both values).
+# A pin that cannot be found stops the build here, naming the pin, the branch head and the tag's head.
+RUN python /opt/appliance/lock/appliance/container/enginesource.py --versions /opt/appliance/versions.json fetch \
+        --dest . --platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json \
+        --url "${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \
     && python /opt/appliance/lock/appliance/container/forkcheck.py --versions /opt/appliance/versions.json requirements --source . \
         --write-build-reqs /opt/appliance/lock/engine-build.txt \
-    && echo "$full" > /opt/appliance/lock/engine-commit
+    && channel="$(python /opt/appliance/lock/appliance/container/forkcheck.py rust-toolchain --source .)" \
+    && rustup toolchain install "$channel" --profile minimal && rustup default "$channel" \
+    && "$(rustup which cargo)" --version && "$(rustup which rustc)" --version && protoc --version
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
         -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/torch.txt
 # Build requirements: requirements/build/cuda.txt (upstream's newer layout, + build/rust.txt when present)
 # or requirements/build.txt, whichever the pinned commit has (forkcheck.py wrote which, and said so).
-# MAX_JOBS defaults to what memory allows (≈ 7 GB per nvcc job), never more than the cores.
+# use_existing_torch.py --prefix strips only the torch/torchvision/torchaudio pins (the locked torch is already
+# installed); without --prefix it strips every line containing "torch", torchcodec and friends included.
+# FlashAttention-3 is Hopper-only: with no SM90 target flashattn.py switches it off (hours on arm64 otherwise).
+# MAX_JOBS defaults to what memory allows (≈ 7 GB per nvcc job, the cgroup's limit included), never more than
+# the cores, and at most 8 on linux/arm64 (GB10's unified memory); the MAX_JOBS build arg overrides it.
+# VLLM_REQUIRE_RUST_FRONTEND=1: a Rust part that does not build stops the build instead of being dropped, and
+# forkcheck.py wheel proves afterwards that the wheel carries the Rust frontend and FA2 (and FA3 only if built).
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/root/.cache/ccache \
+    --mount=type=cache,target=/opt/cargo/registry \
     case "${TARGETPLATFORM}" in \
         linux/amd64) arch="${TORCH_CUDA_ARCH_LIST_AMD64}" ;; \
         linux/arm64) arch="${TORCH_CUDA_ARCH_LIST_ARM64}" ;; \
         *) echo "no TORCH_CUDA_ARCH_LIST for ${TARGETPLATFORM} in versions.json" >&2; exit 1 ;; esac \
-    && if [ -f use_existing_torch.py ]; then python use_existing_torch.py; fi \
+    && if [ -f use_existing_torch.py ]; then \
+        python use_existing_torch.py --help | grep -q -- --prefix \
+            || { echo "use_existing_torch.py at this commit has no --prefix: it would strip every line holding" \
+                      "\"torch\" (torchcodec and friends too); stopped before compiling" >&2; exit 1; }; \
+        python use_existing_torch.py --prefix; fi \
     && pip install -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/engine-build.txt \
-    && jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs)}" \
+    && fa_src="$(python /opt/appliance/lock/appliance/container/flashattn.py prepare --source . --arch "$arch" \
+        --dest /src/vllm-flash-attn ${FLASH_ATTN_GIT_URL:+--url "$FLASH_ATTN_GIT_URL"})" \
+    && jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs --platform "${TARGETPLATFORM}")}" \
     && echo "building vLLM for ${arch} with MAX_JOBS=${jobs} NVCC_THREADS=${NVCC_THREADS}" \
     && mkdir -p /wheels \
-    && TORCH_CUDA_ARCH_LIST="$arch" VLLM_TARGET_DEVICE=cuda CCACHE_DIR=/root/.cache/ccache \
-        MAX_JOBS="$jobs" NVCC_THREADS="${NVCC_THREADS}" \
+    && rust_bin="$(dirname "$(rustup which cargo)")" \
+    && env ${fa_src:+VLLM_FLASH_ATTN_SRC_DIR="$fa_src"} PATH="$rust_bin:$PATH" TORCH_CUDA_ARCH_LIST="$arch" VLLM_TARGET_DEVICE=cuda \
+        VLLM_REQUIRE_RUST_FRONTEND=1 CCACHE_DIR=/root/.cache/ccache MAX_JOBS="$jobs" CARGO_BUILD_JOBS="$jobs" \
+        NVCC_THREADS="${NVCC_THREADS}" \
         pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
-    && printf '{"repo": "%s", "ref": "%s", "commit": "%s", "platform": "%s", "torch_cuda_arch_list": "%s"}\n' \
-        "${ENGINE_REPO}" "${ENGINE_REF}" "$(cat /opt/appliance/lock/engine-commit)" "${TARGETPLATFORM}" "$arch" \
-        > /wheels/engine-source.json
+    && python /opt/appliance/lock/appliance/container/forkcheck.py wheel --wheel /wheels/vllm-*.whl --source . \
+        ${fa_src:+--fa3-skipped} \
+    && cp /opt/appliance/lock/engine-source.json /wheels/engine-source.json
 
 # --- vLLM as an upstream release's wheel (a PyPI channel): nothing to compile ----------------
 FROM gpu-base AS vllm-build-pypi
@@ -135,27 +179,30 @@ FROM vllm-build-${ENGINE_SOURCE} AS vllm-build
 
 # --- Every wheel the image installs, fetched once (this folder is also the air-gapped wheelhouse)
 FROM gpu-base AS gpu-wheels-online
+ARG TARGETPLATFORM
 ARG TORCH_INDEX_URL=
 # Two indexes (versions.json "indexes"): flashinfer-cubin on FlashInfer's root wheel index, flashinfer-jit-cache
 # on its CUDA-13 sub-index. The user fills both (docs/containers.md); no registry host is written here.
 ARG FLASHINFER_INDEX_URL=
 ARG FLASHINFER_JIT_CACHE_INDEX_URL=
 COPY --from=vllm-build /wheels/ /wheels/
+# First every locked pin alone, for this platform (artifacts.py): a pin with no wheel here is named, and one
+# marked optional on this platform (flashinfer-jit-cache on linux/arm64) is left out and recorded in
+# skipped.json, which the install and `appliance versions --check` read. Then the dependencies of the rest.
 RUN --mount=type=cache,target=/root/.cache/pip \
-    for given in "FLASHINFER_INDEX_URL=${FLASHINFER_INDEX_URL}" \
-                 "FLASHINFER_JIT_CACHE_INDEX_URL=${FLASHINFER_JIT_CACHE_INDEX_URL}"; do \
-        case "$given" in *=) \
-            echo "${given%=} is empty: flashinfer-cubin is only on FlashInfer's root wheel index and" \
-                 "flashinfer-jit-cache only on its CUDA-13 sub-index (docs/containers.md), or build air-gapped" \
-                 "(BUILD_MODE=offline)" >&2; exit 1 ;; esac; done \
-    && pip download --dest /wheels ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
-        -r /opt/appliance/lock/torch.txt \
+    FLASHINFER_INDEX_URL="${FLASHINFER_INDEX_URL}" FLASHINFER_JIT_CACHE_INDEX_URL="${FLASHINFER_JIT_CACHE_INDEX_URL}" \
+        python /opt/appliance/lock/appliance/container/artifacts.py --versions /opt/appliance/versions.json fetch \
+        --platform "${TARGETPLATFORM}" --dest /wheels --skipped-out /wheels/skipped.json \
+        --torch-index "${TORCH_INDEX_URL}" \
+    && python /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json lock-files \
+        --pyproject /opt/appliance/pyproject.toml --dir /tmp/lock --skipped /wheels/skipped.json \
     && pip download --dest /wheels --find-links /wheels \
-        ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} --extra-index-url "${FLASHINFER_INDEX_URL}" \
-        --extra-index-url "${FLASHINFER_JIT_CACHE_INDEX_URL}" \
-        -c /opt/appliance/lock/constraints.txt -r /opt/appliance/lock/requirements.txt \
-        -r /opt/appliance/lock/appliance.txt -r /opt/appliance/lock/build-only.txt /wheels/vllm-*.whl \
-    && pip download --dest /wheels --no-deps -r /opt/appliance/lock/last.txt
+        ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} \
+        ${FLASHINFER_INDEX_URL:+--extra-index-url "$FLASHINFER_INDEX_URL"} \
+        ${FLASHINFER_JIT_CACHE_INDEX_URL:+--extra-index-url "$FLASHINFER_JIT_CACHE_INDEX_URL"} \
+        -c /tmp/lock/constraints.txt -r /tmp/lock/requirements.txt \
+        -r /tmp/lock/appliance.txt -r /tmp/lock/build-only.txt /wheels/vllm-*.whl \
+    && pip download --dest /wheels --no-deps -r /tmp/lock/last.txt -r /tmp/lock/reinstall.txt
 
 # The wheelhouse is exported split per platform (linux_amd64/, linux_arm64/: docker-bake.hcl gpu-wheels):
 # each platform takes only its own folder, and its engine-source.json must name this platform.
@@ -166,9 +213,9 @@ ARG TARGETARCH
 RUN --mount=type=bind,from=gpu-wheelhouse,target=/wheelhouse \
     dir="/wheelhouse/${TARGETOS}_${TARGETARCH}" \
     && set -- "$dir"/vllm-*.whl \
-    && if [ ! -f "$1" ] || [ ! -f "$dir/engine-source.json" ]; then \
-        echo "BUILD_MODE=offline: the gpu-wheelhouse context has no ${TARGETOS}_${TARGETARCH}/ with a vllm wheel" \
-             "and engine-source.json (make it with: docker buildx bake gpu-wheels)" >&2; exit 1; fi \
+    && if [ ! -f "$1" ] || [ ! -f "$dir/engine-source.json" ] || [ ! -f "$dir/skipped.json" ]; then \
+        echo "BUILD_MODE=offline: the gpu-wheelhouse context has no ${TARGETOS}_${TARGETARCH}/ with a vllm wheel," \
+             "engine-source.json and skipped.json (make it with: docker buildx bake gpu-wheels)" >&2; exit 1; fi \
     && if ! grep -q "\"platform\": \"${TARGETPLATFORM}\"" "$dir/engine-source.json"; then \
         echo "BUILD_MODE=offline: $dir/engine-source.json was built for another platform than ${TARGETPLATFORM}" >&2; \
         exit 1; fi \
@@ -189,9 +236,33 @@ RUN --mount=type=bind,from=gpu-wheels-collected,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links /wheels -r /opt/appliance/lock/build-only.txt \
     && pip wheel --no-cache-dir --no-index --no-deps --no-build-isolation --wheel-dir /dist /src
 
+# --- The runtime base, per platform: the JIT's target SM as environment (issue 20, item 9) ------
+# FLASHINFER_CUDA_ARCH_LIST (12.0 / 12.1: FlashInfer picks the suffix as it would on the device), CUTE_DSL_ARCH
+# (sm_120a / sm_121a) and TORCH_CUDA_ARCH_LIST, derived from versions.json torch_cuda_arch_list: FlashInfer,
+# the CuTe DSL and torch extensions compile for the image's SM whichever GPUs a process sees (or none), so JIT
+# targets and jit-cache hits are the same in every process.
+FROM ${GPU_RUNTIME_IMAGE} AS gpu-runtime-amd64
+ARG TORCH_CUDA_ARCH_LIST_AMD64
+ARG FLASHINFER_CUDA_ARCH_LIST_AMD64
+ARG CUTE_DSL_ARCH_AMD64
+ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST_AMD64} \
+    FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST_AMD64} \
+    CUTE_DSL_ARCH=${CUTE_DSL_ARCH_AMD64}
+
+FROM ${GPU_RUNTIME_IMAGE} AS gpu-runtime-arm64
+ARG TORCH_CUDA_ARCH_LIST_ARM64
+ARG FLASHINFER_CUDA_ARCH_LIST_ARM64
+ARG CUTE_DSL_ARCH_ARM64
+ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST_ARM64} \
+    FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST_ARM64} \
+    CUTE_DSL_ARCH=${CUTE_DSL_ARCH_ARM64}
+
 # --- The GPU image ------------------------------------------------------------------------------
-FROM ${GPU_RUNTIME_IMAGE} AS gpu-image
+# DL3006 (tag the image): not an image but the per-platform stage above, chosen by BuildKit's TARGETARCH.
+# hadolint ignore=DL3006
+FROM gpu-runtime-${TARGETARCH} AS gpu-image
 ARG GPU_PYTHON
+ARG APPLIANCE_CHANNEL
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
@@ -199,6 +270,9 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 # sparse-MLA path compiles at run time (as upstream vLLM's image, which installs nvcc and the CUDA headers
 # "for runtime JIT compilation"): nvcc (+ptxas), the cudart/nvrtc/cublas/curand headers, cuobjdump, g++.
 # The CUDA packages follow the base image's own CUDA_VERSION (13.0.x -> 13-0), never a version written here.
+# NVIDIA's CUDA images `apt-mark hold` their cuBLAS: libcublas-dev is pinned to the runtime's own
+# NV_LIBCUBLAS_VERSION (the image's ENV), so apt never has to move the held libcublas (it would abort without
+# --allow-change-held-packages, and with it would swap the cuBLAS the image was released with).
 # gcc/libc6-dev/pythonX-dev: Triton compiles its launcher stubs at run time. libibverbs/librdmacm1t64 (Ubuntu
 # 24.04's name): NCCL's IB transport over ConnectX (GB10 two-node; without it NCCL uses sockets, K10).
 # libxcb1: opencv-python-headless (pulled by vLLM) links it. rsync: `appliance sync-model` and distributed.sync_model
@@ -206,24 +280,34 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 # DL3008 (pin apt versions): as above, the CUDA runtime image tag fixes the distribution snapshot.
 # hadolint ignore=DL3008
 RUN cuda="$(echo "${CUDA_VERSION:?the CUDA runtime image sets CUDA_VERSION}" | cut -d. -f1,2 | tr . -)" \
+    && cublas="${NV_LIBCUBLAS_VERSION:?the CUDA runtime image sets NV_LIBCUBLAS_VERSION (its held cuBLAS)}" \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         "python${GPU_PYTHON}" "python${GPU_PYTHON}-dev" "python${GPU_PYTHON}-venv" gcc g++ libc6-dev \
         "cuda-nvcc-${cuda}" "cuda-cudart-dev-${cuda}" "cuda-nvrtc-dev-${cuda}" "cuda-cuobjdump-${cuda}" \
-        "libcublas-dev-${cuda}" "libcurand-dev-${cuda}" \
+        "libcublas-dev-${cuda}=${cublas}" "libcurand-dev-${cuda}" \
         ca-certificates curl procps tini rsync libnuma1 libibverbs1 ibverbs-providers librdmacm1t64 libxcb1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 10001 --user-group --home-dir /home/appliance --create-home --shell /usr/sbin/nologin appliance \
     && install -d -o 10001 -g 10001 /var/lib/appliance /var/lib/appliance/hf /var/lib/appliance/cache \
         /var/lib/appliance/run
 COPY --from=gpu-base /opt/appliance/ /opt/appliance/
-# K14: the constraints hold apache-tvm-ffi (and every other pin) through this resolve; K15: NCCL goes last.
+# K14: the constraints hold apache-tvm-ffi (and every other pin) through this resolve; the lock files are written
+# again without the optional pins this platform's build skipped; nvidia-cutlass-dsl-libs-cu13 is force-reinstalled
+# over the -libs-cu12 files that share its paths (reinstall.txt; CuTe DSL JIT on CUDA 13 breaks on the leftovers);
+# K15: NCCL goes last.
 RUN --mount=type=bind,from=gpu-wheels-collected,source=/wheels,target=/wheels \
-    "python${GPU_PYTHON}" -m venv /opt/venv \
+    "python${GPU_PYTHON}" /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json \
+        --channel "${APPLIANCE_CHANNEL}" lock-files --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
+        --skipped /wheels/skipped.json \
+    && "python${GPU_PYTHON}" -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-index --find-links /wheels -c /opt/appliance/lock/constraints.txt \
         -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt /wheels/vllm-*.whl \
+    && /opt/venv/bin/pip install --no-index --find-links /wheels --no-deps --force-reinstall \
+        -r /opt/appliance/lock/reinstall.txt \
     && /opt/venv/bin/pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/last.txt \
-    && cp /wheels/engine-source.json /opt/appliance/engine-source.json
+    && cp /wheels/engine-source.json /opt/appliance/engine-source.json \
+    && cp /wheels/skipped.json /opt/appliance/skipped-pins.json
 RUN --mount=type=bind,from=appliance-wheel-gpu,source=/dist,target=/dist \
     /opt/venv/bin/pip install --no-index --no-deps /dist/*.whl
 COPY profiles /opt/appliance/profiles
@@ -247,8 +331,10 @@ ENV VIRTUAL_ENV=/opt/venv \
     DO_NOT_TRACK=1 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
-# The JIT toolchain answers where the engine will look for it.
-RUN nvcc --version && "${TRITON_PTXAS_PATH}" --version && g++ --version && test -d "${CUDA_HOME}/include"
+# The JIT toolchain answers where the engine will look for it, compiles for this image's SM, and the kernel
+# libraries load together in one process (smoke.py: the tvm-ffi/tilelang double registration aborts here, K14).
+RUN nvcc --version && "${TRITON_PTXAS_PATH}" --version && g++ --version && test -d "${CUDA_HOME}/include" \
+    && /opt/venv/bin/python /opt/appliance/lock/appliance/container/smoke.py --arch "${CUTE_DSL_ARCH}"
 WORKDIR /var/lib/appliance
 USER 10001:10001
 # DeepSeek-V4-Flash loads ~160 GB and captures graphs before it is ready: a long start period.
@@ -261,6 +347,7 @@ ARG APPLIANCE_CHANNEL
 ARG APPLIANCE_LOCK_DIGEST
 ARG ENGINE_REPO
 ARG ENGINE_REF
+ARG ENGINE_BRANCH
 ARG ENGINE_COMMIT
 ARG GPU_ENGINE
 ARG GPU_RUNTIME_IMAGE
@@ -275,6 +362,7 @@ LABEL org.opencontainers.image.title="appliance" \
       appliance.lock.digest="${APPLIANCE_LOCK_DIGEST}" \
       appliance.lock.engine.repo="${ENGINE_REPO}" \
       appliance.lock.engine.ref="${ENGINE_REF}" \
+      appliance.lock.engine.branch="${ENGINE_BRANCH}" \
       appliance.lock.engine.commit="${ENGINE_COMMIT}" \
       appliance.engine="${GPU_ENGINE}"
 # The labels again as env, so processes inside (gate receipts, the cross-node check) can read them.
@@ -319,7 +407,8 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_NO_CACHE_DIR=1
 COPY versions.json pyproject.toml /opt/appliance/
 # The lock's command line and the stdlib-only modules it reads (nothing else is installed yet).
-COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py /opt/appliance/lock/appliance/
+COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py appliance/safe_write.py \
+     appliance/bounds.py appliance/redact.py /opt/appliance/lock/appliance/
 COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
      appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
 ARG APPLIANCE_CHANNEL
@@ -327,6 +416,7 @@ ARG APPLIANCE_LOCK_DIGEST
 ARG ENGINE_SOURCE
 ARG ENGINE_REPO
 ARG ENGINE_REF
+ARG ENGINE_BRANCH
 ARG ENGINE_COMMIT
 ARG ENGINE_DIST
 ARG ENGINE_VERSION
@@ -399,6 +489,7 @@ ARG APPLIANCE_CHANNEL
 ARG APPLIANCE_LOCK_DIGEST
 ARG ENGINE_REPO
 ARG ENGINE_REF
+ARG ENGINE_BRANCH
 ARG ENGINE_COMMIT
 ARG CPU_ENGINE
 ARG CPU_BASE_IMAGE
@@ -413,6 +504,7 @@ LABEL org.opencontainers.image.title="appliance" \
       appliance.lock.digest="${APPLIANCE_LOCK_DIGEST}" \
       appliance.lock.engine.repo="${ENGINE_REPO}" \
       appliance.lock.engine.ref="${ENGINE_REF}" \
+      appliance.lock.engine.branch="${ENGINE_BRANCH}" \
       appliance.lock.engine.commit="${ENGINE_COMMIT}" \
       appliance.engine="${CPU_ENGINE}"
 # The labels again as env, so processes inside (gate receipts, the cross-node check) can read them.

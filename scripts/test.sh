@@ -52,6 +52,9 @@ export APPLIANCE_REHEARSAL_CACHE="${APPLIANCE_REHEARSAL_CACHE:-${XDG_CACHE_HOME:
 # channel lock digest into this cache (outside the clone too), its facts, parser and log lines checked in every run;
 # a step whose inputs did not change since it passed is skipped (docs/channels.md).
 export APPLIANCE_CHANNELS_CACHE="${APPLIANCE_CHANNELS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/appliance-channels}"
+# The engine store of `appliance upgrade` (appliance/channels/engines.py): the same layout as the rehearsal's cache,
+# so both share one install per channel lock digest (the upgrade tests serve the older CPU channel from it).
+export APPLIANCE_ENGINES="${APPLIANCE_ENGINES:-$APPLIANCE_CHANNELS_CACHE}"
 if ! "$VENV/bin/python" -m tooling.rehearsal changed; then
   leave_out+=(gpu_stack_install)
 fi

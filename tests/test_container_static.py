@@ -25,6 +25,8 @@ from tooling import generate
 LOCK = lockfile.load(ROOT / "versions.json")
 GPU = lockfile.default_channel(LOCK, "gpu")
 CPU = lockfile.default_channel(LOCK, "cpu")
+GPU_CH = lockfile.channel(LOCK, GPU)
+ENGINE = GPU_CH["engine"]
 GPU_CH, CPU_CH = lockfile.channel(LOCK, GPU), lockfile.channel(LOCK, CPU)
 DOCKERFILE = parse_dockerfile()
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
@@ -34,7 +36,7 @@ FINAL = ("gpu-image", "cpu-image")
 PROBE = "/opt/appliance/healthchecks/probe"
 # ARGs that may carry a default: none of them is a version.
 DEFAULTED_ARGS = {"BUILD_MODE", "TORCH_INDEX_URL", "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL",
-                  "ENGINE_GIT_URL", "MAX_JOBS", "NVCC_THREADS"}
+                  "ENGINE_GIT_URL", "FLASH_ATTN_GIT_URL", "MAX_JOBS", "NVCC_THREADS"}
 # Set by BuildKit itself.
 AUTOMATIC_ARGS = {"TARGETPLATFORM", "TARGETOS", "TARGETARCH"}
 
@@ -264,7 +266,7 @@ def test_dockerfile_args_are_exactly_the_generated_build_args_plus_documented_kn
     declared = DOCKERFILE.all_args()
     generated = set(buildargs.all_build_args(LOCK, GPU, ROOT)) | set(buildargs.all_build_args(LOCK, CPU, ROOT))
     without_default = {name for name, default in declared.items() if default is None} - AUTOMATIC_ARGS
-    assert without_default == generated
+    assert without_default == generated - AUTOMATIC_ARGS  # TARGETARCH: a CPU build's parse-only arg (from_only_args)
     assert {name for name, default in declared.items() if default is not None} == DEFAULTED_ARGS
     lock_values = {str(v) for n in lockfile.channel_names(LOCK) for v in buildargs.lock_args(LOCK, n).values()} - {""}
     for name in DEFAULTED_ARGS:
@@ -306,8 +308,8 @@ def test_gpu_stack_holds_tvm_ffi_by_constraints_and_installs_nccl_last() -> None
     assert install.index("requirements.txt") < install.index("last.txt")
     assert "--no-deps -r /opt/appliance/lock/last.txt" in install
     online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
-    assert '--extra-index-url "${FLASHINFER_INDEX_URL}"' in online
-    assert "-c /opt/appliance/lock/constraints.txt" in online
+    assert '${FLASHINFER_INDEX_URL:+--extra-index-url "$FLASHINFER_INDEX_URL"}' in online
+    assert "-c /tmp/lock/constraints.txt" in online
 
 
 @pytest.mark.parametrize("target", FINAL)
@@ -436,25 +438,28 @@ def _env_of(stage: str) -> dict[str, str]:
     return env
 
 
-def test_the_forks_pins_are_checked_right_after_the_clone_before_torch_or_any_compiling() -> None:
+def test_the_forks_pins_are_checked_right_after_the_fetch_before_torch_or_any_compiling() -> None:
     runs = DOCKERFILE.stage("vllm-build-fork").runs()
-    clone = next(i for i, r in enumerate(runs) if "git clone" in r)
-    assert "forkcheck.py --versions /opt/appliance/versions.json requirements --source ." in runs[clone]
-    assert runs[clone].index("git rev-parse HEAD") < runs[clone].index("forkcheck.py")
+    fetch = next(i for i, r in enumerate(runs) if "enginesource.py" in r)
+    assert "forkcheck.py --versions /opt/appliance/versions.json requirements --source ." in runs[fetch]
+    assert runs[fetch].index("enginesource.py") < runs[fetch].index("forkcheck.py")
     torch = next(i for i, r in enumerate(runs) if "lock/torch.txt" in r)
     build = next(i for i, r in enumerate(runs) if "pip wheel" in r)
-    assert clone < torch < build
-    # The build requirements are whichever layout forkcheck found, and MAX_JOBS is sized by memory.
+    assert fetch < torch < build
+    # The build requirements are whichever layout forkcheck found, and MAX_JOBS is sized by memory (and platform).
     assert "-r /opt/appliance/lock/engine-build.txt" in runs[build]
-    assert 'jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs)}"' in runs[build]
-    assert "forkcheck.py" in " ".join(r for op, r in DOCKERFILE.stage("gpu-base").instructions if op == "COPY")
+    assert ('jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs '
+            '--platform "${TARGETPLATFORM}")}"') in runs[build]
+    copied = " ".join(r for op, r in DOCKERFILE.stage("gpu-base").instructions if op == "COPY")
+    for module in ("forkcheck.py", "enginesource.py", "flashattn.py", "artifacts.py", "smoke.py"):
+        assert f"appliance/container/{module}" in copied, module
 
 
 def test_the_runtime_image_carries_the_jit_toolchain_and_the_libraries_the_engine_loads() -> None:
     stage = DOCKERFILE.stage("gpu-image")
     apt = next(r for r in stage.runs() if "apt-get install" in r)
     for package in ('"cuda-nvcc-${cuda}"', '"cuda-cudart-dev-${cuda}"', '"cuda-nvrtc-dev-${cuda}"',
-                    '"libcublas-dev-${cuda}"', " g++ ", " librdmacm1t64 ", " libxcb1"):
+                    '"libcublas-dev-${cuda}=${cublas}"', " g++ ", " librdmacm1t64 ", " libxcb1"):
         assert package in apt, package
     assert " librdmacm1 " not in apt  # Ubuntu 24.04 renamed it
     # The CUDA packages follow the base image's own CUDA_VERSION: no version is written here (K16).
@@ -470,9 +475,10 @@ def test_the_runtime_image_carries_the_jit_toolchain_and_the_libraries_the_engin
 
 def test_the_two_flashinfer_indexes_are_separate_build_args_and_no_registry_host_is_written() -> None:
     online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
-    assert '--extra-index-url "${FLASHINFER_INDEX_URL}"' in online
-    assert '--extra-index-url "${FLASHINFER_JIT_CACHE_INDEX_URL}"' in online
-    assert "FLASHINFER_JIT_CACHE_INDEX_URL=${FLASHINFER_JIT_CACHE_INDEX_URL}" in online  # an empty one is named
+    assert '${FLASHINFER_INDEX_URL:+--extra-index-url "$FLASHINFER_INDEX_URL"}' in online
+    assert '${FLASHINFER_JIT_CACHE_INDEX_URL:+--extra-index-url "$FLASHINFER_JIT_CACHE_INDEX_URL"}' in online
+    # artifacts.py reads both (an empty one is named for each pin that needs it, tests/test_image_build_steps.py)
+    assert 'FLASHINFER_JIT_CACHE_INDEX_URL="${FLASHINFER_JIT_CACHE_INDEX_URL}"' in online
     assert {LOCK["indexes"][i]["env"] for i in ("flashinfer", "flashinfer-jit-cache")} == {
         "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL"}
     bake = (ROOT / "docker-bake.hcl").read_text()
@@ -488,13 +494,152 @@ def test_the_air_gapped_wheelhouse_is_split_per_platform_and_each_build_takes_it
     offline = " ".join(DOCKERFILE.stage("gpu-wheels-offline").runs())
     assert 'dir="/wheelhouse/${TARGETOS}_${TARGETARCH}"' in offline
     assert '"platform\\": \\"${TARGETPLATFORM}\\"' in offline  # engine-source.json must be this platform's
+    assert '"$dir/skipped.json"' in offline  # and the platform's record of skipped optional pins travels with it
     build = " ".join(DOCKERFILE.stage("vllm-build-fork").runs())
-    assert '"platform": "%s"' in build and '"${TARGETPLATFORM}"' in build
+    assert '--platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json' in build
+    pypi = " ".join(DOCKERFILE.stage("vllm-build-pypi").runs())
+    assert '"platform": "%s"' in pypi and '"${TARGETPLATFORM}"' in pypi
 
 
 def test_gpu_services_never_ask_a_registry_for_the_local_tag() -> None:
     for lay in LAYOUTS:
         assert COMPOSE["services"][lay.name]["pull_policy"] == "never", lay.name
+
+
+# --- what real SM12x hardware would still break: the build (issue 20, items 1-9) -----------------
+
+def test_the_engine_is_checked_out_by_commit_on_the_pull_requests_branch_never_by_its_tag() -> None:
+    build = " ".join(DOCKERFILE.stage("vllm-build-fork").runs())
+    assert "git clone" not in build and "--branch" not in build  # a tag can move; the commit is what is built
+    assert ("enginesource.py --versions /opt/appliance/versions.json fetch --dest . "
+            '--platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json') in build
+    assert ENGINE["branch"] == "codex/ds4-sm120-min-enable"
+    assert buildargs.lock_args(LOCK, GPU)["ENGINE_BRANCH"] == ENGINE["branch"]
+    # The record travels with the wheel into the image, where `appliance versions --check` reads it.
+    assert "cp /opt/appliance/lock/engine-source.json /wheels/engine-source.json" in build
+    final = " ".join(DOCKERFILE.stage("gpu-image").runs())
+    assert "cp /wheels/engine-source.json /opt/appliance/engine-source.json" in final
+    assert final.index("engine-source.json") < final.index("appliance versions --check")
+
+
+def test_the_held_cublas_of_the_cuda_image_is_never_moved_by_apt() -> None:
+    """NVIDIA's CUDA images `apt-mark hold` libcublas (and libnccl2); a dev package at another version makes apt
+    abort without --allow-change-held-packages. Every held package a GPU stage installs is pinned to the image's
+    own NV_LIBCUBLAS_VERSION, which the runtime image's ENV carries."""
+    for stage in ("gpu-base", "vllm-build-fork", "gpu-image"):
+        for run in DOCKERFILE.stage(stage).runs():
+            if "apt-get install" not in run:
+                continue
+            for held in re.findall(r'"?(libcublas[-\w${}]*|libnccl[-\w${}]*)(=[^\s"]+)?"?', run):
+                assert held[1] == "=${cublas}" or "--allow-change-held-packages" in run, (stage, held)
+    apt = next(r for r in DOCKERFILE.stage("gpu-image").runs() if "apt-get install" in r)
+    assert 'cublas="${NV_LIBCUBLAS_VERSION:?' in apt and apt.index("cublas=") < apt.index("apt-get install")
+
+
+def test_one_platform_bake_targets_load_an_image_and_the_readme_shows_them() -> None:
+    import hcl2  # type: ignore[import-not-found]
+
+    targets = {k.strip('"'): v for block in hcl2.loads((ROOT / "docker-bake.hcl").read_text())["target"]
+               for k, v in block.items()}
+    for name in lockfile.channel_names(LOCK):  # every GPU channel: gpu-arm64, gpu-vllm-0-32-0-arm64, ...
+        ch = lockfile.channel(LOCK, name)
+        if ch["target"] != "gpu":
+            continue
+        parent = generate.bake_target(LOCK, name)
+        for platform in ch["images"]["platforms"]:
+            t = targets[f"{parent}-{platform.split('/')[1]}"]
+            assert [p.strip('"') for p in t["platforms"]] == [platform]
+            assert [o.strip('"') for o in t["output"]] == ["type=docker"]  # what --load does: a usable local image
+            assert [i.strip('"') for i in t["inherits"]] == [parent]
+    readme = (ROOT / "README.md").read_text()
+    docs = (ROOT / "docs" / "containers.md").read_text()
+    for text in (readme, docs):
+        assert "docker buildx bake gpu-arm64" in text and "docker buildx bake gpu-amd64" in text
+    # Both platforms at once only ever to a registry: the default builder cannot --load a two-platform image.
+    for line in (readme + docs).splitlines():
+        if re.search(r"docker buildx bake gpu(\s|$)", line):
+            assert "--push" in line, line
+
+
+def test_flash_attention_3_is_switched_off_when_no_sm90_is_targeted_and_the_wheel_proves_it() -> None:
+    build = next(r for r in DOCKERFILE.stage("vllm-build-fork").runs() if "pip wheel" in r)
+    assert "flashattn.py prepare --source . --arch \"$arch\"" in build
+    assert build.index("flashattn.py prepare") < build.index("pip wheel")
+    assert '${fa_src:+VLLM_FLASH_ATTN_SRC_DIR="$fa_src"}' in build
+    assert "forkcheck.py wheel --wheel /wheels/vllm-*.whl --source . ${fa_src:+--fa3-skipped}" in build
+    assert build.index("pip wheel") < build.index("forkcheck.py wheel")
+    assert all("9.0" not in GPU_CH["torch_cuda_arch_list"][p] for p in GPU_CH["images"]["platforms"])
+
+
+def test_the_rust_frontend_is_built_with_its_toolchain_and_required() -> None:
+    stage = DOCKERFILE.stage("vllm-build-fork")
+    apt = next(r for r in stage.runs() if "apt-get install" in r)
+    assert " rustup " in apt and " protobuf-compiler " in apt
+    fetch = next(r for r in stage.runs() if "enginesource.py" in r)
+    assert "forkcheck.py rust-toolchain --source ." in fetch and '"$(rustup which cargo)" --version' in fetch
+    build = next(r for r in stage.runs() if "pip wheel" in r)
+    assert "VLLM_REQUIRE_RUST_FRONTEND=1" in build and 'PATH="$rust_bin:$PATH"' in build
+    docs = (ROOT / "docs" / "containers.md").read_text()
+    assert "No Rust toolchain is in the builder" not in docs and "VLLM_REQUIRE_RUST_FRONTEND=1" in docs
+
+
+def test_cutlass_dsl_libs_cu13_are_force_reinstalled_after_the_install_from_the_lock() -> None:
+    files = buildargs.lock_files(GPU_CH, ROOT / "pyproject.toml")
+    version = lockfile.pin(GPU_CH, "nvidia-cutlass-dsl")["version"]
+    assert files["reinstall.txt"].split() == [f"nvidia-cutlass-dsl-libs-cu13=={version}"]
+    (install,) = [r for r in DOCKERFILE.stage("gpu-image").runs() if "requirements.txt" in r]
+    reinstall = install.index("--no-deps --force-reinstall -r /opt/appliance/lock/reinstall.txt")
+    assert install.index("-r /opt/appliance/lock/requirements.txt") < reinstall < install.index("lock/last.txt")
+    # Every later install in the image is --no-deps, so nothing can unpack libs-cu12 over them again.
+    later = [r for r in DOCKERFILE.stage("gpu-image").runs() if "pip install" in r and r is not install]
+    assert later and all("--no-deps" in r for r in later)
+    online = " ".join(DOCKERFILE.stage("gpu-wheels-online").runs())
+    assert "-r /tmp/lock/reinstall.txt" in online  # in the wheelhouse too (air-gapped builds)
+
+
+def test_every_locked_wheel_is_fetched_alone_per_platform_and_a_skipped_optional_one_is_recorded() -> None:
+    online = DOCKERFILE.stage("gpu-wheels-online").runs()
+    (fetch,) = [r for r in online if "artifacts.py" in r]
+    assert fetch.index("artifacts.py") < fetch.index("pip download")
+    assert '--platform "${TARGETPLATFORM}" --dest /wheels --skipped-out /wheels/skipped.json' in fetch
+    assert "lock-files --pyproject /opt/appliance/pyproject.toml --dir /tmp/lock " \
+           "--skipped /wheels/skipped.json" in fetch
+    final = " ".join(DOCKERFILE.stage("gpu-image").runs())
+    assert "--skipped /wheels/skipped.json" in final and "cp /wheels/skipped.json /opt/appliance/skipped-pins.json" \
+        in final
+    jit = lockfile.pin(GPU_CH, "flashinfer-jit-cache")
+    assert set(jit["optional_on"]) == {"linux/arm64"} and "JIT" in jit["optional_on"]["linux/arm64"]
+    # Only the jit-cache may be absent, and only on arm64: everything else is required on every platform.
+    for name in lockfile.channel_names(LOCK):
+        assert [p["name"] for p in lockfile.pins(lockfile.channel(LOCK, name)) if p.get("optional_on")] in (
+            [], ["flashinfer-jit-cache"]), name
+
+
+def test_use_existing_torch_strips_only_the_torch_pins() -> None:
+    build = next(r for r in DOCKERFILE.stage("vllm-build-fork").runs() if "pip wheel" in r)
+    assert "python use_existing_torch.py --prefix" in build
+    assert set(re.findall(r"python use_existing_torch\.py(?: (--\w+))?", build)) == {"--prefix", "--help"}
+    assert "python use_existing_torch.py --help | grep -q -- --prefix" in build  # an older script stops the build
+
+
+def test_the_runtime_image_sets_the_jit_arch_of_its_platform_and_smoke_tests_it_at_build_time() -> None:
+    args = buildargs.lock_args(LOCK, GPU)
+    for platform in GPU_CH["images"]["platforms"]:
+        arch = platform.split("/")[1]
+        stage = DOCKERFILE.stage(f"gpu-runtime-{arch}")
+        assert stage.base == "${GPU_RUNTIME_IMAGE}"
+        env = _env_of(f"gpu-runtime-{arch}")
+        for name in ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "CUTE_DSL_ARCH"):
+            assert env[name] == f"${{{buildargs.arch_arg(platform, name)}}}", (arch, name)
+        torch_arch = GPU_CH["torch_cuda_arch_list"][platform]
+        assert args[buildargs.arch_arg(platform, "FLASHINFER_CUDA_ARCH_LIST")] == torch_arch.rstrip("a")
+        assert args[buildargs.arch_arg(platform, "CUTE_DSL_ARCH")] == "sm_" + torch_arch.replace(".", "")
+    assert DOCKERFILE.stage("gpu-image").base == "gpu-runtime-${TARGETARCH}"
+    runs = DOCKERFILE.stage("gpu-image").runs()
+    smoke = next(i for i, r in enumerate(runs) if "smoke.py" in r)
+    assert '/opt/venv/bin/python /opt/appliance/lock/appliance/container/smoke.py --arch "${CUTE_DSL_ARCH}"' \
+        in runs[smoke]
+    assert smoke < len(runs) - 1 and runs[-1] == "appliance versions --check"
 
 
 def test_a_pypi_channel_takes_the_releases_wheel_and_a_fork_is_built_from_its_commit() -> None:
@@ -510,6 +655,9 @@ def test_a_pypi_channel_takes_the_releases_wheel_and_a_fork_is_built_from_its_co
         if re.search(rf"^ARG {var}=\S", head, re.M):
             continue
         for name in lockfile.channel_names(LOCK):
+            if var in AUTOMATIC_ARGS and lockfile.channel(LOCK, name)["target"] == "gpu":
+                continue  # a GPU image is built by `buildx bake`, whose BuildKit sets TARGETARCH per platform
+            # A CPU image is built by scripts/build-cpu-image.sh's `docker build`, which may leave TARGETARCH blank.
             given = buildargs.all_build_args(LOCK, name, ROOT).get(var)
             assert given, f"channel {name}'s build leaves FROM ${var} blank"
     assert {lockfile.channel(LOCK, n)["engine"]["source"] for n in lockfile.channel_names(LOCK)} == {"fork", "pypi"}
@@ -536,3 +684,26 @@ def test_every_image_re_extracts_its_engine_facts_and_stops_on_a_difference(imag
                    .instructions)
     assert any(op == "COPY" and rest == "channels /opt/appliance/channels"
                for op, rest in DOCKERFILE.stage(f"{image}-image").instructions)
+
+
+def test_the_modules_a_build_runs_by_path_are_copied_with_every_module_they_import() -> None:
+    """The build runs lockcli.py (and friends) from /opt/appliance/lock before anything is installed: each
+    `appliance.*` module any of them imports, at the top or inside a function, must be copied there too (a
+    missing one is a ModuleNotFoundError mid-build, as appliance.safe_write was)."""
+    import ast
+
+    for stage in ("gpu-base", "cpu-stack"):
+        copied: set[str] = set()
+        for op, rest in DOCKERFILE.stage(stage).instructions:
+            words = rest.split()
+            if op == "COPY" and words[-1].startswith("/opt/appliance/lock/"):
+                copied |= {w.removesuffix(".py").replace("/", ".") for w in words[:-1] if w.endswith(".py")}
+        assert "appliance.container.lockcli" in copied, stage
+        for module in sorted(copied):
+            tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+            for node in ast.walk(tree):
+                names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                for name in names:
+                    if name.startswith("appliance.") and (ROOT / (name.replace(".", "/") + ".py")).is_file():
+                        assert name in copied, f"{stage}: {module} imports {name}, which the build does not copy"

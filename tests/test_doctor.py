@@ -73,6 +73,77 @@ def test_host_readers(tmp_path) -> None:
     assert [pid for pid, _ in running_engines(proc)] == [77]
 
 
+# --- K27: memlock on RDMA profiles (issue 20, item 12) ---------------------------------------------
+
+def memlock_checks(profile: str, limits: tuple[int | None, int | None], *overrides: str) -> list:
+    from appliance.doctor.report import check_memlock
+
+    p = load_profile(profile, cli_overrides=list(overrides)).profile
+    return check_memlock(p, load_catalogue().gpus[p.hardware.gpu], limits)
+
+
+def test_an_rdma_profile_refuses_a_finite_memlock_with_the_fix_and_accepts_unlimited() -> None:
+    (fail,) = memlock_checks("gb10-tp2", (8 * 1024**2, 8 * 1024**2))  # containerd's and Docker's usual 8 MiB
+    assert (fail.name, fail.status, fail.rule) == ("memlock", "fail", "K27")
+    assert "8 MiB" in fail.detail and "ibv_reg_mr" in fail.detail and "raise it too" in fail.detail
+    assert "LimitMEMLOCK=infinity" in (fail.fix or "") and "memlock: -1" in (fail.fix or "")
+    (ok,) = memlock_checks("gb10-tp2", (None, None))
+    assert ok.status == "ok"
+    (big,) = memlock_checks("gb10-tp2", (256 * 1024**3, None))  # at least the node's GPU memory
+    assert big.status == "ok"
+
+
+def test_memlock_is_not_asked_of_a_serve_without_rdma() -> None:
+    assert memlock_checks("rtx-pro-6000-tp2", (65536, 65536)) == []  # one node: NCCL over NVLink/PCIe
+    assert memlock_checks("gb10-tp2", (65536, 65536), "distributed.nccl_ib_disable=true") == []  # sockets, knowingly
+    assert memlock_checks("cpu-smoke-2node", (65536, 65536)) == []
+
+
+def _doctor_with_memlock(limit: int) -> dict:
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
+
+    out = subprocess.run([sys.executable, "-m", "appliance", "doctor", "gb10-tp2", "--json"], capture_output=True,
+                         text=True, timeout=120, check=False, preexec_fn=lower)
+    assert out.returncode == 1, out.stderr  # no GPU here: doctor fails anyway, the memlock check is read below
+    return {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+
+
+def test_doctor_reads_this_processes_real_memlock_limit() -> None:
+    """The limit set on the real process (setrlimit, as a container runtime does), read back by `appliance doctor`.
+    (Raising it to unlimited needs CAP_SYS_RESOURCE, which this sandbox lacks: the unlimited case is the pure check
+    above.)"""
+    checks = _doctor_with_memlock(64 * 1024)
+    assert checks["memlock"]["status"] == "fail" and "65,536 bytes" in checks["memlock"]["detail"]
+    assert checks["memlock"]["rule"] == "K27"
+
+
+def test_the_engines_start_refuses_an_rdma_serve_under_a_finite_memlock(tmp_path) -> None:
+    """`appliance run` (the container's entrypoint) runs the same check before anything starts: a finite memlock on
+    an RDMA profile is a failed preflight, named with its fix, and nothing is started."""
+    import resource
+    import subprocess
+    import sys
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 * 1024, 64 * 1024))
+
+    out = subprocess.run([sys.executable, "-m", "appliance", "run", "gb10-tp2", "--dry-run", "--node-rank", "1",
+                          "--master-addr", "10.0.0.1", "--run-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=120, check=False, preexec_fn=lower,
+                         env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "home")})
+    assert out.returncode == 1, out.stderr
+    assert "preflight failed" in out.stderr and "nothing started" in out.stderr
+    text = out.stdout + out.stderr
+    assert "memlock (ulimit -l) is 65,536 bytes on an RDMA profile" in text and "LimitMEMLOCK=infinity" in text
+    assert not (tmp_path / "run" / "launch.json").exists()
+
+
 def test_version_drift_lines_carry_their_rule_id() -> None:
     """This machine has the CPU stack, not the fork's: the K13/K14/K15 drifts of a GPU profile name their rule
     (doctor --json had `"rule": null` on them)."""

@@ -73,7 +73,9 @@ def test_two_ranks_with_different_nccl_fail_k15_across_ranks():
     assert (rc, out["verdict"]) == (1, "fail")
     assert [log["role"] for log in out["logs"]] == ["head", "worker"]
     cross = [f for f in out["findings"] if f["name"].startswith("same-on-every-rank:")]
-    assert {"same-on-every-rank:nccl_version", "same-on-every-rank:nccl_lib_version"} <= {f["name"] for f in cross}
+    # NCCL's own banner is compared (every rank prints it); vLLM's `nccl==` line is rank 0's alone: nothing to compare
+    assert "same-on-every-rank:nccl_lib_version" in {f["name"] for f in cross}
+    assert "same-on-every-rank:nccl_version" not in {f["name"] for f in cross}
     assert all(f["rule"] == "K15" for f in cross)
     assert any("2.27.3" in f["detail"] and "2.30.7" in f["detail"] for f in cross)
 

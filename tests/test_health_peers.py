@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from appliance.errors import ApplianceError
-from appliance.health.peers import agreement, compared_facts, parse_peer
+from appliance.health.peers import agreement, agreements, compared_facts, parse_peer
 from appliance.health.table import load_table
 from tests.conftest import free_port, wait_for
 
@@ -38,6 +38,19 @@ def test_a_fact_agrees_only_when_every_rank_reported_the_same_value() -> None:
     assert agreement("K15", "nccl_version", {"rank 0": None, "rank 1": []}).status == "unknown"
     # Two workers of one rank that loaded different NCCLs disagree too.
     assert agreement("K15", "nccl_version", {"rank 0": ["2.30.7", "2.28.9"], "rank 1": "2.30.7"}).status == "fail"
+
+
+def test_a_fact_only_one_rank_can_print_is_not_compared_and_the_rest_are() -> None:
+    """printed_by: on two GB10s only rank 0 prints `vLLM is using nccl==`; rank 1's silence is no disagreement and no
+    `unknown` forever. NCCL's own banner, which both print, carries the comparison."""
+    compared = {"nccl_version": "K15", "nccl_lib_version": "K15"}
+    per_rank = {"rank 0": {"nccl_version": ["2.30.7"], "nccl_lib_version": ["2.30.7"]},
+                "rank 1": {"nccl_lib_version": ["2.30.7"]}}
+    printed = {"rank 0": {"nccl_version", "nccl_lib_version"}, "rank 1": {"nccl_lib_version"}}
+    (only,) = agreements(compared, per_rank, printed)
+    assert (only.fact, only.status) == ("nccl_lib_version", "pass")
+    blind = {a.fact: a.status for a in agreements(compared, per_rank)}  # the mutant: every rank asked for every fact
+    assert blind["nccl_version"] == "unknown"
 
 
 @pytest.mark.parametrize("text", ["1", "0=http://10.0.0.2:9400", "x=http://h:1", "1=10.0.0.2:9400"])
@@ -75,7 +88,11 @@ def status(url: str) -> dict:
 
 
 def nccl(body: dict) -> dict:
-    return next(a for a in body["ranks"]["agreements"] if a["fact"] == "nccl_version")
+    """NCCL's own banner: every rank prints it (NCCL_DEBUG=INFO); vLLM's `nccl==` line is rank 0's alone, so it is
+    not compared on two GB10s (only one rank can say it)."""
+    facts = [a["fact"] for a in body["ranks"]["agreements"]]
+    assert "nccl_version" not in facts, facts
+    return next(a for a in body["ranks"]["agreements"] if a["fact"] == "nccl_lib_version")
 
 
 def ranks_settled(url: str, want: str) -> dict:
@@ -88,18 +105,18 @@ def test_a_pair_that_loaded_the_same_nccl_passes_and_a_vanished_worker_keeps_its
         worker = worker_stack.enter_context(exporter("gb10-tp2-dspark-worker.log", 1))
         with exporter("gb10-tp2-dspark-head.log", 0, f"1={worker}") as head:
             body = ranks_settled(head, "pass")
-            assert nccl(body)["message"] == "K15 nccl_version is 2.30.7 on every rank"
+            assert nccl(body)["message"] == "K15 nccl_lib_version is 2.30.7 on every rank"
             (peer,) = body["ranks"]["peers"]
             assert (peer["rank"], peer["url"], peer["state"]) == (1, worker, "ready")
-            assert peer["facts"]["nccl_version"] == ["2.30.7"]
+            assert peer["facts"]["nccl_lib_version"] == ["2.30.7"]
             assert httpx.get(f"{head}/ready", timeout=5).status_code == 200
             metrics = httpx.get(f"{head}/metrics").text
-            assert 'appliance_ranks_agreement{fact="nccl_version",rule="K15",status="pass"} 1.0' in metrics
+            assert 'appliance_ranks_agreement{fact="nccl_lib_version",rule="K15",status="pass"} 1.0' in metrics
 
             worker_stack.close()  # the worker's exporter goes: the head says so and keeps what it heard
             assert wait_for(lambda: status(head)["ranks"]["peers"][0]["error"], 20, 0.2)
             peer = status(head)["ranks"]["peers"][0]
-            assert peer["facts"]["nccl_version"] == ["2.30.7"] and peer["state"] is None
+            assert peer["facts"]["nccl_lib_version"] == ["2.30.7"] and peer["state"] is None
             assert nccl(status(head))["status"] == "pass"
 
 
@@ -107,13 +124,13 @@ def test_a_worker_that_loaded_another_nccl_keeps_the_head_from_ready_naming_both
     with exporter("nccl-mismatch-worker.log", 1) as worker, \
             exporter("gb10-tp2-dspark-head.log", 0, f"1={worker}") as head:
         body = ranks_settled(head, "fail")
-        assert "nccl_version differs between ranks (rank 0 2.30.7, rank 1 2.27.3)" in nccl(body)["message"]
+        assert "nccl_lib_version differs between ranks (rank 0 2.30.7, rank 1 2.27.3)" in nccl(body)["message"]
         assert body["state"] == "degraded"  # the head's own log says ready; the pair does not agree
         ready = httpx.get(f"{head}/ready", timeout=5)
         assert ready.status_code == 503
-        assert any(r.startswith("K15 nccl_version differs between ranks") for r in ready.json()["reasons"])
+        assert any(r.startswith("K15 nccl_lib_version differs between ranks") for r in ready.json()["reasons"])
         metrics = httpx.get(f"{head}/metrics").text
-        assert 'appliance_ranks_agreement{fact="nccl_version",rule="K15",status="fail"} 1.0' in metrics
+        assert 'appliance_ranks_agreement{fact="nccl_lib_version",rule="K15",status="fail"} 1.0' in metrics
 
 
 def test_a_worker_exporter_that_never_answers_is_unknown_and_does_not_block_the_head() -> None:

@@ -113,3 +113,43 @@ def test_every_shipped_data_table_refuses_a_bad_entry_by_name_not_a_traceback(tm
         load(bad)
     assert f"invalid {what}" in err.value.message and "unexpected_key" in err.value.message
     assert err.value.fix and err.value.value == str(bad)
+
+
+# --- who prints each line (printed_by) ------------------------------------------------------------
+
+def _table_without(fact_id: str, edit) -> dict:
+    data = yaml.safe_load(default_table_path().read_text())
+    entry = next(f for f in data["facts"] if f["id"] == fact_id)
+    edit(entry)
+    return data
+
+
+def test_every_fact_an_expectation_or_readiness_needs_says_which_process_and_rank_print_it():
+    needed = {n for e in TABLE.expectations for n in e.required()} | {n for r in TABLE.readiness for n in r.present}
+    by_fact = TABLE.printed_by()
+    assert needed and all(by_fact[n] and None not in by_fact[n] for n in needed)
+    nccl = next(p for p in TABLE.facts if p.id == "nccl-vllm").printed_by
+    assert nccl is not None and (nccl.process, nccl.ranks) == ("worker", "rank0")
+    assert "if self.rank == 0" in nccl.source and "pynccl.py:113" in nccl.source
+    banner = next(p for p in TABLE.facts if p.id == "nccl-library").printed_by
+    assert banner is not None and (banner.process, banner.ranks) == ("nccl", "all")
+
+
+def test_a_needed_fact_without_printed_by_is_refused_at_load():
+    data = _table_without("kv-tokens", lambda e: e.pop("printed_by"))
+    with pytest.raises(ValueError, match="fact 'kv_tokens' has a pattern without printed_by"):
+        LogTable.model_validate(data)
+
+
+def test_asking_a_worker_for_a_line_only_the_head_prints_is_refused_at_load():
+    data = yaml.safe_load(default_table_path().read_text())
+    kv = next(e for e in data["expectations"] if e["id"] == "kv-holds-max-model-len")
+    kv["roles"] = ["head", "single", "worker"]
+    with pytest.raises(ValueError, match="asks a worker for 'kv_tokens', which only the head's engine_core prints"):
+        LogTable.model_validate(data)
+
+
+def test_printed_by_takes_only_the_known_processes_and_rank_sets():
+    data = _table_without("nccl-vllm", lambda e: e["printed_by"].update(ranks="some"))
+    with pytest.raises(ValueError, match="ranks"):
+        LogTable.model_validate(data)

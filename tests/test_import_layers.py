@@ -49,6 +49,9 @@ LAYERS: list[set[str]] = [
     {"gate", "smoke_model", "container"},  # acceptance, the smoke model, the lock's command line for the image build
     {"report"},  # receipts drawn as one self-contained page (reads the gate's receipts and its noise bands)
     {"gemma_model"},  # the TP=2 test model (converted through smoke_model's GGUF path)
+    # safe upgrades between channels: plan, qualify (a serve and the gate), promote/rollback (the launch, the compose
+    # env file, the manifests); the active channel itself is read by the profile loader (profile/active.py)
+    {"upgrade"},
     {"bundle"},  # the offline bundle: checkpoint, image, wheelhouse, caches and lock, made and applied
     {"rulebook"},  # `appliance rules`: gathers every registry (rules, lock, log table, gate checks)
     {"channel_report"},  # `appliance channels [diff]`: a channel's summary, and rules/expectations per channel

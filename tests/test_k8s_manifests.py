@@ -126,7 +126,12 @@ def test_every_pod_has_shm_caches_probes_scrape_annotations_and_secret_refs_only
         spec, meta = template["spec"], template["metadata"]
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
-        assert "emptyDir" in volumes["hf-cache"] and "emptyDir" in volumes["appliance-cache"]
+        if profile.hardware.nodes > 1 and profile.hardware.gpu != "cpu":  # per-rank claims (K28)
+            claims = manifests(name)[0]["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"]
+            assert [c["metadata"]["name"] for c in claims] == ["hf-cache", "appliance-cache"]
+            assert "hf-cache" not in volumes and "appliance-cache" not in volumes
+        else:
+            assert "emptyDir" in volumes["hf-cache"] and "emptyDir" in volumes["appliance-cache"]
         container = spec["containers"][0]
         assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/dev/shm", k8s.HF_HOME, k8s.APPLIANCE_HOME}
         for kind, key in (("startup", "startupProbe"), ("ready", "readinessProbe"), ("live", "livenessProbe")):
@@ -178,6 +183,7 @@ def test_the_command_prints_yaml_documents_or_a_json_list() -> None:
     assert y.returncode == 0, y.stderr
     docs = list(yaml.safe_load_all(y.stdout))
     assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service"]
+    assert "&id0" not in y.stdout and "*id0" not in y.stdout  # each pod's env and tolerations read whole
     j = cli("cpu-smoke", "--format", "json", "--set", "limits.max_model_len=1024")
     assert j.returncode == 0, j.stderr
     listing = json.loads(j.stdout)
@@ -234,8 +240,14 @@ def test_gpu_pods_prefetch_the_weights_and_ask_for_memory_and_storage_sized_for_
         size = k8s.hf_cache_gib(profile)
         assert size is not None and size * k8s.GIB >= 1.1 * 160e9  # the ~160 GB checkpoint fits
         volumes = {v["name"]: v for v in spec["volumes"]}
-        assert volumes["hf-cache"]["emptyDir"] == {"sizeLimit": f"{size}Gi"}
-        assert requests["ephemeral-storage"] == f"{size + k8s.COMPILE_CACHE_GIB}Gi"
+        if profile.hardware.nodes > 1:  # per-rank claims of that size, nothing on the node's ephemeral storage
+            claims = {c["metadata"]["name"]: c for c in
+                      manifests(name)[0]["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"]}
+            assert claims["hf-cache"]["spec"]["resources"]["requests"]["storage"] == f"{size}Gi"
+            assert "ephemeral-storage" not in requests
+        else:
+            assert volumes["hf-cache"]["emptyDir"] == {"sizeLimit": f"{size}Gi"}
+            assert requests["ephemeral-storage"] == f"{size + k8s.COMPILE_CACHE_GIB}Gi"
         assert requests["memory"] == ("96Gi" if profile.hardware.gpu == "gb10" else "32Gi")
 
 
@@ -275,7 +287,7 @@ def test_gb10_pods_land_only_on_arm64_nodes_with_a_gb10_and_discrete_gpus_on_amd
     assert "nodeSelector" not in manifests("cpu-smoke")[0]["spec"]["template"]["spec"]
 
 
-def test_rdma_mode_gives_every_rank_the_host_network_an_rdma_device_and_ipc_lock() -> None:
+def test_rdma_mode_gives_every_rank_the_host_network_and_an_rdma_device() -> None:
     docs = manifests("gb10-tp2", K8sOptions(image="a:b", rdma_resource=k8s.DEFAULT_RDMA_RESOURCE))
     jsonschema.Draft202012Validator(SCHEMA).validate(docs[0])
     for template in pod_templates(docs[0]):
@@ -283,13 +295,15 @@ def test_rdma_mode_gives_every_rank_the_host_network_an_rdma_device_and_ipc_lock
         spec = template["spec"]
         assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
         container = spec["containers"][0]
-        assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+        # No IPC_LOCK: a capability is never effective for the non-root uid 10001, so it lifts no memlock limit;
+        # the runtime's limit is what NCCL gets, and `appliance run` refuses a finite one (doctor, K27).
+        assert "securityContext" not in container
         assert container["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
         assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_DEBUG"] == "INFO"
     plain = pod_templates(manifests("gb10-tp2")[0])[0]["spec"]
-    assert "hostNetwork" not in plain and "securityContext" not in plain["containers"][0]
+    assert "hostNetwork" not in plain
 
 
 def test_the_command_takes_rdma_mode_and_gpu_products() -> None:
@@ -304,6 +318,186 @@ def test_the_command_takes_rdma_mode_and_gpu_products() -> None:
     assert expr["values"] == ["NVIDIA-DGX-Spark"]
     custom = cli("gb10-tp2", "--rdma", "rdma/hca_shared_devices_a")
     assert "rdma/hca_shared_devices_a" in custom.stdout
+
+
+# --- storage, rendezvous and scheduling for two nodes (issue 20, items 13-14; K28) ----------------------
+
+def validate_lws(lws: dict[str, Any]) -> None:
+    jsonschema.Draft202012Validator(SCHEMA).validate(lws)
+    for template in pod_templates(lws):
+        k8s_validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template})
+    for claim in lws["spec"]["leaderWorkerTemplate"].get("volumeClaimTemplates", []):
+        k8s_validate({"apiVersion": "v1", "kind": "PersistentVolumeClaim", **claim})
+
+
+def env_of(template: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in template["spec"]["containers"][0]["env"]}
+
+
+def test_multi_node_caches_are_one_claim_per_rank_kept_across_group_restarts() -> None:
+    """One claimName in both pods cannot attach ReadWriteOnce storage on two nodes, and an emptyDir with
+    RecreateGroupOnPodRestart downloads the checkpoint again on every node: per-rank claims by default."""
+    lws = manifests("gb10-tp2", K8sOptions(image="a:b", storage_class="local-path"))[0]
+    validate_lws(lws)
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    claims = {c["metadata"]["name"]: c["spec"] for c in lwt["volumeClaimTemplates"]}
+    assert set(claims) == {"hf-cache", "appliance-cache"}
+    assert all(c["accessModes"] == ["ReadWriteOnce"] and c["storageClassName"] == "local-path"
+               for c in claims.values())
+    assert lwt["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    for template in pod_templates(lws):
+        spec = template["spec"]
+        assert {v["name"] for v in spec["volumes"]} == {"dshm"}  # the claim templates provide the caches
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        assert mounts["hf-cache"]["mountPath"] == k8s.HF_HOME and "subPathExpr" not in mounts["appliance-cache"]
+        assert "ephemeral-storage" not in spec["containers"][0]["resources"]["requests"]
+    default = manifests("gb10-tp2")[0]["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"]
+    assert all("storageClassName" not in c["spec"] for c in default)  # the cluster's default class
+
+
+def test_one_shared_claim_on_two_nodes_gives_each_rank_its_own_jit_cache_folder() -> None:
+    lws = manifests("gb10-tp2", K8sOptions(image="a:b", hf_cache_claim="hf-rwx", appliance_cache_claim="jit-rwx"))[0]
+    validate_lws(lws)
+    assert "volumeClaimTemplates" not in lws["spec"]["leaderWorkerTemplate"]
+    ranks = []
+    for template in pod_templates(lws):
+        mounts = {m["name"]: m for m in template["spec"]["containers"][0]["volumeMounts"]}
+        assert mounts["appliance-cache"]["subPathExpr"] == "rank-$(APPLIANCE_NODE_RANK)"
+        assert "subPathExpr" not in mounts["hf-cache"]  # the weights are read by both ranks
+        ranks.append(env_of(template)["APPLIANCE_NODE_RANK"])
+    assert ranks == ["0", "$(LWS_WORKER_INDEX)"]  # so the two folders differ: rank-0, rank-1
+    single = manifests("rtx-pro-6000-tp2", K8sOptions(image="a:b", appliance_cache_claim="jit"))[0]
+    assert all("subPathExpr" not in m for m in single["spec"]["template"]["spec"]["containers"][0]["volumeMounts"])
+
+
+def test_host_folders_per_node_mount_a_prestaged_checkpoint_without_a_download() -> None:
+    lws = manifests("gb10-tp2", K8sOptions(image="a:b", host_cache="/srv/appliance", prestaged=True))[0]
+    validate_lws(lws)
+    assert "volumeClaimTemplates" not in lws["spec"]["leaderWorkerTemplate"]
+    for template in pod_templates(lws):
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert volumes["hf-cache"]["hostPath"] == {"path": "/srv/appliance/hf", "type": "Directory"}
+        assert volumes["appliance-cache"]["hostPath"] == {"path": "/srv/appliance/cache", "type": "Directory"}
+        assert "initContainers" not in template["spec"]  # nothing to download
+        env = env_of(template)
+        assert env["HF_HUB_OFFLINE"] == "1" and "APPLIANCE_RENDEZVOUS_TIMEOUT_S" not in env
+    staged_by_download = manifests("gb10-tp2", K8sOptions(image="a:b", host_cache="/srv/appliance"))[0]
+    assert all(t["spec"]["initContainers"][0]["name"] == "fetch-model" for t in pod_templates(staged_by_download))
+
+
+def test_prestaged_per_rank_claims_are_mounted_by_name_and_never_downloaded_into() -> None:
+    """A sync job or bundle (issue 27) may create and fill each rank's claim by its LWS name before the group starts;
+    an emptyDir can hold nothing pre-staged."""
+    lws = manifests("gb10-tp2", K8sOptions(image="a:b", prestaged=True))[0]
+    validate_lws(lws)
+    assert [c["metadata"]["name"] for c in lws["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"]] == \
+        ["hf-cache", "appliance-cache"]
+    for template in pod_templates(lws):
+        assert "initContainers" not in template["spec"] and env_of(template)["HF_HUB_OFFLINE"] == "1"
+        assert "APPLIANCE_RENDEZVOUS_TIMEOUT_S" not in env_of(template)  # no download skew to wait for
+    single = cli("rtx-pro-6000-tp2", "--prestaged")  # one node, no claim: an emptyDir
+    assert single.returncode == 2 and "--prestaged with an emptyDir HF cache" in single.stderr
+    assert cli("rtx-pro-6000-tp2", "--prestaged", "--storage-class", "fast").returncode == 0
+
+
+def test_the_rendezvous_outlasts_the_slower_ranks_download_and_the_startup_budget_covers_it() -> None:
+    """Each rank's init container downloads ~167 GB; they can finish tens of minutes apart, and a rendezvous that
+    gives up first restarts the group (and, with emptyDir, the downloads) over and over."""
+    profile = load_profile("gb10-tp2").profile
+    size = k8s.load_catalogue().checkpoints[profile.model.checkpoint].size_bytes
+    for mbps in (50.0, 200.0):
+        lws = manifests("gb10-tp2", K8sOptions(image="a:b", download_mbps=mbps))[0]
+        want = max(900, -(-int(size / (mbps * 1e6)) // 60) * 60)
+        for template in pod_templates(lws):
+            env = env_of(template)
+            assert int(env["APPLIANCE_RENDEZVOUS_TIMEOUT_S"]) == want >= size / (mbps * 1e6)
+            probe = template["spec"]["containers"][0]["startupProbe"]
+            assert probe["periodSeconds"] * probe["failureThreshold"] >= 40 * 60 + want
+    assert "APPLIANCE_RENDEZVOUS_TIMEOUT_S" not in env_of(manifests("rtx-pro-6000-tp2")[0]["spec"]["template"])
+    from appliance.settings import ApplianceSettings
+
+    assert ApplianceSettings(rendezvous_timeout_s=int(env["APPLIANCE_RENDEZVOUS_TIMEOUT_S"])) is not None
+    too_slow = cli("gb10-tp2", "--download-mbps", "1")
+    assert too_slow.returncode == 2 and "--download-mbps" in too_slow.stderr and "--prestaged" in too_slow.stderr
+
+
+def test_emptydir_on_two_nodes_is_an_explicit_choice_and_single_node_claims_are_objects() -> None:
+    lws = manifests("gb10-tp2", K8sOptions(image="a:b", storage="ephemeral"))[0]
+    validate_lws(lws)
+    for template in pod_templates(lws):
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        assert "emptyDir" in volumes["hf-cache"] and "ephemeral-storage" in \
+            template["spec"]["containers"][0]["resources"]["requests"]
+    docs = manifests("rtx-pro-6000-tp2", K8sOptions(image="a:b", storage_class="fast"))
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "PersistentVolumeClaim", "PersistentVolumeClaim"]
+    for doc in docs:
+        k8s_validate(doc)
+    volumes = {v["name"]: v for v in docs[0]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["hf-cache"]["persistentVolumeClaim"]["claimName"] == docs[2]["metadata"]["name"]
+    assert docs[2]["spec"]["storageClassName"] == "fast"
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--storage-class", "fast", "--host-cache", "/srv/a"], "--host-cache"),
+    (["--ephemeral-cache", "--storage-class", "fast"], "--ephemeral-cache"),
+    (["--prestaged", "--ephemeral-cache"], "--prestaged"),
+    (["--host-cache", "srv/relative"], "--host-cache"),
+    (["--host-cache", "/srv/../etc"], "--host-cache"),
+    (["--toleration", "nvidia.com/gpu:Sometimes"], "--toleration"),
+    (["--runtime-class", "Not_A_Name"], "--runtime-class"),
+    (["--fabric-ifname", "0=enp1s0f1np1,0=eth1"], "--fabric-ifname"),
+    (["--rdma", "--no-rdma"], "not allowed with"),
+])
+def test_storage_scheduling_and_fabric_options_are_checked_before_any_output(argv: list[str], named: str) -> None:
+    r = cli("gb10-tp2", *argv)
+    assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_gpu_pods_tolerate_the_gpu_taint_and_take_more_tolerations_and_a_runtime_class() -> None:
+    docs = manifests("rtx-pro-6000-tp2", K8sOptions(image="a:b", tolerations=("dedicated=llm:NoExecute",
+                                                                              "nvidia.com/gpu:NoSchedule"),
+                                                    runtime_class="nvidia"))
+    k8s_validate(docs[0])
+    spec = docs[0]["spec"]["template"]["spec"]
+    assert spec["tolerations"] == [k8s.GPU_TOLERATION, {"key": "dedicated", "operator": "Equal", "value": "llm",
+                                                        "effect": "NoExecute"}]
+    assert spec["runtimeClassName"] == "nvidia"
+    for template in pod_templates(manifests("gb10-tp2")[0]):
+        assert template["spec"]["tolerations"] == [k8s.GPU_TOLERATION] and "runtimeClassName" not in template["spec"]
+    assert "tolerations" not in manifests("cpu-smoke")[0]["spec"]["template"]["spec"]
+
+
+def test_rdma_is_the_default_for_multi_node_profiles_that_use_ib_and_can_be_turned_off() -> None:
+    default = next(yaml.safe_load_all(cli("gb10-tp2").stdout))
+    for template in pod_templates(default):
+        spec = template["spec"]
+        assert spec["hostNetwork"] is True
+        assert spec["containers"][0]["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+    off = next(yaml.safe_load_all(cli("gb10-tp2", "--no-rdma").stdout))
+    assert all("hostNetwork" not in t["spec"] for t in pod_templates(off))
+    sockets = next(yaml.safe_load_all(cli("gb10-tp2", "--set", "distributed.nccl_ib_disable=true").stdout))
+    assert all("hostNetwork" not in t["spec"] for t in pod_templates(sockets))  # IB off knowingly: no RDMA
+    assert "hostNetwork" not in cli("rtx-pro-6000-tp2").stdout  # one node: no fabric
+
+
+def test_each_rank_finds_its_own_fabric_interface_by_name() -> None:
+    """GB10 pairs often name their ConnectX ports differently: `0=IF,1=IF` reaches every pod, and each rank's
+    `appliance run` takes its own (appliance/cliargs.py placement)."""
+    lws = manifests("gb10-tp2", K8sOptions(image="a:b", fabric_ifname="0=enp1s0f1np1,1=enP2p1s0f1np1"))[0]
+    validate_lws(lws)
+    assert {env_of(t)["APPLIANCE_FABRIC_IFNAME"] for t in pod_templates(lws)} == {"0=enp1s0f1np1,1=enP2p1s0f1np1"}
+    import argparse
+
+    from appliance.cliargs import placement_from_args
+    from appliance.errors import ApplianceError
+    from appliance.settings import ApplianceSettings
+
+    for rank, want in ((0, "enp1s0f1np1"), (1, "enP2p1s0f1np1")):
+        s = ApplianceSettings(fabric_ifname="0=enp1s0f1np1,1=enP2p1s0f1np1", node_rank=rank)
+        assert placement_from_args(argparse.Namespace(), s).fabric_ifname == want
+    with pytest.raises(ApplianceError, match="names no interface for rank 2"):
+        placement_from_args(argparse.Namespace(), ApplianceSettings(fabric_ifname="0=a,1=b", node_rank=2))
+    assert placement_from_args(argparse.Namespace(), ApplianceSettings(fabric_ifname="eth9")).fabric_ifname == "eth9"
 
 
 def test_yaml_output_has_no_anchors_or_aliases_and_reads_back_equal() -> None:

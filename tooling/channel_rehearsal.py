@@ -136,11 +136,13 @@ def install(lock: dict, name: str, venv_override: Path | None = None) -> tuple[P
     if _passed(folder, "install", key) and (venv / "bin" / "python").exists():
         return venv, {"venv": str(venv), "installed": False, "seconds": 0.0}
     start = time.monotonic()
-    shutil.rmtree(venv, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     if channel(lock, name)["target"] == "cpu":
+        # install-engine.sh is marker-keyed: a venv the appliance's engine store made (the same layout, when
+        # APPLIANCE_ENGINES is this cache) is kept, not installed again.
         _install_cpu(name, venv)
     else:
+        shutil.rmtree(venv, ignore_errors=True)
         _install_gpu(lock, name, venv)
     took = round(time.monotonic() - start, 1)
     size = sum(p.stat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink())

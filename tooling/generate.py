@@ -206,6 +206,10 @@ x-env: &env
   # stay equal on nodes whose exporters listen on different ports); the probe reads the same variable.
   APPLIANCE_SET: "${{APPLIANCE_SET:-}}"
   APPLIANCE_HEALTH_PORT: "${{APPLIANCE_HEALTH_PORT:-{HEALTH_PORT_DEFAULT}}}"
+  # The promoted engine channel and the overrides it carries (`appliance upgrade promote --compose-env FILE` writes
+  # them, with the channel's image, into FILE; `docker compose --env-file FILE` reads it): empty = the profile's own.
+  APPLIANCE_UPGRADE_CHANNEL: "${{APPLIANCE_UPGRADE_CHANNEL:-}}"
+  APPLIANCE_UPGRADE_SET: "${{APPLIANCE_UPGRADE_SET:-}}"
   # Passed through only when set in the caller's environment (or .env). A bare name that is unset
   # there is removed from the container's environment, image ENV included: only names the images
   # leave unset belong here.
@@ -352,6 +356,26 @@ def _channel_target(lock: dict, channel: str) -> str:
     return "\n".join([*lines, "}"]) + "\n"
 
 
+def _one_platform_targets(lock: dict, channel: str) -> str:
+    """One target per platform of a GPU channel (`gpu-arm64`, `gpu-<channel>-amd64`) that builds only that
+    platform and loads it (`type=docker`, what `--load` does): the image a node runs, built on that node's own
+    architecture. The default builder refuses to load a two-platform image, and a foreign one under QEMU takes days."""
+    ch = lockfile.channel(lock, channel)
+    if ch["target"] != "gpu":
+        return ""
+    name = bake_target(lock, channel)
+    out = []
+    for platform in ch["images"]["platforms"]:
+        arch = platform.split("/", 1)[1]
+        out.append(f"""target "{name}-{arch}" {{
+  inherits  = ["{name}"]
+  platforms = ["{platform}"]
+  output    = ["type=docker"]
+}}
+""")
+    return "\n".join(out) + "\n"
+
+
 def bake_hcl(root: Path = ROOT) -> str:
     lock = lockfile.load(root / "versions.json")
     names = lockfile.channel_names(lock)
@@ -362,9 +386,15 @@ def bake_hcl(root: Path = ROOT) -> str:
 {head}#
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \\
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \\
-#     docker buildx bake gpu --push            both platforms -> {buildargs.image_tag(lock, gpu_default)}
+#     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
+#                                              local image store -> {buildargs.image_tag(lock, gpu_default)}
+#     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
+#     docker buildx bake gpu --push            both platforms at once, to a registry only: the default builder
+#                                              cannot load a two-platform image, and an arm64 build under QEMU
+#                                              on x86 takes days
 #   docker buildx bake TARGET                  one target per channel: gpu ({gpu_default}), cpu
-#                                              ({lockfile.default_channel(lock, "cpu")}), {others}
+#                                              ({lockfile.default_channel(lock, "cpu")}), {others};
+#                                              each GPU channel also has TARGET-amd64 and TARGET-arm64
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
 #   docker buildx bake gpu-airgapped --push    the image from that wheelhouse only (no index, no git)
@@ -394,7 +424,7 @@ group "default" {{
 }}
 
 {"".join(_lock_target(lock, n, root) + chr(10) for n in names)}{
-"".join(_channel_target(lock, n) + chr(10) for n in names)}target "gpu-wheels" {{
+"".join(_channel_target(lock, n) + chr(10) + _one_platform_targets(lock, n) for n in names)}target "gpu-wheels" {{
   inherits = ["gpu"]
   target   = "gpu-wheels"
   tags     = []

@@ -50,8 +50,10 @@ INSTALL_PLATFORM = "linux/amd64"
 OLDEST_MANYLINUX = 17  # manylinux2014 = manylinux_2_17: the oldest tag a CUDA 13 wheel carries
 IMPORTS = ("torch", "flashinfer", "tilelang", "vllm")
 READ_BY_THE_DRIVER = {"CUDA_CACHE_PATH"}  # libcuda reads it, no Python package: not looked for in the wheels
-CHANGE_INPUTS = ("Dockerfile", "pyproject.toml", "tooling/rehearsal.py")
+CHANGE_INPUTS = ("Dockerfile", "pyproject.toml", "tooling/rehearsal.py", "appliance/container/smoke.py")
 """With the default channel's lock digest (not all of versions.json: another channel's edit needs no reinstall)."""
+NO_ENGINE_RECORD = "engine-source"
+"""The stand-in engine (upstream vLLM from PyPI) has no engine-source.json: its absence is expected here."""
 
 
 class RehearsalError(Exception):
@@ -274,6 +276,7 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
     (lockdir / "requirements.txt").write_text("".join(f"{r}\n" for r in inputs.requirements))
     (lockdir / "constraints.txt").write_text("".join(f"{c}\n" for c in inputs.constraints))
     (lockdir / "last.txt").write_text("".join(f"{r}\n" for r in inputs.last))
+    (lockdir / "reinstall.txt").write_text(buildargs.lock_files(ch, ROOT / "pyproject.toml")["reinstall.txt"])
     times: dict[str, float] = {}
 
     def timed(step: str, cmd: list[str], env: dict[str, str] | None = None) -> str:
@@ -291,9 +294,12 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
                        "-r", str(lockdir / "requirements.txt"), "setuptools>=70.1"])
     timed("download-last", [*pip, "download", "--only-binary=:all:", "--no-deps", "--dest", str(wheels),
                             "--cache-dir", str(root / "pip"), "-r", str(lockdir / "last.txt")])
-    # As the Dockerfile's gpu stage: everything with constraints, then NCCL last with --no-deps (K15).
+    # As the Dockerfile's gpu stage: everything with constraints, cutlass-dsl's libs-cu13 force-reinstalled over
+    # the -libs-cu12 files that share its paths, then NCCL last with --no-deps (K15).
     timed("install", [*pip, "install", "--no-index", "--find-links", str(wheels), "-c",
                       str(lockdir / "constraints.txt"), "-r", str(lockdir / "requirements.txt")])
+    timed("install-reinstall", [*pip, "install", "--no-index", "--find-links", str(wheels), "--no-deps",
+                                "--force-reinstall", "-r", str(lockdir / "reinstall.txt")])
     timed("install-last", [*pip, "install", "--no-index", "--find-links", str(wheels), "--no-deps",
                            "-r", str(lockdir / "last.txt")])
     timed("install-appliance", [*pip, "install", "--no-index", "--no-deps", "--no-build-isolation", str(ROOT)])
@@ -303,7 +309,8 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
                         "VLLM_NCCL_SO_PATH": f"{site}/nvidia/nccl/lib/libnccl.so.2"}
     check = json.loads(_run_allow_drift([str(venv / "bin" / "appliance"), "versions", "--check", "--target", "gpu",
                                          "--json"], env, times))
-    unexpected = [d for d in check["drift"] if d["package"] not in {r.split("==")[0] for r in inputs.unchecked}]
+    expected = {r.split("==")[0] for r in inputs.unchecked} | {NO_ENGINE_RECORD}
+    unexpected = [d for d in check["drift"] if d["package"] not in expected]
     if unexpected:
         raise RehearsalError("appliance versions --check in the rehearsal venv:\n  "
                              + "\n  ".join(d["message"] for d in unexpected))
@@ -329,6 +336,15 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
              "print(json.dumps(out))\n")
     imported = json.loads(_run([vpy, "-c", probe], "import " + ", ".join(IMPORTS), env).strip().splitlines()[-1])
     times["imports"] = round(time.monotonic() - start, 1)
+    # The image's build-time smoke step, its import half (the nvcc half needs the CUDA image's toolchain):
+    # flashinfer, tilelang, tvm_ffi and cutlass in one process, where the K14 double registration would abort.
+    from appliance.container.smoke import MODULES, import_problem
+
+    start = time.monotonic()
+    problem = import_problem(vpy, MODULES)
+    if problem:
+        raise RehearsalError(f"the image's smoke step: {problem}")
+    times["smoke-imports"] = round(time.monotonic() - start, 1)
     start = time.monotonic()
     parsed = parse_in_venv(venv)
     times["parse"] = round(time.monotonic() - start, 1)

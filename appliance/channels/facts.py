@@ -227,10 +227,14 @@ def diff_entries(a: dict[str, Any], b: dict[str, Any], *, committed_name: str = 
     return out
 
 
-def node_ranks(ranks: str) -> str:
-    """The extractor's ranks as the log table says them (`printed_by.ranks`: all | rank0): a `*_once` line of the
-    node's first local rank is printed once on every node, which is what a per-node log reader sees as `all`."""
-    return "rank0" if ranks == "rank0" else "all"
+def node_ranks(process: str, ranks: str) -> str:
+    """The extractor's ranks as the log table says them (`printed_by.ranks`: all | local_rank0 | rank0). A worker's
+    `*_once` line is printed by the first local rank of every node (local_rank0), not by every rank: a per-rank
+    expectation must know the difference. The API server and the engine core are one process of the head, so
+    there a `*_once` line is simply printed (all)."""
+    if process in ("api_server", "engine_core") and ranks == "local_rank0":
+        return "all"
+    return ranks if ranks in ("all", "local_rank0", "rank0") else "all"
 
 
 def printed_by_disagreements(declared: dict[str, dict[str, str]], facts: EngineFacts) -> list[str]:
@@ -242,7 +246,7 @@ def printed_by_disagreements(declared: dict[str, dict[str, str]], facts: EngineF
         entry = facts.line(pattern) or {}
         if not entry.get("found") or want.get("process") == "nccl":
             continue
-        got = {(s["process"], node_ranks(s["ranks"])) for s in entry.get("sources", []) if
+        got = {(s["process"], node_ranks(s["process"], s["ranks"])) for s in entry.get("sources", []) if
                str(s.get("call", "")).startswith("logger.")}
         if got and (want.get("process"), want.get("ranks")) not in got:
             out.append(f"{pattern}: the log table says printed by {want.get('process')} on {want.get('ranks')} ranks, "

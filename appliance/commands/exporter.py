@@ -122,7 +122,8 @@ def _by_hand(args: argparse.Namespace, settings: ApplianceSettings) -> tuple[Exp
         raise ApplianceError(f"--peer is for the head's exporter; this one speaks for a {place.role}", field="--peer",
                              value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
     fabric = read_fabric_report(args.fabric_report) if args.fabric_report else None
-    config = ExporterConfig(loaded=loaded, log=log, role=place.role, peers=peer_urls, host=args.host or EXPORTER_BIND,
+    config = ExporterConfig(loaded=loaded, log=log, role=place.role, node_rank=place.node_rank, peers=peer_urls,
+                            host=args.host or EXPORTER_BIND,
                             engine_url=None if args.no_engine else place.engine_url, port=place.health_port,
                             table=args.table, canary_state=args.canary_state)
     return _polling(config, args), host_side_for(loaded.profile, settings, args.engine_program, fabric)
@@ -151,7 +152,7 @@ def _from_launch(args: argparse.Namespace, settings: ApplianceSettings) -> tuple
                              fix="pass the launch.json `appliance run` wrote into its run folder") from None
     loaded = loaded_from_launch(launch, args.launch)
     section = launch.exporter
-    config = ExporterConfig(loaded=loaded, log=section.log, role=section.role,
+    config = ExporterConfig(loaded=loaded, log=section.log, role=section.role, node_rank=launch.node_rank,
                             engine_url=None if args.no_engine else section.engine_url, peers=dict(section.peers),
                             host=section.host, port=section.port, canary_state=section.canary_state,
                             follow=LaunchFollower(args.launch, loaded))

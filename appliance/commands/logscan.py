@@ -12,7 +12,7 @@ from appliance.cliargs import add_profile_args, load_from_args, placement_from_a
 from appliance.health.context import HealthContext
 from appliance.health.expect import show_value
 from appliance.health.facts import Facts
-from appliance.health.peers import agreements, compared_facts
+from appliance.health.peers import agreements, compared_facts, ranks_printing
 from appliance.health.report import ALL_LOGS, LogFinding, LogReport, cross_rank_report, log_report
 from appliance.health.scan import scan_file
 from appliance.redact import clip, redact_tree
@@ -40,14 +40,16 @@ def run(args: argparse.Namespace) -> int:
     report = LogReport([], log_ready=True)
     for offset, log in enumerate(args.logs):
         role = ctx.role(first + offset)
-        judge = ctx.judge(role)
+        judge = ctx.judge(role, first + offset)
         facts = scan_file(log, ctx.table)
         one = log_report(str(log), judge.evaluate(facts), facts, judge.readiness_evidence(), finished=True)
         report += one
         logs.append((log, role, facts, one))
     if len(args.logs) > 1:
         per_rank = {str(log): facts.values for log, _, facts, _ in logs}
-        report += cross_rank_report(agreements(compared_facts(ctx.table), per_rank))
+        printing = ranks_printing(ctx.table, loaded.profile, [first + i for i in range(len(args.logs))])
+        printed = {str(log): printing[first + i] for i, (log, *_rest) in enumerate(logs)}
+        report += cross_rank_report(agreements(compared_facts(ctx.table), per_rank, printed))
     verdict = report.verdict
     if args.json:  # the log's free text (versions, reasons, fatal lines) passes the one redaction
         print(json.dumps(redact_tree({

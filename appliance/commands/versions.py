@@ -16,7 +16,20 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.lock import check, detect_channel, installed_version, load_lock, nccl_library_drift
+    from appliance.lock import (
+        ENGINE_RECORD,
+        SKIPPED_RECORD,
+        check,
+        detect_channel,
+        engine_source_drift,
+        host_platform,
+        image_record,
+        installed_version,
+        load_lock,
+        nccl_library_drift,
+        overwritten_files,
+        read_skipped,
+    )
 
     lock = load_lock()
     if args.channel or args.target:
@@ -33,17 +46,27 @@ def run(args: argparse.Namespace) -> int:
         for p in ch.pins():
             print(f"{p.requirement():<36} {p.rule or '':<4} {p.reason}")
         return 0
-    drifts = check(ch)
-    if ch.target == "gpu" and (nccl := nccl_library_drift(ch)) is not None:
-        drifts.append(nccl)  # K15 read back: the library vLLM will load, not only the wheel installed
+    platform = host_platform()
+    skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if ch.target == "gpu" else {}
+    drifts = check(ch, skipped=skipped, platform=platform)
+    if ch.target == "gpu":
+        if (nccl := nccl_library_drift(ch)) is not None:
+            drifts.append(nccl)  # K15 read back: the library vLLM will load, not only the wheel installed
+        if ch.engine.source == "fork" and (engine := engine_source_drift(ch, image_record(ENGINE_RECORD))):
+            drifts.append(engine)  # the commit the image's vLLM was built from, read back
+        drifts += overwritten_files(ch)  # cutlass-dsl's libs-cu13 not overwritten by another libs wheel
     if args.json:
         print(json.dumps({"channel": ch.name, "target": ch.target, "digest": ch.digest, "ok": not drifts,
-                          "drift": [d.__dict__ for d in drifts]}, indent=2))
+                          "platform": platform, "skipped": skipped, "drift": [d.__dict__ for d in drifts]}, indent=2))
     else:
         for pin in ch.pins():
             got = installed_version(pin.name)
             mark = "drift" if any(d.package == pin.name for d in drifts) else "ok"
+            if got is None and pin.name in skipped and platform in pin.optional_on:
+                mark = "skip"
             print(f"{mark:<6} {pin.name:<22} locked {pin.version:<14} installed {got or '-'}")
+        for name, why in skipped.items():
+            print(f"skipped {name} on {platform}: {why}")
         for d in drifts:
             print(d.message, file=sys.stderr)
         print(f"channel {ch.name} ({how}): {'no drift' if not drifts else f'{len(drifts)} drift(s)'}")

@@ -4,6 +4,7 @@ and the in-build check that the args a build was given match the lock. Standard 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -24,9 +25,26 @@ def image_tag(lock: dict, channel_name: str) -> str:
     return f"{IMAGE_REPO}:{channel_name}-{channel_digest(lock, channel_name)[:12]}"
 
 
-def arch_arg(platform: str) -> str:
-    """linux/arm64 -> TORCH_CUDA_ARCH_LIST_ARM64."""
-    return "TORCH_CUDA_ARCH_LIST_" + platform.split("/", 1)[1].upper().replace("/", "_")
+def arch_arg(platform: str, name: str = "TORCH_CUDA_ARCH_LIST") -> str:
+    """linux/arm64 -> TORCH_CUDA_ARCH_LIST_ARM64 (or NAME_ARM64)."""
+    return f"{name}_" + platform.split("/", 1)[1].upper().replace("/", "_")
+
+
+def flashinfer_arch(torch_arch: str) -> str:
+    """12.1a -> 12.1: FlashInfer then picks the suffix itself exactly as it would on the device (12.0 -> 12.0f,
+    12.1 -> 12.1a; flashinfer/compilation_context.py), so its JIT target and jit-cache key do not depend on
+    which GPUs happen to be visible where it runs (an init container, a build, a second process)."""
+    return re.sub(r"[a-z]+$", "", torch_arch)
+
+
+def cute_dsl_arch(torch_arch: str) -> str:
+    """12.1a -> sm_121a: the CuTe DSL's arch name (CUTE_DSL_ARCH) for the same target."""
+    return "sm_" + torch_arch.replace(".", "")
+
+
+# The runtime image's per-platform arch variables (item 9 of issue 20): derived from torch_cuda_arch_list, never
+# typed, so the JIT of FlashInfer, the CuTe DSL and torch extensions all target the image's own SM.
+RUNTIME_ARCH_ARGS = {"FLASHINFER_CUDA_ARCH_LIST": flashinfer_arch, "CUTE_DSL_ARCH": cute_dsl_arch}
 
 
 def engine_label(ch: dict) -> str:
@@ -50,6 +68,7 @@ def lock_args(lock: dict, channel_name: str) -> dict[str, str]:
         # A fork is cloned at a commit; a PyPI engine is a wheel of a release. The other pair stays empty.
         "ENGINE_REPO": src["repo"] if fork else "",
         "ENGINE_REF": src["ref"] if fork else "",
+        "ENGINE_BRANCH": src.get("branch", "") if fork else "",
         "ENGINE_COMMIT": src["commit"] if fork else "",
         "ENGINE_DIST": "" if fork else src["name"],
         "ENGINE_VERSION": "" if fork else src["version"],
@@ -63,7 +82,9 @@ def lock_args(lock: dict, channel_name: str) -> dict[str, str]:
             "GPU_ENGINE": engine_label(ch),
         }
         for platform in images["platforms"]:
-            args[arch_arg(platform)] = ch["torch_cuda_arch_list"][platform]
+            torch_arch = ch["torch_cuda_arch_list"][platform]
+            args[arch_arg(platform)] = torch_arch
+            args |= {arch_arg(platform, name): derive(torch_arch) for name, derive in RUNTIME_ARCH_ARGS.items()}
     else:
         args |= {
             "CPU_BASE_IMAGE": ch["images"]["base"],
@@ -110,7 +131,18 @@ def from_only_args(lock: dict, channel_name: str) -> dict[str, str]:
     if channel(lock, channel_name)["target"] == "gpu":
         return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"]}
     images = channel(lock, default_channel(lock, "gpu"))["images"]
-    return {"GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"]}
+    # `FROM gpu-runtime-${TARGETARCH}` too: that BuildKit leaves the automatic platform args blank in the global
+    # scope of a plain `docker build` (`failed to parse stage name "gpu-runtime-"`). A CPU build is native, so
+    # the host's architecture is what a newer BuildKit would set.
+    return {"GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"], "TARGETARCH": host_arch()}
+
+
+def host_arch() -> str:
+    """This machine's architecture in Docker's words (amd64, arm64)."""
+    import platform
+
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
 def all_build_args(lock: dict, channel_name: str, root: Path) -> dict[str, str]:
@@ -128,20 +160,22 @@ def verify(lock: dict, channel_name: str, env: dict[str, str]) -> list[str]:
     return problems
 
 
-def lock_files(ch: dict, pyproject: Path) -> dict[str, str]:
-    """The pip input files a build of one channel installs from (name -> text), all from its lock.
+def lock_files(ch: dict, pyproject: Path, skipped: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The pip input files a build of one channel installs from (name -> text), all from its lock. `skipped`: pins
+    optional on this platform that its index has no wheel for (artifacts.py found them missing): left out.
 
     constraints.txt  every pin except install_last (K14: later resolves cannot move apache-tvm-ffi)
     requirements.txt the pins installed with dependencies
     appliance.txt    the appliance's own dependencies (pyproject.toml)
     no-deps.txt      pins installed with --no-deps
     last.txt         pins installed after everything else, --no-deps (K15: NCCL)
+    reinstall.txt    distributions force-reinstalled --no-deps after the install (cutlass-dsl's libs-cu13)
     torch.txt        torch (and triton on gpu): fetched first, possibly from a torch index
     build-only.txt   build-time tools that never reach a final image
     """
     target = ch["target"]
     nodeps = NO_DEPS[target]
-    mine = pins(ch)
+    mine = [p for p in pins(ch) if p["name"] not in skipped]
 
     def text(lines: list[str]) -> str:
         return "".join(f"{line}\n" for line in lines)
@@ -153,6 +187,7 @@ def lock_files(ch: dict, pyproject: Path) -> dict[str, str]:
         "appliance.txt": text(appliance_dependencies(pyproject)),
         "no-deps.txt": text([requirement(p) for p in mine if p["name"] in nodeps]),
         "last.txt": text([requirement(p) for p in mine if p.get("install_last")]),
+        "reinstall.txt": text([f"{name}=={p['version']}" for p in mine for name in p.get("reinstall_after", [])]),
         "torch.txt": text([requirement(p) for p in mine if p["name"] in ("torch", "triton")]),
         "build-only.txt": text(BUILD_ONLY[target]),
     }

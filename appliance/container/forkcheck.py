@@ -15,9 +15,18 @@ Standard library only: the Docker build runs this file by path, like lockcli.py.
         in seconds, naming the file, the line and both values. Says which build requirements layout the
         commit has (requirements/build/cuda.txt, upstream's newer layout, or requirements/build.txt) and
         writes a pip requirements FILE that includes them (`-r PATH`).
-    forkcheck.py max-jobs [--gb-per-job 7] [--meminfo /proc/meminfo]
+    forkcheck.py max-jobs [--gb-per-job 7] [--meminfo /proc/meminfo] [--cgroup /sys/fs/cgroup] [--platform P]
         MAX_JOBS for the CUDA build sized by memory: one nvcc job takes ≈ 6–8 GB, so a many-core
-        builder with little memory runs fewer jobs than it has cores.
+        builder with little memory runs fewer jobs than it has cores. The memory is the smaller of
+        MemAvailable and what the build's cgroup may still take (memory.max - memory.current, v2; v1's
+        limit_in_bytes - usage_in_bytes): a container sees the host's /proc/meminfo, not its own limit.
+        linux/arm64 (GB10) builds are capped at UNIFIED_MEMORY_JOBS.
+    forkcheck.py rust-toolchain --source DIR
+        The Rust toolchain channel the commit asks for (rust-toolchain.toml / rust-toolchain), else stable.
+    forkcheck.py wheel --wheel WHL --source DIR [--fa3-skipped]
+        After the build: every Rust artifact the commit's tools/build_rust.py declares is in the wheel
+        (VLLM_REQUIRE_RUST_FRONTEND=1 already refuses to drop them; this proves it), FA2 is there, and
+        FA3 (_vllm_fa3_C) is absent when the build skipped it (no SM90 target: flashattn.py).
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import json
 import os
 import re
 import sys
+import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,13 +285,92 @@ def compare(ch: dict, source: Path) -> tuple[list[str], list[str], list[str]]:
     return problems, notes, build
 
 
-def max_jobs(meminfo: str, cpus: int, gb_per_job: float) -> int:
-    """min(cpus, MemAvailable / gb_per_job), at least 1."""
+UNIFIED_MEMORY_JOBS = 8
+"""MAX_JOBS cap of a linux/arm64 build. GB10 (DGX Spark) has 128 GB of unified memory shared by the CPU, the GPU
+and the OS; nvcc jobs at the memory-sized count (≈ 17 there) plus the rest of the build run the box into the OOM
+killer or a hard freeze. The community GB10 builds cap parallelism for this reason (eugr/spark-vllm-docker's
+Dockerfile: BUILD_JOBS "to reduce OOM situations"); issue 20 puts the safe range at about 8–10. An explicit
+MAX_JOBS build arg overrides it."""
+CGROUP_UNLIMITED = 1 << 60
+"""cgroup v1 reports 'no limit' as a page-rounded 2^63: anything above this is no limit."""
+
+
+def cgroup_headroom(root: Path) -> int | None:
+    """Bytes the current cgroup may still allocate (v2 memory.max - memory.current, else v1), None when unlimited
+    or unreadable."""
+    for limit_name, usage_name in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            limit = (root / limit_name).read_text().strip()
+            usage = (root / usage_name).read_text().strip()
+        except OSError:
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= CGROUP_UNLIMITED:
+            return None
+        return max(0, int(limit) - (int(usage) if usage.isdigit() else 0))
+    return None
+
+
+def max_jobs(meminfo: str, cpus: int, gb_per_job: float, *, cgroup_bytes: int | None = None,
+             cap: int | None = None) -> int:
+    """min(cpus, memory / gb_per_job, cap), at least 1; memory = min(MemAvailable, the cgroup's headroom)."""
     m = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.M) or re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)
-    if not m:
-        return max(1, cpus)
-    by_memory = int(int(m.group(1)) / 1024 / 1024 // gb_per_job)
-    return max(1, min(cpus, by_memory))
+    jobs = cpus
+    memory = [int(m.group(1)) * 1024] if m else []
+    memory += [cgroup_bytes] if cgroup_bytes is not None else []
+    if memory:
+        jobs = min(jobs, int(min(memory) / (1 << 30) // gb_per_job))
+    if cap is not None:
+        jobs = min(jobs, cap)
+    return max(1, jobs)
+
+
+def rust_toolchain(source: Path) -> str:
+    """The channel a rust-toolchain.toml (or the older plain rust-toolchain file) of the commit pins, else stable."""
+    for base in (source, source / "rust"):
+        toml_file, plain = base / "rust-toolchain.toml", base / "rust-toolchain"
+        if toml_file.is_file():
+            channel = tomllib.loads(toml_file.read_text()).get("toolchain", {}).get("channel")
+            if isinstance(channel, str) and re.fullmatch(r"[A-Za-z0-9._-]+", channel):
+                return channel
+        if plain.is_file() and re.fullmatch(r"[A-Za-z0-9._-]+", plain.read_text().strip()):
+            return plain.read_text().strip()
+    return "stable"
+
+
+RUST_BUILD_SCRIPT = "tools/build_rust.py"
+
+
+def rust_artifacts(source: Path) -> list[str]:
+    """Wheel paths of the Rust parts the commit declares (setuptools-rust targets of tools/build_rust.py): an
+    extension `vllm._rust_x` is `vllm/_rust_x.*.so`, a binary `vllm-rs` is `vllm/vllm-rs` (installed into vllm/).
+    [] when the commit has no Rust frontend."""
+    script = source / RUST_BUILD_SCRIPT
+    if not script.is_file():
+        return []
+    out = []
+    for target in re.findall(r"\btarget\s*=\s*[\"']([A-Za-z0-9_.-]+)[\"']", script.read_text()):
+        out.append(target.replace(".", "/") + ".*.so" if "." in target else f"vllm/{target}")
+    return out
+
+
+def wheel_problems(wheel: Path, source: Path, *, fa3_skipped: bool) -> list[str]:
+    """What the built wheel lacks (or carries against the plan); [] when it is what the build promised."""
+    import fnmatch
+
+    names = zipfile.ZipFile(wheel).namelist()
+    problems = []
+    for pattern in rust_artifacts(source):
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            problems.append(f"{wheel.name} has no {pattern}: the Rust frontend {RUST_BUILD_SCRIPT} declares was "
+                            f"dropped (install cargo and protoc in the builder; VLLM_REQUIRE_RUST_FRONTEND=1)")
+    if not any(fnmatch.fnmatchcase(n, "vllm/vllm_flash_attn/_vllm_fa2_C*.so") for n in names):
+        problems.append(f"{wheel.name} has no vllm/vllm_flash_attn/_vllm_fa2_C*.so (FlashAttention-2)")
+    fa3 = [n for n in names if fnmatch.fnmatchcase(n, "vllm/vllm_flash_attn/_vllm_fa3_C*.so")]
+    if fa3_skipped and fa3:
+        problems.append(f"{wheel.name} carries {fa3[0]} although FA3 was to be skipped (no SM90 target): the "
+                        f"vllm-flash-attn edit did not take (flashattn.py)")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,10 +386,33 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("max-jobs", help="MAX_JOBS sized by memory")
     p.add_argument("--gb-per-job", type=float, default=7.0)
     p.add_argument("--meminfo", type=Path, default=Path("/proc/meminfo"))
+    p.add_argument("--cgroup", type=Path, default=Path("/sys/fs/cgroup"), help="the build's cgroup (v2 or v1) root")
+    p.add_argument("--platform", default="", help="the target platform: linux/arm64 is capped (GB10)")
+    p = sub.add_parser("rust-toolchain", help="the Rust toolchain channel the commit asks for")
+    p.add_argument("--source", type=Path, required=True)
+    p = sub.add_parser("wheel", help="the built wheel carries the Rust frontend, FA2, and FA3 only when built")
+    p.add_argument("--wheel", type=Path, required=True)
+    p.add_argument("--source", type=Path, required=True)
+    p.add_argument("--fa3-skipped", action="store_true")
     args = parser.parse_args(argv)
 
     if args.cmd == "max-jobs":
-        print(max_jobs(args.meminfo.read_text(), os.cpu_count() or 1, args.gb_per_job))
+        cap = UNIFIED_MEMORY_JOBS if args.platform == "linux/arm64" else None
+        print(max_jobs(args.meminfo.read_text(), os.cpu_count() or 1, args.gb_per_job,
+                       cgroup_bytes=cgroup_headroom(args.cgroup), cap=cap))
+        return 0
+    if args.cmd == "rust-toolchain":
+        print(rust_toolchain(args.source))
+        return 0
+    if args.cmd == "wheel":
+        problems = wheel_problems(args.wheel, args.source, fa3_skipped=args.fa3_skipped)
+        for line in problems:
+            print(f"forkcheck: {line}", file=sys.stderr)
+        if problems:
+            return 1
+        rust = ", ".join(rust_artifacts(args.source)) or "none declared at this commit"
+        print(f"forkcheck: {args.wheel.name}: Rust frontend ({rust}) and FA2 present; FA3 "
+              f"{'skipped (no SM90 target)' if args.fa3_skipped else 'built'}")
         return 0
     from appliance.lockfile import load
 

@@ -8,7 +8,7 @@ Every subcommand works on one channel of versions.json: `--channel NAME` (defaul
 lock's default channel of `--target gpu|cpu` (default gpu).
 
     lockcli.py [--channel C | --target T] build-args [--format flags|env|json]
-    lockcli.py [--channel C | --target T] lock-files --pyproject PATH --dir DIR
+    lockcli.py [--channel C | --target T] lock-files --pyproject PATH --dir DIR [--skipped skipped.json]
     lockcli.py [--channel C | --target T] version NAME      (a pin of the channel, else of `tools`)
     lockcli.py [--channel C | --target T] image-tag
     lockcli.py [--channel C | --target T] verify            (reads the build args from the environment)
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("lock-files", help="write the pip input files of the channel into a folder")
     p.add_argument("--pyproject", type=Path, required=True)
     p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--skipped", type=Path, help="artifacts.py's skipped.json: optional pins this platform leaves out")
     p = sub.add_parser("version", help="the locked version of one package")
     p.add_argument("name")
     sub.add_parser("image-tag", help="appliance:<channel>-<channel lock digest 12>")
@@ -104,7 +105,8 @@ def _run(args: argparse.Namespace) -> int:
         from appliance.safe_write import write_files
 
         args.dir.mkdir(parents=True, exist_ok=True)
-        files = {args.dir / file: content for file, content in lock_files(ch, args.pyproject).items()}
+        skipped = frozenset(json.loads(args.skipped.read_text())["skipped"]) if args.skipped else frozenset()
+        files = {args.dir / file: content for file, content in lock_files(ch, args.pyproject, skipped).items()}
         try:
             write_files(files, field="--dir")
         except ApplianceError as exc:

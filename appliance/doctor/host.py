@@ -44,3 +44,11 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def memlock_limit() -> tuple[int | None, int | None]:
+    """(soft, hard) RLIMIT_MEMLOCK of this process in bytes; None = unlimited (RLIM_INFINITY)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return (None if soft == resource.RLIM_INFINITY else soft, None if hard == resource.RLIM_INFINITY else hard)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.doctor.gpu import GpuProbe, probe_gpus
-from appliance.doctor.host import port_in_use, running_engines
+from appliance.doctor.host import memlock_limit, port_in_use, running_engines
 from appliance.hostmem.admission import admit, nvml_free_gib
 from appliance.hostmem.sources import kernel_hits, kernel_log_this_boot, load_kernel_checks, mem_available_gib
 from appliance.profile.model import Profile
@@ -125,12 +125,43 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
     return out or [Check("engine", "ok", "no vLLM engine running")]
 
 
+def uses_rdma(profile: Profile) -> bool:
+    """NCCL's IB/RoCE transport is in play: a multi-node GPU serve that does not disable IB (K10, K27, K35)."""
+    return profile.hardware.gpu != "cpu" and profile.hardware.nodes > 1 and not profile.distributed.nccl_ib_disable
+
+
+MEMLOCK_FIX = ("run the engine with an unlimited memlock: compose sets `ulimits: memlock: -1` (compose.yaml does); "
+               "`docker run --ulimit memlock=-1`; on Kubernetes the container runtime's own limit applies to every "
+               "container, so raise it there (containerd: LimitMEMLOCK=infinity in its systemd unit, then restart "
+               "containerd; docs/kubernetes.md); on a bare host `ulimit -l unlimited` or memlock in "
+               "/etc/security/limits.conf")
+
+
+def check_memlock(profile: Profile, target: GpuFacts, limits: tuple[int | None, int | None]) -> list[Check]:
+    """K27: RDMA registers (pins) NCCL's buffers with ibv_reg_mr, bounded by RLIMIT_MEMLOCK. IPC_LOCK does not lift
+    it for the image's non-root user (a non-root process has no effective capabilities), so the limit the
+    runtime hands the container is what NCCL gets. `limits`: (soft, hard) in bytes, None = unlimited."""
+    if not uses_rdma(profile):
+        return []
+    soft, hard = limits
+    if soft is None:
+        return [Check("memlock", "ok", "memlock unlimited: NCCL can register its RDMA buffers", rule="K27")]
+    need = int((target.memory_gib or 0) * profile.hardware.gpus_per_node * 1024**3)
+    shown = f"{soft / 1024**2:,.0f} MiB" if soft >= 1024**2 else f"{soft:,} bytes"
+    if need and soft >= need:
+        return [Check("memlock", "ok", f"memlock {shown}: at least the node's GPU memory ({need / 1024**3:,.0f} GiB)",
+                      rule="K27")]
+    raise_to = "unlimited" if hard is None else f"unlimited (the hard limit is {hard:,} bytes: raise it too)"
+    return [Check("memlock", "fail", f"memlock (ulimit -l) is {shown} on an RDMA profile: NCCL's ibv_reg_mr fails "
+                  f"or hangs the IB handshake once pinned memory passes it; it must be {raise_to} or at least the "
+                  f"node's GPU memory", rule="K27", fix=MEMLOCK_FIX)]
+
+
 def check_kernel(profile: Profile, target: GpuFacts, release: str | None, cmdline: str | None) -> list[Check]:
     """K35: a multi-node serve over RoCE on a kernel release NCCL is reported to fail on, unless `kho=off`."""
     from fnmatch import fnmatchcase
 
-    over_roce = profile.hardware.nodes > 1 and not profile.distributed.nccl_ib_disable
-    if not over_roce or not target.nccl_roce_bad_kernels:
+    if not uses_rdma(profile) or not target.nccl_roce_bad_kernels:
         return []
     if not release:
         return [Check("kernel", "unknown", "the kernel release could not be read (sys/kernel/osrelease)", "K35")]
@@ -162,7 +193,17 @@ def kernel_release(procfs: Path) -> tuple[str | None, str | None]:
 def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> list[Check]:
     """The installed stack against the profile's channel; in an image (APPLIANCE_CHANNEL set) that image's channel
     must be the profile's: another channel's engine would serve a profile its rules were not judged for."""
-    from appliance.lock import CHANNEL_ENV, channel_lock, check
+    from appliance.lock import (
+        CHANNEL_ENV,
+        ENGINE_RECORD,
+        SKIPPED_RECORD,
+        channel_lock,
+        check,
+        engine_source_drift,
+        host_platform,
+        image_record,
+        read_skipped,
+    )
 
     env = os.environ if env is None else env
     ch = channel_lock(profile.engine.channel, profile.hardware.target)
@@ -171,10 +212,22 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
         return [Check("versions", "fail", f"this image is channel {image} but profile {profile.name} runs channel "
                                           f"{ch.name}: run the image of {ch.name} (appliance channels), or set "
                                           f"engine.channel: {image}")]
-    drifts = check(ch)
+    from appliance.channels.engines import engine_versions, find_engine, missing_engine
+
+    engine = find_engine(ch, env)
+    if engine is None:  # not on this host: said first, then this environment's drift from the channel with rules
+        return [Check("versions", "fail", missing_engine(ch).message),
+                *(Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in check(ch))]
+    platform = host_platform()
+    skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if ch.target == "gpu" else {}
+    drifts = check(ch, engine_versions(engine, [p.name for p in ch.pins()]), skipped=skipped, platform=platform)
+    if ch.target == "gpu" and ch.engine.source == "fork" and (
+            record := engine_source_drift(ch, image_record(ENGINE_RECORD))) is not None:
+        drifts.append(record)
+    where = "" if engine.venv is None else f" (engine venv {engine.venv})"
     if not drifts:
-        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json")]
-    return [Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in drifts]
+        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json{where}")]
+    return [Check("versions", "fail", f"channel {ch.name}{where}: {d.message}", d.rule) for d in drifts]
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
@@ -190,6 +243,7 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
         *check_memory(profile, target, mem_available_gib(procfs), kernel_log,
                       source=f"MemAvailable in {procfs}/meminfo", device_free=device_free),
         *check_stale_engine(profile, running_engines(), port_busy),
+        *check_memlock(profile, target, memlock_limit()),
         *check_kernel(profile, target, *kernel_release(procfs)),
         *check_versions(profile),
     ]

@@ -39,6 +39,8 @@ class GateRequest:
     """`--battery NAME`: run that battery's checks of `arm` instead of --checks."""
     arm: str = "default"
     bench_reference: Path | None = None
+    active: Any = True
+    """The profile's upgrade layer (profile loader's `active`): an upgrade's candidate gates with its own record."""
 
 
 TUNABLE = ("bench_corpus", "bench_runs", "recall_concurrency", "recall_min", "recall_runs", "gsm8k_limit",
@@ -104,7 +106,7 @@ def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str,
         raise ApplianceError(f"no profile given and none could be read from the health exporter at {exporter_url} "
                              f"({why})", field="--profile",
                              fix="pass --profile NAME (or set APPLIANCE_PROFILE), or point --exporter at the serve's")
-    return load_profile(name, env_overrides=req.env_overrides, cli_overrides=req.overrides), status
+    return load_profile(name, env_overrides=req.env_overrides, cli_overrides=req.overrides, active=req.active), status
 
 
 def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ from appliance.health.expect import Judge
 from appliance.health.table import LogTable, Role, load_table
 from appliance.lock import ChannelLock, channel_lock
 from appliance.profile.loader import LoadedProfile
-from appliance.profile.topology import role_for
+from appliance.profile.topology import rank_view, role_for
 
 
 def lock_versions(lock: ChannelLock) -> dict[str, str]:
@@ -33,5 +33,8 @@ class HealthContext:
     def role(self, node_rank: int) -> Role:
         return role_for(self.loaded.profile, node_rank)
 
-    def judge(self, role: Role) -> Judge:
-        return Judge(self.table, self.loaded.profile, role, lock_versions(self.lock))
+    def judge(self, role: Role, node_rank: int | None = None) -> Judge:
+        """The judge of one node; `node_rank` None: the head (node 0), or the first worker for role worker."""
+        profile = self.loaded.profile
+        node = rank_view(profile, node_rank) if node_rank is not None else role
+        return Judge(self.table, profile, node, lock_versions(self.lock))

@@ -16,6 +16,7 @@ from appliance.health.facts import Facts, FatalHit
 from appliance.health.predicates import holds
 from appliance.health.table import COMPARE, PLACEHOLDER, Expectation, FactCheck, LogTable, Operand, Role
 from appliance.profile.model import Profile
+from appliance.profile.topology import RankView, rank_view
 
 ExpectationStatus = Literal["pass", "fail", "unknown"]
 
@@ -71,17 +72,34 @@ def profile_value(profile: Profile, path: str) -> Any:
     return node
 
 
-class Judge:
-    """Evaluates one table for one profile and role; lock versions come in as a mapping."""
+def node_view(profile: Profile, node: RankView | Role) -> RankView:
+    """A role alone stands for the head (node 0) or, for a worker, the first worker node (node 1)."""
+    if isinstance(node, RankView):
+        return node
+    return rank_view(profile, 1 if node == "worker" else 0)
 
-    def __init__(self, table: LogTable, profile: Profile, role: Role, lock_versions: Mapping[str, str]) -> None:
+
+class Judge:
+    """Evaluates one table for one profile and node; lock versions come in as a mapping.
+
+    An expectation applies on a node only when its role is listed, its profile predicates hold and the node's log
+    can carry every line it needs (the table's printed_by): `vLLM is using nccl==` is rank 0's line, so a headless
+    worker is held to NCCL's own banner, which every rank prints, and never waits for a line it cannot print."""
+
+    def __init__(self, table: LogTable, profile: Profile, node: RankView | Role,
+                 lock_versions: Mapping[str, str]) -> None:
         self.table = table
         self.profile = profile
-        self.role = role
+        self.node = node_view(profile, node)
+        self.role = self.node.role
         self.lock_versions = lock_versions
-        self.expectations = [e for e in table.expectations if self._applies(e.roles, e.when)]
+        self.printed_here = table.printed_on(self.node)
+        self.expectations = [e for e in table.expectations
+                             if self._applies(e.roles, e.when) and set(e.required()) <= self.printed_here]
         # fact name -> the log-check pattern that sets it: a missing fact is said with the line it comes from.
         self.source = {name: p.id for p in table.facts for name in p.produces()}
+        # Readiness is not filtered by what the node prints: a readiness line a node cannot print keeps it from
+        # ready (fail closed); the table's own check refuses asking a worker for a head-only line.
         self.readiness = [r for r in table.readiness if self._applies(r.roles, r.when)]
 
     def _applies(self, roles: list[Role], when: list[str]) -> bool:

@@ -16,7 +16,7 @@ from appliance.health.engine import EngineProbe
 from appliance.health.expect import Judge
 from appliance.health.metrics import make_registry
 from appliance.health.monitor import ExporterIdentity, HostSections, Monitor, Snapshot
-from appliance.health.peers import PeerWatch, compared_facts
+from appliance.health.peers import PeerWatch, compared_facts, ranks_printing
 from appliance.health.server import (
     CONNECTION_TIMEOUT_S,
     MAX_CONNECTIONS,
@@ -41,6 +41,9 @@ class ExporterConfig:
     log: Path
     role: Role
     engine_url: str | None = None
+    node_rank: int | None = None
+    """This node's rank (what its log can carry: vLLM prints some lines from a group's rank 0 only); None = the head,
+    or the first worker for role worker."""
     peers: dict[int, str] = field(default_factory=dict)
     """The head's workers' exporters (rank -> URL)."""
     host: str = "127.0.0.1"
@@ -114,7 +117,7 @@ def _follower(config: ExporterConfig) -> Callable[[], tuple[Judge, ExporterIdent
         if loaded is None:
             return None
         ctx = HealthContext.load(loaded, config.table)
-        return ctx.judge(config.role), identity_of(config, loaded, ctx)
+        return ctx.judge(config.role, config.node_rank), identity_of(config, loaded, ctx)
 
     return follow
 
@@ -129,12 +132,15 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     identity = identity_of(config, config.loaded, ctx)
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
     peers = PeerWatch(config.peers, compared_facts(ctx.table), clock=clock, every=config.peer_interval,
-                      timeout=config.engine_timeout) if config.peers else None
+                      timeout=config.engine_timeout,
+                      printed=ranks_printing(ctx.table, config.loaded.profile, [0, *config.peers])) \
+        if config.peers else None
     state_file = config.canary_state
     canary = (lambda: read_state(state_file)) if state_file else None  # a small file: read each poll
-    monitor = Monitor(judge=ctx.judge(config.role), tailer=LogTailer(config.log), identity=identity, clock=clock,
-                      engine=engine, progress_window=config.progress_window, peers=peers, host=host, canary=canary,
-                      follow=_follower(config) if config.follow else None, report=report)
+    monitor = Monitor(judge=ctx.judge(config.role, config.node_rank), tailer=LogTailer(config.log),
+                      identity=identity, clock=clock, engine=engine, progress_window=config.progress_window,
+                      peers=peers, host=host, canary=canary, follow=_follower(config) if config.follow else None,
+                      report=report)
     stale_after = config.stale_after
     if stale_after is None:
         stale_after = 3 * config.interval + 2 * config.engine_timeout + 5

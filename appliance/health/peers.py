@@ -21,6 +21,8 @@ from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.health.expect import ExpectationStatus, show_value
 from appliance.health.table import LogTable
+from appliance.profile.model import Profile
+from appliance.profile.topology import rank_view
 
 if TYPE_CHECKING:
     import httpx
@@ -33,6 +35,11 @@ FIX = "run the same image, versions.json and profile on every node (`appliance v
 def compared_facts(table: LogTable) -> dict[str, str]:
     """fact name -> the rule that wants it equal on every rank."""
     return {name: p.same_on_every_rank for p in table.facts if p.same_on_every_rank for name in p.produces()}
+
+
+def ranks_printing(table: LogTable, profile: Profile, ranks: Iterable[int]) -> dict[int, set[str]]:
+    """node rank -> the facts its log can carry (printed_by): a rank that never prints a line is not asked for it."""
+    return {rank: table.printed_on(rank_view(profile, rank)) for rank in ranks}
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,19 @@ def agreement(rule: str, fact: str, per_rank: Mapping[str, Any]) -> Agreement:
     return Agreement(rule, fact, "pass", f"{rule} {fact} is {values.pop()} on every rank")
 
 
-def agreements(compared: Mapping[str, str], per_rank: Mapping[str, Mapping[str, Any]]) -> list[Agreement]:
-    """Every compared fact across ranks (label -> that rank's facts)."""
-    return [agreement(rule, fact, {label: facts.get(fact) for label, facts in per_rank.items()})
-            for fact, rule in compared.items()]
+def agreements(compared: Mapping[str, str], per_rank: Mapping[str, Mapping[str, Any]],
+               printed: Mapping[str, set[str]] | None = None) -> list[Agreement]:
+    """Every compared fact across the ranks that print it (label -> that rank's facts; ``printed``: label -> the
+    facts its log can carry, default every one). A fact fewer than two ranks print has nothing to agree with:
+    `vLLM is using nccl==` comes from a group's rank 0 only, so on two GB10s NCCL's own banner, which every rank
+    prints, carries the comparison."""
+    out = []
+    for fact, rule in compared.items():
+        ranks = {label: facts.get(fact) for label, facts in per_rank.items()
+                 if printed is None or fact in printed.get(label, set())}
+        if len(ranks) >= 2 or printed is None:
+            out.append(agreement(rule, fact, ranks))
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,10 +97,14 @@ class PeerView:
     facts: Mapping[str, Any] | None = None
     error: str | None = None
     asked_at: float | None = None
+    channel: str | None = None
+    """The engine channel and its lock digest the worker's exporter judges (U5: one channel for every rank)."""
+    lock_digest: str | None = None
 
     def to_json(self, now: float, compared: Iterable[str]) -> dict[str, Any]:
         said = {name: self.facts.get(name) for name in compared} if self.facts is not None else None
         return {"rank": self.rank, "url": self.url, "state": self.state, "facts": said, "error": self.error,
+                "channel": self.channel, "lock_digest": self.lock_digest,
                 "age_s": None if self.asked_at is None else round(now - self.asked_at, 1)}
 
 
@@ -119,10 +139,12 @@ class PeerWatch:
     one request timeout, and its /live never goes stale because a worker host is down."""
 
     def __init__(self, peers: Mapping[int, str], compared: Mapping[str, str], *, clock: Callable[[], float],
-                 every: float = 10.0, timeout: float = 1.5, client: httpx.Client | None = None) -> None:
+                 every: float = 10.0, timeout: float = 1.5, client: httpx.Client | None = None,
+                 printed: Mapping[int, set[str]] | None = None) -> None:
         self.clock = clock
         self.every = every
         self.compared = dict(compared)
+        self.printed = {f"rank {rank}": facts for rank, facts in printed.items()} if printed is not None else None
         self._views = {rank: PeerView(rank, url) for rank, url in sorted(peers.items())}
         import httpx  # here, not at the top: `appliance logscan` compares ranks without HTTP
 
@@ -150,8 +172,12 @@ class PeerWatch:
             state = body.get("state") if isinstance(body.get("state"), str) else None
         except (httpx.HTTPError, ReplyError) as exc:
             # Keep what was last heard: a rank's loaded libraries do not change until its engine restarts.
-            return PeerView(view.rank, view.url, None, view.facts, f"{type(exc).__name__}: {clip(str(exc), 300)}", now)
-        return PeerView(view.rank, view.url, clip(state, 40) if state else None, facts, None, now)
+            return PeerView(view.rank, view.url, None, view.facts, f"{type(exc).__name__}: {clip(str(exc), 300)}", now,
+                            view.channel, view.lock_digest)
+        channel, lock = body.get("channel"), body.get("lock_digest")
+        return PeerView(view.rank, view.url, clip(state, 40) if state else None, facts, None, now,
+                        clip(channel, 80) if isinstance(channel, str) else None,
+                        clip(lock, 80) if isinstance(lock, str) else None)
 
     def check(self, own: Mapping[str, Any]) -> CrossRank:
         now = self.clock()
@@ -161,7 +187,7 @@ class PeerWatch:
             self._views = {view.rank: view for view in asked}
         per_rank: dict[str, Mapping[str, Any]] = {"rank 0": own}
         per_rank |= {f"rank {rank}": view.facts or {} for rank, view in self._views.items()}
-        return CrossRank(tuple(agreements(self.compared, per_rank)), tuple(self._views.values()))
+        return CrossRank(tuple(agreements(self.compared, per_rank, self.printed)), tuple(self._views.values()))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -16,11 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from appliance.health.predicates import PREDICATES
 from appliance.paths import healthchecks_dir
 from appliance.profile.model import Profile
-from appliance.profile.topology import Role
+from appliance.profile.topology import RankView, Role
 from appliance.yamlstrict import load_data_table
 
 ROLES: tuple[Role, ...] = get_args(Role)
 FactType = Literal["str", "int", "float"]
+Process = Literal["api_server", "engine_core", "worker", "nccl"]
+"""Who prints a line: the API server (vllm serve on the head), the engine core (its scheduler: the KV managers, the
+KV sizing), a GPU worker process (one per rank, on every node), or the NCCL library itself (per rank)."""
+Ranks = Literal["all", "local_rank0", "rank0"]
+"""Which of those processes print it: every one; the first rank on each node (vLLM's `*_once` with its default
+scope "local"); or only a rank that is rank 0 of its process group (and local rank 0): a node hosting none never
+prints the line (RankView.group_leader)."""
+HEAD_ONLY: frozenset[str] = frozenset({"api_server", "engine_core"})
+"""Processes that run on the head (or the single node) only: a headless worker runs neither."""
 Scalar = str | int | float | bool
 
 _ID = r"^[a-z0-9][a-z0-9-]*$"
@@ -123,7 +132,22 @@ class Pattern(_Strict):
         return self._compiled
 
 
+class PrintedBy(_Strict):
+    process: Process
+    ranks: Ranks
+    source: str = Field(min_length=20)
+    """The engine file and its logging call, with the condition it sits under (for the fork: the fork's file)."""
+
+    def printed_on(self, node: RankView) -> bool:
+        """Does a log of this node carry the line?"""
+        if self.process in HEAD_ONLY and node.role == "worker":
+            return False
+        return self.ranks != "rank0" or node.group_leader
+
+
 class FactPattern(Pattern):
+    printed_by: PrintedBy | None = None
+    """Which process and rank print the line (required for every fact an expectation or readiness needs)."""
     types: dict[str, FactType] = {}
     """Casts of named groups; groups not listed are strings."""
     set: dict[str, Scalar] = {}
@@ -200,6 +224,10 @@ class Expectation(_Strict):
         return [*self.present, *self.present_any, *self.absent,
                 *(str(o.value) for o in self.operands() if o.kind == "fact")]
 
+    def required(self) -> list[str]:
+        """The facts this expectation needs to see (an `absent` fact is judged wherever it could appear)."""
+        return [*self.present, *self.present_any, *(n for c in self.comparisons for n in c.facts())]
+
 
 class StartupPhase(_Strict):
     """One phase of an engine start (the `startup:` section): entered when the log shows one of its facts."""
@@ -270,12 +298,47 @@ class LogTable(_Strict):
         for e in self.expectations:
             refs = [str(o.value) for o in e.operands() if o.kind == "profile"]
             problems += [f"{e.id}: unknown profile field {r!r}" for r in refs if not _profile_path_exists(r)]
+        problems += self._who_prints_problems(known)
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
+    def _who_prints_problems(self, known: set[str]) -> list[str]:
+        """Every fact an expectation or readiness needs says who prints it, and none asks a headless worker for a
+        line only the head's processes print."""
+        by_fact = self.printed_by()
+        problems: list[str] = []
+        for owner, needed, roles in [*((e.id, e.required(), e.roles) for e in self.expectations),
+                                     *((f"readiness[{i}]", r.present, r.roles) for i, r in enumerate(self.readiness))]:
+            for name in needed:
+                if name not in known:
+                    continue
+                whos = by_fact[name]
+                if None in whos:
+                    problems.append(f"{owner}: fact {name!r} has a pattern without printed_by (which process and "
+                                    f"rank print the line)")
+                elif "worker" in roles and all(w.process in HEAD_ONLY for w in whos if w):
+                    problems.append(f"{owner}: asks a worker for {name!r}, which only the head's "
+                                    f"{'/'.join(sorted({w.process for w in whos if w}))} prints; limit it to roles "
+                                    f"[head, single]")
+        return list(dict.fromkeys(problems))
+
     def fact_names(self) -> set[str]:
         return {name for p in self.facts for name in p.produces()}
+
+    def printed_by(self) -> dict[str, list[PrintedBy | None]]:
+        """fact name -> who prints each line it comes from (None: a pattern that does not say)."""
+        out: dict[str, list[PrintedBy | None]] = {}
+        for p in self.facts:
+            for name in p.produces():
+                out.setdefault(name, []).append(p.printed_by)
+        return out
+
+    def printed_on(self, node: RankView) -> set[str]:
+        """The facts a log of this node can carry: any of its lines printed there (or by a pattern that does not
+        say who prints it)."""
+        return {name for name, whos in self.printed_by().items()
+                if any(w is None or w.printed_on(node) for w in whos)}
 
 
 def default_table_path() -> Path:

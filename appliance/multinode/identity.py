@@ -59,6 +59,8 @@ class NodeIdentity:
     """The image's digest where the runtime exposes it; shown, not compared (per-platform, per-push)."""
     host: str
     """Hostname, for messages."""
+    channel: str = NONE
+    """The engine channel: shown, not compared (its lock digest is); names a half-upgraded pair (U5)."""
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)
@@ -140,15 +142,22 @@ def local_identity(
     profile: Profile,
     *,
     env: Mapping[str, str] | None = None,
-    lookup: VersionLookup = installed_version,
+    lookup: VersionLookup | None = None,
     lock_path: Path | None = None,
     fabric_ifname: str | None = None,
     sysfs: Path = SYSFS,
 ) -> NodeIdentity:
-    """This rank's identity. `env`, `lookup` and `sysfs` are injectable so tests need no monkeypatching."""
+    """This rank's identity. `env`, `lookup` and `sysfs` are injectable so tests need no monkeypatching; the default
+    lookup reads the distributions of the environment the channel's engine runs in (its engine venv, if any)."""
     env = os.environ if env is None else env
+    ch = channel_lock(profile.engine.channel, profile.hardware.target, lock_path)
+    if lookup is None:
+        from appliance.channels.engines import find_engine
+
+        engine = find_engine(ch, env)
+        lookup = engine.version if engine is not None else installed_version
     return NodeIdentity(
-        lock_digest=channel_lock(profile.engine.channel, profile.hardware.target, lock_path).digest,
+        lock_digest=ch.digest,
         profile_digest=profile_digest(profile),
         engine_version=_first_installed(ENGINE_DISTRIBUTIONS, lookup),
         torch_version=_first_installed(("torch",), lookup),
@@ -159,4 +168,5 @@ def local_identity(
         image_revision=env.get(ENV_IMAGE_REVISION) or NONE,
         image_digest=env.get(ENV_IMAGE_DIGEST) or NONE,
         host=socket.gethostname(),
+        channel=ch.name,
     )

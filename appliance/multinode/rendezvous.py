@@ -45,6 +45,7 @@ from appliance.multinode.identity import Difference, NodeIdentity, differences, 
 from appliance.placement import ResolvedPlacement, http_url
 from appliance.profile.model import Profile
 from appliance.render.serveplan import ServePlan
+from appliance.rules.upgrade import RULES
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,15 @@ def describe(diffs: list[Difference], rank: int) -> str:
 def refusal(head: NodeIdentity, other: NodeIdentity, rank: int, diffs: list[Difference],
             where: str = "") -> ApplianceError:
     at = f" at {where}" if where else ""
+    if head.channel != other.channel:  # U5: one node promoted (or rolled back) and the other not
+        return ApplianceError(
+            f"U5 a half-upgraded serve, refused: the head ({head.host}) runs engine channel {head.channel}, rank "
+            f"{rank} ({other.host}{at}) channel {other.channel}: {describe(diffs, rank)}",
+            field="engine.channel", value={"head": head.channel, f"rank {rank}": other.channel},
+            fix=f"put every node on one channel: the same `appliance upgrade promote --compose-env` file (or "
+                f"Kubernetes manifests) on each node, or `appliance upgrade rollback` on the node that moved "
+                f"(`appliance upgrade status` on each node says which channel it runs); {SAME_EVERYWHERE}",
+            reason=f"{RULES['U5'].reason}; {K15_REASON}")
     return ApplianceError(
         f"nodes differ, serve refused: rank {rank} ({other.host}{at}) vs the head ({head.host}): "
         f"{describe(diffs, rank)}",

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,6 +22,9 @@ from appliance.lockfile import canonical_digest
 from appliance.paths import profiles_dir
 from appliance.profile.model import Profile
 from appliance.yamlstrict import load_file, parse_scalar
+
+if TYPE_CHECKING:
+    from appliance.profile.active import Active
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,10 @@ def load_profile(
     cli_overrides: list[str] = (),  # type: ignore[assignment]
     cli_extra_args: list[str] = (),  # type: ignore[assignment]
     root: Path | None = None,
+    active: Active | bool = True,
 ) -> LoadedProfile:
+    """`active`: the upgrade layer (appliance/profile/active.py): True reads the profile's active channel, False
+    leaves it out (the profile's own channel), an Active record applies that one."""
     root = root or profiles_dir()
     check_text("profile", name_or_path, max_bytes=4096)
     path = resolve_path(name_or_path, root)
@@ -288,6 +294,8 @@ def load_profile(
     _check_name(layers, path)
     merged["name"] = path.stem  # a base's or an extended profile's name is never inherited
     origins["name"] = f"profile:{path.stem}"
+    if active is not False:
+        _upgrade_layer(merged, origins, None if active is True else active)
     for item in env_overrides:
         _override(merged, item, "env:APPLIANCE_SET", origins)
     for item in cli_overrides:
@@ -301,6 +309,27 @@ def load_profile(
     except ValidationError as exc:
         raise _explain(exc, merged, origins, path) from None
     return LoadedProfile(profile, path, origins)
+
+
+def _upgrade_layer(merged: dict[str, Any], origins: dict[str, str], given: Active | None) -> None:
+    """The channel `appliance upgrade promote` made active for this profile (appliance/profile/active.py), or the
+    record `given`: after the profile, before APPLIANCE_SET and --set, with its origin."""
+    from appliance.profile.active import ActiveError, read_active
+
+    name = merged.get("name")
+    if not isinstance(name, str):
+        return
+    try:
+        active = given or read_active(name)
+    except ActiveError as exc:
+        raise ApplianceError(f"the active channel of profile {show(name)} cannot be read: {exc}",
+                             field="engine.channel", value=name,
+                             fix="`appliance upgrade status` shows it; `appliance upgrade rollback` or removing the "
+                                 "file returns the profile to its own channel",
+                             reason="a promoted channel is part of what the serve runs") from None
+    if active is not None:
+        for item, origin in active.layer():
+            _override(merged, item, origin, origins)
 
 
 def _append_passthrough(merged: dict[str, Any], words: list[str], origins: dict[str, str]) -> None:

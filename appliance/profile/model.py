@@ -142,6 +142,9 @@ class Engine(Section):
     (n x (speculative tokens + 1) for n up to max_num_seqs) has a graph (K32), rendered in --compilation-config."""
     logits_processors: list[ArgWord] = Field(default_factory=list, max_length=8)
     """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
+    execute_model_timeout_s: int | None = Field(None, ge=30, le=86_400)
+    """VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: how long the multiproc executor waits for one step; null = the
+    engine's 300 s, which a mid-serve CuTe DSL / TileLang JIT on SM12x can exceed (K26)."""
     extra_args: list[Annotated[str, Field(min_length=1, max_length=8192)]] = Field(default_factory=list,
                                                                                   max_length=64)
     """Passthrough: engine flags the profile does not model (e.g. [--chat-template, /models/tpl.jinja]), rendered

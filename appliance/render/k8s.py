@@ -24,6 +24,7 @@ from appliance.render.plan import build_plan
 from appliance.render.serveplan import Placement, ResolvedPlacement, ServePlan, resolve_placement
 
 Manifest = dict[str, Any]
+Storage = Literal["per-rank", "host", "ephemeral"]
 PROBE = "/opt/appliance/healthchecks/probe"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 # LWS puts these first in every container's env, so `$(VAR)` references to them expand.
@@ -53,6 +54,12 @@ GPU_PRODUCTS = {
 # figure of the seed); a discrete-GPU node needs host memory for the loader's buffers, CUDA graphs' host side and the
 # API server.
 DISCRETE_HOST_MEMORY_GIB = 32
+# GPU operator and cloud GPU node pools taint GPU nodes `nvidia.com/gpu:NoSchedule`: without this toleration a GPU
+# pod stays Pending there.
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+CACHES = {"hf-cache": HF_HOME, "appliance-cache": APPLIANCE_HOME}
+HOST_SUBDIRS = {"hf-cache": "hf", "appliance-cache": "cache"}
 
 
 @dataclass(frozen=True)
@@ -79,15 +86,34 @@ class K8sOptions:
     secret: str = "appliance-secrets"
     """Secret holding HF_TOKEN and VLLM_API_KEY (each optional)."""
     hf_cache_claim: str | None = None
-    """PersistentVolumeClaim for the HF cache (weights); None = emptyDir (downloaded per pod start)."""
+    """One PersistentVolumeClaim for the HF cache (weights) of every pod; multi-node needs it ReadWriteMany."""
     appliance_cache_claim: str | None = None
-    """PersistentVolumeClaim for the compile/JIT caches; None = emptyDir."""
+    """One PersistentVolumeClaim for the compile/JIT caches; multi-node: each rank in its own subPath of it."""
+    storage: Storage | None = None
+    """Where the caches live when no claim is given: per-rank PVCs (volumeClaimTemplates, the multi-node default),
+    host folders (hostPath, pre-staged weights), or emptyDir. None = per-rank on multi-node GPU, else emptyDir."""
+    storage_class: str | None = None
+    """StorageClass of the per-rank (or single-node) PVCs; None = the cluster's default class. A local class with
+    WaitForFirstConsumer binding gives node-affine local volumes."""
+    host_cache: str | None = None
+    """storage=host: the folder on every node holding hf/ (an HF cache) and cache/ (the compile caches)."""
+    prestaged: bool = False
+    """The weights are already in the cache (host folders, a synced snapshot): no download init container, and the
+    engine runs with HF_HUB_OFFLINE=1."""
+    download_mbps: float = 50.0
+    """The slowest node's download rate floor (MB/s): the rendezvous waits long enough for the slower rank's
+    checkpoint download to finish (K28)."""
+    tolerations: tuple[str, ...] = ()
+    """Extra tolerations, `KEY[=VALUE][:EFFECT]`; GPU pods always tolerate the nvidia.com/gpu taint."""
+    runtime_class: str | None = None
+    """spec.runtimeClassName (e.g. nvidia) for clusters whose GPU runtime is not the default one."""
     fabric_ifname: str | None = None
-    """Fabric interface inside the pods (e.g. a secondary network); None = the pod network."""
+    """Fabric interface inside the pods (e.g. a secondary network), or one per rank `0=IF,1=IF` (GB10 pairs often
+    name their ConnectX ports differently); None = the pod network."""
     shm_size: str | None = None
     """sizeLimit of the memory-backed /dev/shm; default 16Gi on GPUs, 2Gi on the CPU build."""
     rdma_resource: str | None = None
-    """RDMA mode: host network, this RDMA device-plugin resource and IPC_LOCK, so NCCL can use IB/RoCE (K10)."""
+    """RDMA mode: host network and this RDMA device-plugin resource, so NCCL can use IB/RoCE (K10)."""
     gpu_products: tuple[str, ...] = ()
     """nvidia.com/gpu.product values the pods may run on; default GPU_PRODUCTS of the profile's GPU."""
     monitoring: bool = False
@@ -134,6 +160,11 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
     env += [_value(k, v) for k, v in sorted(plan.env.items()) if k not in PER_NODE_ENV]
     env += [_value("HF_HOME", HF_HOME), _value("APPLIANCE_HOME", APPLIANCE_HOME),
             _value("APPLIANCE_HEALTH_PORT", str(profile.server.health_port))]  # where the probe asks
+    if opts.prestaged:
+        env.append(_value("HF_HUB_OFFLINE", "1"))  # the weights are in the cache: never ask the hub
+    wait = rendezvous_wait_s(profile, opts) if plan.role != "single" else None
+    if wait:
+        env.append(_value("APPLIANCE_RENDEZVOUS_TIMEOUT_S", str(wait)))
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": opts.secret, "key": key, "optional": True}}}
             for key in SECRET_ENV]
     return env
@@ -144,10 +175,72 @@ def _probe(kind: str, period: int, failures: int) -> dict[str, Any]:
             "timeoutSeconds": 5}
 
 
-def _volume(name: str, claim: str | None, size_gib: int | None = None) -> dict[str, Any]:
+def storage_of(profile: Profile, opts: K8sOptions) -> Storage:
+    """Where the caches live. Multi-node GPU serves default to per-rank PVCs: one claimName in every pod cannot
+    attach ReadWriteOnce storage on two nodes, and an emptyDir with RecreateGroupOnPodRestart downloads the whole
+    checkpoint again on every node after any restart (about 2 x 160 GB on two GB10s)."""
+    if opts.storage:
+        return opts.storage
+    if opts.host_cache:
+        return "host"
+    multi_gpu = profile.hardware.nodes > 1 and profile.hardware.gpu != "cpu"
+    return "per-rank" if multi_gpu or opts.storage_class else "ephemeral"
+
+
+def cache_gib(profile: Profile, name: str) -> int | None:
+    gpu = profile.hardware.gpu != "cpu"
+    if name == "hf-cache":
+        return hf_cache_gib(profile) if gpu else None
+    return COMPILE_CACHE_GIB if gpu else None
+
+
+def _claim(opts: K8sOptions, name: str) -> str | None:
+    return opts.hf_cache_claim if name == "hf-cache" else opts.appliance_cache_claim
+
+
+def _cache_volume(profile: Profile, opts: K8sOptions, name: str) -> dict[str, Any] | None:
+    """The pod-spec volume of one cache; None when a per-rank claim template provides it."""
+    claim, storage = _claim(opts, name), storage_of(profile, opts)
     if claim:
         return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
-    return {"name": name, "emptyDir": {"sizeLimit": f"{size_gib}Gi"} if size_gib else {}}
+    if storage == "host":
+        # type Directory: the folder must exist (pre-staged, owned by uid 10001): a kubelet-made one is root's.
+        return {"name": name, "hostPath": {"path": f"{opts.host_cache}/{HOST_SUBDIRS[name]}", "type": "Directory"}}
+    if storage == "per-rank":
+        return None if profile.hardware.nodes > 1 else \
+            {"name": name, "persistentVolumeClaim": {"claimName": f"{_single_claim(profile, opts, name)}"}}
+    size = cache_gib(profile, name)
+    return {"name": name, "emptyDir": {"sizeLimit": f"{size}Gi"} if size else {}}
+
+
+def _single_claim(profile: Profile, opts: K8sOptions, name: str) -> str:
+    return f"{resource_name(profile, opts)}-{name}"
+
+
+def _claim_spec(profile: Profile, opts: K8sOptions, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": f"{cache_gib(profile, name) or 1}Gi"}}}
+    if opts.storage_class:
+        spec["storageClassName"] = opts.storage_class
+    return spec
+
+
+def per_rank_claims(profile: Profile, opts: K8sOptions) -> list[dict[str, Any]]:
+    """LWS volumeClaimTemplates: one claim of each cache per pod (`<cache>-<pod name>`), kept across group restarts
+    and deletes, so a restarted rank resumes where its own download and JIT caches stopped."""
+    return [{"metadata": {"name": name}, "spec": _claim_spec(profile, opts, name)}
+            for name in CACHES if not _claim(opts, name)]
+
+
+def _cache_mounts(profile: Profile, opts: K8sOptions) -> list[dict[str, Any]]:
+    mounts = []
+    for name, path in CACHES.items():
+        mount: dict[str, Any] = {"name": name, "mountPath": path}
+        if name == "appliance-cache" and _claim(opts, name) and profile.hardware.nodes > 1:
+            # One shared claim: each rank writes its own JIT caches (two writers of one Triton/FlashInfer cache race).
+            mount["subPathExpr"] = "rank-$(APPLIANCE_NODE_RANK)"
+        mounts.append(mount)
+    return mounts
 
 
 def hf_cache_gib(profile: Profile) -> int | None:
@@ -163,8 +256,47 @@ def host_memory_gib(profile: Profile) -> int:
     return DISCRETE_HOST_MEMORY_GIB
 
 
+def rendezvous_wait_s(profile: Profile, opts: K8sOptions) -> int | None:
+    """K28: how long the group's rendezvous waits, when each rank downloads the checkpoint in its own init
+    container: the ranks start their engines as their downloads finish, possibly tens of minutes apart, and a
+    rendezvous that gives up first restarts the whole group (RecreateGroupOnPodRestart), over and over. The wait
+    covers the whole checkpoint at the floor rate `download_mbps`; None = no download in the pod, the default
+    wait (APPLIANCE_RENDEZVOUS_TIMEOUT_S, 900 s) holds."""
+    facts = load_catalogue().checkpoints.get(profile.model.checkpoint)
+    if profile.hardware.nodes < 2 or profile.hardware.gpu == "cpu" or opts.prestaged or not facts:
+        return None
+    wait = max(DEFAULT_RENDEZVOUS_S, -(-int(facts.size_bytes / (opts.download_mbps * 1e6)) // 60) * 60)
+    if wait > MAX_RENDEZVOUS_S:
+        raise ApplianceError(
+            f"--download-mbps={opts.download_mbps:g}: the {facts.size_bytes / 1e9:.0f} GB checkpoint would take "
+            f"{wait / 3600:.1f} h, longer than a rendezvous may wait ({MAX_RENDEZVOUS_S // 3600} h)",
+            field="--download-mbps", value=opts.download_mbps,
+            fix="pre-stage the weights (--host-cache DIR --prestaged, or appliance fetch-model into the claims first)",
+            reason="the ranks would start their engines too far apart for the group's rendezvous (K28)")
+    return wait
+
+
+DEFAULT_RENDEZVOUS_S = 900
+"""settings.rendezvous_timeout_s's default."""
+MAX_RENDEZVOUS_S = 86_400
+"""settings.rendezvous_timeout_s's bound."""
+
+
+def parse_toleration(text: str) -> dict[str, str]:
+    """`KEY[=VALUE][:EFFECT]` -> a Kubernetes toleration (Exists without a value, Equal with one)."""
+    rest, _, effect = text.partition(":")
+    key, eq, value = rest.partition("=")
+    out = {"key": key, "operator": "Equal" if eq else "Exists"}
+    if eq:
+        out["value"] = value
+    if effect:
+        out["effect"] = effect
+    return out
+
+
 def _scheduling(profile: Profile, opts: K8sOptions) -> dict[str, Any]:
-    """GPU pods land only on nodes of the profile's CPU architecture and GPU product (a GB10 image is arm64)."""
+    """GPU pods land only on nodes of the profile's CPU architecture and GPU product (a GB10 image is arm64), and
+    tolerate the GPU taint those nodes usually carry."""
     gpu = load_catalogue().gpus[profile.hardware.gpu]
     products = list(opts.gpu_products or GPU_PRODUCTS.get(profile.hardware.gpu, ()))
     out: dict[str, Any] = {"nodeSelector": {"kubernetes.io/arch": gpu.host_arch.split("/", 1)[1]}}
@@ -172,6 +304,10 @@ def _scheduling(profile: Profile, opts: K8sOptions) -> dict[str, Any]:
         term = {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": products}]}
         out["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [term]}}}
+    extra = [parse_toleration(t) for t in opts.tolerations]
+    out["tolerations"] = [GPU_TOLERATION, *(t for t in extra if t != GPU_TOLERATION)]
+    if opts.runtime_class:
+        out["runtimeClassName"] = opts.runtime_class
     return out
 
 
@@ -205,13 +341,13 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
         if profile.distributed.sync_model:  # W4: the workers take the leader's verified snapshot from here
             ports.append({"name": "model-sync", "containerPort": place.model_sync_port, "protocol": "TCP"})
     budget = probe_budget(profile)
-    hf_gib = hf_cache_gib(profile) if gpu and not opts.hf_cache_claim else None
+    volumes = {name: _cache_volume(profile, opts, name) for name in CACHES}
     if gpu:
         count = str(profile.hardware.gpus_per_node)
         requests = {"nvidia.com/gpu": count, "memory": f"{host_memory_gib(profile)}Gi"}
         limits = {"nvidia.com/gpu": count}
-        if hf_gib or not opts.appliance_cache_claim:  # emptyDir caches live on the node's ephemeral storage
-            local = (hf_gib or 0) + (0 if opts.appliance_cache_claim else COMPILE_CACHE_GIB)
+        local = sum(cache_gib(profile, name) or 0 for name, v in volumes.items() if v and "emptyDir" in v)
+        if local:  # emptyDir caches live on the node's ephemeral storage
             requests["ephemeral-storage"] = f"{local}Gi"
         if opts.rdma_resource:
             requests[opts.rdma_resource] = limits[opts.rdma_resource] = "1"
@@ -219,6 +355,7 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
     else:
         resources = {"requests": {"cpu": "1", "memory": "4Gi"}}
     env = _env(profile, plan, opts, place.master_port)
+    wait_s = rendezvous_wait_s(profile, opts) if plan.role != "single" else None
     container = {
         "name": CONTAINER,
         "image": opts.image,
@@ -227,18 +364,19 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
         "env": env,
         "ports": ports,
         "resources": resources,
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
-                         {"name": "hf-cache", "mountPath": HF_HOME},
-                         {"name": "appliance-cache", "mountPath": APPLIANCE_HOME}],
-        "startupProbe": _probe("startup", budget.startup_period_s, budget.startup_failures),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *_cache_mounts(profile, opts)],
+        # The rendezvous (K28) runs before the exporter, inside the startup budget: it is added to it.
+        "startupProbe": _probe("startup", budget.startup_period_s,
+                               budget.startup_failures + -(-(wait_s or 0) // budget.startup_period_s)),
         # The exporter already debounces (progress window, engine polls): one failed probe means not ready,
         # so traffic leaves a wedged or dead engine within two periods.
         "readinessProbe": _probe("ready", 10, 1),
         "livenessProbe": _probe("live", 15, 4),
     }
-    if opts.rdma_resource:
-        # Pinned memory registration for RDMA needs an unlimited memlock: IPC_LOCK.
-        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    # RDMA registers (pins) NCCL's buffers, bounded by RLIMIT_MEMLOCK. No IPC_LOCK here: a capability added to a
+    # non-root container (uid 10001) is never effective, so it lifts nothing; the memlock limit is the container
+    # runtime's (containerd: LimitMEMLOCK in its unit, docs/kubernetes.md), and `appliance run` refuses to start
+    # an RDMA serve under a finite one, naming that fix (doctor's memlock check, K27).
     annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(profile.server.health_port),
                    "prometheus.io/path": "/metrics"}
     spec: dict[str, Any] = {
@@ -250,7 +388,7 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
     if gpu:
         spec |= _scheduling(profile, opts)
         # With distributed.sync_model a worker's weights come from the leader when it starts (W4): one download.
-        if not (profile.distributed.sync_model and plan.role == "worker"):
+        if not opts.prestaged and not (profile.distributed.sync_model and plan.role == "worker"):
             spec["initContainers"] = [_fetch_model(profile, opts, env)]
     if opts.rdma_resource:
         # RDMA mode: the node's own network and RDMA devices; on the pod network NCCL silently uses sockets.
@@ -268,10 +406,9 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
             "volumes": [
                 {"name": "dshm", "emptyDir": {"medium": "Memory",
                                               "sizeLimit": opts.shm_size or ("16Gi" if gpu else "2Gi")}},
-                # Prefer PVCs (--hf-cache-pvc, --cache-pvc): an emptyDir is sized for the checkpoint but lost
-                # with the pod, and RecreateGroupOnPodRestart recreates every pod of the group.
-                _volume("hf-cache", opts.hf_cache_claim, hf_gib),
-                _volume("appliance-cache", opts.appliance_cache_claim, COMPILE_CACHE_GIB if gpu else None),
+                # Per-rank claims (LWS volumeClaimTemplates) are not listed: the claim template of that name
+                # provides the volume of each pod.
+                *(v for v in volumes.values() if v),
             ],
         },
     }
@@ -338,7 +475,11 @@ def _workload(profile: Profile, opts: K8sOptions, lock_digest: str, profile_dige
                 "template": template,
             },
         }
-        return [deployment, _service(profile, opts, labels, "single")]
+        claims = [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                   "metadata": _metadata(_single_claim(profile, opts, name), opts, labels),
+                   "spec": _claim_spec(profile, opts, name)}
+                  for name in CACHES if storage_of(profile, opts) == "per-rank" and not _claim(opts, name)]
+        return [deployment, _service(profile, opts, labels, "single"), *claims]
     lws = {
         "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
         "metadata": _metadata(name, opts, labels),
@@ -354,6 +495,12 @@ def _workload(profile: Profile, opts: K8sOptions, lock_digest: str, profile_dige
             },
         },
     }
+    if storage_of(profile, opts) == "per-rank" and (claims := per_rank_claims(profile, opts)):
+        lwt = lws["spec"]["leaderWorkerTemplate"]
+        lwt["volumeClaimTemplates"] = claims
+        # Kept when the group is recreated or the LWS deleted: the weights are the expensive part (delete the
+        # claims by hand to free the space).
+        lwt["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Retain", "whenScaled": "Retain"}
     return [lws, _service(profile, opts, labels, "head")]
 
 

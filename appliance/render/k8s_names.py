@@ -17,7 +17,7 @@ import re
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from appliance.bounds import check_ifname, control_char, show
+from appliance.bounds import check_fabric_ifnames, control_char, show
 from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
@@ -132,7 +132,50 @@ def check_image(flag: str, value: str) -> str:
     return value
 
 
-def check_options(opts: K8sOptions, profile_name: str, multi_node: bool) -> None:
+_QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def check_toleration(flag: str, value: str) -> str:
+    """`KEY[=VALUE][:EFFECT]`: a qualified label key, a label value, one of the three taint effects."""
+    rest, colon, effect = _text(flag, value).partition(":")
+    key, _, label = rest.partition("=")
+    if not _QUALIFIED.match(key) or not _LABEL_VALUE.match(label) or (colon and effect not in _EFFECTS):
+        raise _refuse(flag, value, "a toleration KEY[=VALUE][:EFFECT]",
+                      f"write e.g. nvidia.com/gpu:NoSchedule or dedicated=llm:NoExecute "
+                      f"(effects: {', '.join(_EFFECTS)})")
+    return value
+
+
+def check_host_dir(flag: str, value: str) -> str:
+    if not value.startswith("/") or "/../" in f"{_text(flag, value)}/" or value.rstrip("/") == "" or "\\" in value:
+        raise _refuse(flag, value, "an absolute folder on the nodes", "write e.g. /srv/appliance (no '..')")
+    return value
+
+
+def check_storage(opts: K8sOptions, storage: str) -> None:
+    """One place for each cache, and pre-staged weights only where something can have staged them: host folders,
+    a shared claim, or per-rank claims created and filled by name before the group starts (docs/kubernetes.md);
+    never an emptyDir. `storage`: render.k8s.storage_of's answer."""
+    chosen = [f for f, v in (("--storage-class", opts.storage_class), ("--host-cache", opts.host_cache),
+                             ("--ephemeral-cache", opts.storage == "ephemeral")) if v]
+    if len(chosen) > 1:
+        raise ApplianceError(f"{' and '.join(chosen)} both say where the caches live", field=chosen[1],
+                             fix="choose one: per-rank PVCs (--storage-class), host folders (--host-cache) or "
+                                 "emptyDir (--ephemeral-cache)", reason="each cache has one home")
+    if opts.prestaged and storage == "ephemeral" and not opts.hf_cache_claim:
+        raise ApplianceError("--prestaged with an emptyDir HF cache", field="--prestaged",
+                             fix="pre-stage the weights into host folders (--host-cache DIR), one claim "
+                                 "(--hf-cache-pvc CLAIM) or per-rank claims (--storage-class CLASS, claims created "
+                                 "and filled by name first), or drop --prestaged",
+                             reason="an emptyDir starts empty with every pod: the engine would find nothing")
+    if not opts.download_mbps > 0 or opts.download_mbps > 1e6:
+        raise ApplianceError(f"--download-mbps={opts.download_mbps:g}: not a rate in MB/s", field="--download-mbps",
+                             fix="give the slowest node's download rate, e.g. 50",
+                             reason="it sizes the rendezvous wait")
+
+
+def check_options(opts: K8sOptions, profile_name: str, multi_node: bool, storage: str = "ephemeral") -> None:
     """Every name and quantity of K8sOptions (and the labels derived from the profile), before rendering."""
     check_image("--image", opts.image)
     if opts.namespace is not None:
@@ -152,4 +195,13 @@ def check_options(opts: K8sOptions, profile_name: str, multi_node: bool) -> None
     for product in opts.gpu_products:
         check_label_value("--gpu-product", product)
     if opts.fabric_ifname is not None:
-        check_ifname("--fabric-ifname", opts.fabric_ifname)
+        check_fabric_ifnames("--fabric-ifname", opts.fabric_ifname)
+    if opts.storage_class is not None:
+        check_subdomain("--storage-class", opts.storage_class)
+    if opts.runtime_class is not None:
+        check_subdomain("--runtime-class", opts.runtime_class)
+    for toleration in opts.tolerations:
+        check_toleration("--toleration", toleration)
+    if opts.host_cache is not None:
+        check_host_dir("--host-cache", opts.host_cache)
+    check_storage(opts, storage)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from appliance.channels.capabilities import (
     ENV_AOT_COMPILE,
+    ENV_EXECUTE_TIMEOUT,
     ENV_GUARD,
     ENV_RUNNER,
     ENV_SCRATCH_POOL,
@@ -67,6 +68,7 @@ ENV_OWNERS: dict[str, str] = {
     ENV_SM120_PREFILL: "engine.sm120_prefill",
     ENV_SCRATCH_POOL: "engine.eager_scratch_pool",
     # W5: the CPU build's AOT artefact never loads (render/plan.py), so a compiling CPU serve runs without AOT.
+    ENV_EXECUTE_TIMEOUT: "engine.execute_model_timeout_s (K26: a mid-serve JIT outlasting the 300 s default)",
     ENV_AOT_COMPILE: "engine.enforce_eager (off on the CPU build: its AOT compile artefact never loads, W5)",
     # INFO with INIT,NET is what the health read-back parses (K10, K15): another level hides those lines.
     "NCCL_DEBUG": "the appliance's NCCL read-back (K10, K15)",

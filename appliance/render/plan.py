@@ -13,6 +13,7 @@ from appliance.channels.capabilities import (
     DSV4_FLASHINFER,
     DSV4_FLASHMLA,
     ENV_AOT_COMPILE,
+    ENV_EXECUTE_TIMEOUT,
     ENV_GUARD,
     ENV_RUNNER,
     ENV_SCRATCH_POOL,
@@ -39,7 +40,8 @@ from appliance.render.serveplan import (
 from appliance.weights.pins import revision_for
 
 # Env that changes engine behaviour (must reach every rank); the names are the channels' (channels/capabilities).
-ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_AOT_COMPILE)
+ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_AOT_COMPILE,
+                   ENV_EXECUTE_TIMEOUT)
 
 
 def _flag(argv: list[str], name: str, value: object) -> None:
@@ -158,6 +160,8 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
             env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
     if p.engine.eager_scratch_pool and caps.scratch_pool:
         env[ENV_SCRATCH_POOL] = "1"
+    if p.engine.execute_model_timeout_s is not None:
+        env[ENV_EXECUTE_TIMEOUT] = str(p.engine.execute_model_timeout_s)
     if p.hardware.gpu == "cpu" and not p.engine.enforce_eager:
         # W5: the CPU platform compiles in DYNAMO_TRACE_ONCE mode with torch's own inductor backend
         # (vllm/platforms/cpu.py: `compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE`), whose AOT artefact

@@ -10,6 +10,7 @@ from appliance.rules import (  # noqa: F401  (registration)
     cpu,
     deepseek,
     hardware,
+    jit,
     memory,
     model_facts,
     passthrough,

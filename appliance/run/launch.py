@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from appliance.channels.engines import EngineInstall, find_engine, require_engine
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
@@ -216,14 +217,25 @@ def preflight_host(profile: Profile, place: ResolvedPlacement, settings: Applian
     return [c for c in checks if c.status == "fail"]
 
 
-def absolute_programs(plan: ServePlan) -> ServePlan:
-    """The plan with its programs (the engine and any setup step, e.g. `ray start`) made absolute:
-    supervisord's PATH may not hold this environment's bin/."""
+def absolute_programs(plan: ServePlan, engine: EngineInstall | None = None) -> ServePlan:
+    """The plan with its programs (the engine and any setup step, e.g. `ray start`) made absolute: the channel's
+    engine environment first (an engine venv of another channel than this environment's), then this environment's
+    bin/ (supervisord's PATH may not hold it)."""
 
     def absolute(argv: list[str]) -> list[str]:
-        return [venv_executable(argv[0]) or argv[0], *argv[1:]]
+        found = engine.executable(argv[0]) if engine is not None else None
+        return [found or venv_executable(argv[0]) or argv[0], *argv[1:]]
 
     return replace(plan, argv=absolute(plan.argv), setup=[absolute(step) for step in plan.setup])
+
+
+def engine_plan(profile: Profile, place: ResolvedPlacement, *, engine_required: bool = True) -> ServePlan:
+    """The plan, run by the profile's channel's engine (its engine venv when it is not this environment's); without
+    it on this host, ApplianceError (exit 2), unless not `engine_required` (a dry run renders this environment's
+    programs)."""
+    ch = channel_lock(profile.engine.channel, profile.hardware.target)
+    engine = require_engine(ch) if engine_required else find_engine(ch)
+    return absolute_programs(build_plan(profile, place), engine)
 
 
 def join_peers(profile: Profile, plan: ServePlan, place: ResolvedPlacement,
@@ -274,7 +286,7 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
     """`measure_fabric=False` (a dry run, a step-down): the fabric qualification is skipped and said so; it needs
     every rank to measure at once, so one rank's dry run would wait for peers that never come."""
     profile = loaded.profile
-    plan = absolute_programs(build_plan(profile, place))
+    plan = engine_plan(profile, place, engine_required=measure_fabric)
     # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
     lock = channel_lock(profile.engine.channel, profile.hardware.target)
     caches = cache_env(lock.digest, engine_digest(profile), home / "cache")

@@ -1,0 +1,123 @@
+"""The active channel of a serve: what `appliance upgrade promote` switched it to, read by the profile loader as
+the `upgrade:` layer (after the profile and its bases, before APPLIANCE_SET and --set).
+
+Two places hold it, one per way of running:
+- without containers: `APPLIANCE_HOME/upgrades/<profile>/active.json`, replaced by a rename (a reader never sees half
+  of it), with the record it replaced inside it (`previous`): that is the rollback target;
+- in a container: `APPLIANCE_UPGRADE_CHANNEL` (and `APPLIANCE_UPGRADE_SET`, `;`-separated `a.b=v`), which the compose
+  env file `promote --compose-env` writes carries into the container (the same file on every node of a multi-node
+  serve: one decision for every rank).
+
+Standard library only (the loader reads it for every profile).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHANNEL_ENV = "APPLIANCE_UPGRADE_CHANNEL"
+SET_ENV = "APPLIANCE_UPGRADE_SET"
+ACTIVE_FILE = "active.json"
+SCHEMA = 1
+
+
+def upgrades_dir(home: Path | None = None) -> Path:
+    from appliance.paths import appliance_home
+
+    return (home or appliance_home()) / "upgrades"
+
+
+def profile_dir(profile: str, home: Path | None = None) -> Path:
+    return upgrades_dir(home) / profile
+
+
+def active_path(profile: str, home: Path | None = None) -> Path:
+    return profile_dir(profile, home) / ACTIVE_FILE
+
+
+@dataclass(frozen=True)
+class Active:
+    """One serve's switched-to channel: the channel and the overrides the decision carries."""
+
+    profile: str
+    channel: str
+    sets: list[str] = field(default_factory=list)
+    decision: str | None = None
+    """The upgrade record (APPLIANCE_HOME/upgrades/<profile>/<id>/) that made it active."""
+    since: str | None = None
+    previous: dict[str, Any] | None = None
+    """The record this one replaced (its JSON), or None: before it the profile's own channel ran."""
+    origin: str = ""
+    """Where it was read: the file, or the environment variable."""
+
+    def items(self) -> list[str]:
+        """The layer as `a.b=v` overrides, the channel first."""
+        return [f"engine.channel={self.channel}", *self.sets]
+
+    def layer(self) -> list[tuple[str, str]]:
+        """(override, its origin) in the order the loader applies them."""
+        set_origin = f"env:{SET_ENV}" if self.origin == f"env:{CHANNEL_ENV}" else self.origin
+        return [(f"engine.channel={self.channel}", self.origin), *((s, set_origin) for s in self.sets)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "profile": self.profile, "channel": self.channel, "set": self.sets,
+                "decision": self.decision, "since": self.since, "previous": self.previous}
+
+    @classmethod
+    def from_json(cls, data: Any, origin: str) -> Active:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("channel"), str) \
+                or not isinstance(data.get("profile"), str) or not isinstance(data.get("set", []), list):
+            raise ValueError(f"{origin}: not an active-channel record this appliance wrote")
+        prev = data.get("previous")
+        return cls(data["profile"], data["channel"], [str(s) for s in data.get("set", [])], data.get("decision"),
+                   data.get("since"), prev if isinstance(prev, dict) else None, origin)
+
+
+class ActiveError(ValueError):
+    """An active-channel record or variable that cannot be read (the loader says it as exit 2)."""
+
+
+def from_environment(profile: str, env: dict[str, str] | os._Environ[str] | None = None) -> Active | None:
+    env = os.environ if env is None else env
+    channel = env.get(CHANNEL_ENV, "").strip()
+    if not channel:
+        if env.get(SET_ENV, "").strip():
+            raise ActiveError(f"{SET_ENV} is set without {CHANNEL_ENV}: the overrides belong to a promoted channel")
+        return None
+    sets = [part.strip() for part in env.get(SET_ENV, "").split(";") if part.strip()]
+    return Active(profile, channel, sets, origin=f"env:{CHANNEL_ENV}")
+
+
+def read_active(profile: str, home: Path | None = None) -> Active | None:
+    """The active record of a profile: the environment's (a container), else the file's; None when neither."""
+    found = from_environment(profile)
+    if found is not None:
+        return found
+    path = active_path(profile, home)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ActiveError(f"{path}: {exc.strerror}") from None
+    try:
+        return Active.from_json(json.loads(text), f"upgrade:{path}")
+    except ValueError as exc:
+        raise ActiveError(str(exc)) from None
+
+
+def write_active(active: Active | None, profile: str, home: Path | None = None) -> Path:
+    """Put `active` in place by a rename (None: remove it, the profile's own channel runs again)."""
+    path = active_path(profile, home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if active is None:
+        path.unlink(missing_ok=True)
+        return path
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(active.to_json(), indent=1) + "\n")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,113 @@
+"""The upgrade history of a profile's serve: one folder per plan, qualification and decision under
+`APPLIANCE_HOME/upgrades/<profile>/`, each with a `record.json` naming the receipts it rests on (kept inside it).
+
+    upgrades/<profile>/active.json                                  the active channel (appliance/profile/active.py)
+    upgrades/<profile>/<UTC stamp>-<kind>-<channel>/record.json     kind: plan | qualify | promote | rollback
+    upgrades/<profile>/<...>-qualify-<channel>/incumbent/receipt.json, candidate/receipt.json, candidate-serve/
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from appliance.paths import write_json_atomic
+from appliance.profile.active import profile_dir, upgrades_dir
+
+Kind = Literal["plan", "qualify", "promote", "rollback"]
+RECORD = "record.json"
+SCHEMA = "appliance-upgrade-record/1"
+
+
+def utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass(frozen=True)
+class Record:
+    path: Path
+    """The record's folder."""
+    data: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    @property
+    def kind(self) -> str:
+        return str(self.data.get("kind"))
+
+
+def new_record(profile: str, kind: Kind, channel: str, home: Path | None = None) -> Path:
+    base = profile_dir(profile, home)
+    base.mkdir(parents=True, exist_ok=True)
+    stamp, n = utc_stamp(), 0
+    while True:
+        folder = base / (f"{stamp}-{kind}-{channel}" + (f"-{n}" if n else ""))
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            n += 1
+
+
+def write_record(folder: Path, data: dict[str, Any]) -> Path:
+    path = folder / RECORD
+    write_json_atomic(path, {"schema": SCHEMA, "id": folder.name, **data}, indent=2)
+    return path
+
+
+def records(profile: str, home: Path | None = None) -> list[Record]:
+    """Oldest first; a folder without a readable record (an upgrade interrupted before it wrote one) is skipped."""
+    out = []
+    for folder in sorted(p for p in profile_dir(profile, home).glob("*") if p.is_dir()):
+        try:
+            data = json.loads((folder / RECORD).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("schema") == SCHEMA:
+            out.append(Record(folder, data))
+    return out
+
+
+def profiles_with_history(home: Path | None = None) -> list[str]:
+    root = upgrades_dir(home)
+    return sorted(p.name for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
+
+
+def latest_qualification(profile: str, candidate_digest: str, lock_digest: str,
+                         home: Path | None = None) -> Record | None:
+    """The newest qualification of exactly this candidate (profile digest on the candidate channel's lock)."""
+    for rec in reversed(records(profile, home)):
+        d = rec.data
+        if d.get("kind") == "qualify" and (d.get("candidate") or {}).get("profile_digest") == candidate_digest \
+                and (d.get("candidate") or {}).get("lock_digest") == lock_digest:
+            return rec
+    return None
+
+
+def latest_receipt(profile: str, channel: str, profile_digest: str, home: Path | None = None) -> Path | None:
+    """The incumbent's last receipt: the newest complete gate receipt of this profile digest on this channel, from
+    the upgrade history (an earlier qualification's) or `appliance gate`'s own receipts folder."""
+    from appliance.paths import appliance_home
+
+    found: list[tuple[str, Path]] = []
+    candidates = [*profile_dir(profile, home).glob("*/*/receipt.json"),
+                  *((home or appliance_home()) / "receipts").glob(f"{profile}-*/receipt.json")]
+    for path in candidates:
+        try:
+            r = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        prov = r.get("provenance") or {}
+        if r.get("complete") and r.get("verdict") in ("pass", "inconclusive") and prov.get("channel") == channel \
+                and (prov.get("profile") or {}).get("digest") == profile_digest:
+            found.append((str(r.get("started_at")), path))
+    return max(found)[1] if found else None

@@ -1,0 +1,327 @@
+"""`appliance upgrade promote` and `rollback`: switch a serve's active channel atomically, restart it on the new
+channel, and keep the previous channel as the rollback target (U4).
+
+Without containers the switch is the active launch: `APPLIANCE_HOME/upgrades/<profile>/active.json` (replaced by a
+rename; the record it replaced rides inside it as `previous`) and the run folder's launch.json re-resolved from it
+(supervisord.conf names only launch.json, so it does not change), then the engine program restarted. The switch then
+has to prove itself within a stated budget: the exporter ready on the new channel and profile (its log expectations
+passing), then the first canary rounds healthy, with the calibration the qualification recorded on this candidate.
+If it does not, the previous channel is switched back the same way and the serve restarted on it, and the record
+says why.
+
+A promote rests on a qualification of exactly this candidate (its profile digest on its channel's lock) whose verdict
+was `promote`; `--force` goes without one and the record says so. A multi-node serve switches every rank at once
+(U5): through the compose env file every node reads, or the Kubernetes manifests (appliance/upgrade/media.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.channels.engines import obtain_engine
+from appliance.errors import ApplianceError
+from appliance.profile.active import Active, active_path, read_active, write_active
+from appliance.profile.loader import LoadedProfile
+from appliance.rules.upgrade import RULES
+from appliance.upgrade.candidate import (
+    Pair,
+    Request,
+    check_same_serve,
+    load_incumbent,
+    pair_for,
+    read_serve_launch,
+    require_renderable,
+)
+from appliance.upgrade.history import Record, latest_qualification, new_record, utc_now, write_record
+from appliance.upgrade.qualify import default_budget
+from appliance.upgrade.serve import Expect, Ready, RunningServe, wait_ready
+
+Report = Callable[[str], None]
+
+
+@dataclass
+class PromoteOptions:
+    run_dir: Path
+    budget_s: float | None = None
+    """Seconds the switched serve has to turn ready and pass its first canary rounds."""
+    canary_rounds: int = 1
+    force: bool = False
+    """Promote without a qualification (said in the record)."""
+    procfs: Path = Path("/proc")
+
+
+@dataclass
+class Proof:
+    ok: bool
+    why: str
+    ready: Ready | None = None
+    canary: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.ready
+        return {"ok": self.ok, "why": self.why, "seconds": round(self.seconds, 1),
+                "ready": None if r is None else {"ok": r.ok, "seconds": round(r.seconds, 1), "why": r.why,
+                                                 "restarts": r.restarts},
+                "canary": self.canary}
+
+
+def require_qualification(pair: Pair, force: bool) -> Record | None:
+    """U4: the newest qualification of this very candidate, with verdict promote; None with --force."""
+    rec = latest_qualification(pair.name, pair.candidate.digest, pair.to_channel.digest)
+    if rec is not None and rec.data.get("verdict") == "promote":
+        return rec
+    if force:
+        return None
+    u4 = RULES["U4"]
+    said = (f"its last qualification ({rec.id}) says {rec.data.get('verdict')}: "
+            + "; ".join(rec.data.get("reasons") or [])[:400]) if rec else "it was never qualified"
+    raise ApplianceError(f"U4 no qualification with verdict promote for {pair.name} on {pair.to_channel.name} "
+                         f"(lock {pair.to_channel.digest[:12]}): {said}", field="--to", value=pair.to_channel.name,
+                         fix=f"qualify it first: appliance upgrade qualify {pair.name} --to {pair.to_channel.name}"
+                             + (" " + " ".join(f"--set {s}" for s in pair.sets) if pair.sets else "")
+                             + " (or pass --force to promote without one: not advised)", reason=u4.reason)
+
+
+def canary_rounds(url: str, loaded: LoadedProfile, rounds: int, calibration: Path | None,
+                  report: Report) -> list[dict[str, Any]]:
+    """`rounds` canary rounds against the switched serve; each round's verdict, seconds and signatures."""
+    from appliance.canary.session import one_round, plan_for
+
+    p = loaded.profile
+    plan = plan_for(p.canary, p.server.reasoning_parser)
+    out = []
+    for i in range(rounds):
+        began = time.monotonic()
+        try:
+            result = asyncio.run(one_round(url, model=p.server.served_model_name, plan=plan,
+                                           calibration_path=calibration, timeout=300.0))
+        except ApplianceError as exc:
+            out.append({"round": i + 1, "healthy": False, "error": exc.message,
+                        "seconds": round(time.monotonic() - began, 1)})
+            report(f"canary round {i + 1}: error: {exc.message}")
+            break
+        row = {"round": i + 1, "healthy": result.healthy, "seconds": round(time.monotonic() - began, 1),
+               "checks": result.checks, "signatures": result.signatures,
+               "evidence": [f.render() for f in result.findings[:3]]}
+        out.append(row)
+        report(f"canary round {i + 1}: {'healthy' if result.healthy else 'CORRUPTION ' + ', '.join(result.signatures)}"
+               f" ({row['seconds']:g} s)")
+        if not result.healthy:
+            break
+    return out
+
+
+@dataclass
+class NativeSwitch:
+    """The active launch of a native serve: active.json + the run folder's launch.json, and its supervisord."""
+
+    req: Request
+    name: str
+    """The profile's name (the key of its active record)."""
+    run_dir: Path
+    report: Report
+    place: Any = None
+    """The Placement `appliance run` got (flags and APPLIANCE_* settings)."""
+
+    @property
+    def serve(self) -> RunningServe:
+        launch = read_serve_launch(self.run_dir)
+        if launch is None:
+            raise ApplianceError(f"no serve runs in {self.run_dir} (no launch.json)", field="--run-dir",
+                                 value=str(self.run_dir), fix="point --run-dir at the run folder of `appliance run`")
+        return RunningServe(self.run_dir, launch)
+
+    def relaunch(self, expect_digest: str) -> LoadedProfile:
+        """launch.json re-resolved for what the profile resolves to now (the active layer just written), as
+        `appliance run` resolves it; refused, with nothing written, when that is not `expect_digest` or when the
+        exporter's arguments (ports, peers) would change."""
+        from appliance.paths import appliance_home
+        from appliance.run.launch import check_profile, resolve_launch, write_launch
+        from appliance.settings import load_settings
+
+        before = self.serve.launch
+        loaded = load_incumbent(self.req)
+        if loaded.digest != expect_digest:
+            raise ApplianceError(f"the profile resolves to digest {loaded.digest[:12]} after the switch, not the "
+                                 f"{expect_digest[:12]} planned", field="engine.channel", value=loaded.digest[:12],
+                                 fix="an override outweighs the active channel: `appliance config` shows the origins")
+        settings = load_settings()
+        model_dir = check_profile(loaded, self.place, self.report)
+        launch = resolve_launch(loaded, self.place, settings, model_dir, self.run_dir, appliance_home(), self.report,
+                                cli_overrides=tuple(self.req.cli_overrides))
+        if launch.exporter_args() != before.exporter_args:
+            raise ApplianceError("the relaunch would change the exporter's arguments (ports, peers): "
+                                 f"{before.exporter_args} -> {launch.exporter_args()}", field="APPLIANCE_HEALTH_PORT",
+                                 fix="run `appliance upgrade` with the serve's APPLIANCE_HEALTH_PORT and flags")
+        write_launch(launch)
+        return loaded
+
+    def switch(self, active: Active | None, expect_digest: str) -> LoadedProfile:
+        """Write the active record (or remove it) and the launch; on a refusal both are put back."""
+        before = read_active(self.name)
+        write_active(active, self.name)
+        try:
+            return self.relaunch(expect_digest)
+        except BaseException:
+            write_active(before, self.name)
+            raise
+
+    def restart_and_prove(self, loaded: LoadedProfile, channel: str, budget_s: float, rounds: int,
+                          calibration: Path | None) -> Proof:
+        serve = self.serve
+        runs = int(((serve.look().status or {}).get("log") or {}).get("runs") or 0)
+        began = time.monotonic()
+        self.report(f"restarting the engine on channel {channel} (budget {budget_s:g} s)")
+        serve.engine("restart")
+        ready = wait_ready(serve.look, Expect(channel, loaded.digest, after_runs=runs),
+                           max(1.0, budget_s - (time.monotonic() - began)), alive=serve.alive, report=self.report)
+        if not ready.ok:
+            return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began)
+        self.report(f"ready on {channel} after {time.monotonic() - began:.0f} s")
+        rows = canary_rounds(serve.api_url, loaded, rounds, calibration, self.report) if rounds else []
+        bad = next((r for r in rows if not r["healthy"]), None)
+        took = time.monotonic() - began
+        if bad is not None:
+            return Proof(False, f"canary round {bad['round']} failed: " +
+                         (bad.get("error") or ", ".join(bad["signatures"]) + "; " + "; ".join(bad["evidence"])),
+                         ready, rows, took)
+        if took > budget_s:
+            return Proof(False, f"ready and canary rounds took {took:.0f} s, past the budget of {budget_s:g} s",
+                         ready, rows, took)
+        return Proof(True, f"ready in {ready.seconds:.0f} s and {len(rows)} canary round(s) healthy", ready, rows, took)
+
+
+def calibration_of(qual: Record | None) -> Path | None:
+    """The candidate's canary calibration, as its qualification's gate recorded it (its receipt carries it)."""
+    if qual is None:
+        return None
+    path = (qual.data.get("receipts") or {}).get("candidate")
+    if not path:
+        return None
+    import json
+
+    try:
+        return Path(path) if "canary_calibration" in json.loads(Path(path).read_text()) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _native(req: Request, opts: PromoteOptions, place: Any, report: Report) -> NativeSwitch:
+    return NativeSwitch(req, load_incumbent(req).profile.name, opts.run_dir, report, place)
+
+
+def promote(req: Request, opts: PromoteOptions, place: Any, report: Report = print) -> dict[str, Any]:
+    pair = pair_for(req)
+    sw = _native(req, opts, place, report)
+    serve = sw.serve
+    check_same_serve(pair.incumbent, serve.launch, opts.run_dir)
+    require_renderable(pair.candidate, "nothing was switched")
+    if pair.incumbent.profile.hardware.nodes > 1:
+        from appliance.upgrade.ranks import check_one_lock
+
+        agreement = check_one_lock(serve.look().status, pair.incumbent.profile.hardware.nodes, serve.exporter_url)
+        raise ApplianceError(f"U5 {pair.name} is a {pair.incumbent.profile.hardware.nodes}-node serve ({agreement}): "
+                             f"without containers no one file is read by every rank", field="--run-dir",
+                             value=str(opts.run_dir),
+                             fix="promote through --compose-env (the same env file on every node) or --k8s-out "
+                                 "(one LeaderWorkerSet for every rank)", reason=RULES["U5"].reason)
+    qual = require_qualification(pair, opts.force)
+    obtain_engine(pair.to_channel, report)
+    previous = read_active(pair.name)
+    if previous is not None and not previous.origin.startswith("upgrade:"):
+        raise ApplianceError(f"the active channel of {pair.name} comes from {previous.origin}", field=previous.origin,
+                             fix="in a container, promote through --compose-env or --k8s-out")
+    folder = new_record(pair.name, "promote", pair.to_channel.name)
+    budget = opts.budget_s or default_budget(pair.candidate.profile)
+    record: dict[str, Any] = {
+        "kind": "promote", "profile": pair.name, "started_at": utc_now(), "medium": "native",
+        "run_dir": str(opts.run_dir), "from": {"channel": pair.from_channel.name, "profile_digest":
+                                                pair.incumbent.digest, "lock_digest": pair.from_channel.digest},
+        "to": {"channel": pair.to_channel.name, "profile_digest": pair.candidate.digest,
+               "lock_digest": pair.to_channel.digest, "sets": list(pair.sets)},
+        "qualification": qual.id if qual else None, "forced": qual is None, "budget_s": budget,
+        "receipts": dict((qual.data.get("receipts") or {}) if qual else {}),
+    }
+    if qual is None:
+        report("WARNING promoting without a qualification (--force): U4")
+    write_record(folder, record)
+    active = Active(pair.name, pair.to_channel.name, list(pair.sets), folder.name, utc_now(),
+                    previous.to_json() if previous else None)
+    began = time.monotonic()
+    sw.switch(active, pair.candidate.digest)
+    report(f"switched {pair.name} to channel {pair.to_channel.name} (active.json, launch.json)")
+    proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds,
+                                 calibration_of(qual))
+    record["proof"] = proof.to_json()
+    if proof.ok:
+        record.update(outcome="promoted", finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
+        write_record(folder, record)
+        report(f"PROMOTED {pair.name} to {pair.to_channel.name}: {proof.why}; rollback target "
+               f"{pair.from_channel.name}")
+        return record | {"record": str(folder)}
+    report(f"U4 the promoted serve failed: {proof.why}; rolling back to {pair.from_channel.name}")
+    back = _switch_back(sw, previous, pair.incumbent, pair.from_channel.name, budget, report)
+    record.update(outcome="rolled back", why=proof.why, rollback=back.to_json(), finished_at=utc_now(),
+                  seconds=round(time.monotonic() - began, 1))
+    write_record(folder, record)
+    report(f"ROLLED BACK {pair.name} to {pair.from_channel.name}: {proof.why}" +
+           ("" if back.ok else f"; AND THE ROLLBACK FAILED: {back.why}"))
+    return record | {"record": str(folder)}
+
+
+def _switch_back(sw: NativeSwitch, previous: Active | None, incumbent: LoadedProfile, channel: str, budget: float,
+                 report: Report) -> Proof:
+    """The previous active record (or none: the profile's own channel) put back, and the serve restarted on it."""
+    try:
+        sw.switch(previous, incumbent.digest)
+    except ApplianceError as exc:
+        return Proof(False, f"could not switch back: {exc.message}")
+    return sw.restart_and_prove(incumbent, channel, budget, 0, None)
+
+
+def rollback(req: Request, opts: PromoteOptions, place: Any, report: Report = print) -> dict[str, Any]:
+    """Back to the record the active one replaced (none: the profile's own channel), restarted and waited for."""
+    sw = _native(req, opts, place, report)
+    name = sw.name
+    active = read_active(name)
+    if active is None or not active.origin.startswith("upgrade:"):
+        raise ApplianceError(f"profile {name} has no promoted channel to roll back from" +
+                             (f" here (it comes from {active.origin})" if active else ""), field="profile", value=name,
+                             fix="`appliance upgrade status` shows the history; in a container, roll back with "
+                                 "--compose-env or --k8s-out")
+    serve = sw.serve
+    current = load_incumbent(req)
+    check_same_serve(current, serve.launch, opts.run_dir)
+    previous = Active.from_json(active.previous, f"upgrade:{active_path(name)}") if active.previous else None
+    target = load_previous(req, previous)
+    folder = new_record(name, "rollback", target.profile.engine.channel or "profile")
+    budget = opts.budget_s or default_budget(target.profile)
+    record: dict[str, Any] = {"kind": "rollback", "profile": name, "started_at": utc_now(), "medium": "native",
+                              "run_dir": str(opts.run_dir),
+                              "from": {"channel": active.channel, "decision": active.decision,
+                                       "profile_digest": current.digest},
+                              "to": {"channel": target.profile.engine.channel, "profile_digest": target.digest,
+                                     "decision": previous.decision if previous else None}}
+    write_record(folder, record)
+    began = time.monotonic()
+    proof = _switch_back(sw, previous, target, str(target.profile.engine.channel), budget, report)
+    record.update(outcome="rolled back" if proof.ok else "rollback failed", proof=proof.to_json(),
+                  finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
+    write_record(folder, record)
+    report(("ROLLED BACK" if proof.ok else "ROLLBACK FAILED") + f" {name} to {target.profile.engine.channel}: "
+           f"{proof.why}")
+    return record | {"record": str(folder)}
+
+
+def load_previous(req: Request, previous: Active | None) -> LoadedProfile:
+    """What the profile resolves to with `previous` as its active record (None: the profile's own channel)."""
+    from appliance.profile.loader import load_profile
+
+    return load_profile(req.profile, env_overrides=list(req.env_overrides), cli_overrides=list(req.cli_overrides),
+                        active=previous if previous is not None else False)

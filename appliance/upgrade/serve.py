@@ -1,0 +1,251 @@
+"""The serves an upgrade works with, natively (no container):
+
+- `RunningServe`: an `appliance run` already serving from its run folder (the incumbent): its launch.json, its
+  supervisord (stop / start / restart the engine program through supervisorctl) and its exporter's /status;
+- `StartedServe`: an `appliance run` this upgrade starts for the candidate, in its own run folder on its own ports,
+  and stops again (TERM, then KILL of its process group);
+- `wait_ready`: until the exporter says ready on the expected channel and profile, a budget runs out, or the serve
+  shows it cannot come up (the engine restarting again and again, the exporter's `failed`, supervisord gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from appliance.errors import ApplianceError
+from appliance.paths import venv_executable
+from appliance.render.serveplan import http_url
+from appliance.run.launchfile import LaunchFile
+
+Report = Callable[[str], None]
+POLL_S = 1.0
+CRASHES_TO_GIVE_UP = 2
+"""Engine starts (after the first) that died while waiting: a crash loop, decided without spending the budget."""
+
+
+def _health_port(launch: LaunchFile) -> int:
+    args = launch.exporter_args
+    return int(args[args.index("--port") + 1])
+
+
+@dataclass
+class ServeStatus:
+    """One look at a serve: the exporter's /status (None when it did not answer) and the engine program's state."""
+
+    status: dict[str, Any] | None
+    program: str
+    """supervisord's state of the engine program (RUNNING, STARTING, BACKOFF, EXITED, FATAL, STOPPED) or `gone`."""
+    pid: int | None
+    error: str | None = None
+
+
+@dataclass
+class RunningServe:
+    run_dir: Path
+    launch: LaunchFile
+
+    @property
+    def conf(self) -> Path:
+        return self.run_dir / "supervisord.conf"
+
+    @property
+    def api_url(self) -> str:
+        return http_url("127.0.0.1", int(self.launch.profile["server"]["port"]))
+
+    @property
+    def exporter_url(self) -> str:
+        return http_url("127.0.0.1", _health_port(self.launch))
+
+    def ctl(self, *args: str, timeout: float = 120) -> tuple[int, str]:
+        ctl = venv_executable("supervisorctl") or "supervisorctl"
+        try:
+            done = subprocess.run([ctl, "-c", str(self.conf), *args], capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return 124, f"supervisorctl {' '.join(args)} did not answer in {timeout:g} s"
+        return done.returncode, (done.stdout + done.stderr).strip()
+
+    def engine(self, action: str) -> str:
+        """`stop`, `start` or `restart` the engine program; ApplianceError when supervisord refuses."""
+        rc, out = self.ctl(action, "vllm")
+        if rc != 0 and not (action == "stop" and "NOT_RUNNING" in out):
+            raise ApplianceError(f"supervisorctl {action} vllm failed in {self.run_dir}: {out}", field="--run-dir",
+                                 value=str(self.run_dir), fix="see supervisord's output of the serve")
+        return out
+
+    def program(self) -> tuple[str, int | None]:
+        _, out = self.ctl("status", "vllm", timeout=20)
+        words = out.split()
+        state = words[1] if len(words) > 1 and words[0] == "vllm" else "gone"
+        pid = None
+        if "pid" in words:
+            with contextlib.suppress(ValueError, IndexError):
+                pid = int(words[words.index("pid") + 1].rstrip(","))
+        return state, pid
+
+    def look(self) -> ServeStatus:
+        state, pid = self.program()
+        try:
+            status = httpx.get(f"{self.exporter_url}/status", timeout=5).json()
+            return ServeStatus(status, state, pid)
+        except (httpx.HTTPError, ValueError) as exc:
+            return ServeStatus(None, state, pid, f"{type(exc).__name__}: {exc}")
+
+    def alive(self) -> bool:
+        return self.program()[0] != "gone"
+
+
+@dataclass
+class StartedServe(RunningServe):
+    """A serve this upgrade started (`appliance run` as a child) and must stop."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    output: Path | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 120) -> float:
+        began = time.monotonic()
+        if self.proc is not None:
+            _stop(self.proc, timeout)
+        return time.monotonic() - began
+
+    def tail(self, lines: int = 20) -> str:
+        return tail(self.output, lines)
+
+
+def tail(path: Path | None, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace") if path else ""
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def start_serve(profile: str, run_dir: Path, overrides: list[str], env: dict[str, str], report: Report,
+                wait_launch_s: float = 120) -> StartedServe:
+    """`appliance run PROFILE --run-dir RUN_DIR --skip-doctor --set …` in its own session (the upgrade ran the
+    checks doctor would, for the candidate's situation, itself). Returns once launch.json is written."""
+    from appliance.run.launchfile import LaunchFileError, read_launch
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    output = run_dir.parent / f"{run_dir.name}.out"
+    argv = [sys.executable, "-m", "appliance", "run", profile, "--run-dir", str(run_dir), "--skip-doctor"]
+    for item in overrides:
+        argv += ["--set", item]
+    with output.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + wait_launch_s
+    launch_path = run_dir / "launch.json"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ApplianceError(f"the candidate's `appliance run` exited {proc.returncode} before it launched:\n"
+                                 f"{tail(output)}", field="--to", value=profile,
+                                 fix=f"read the output above (it is in {output})")
+        if launch_path.exists():
+            with contextlib.suppress(LaunchFileError):
+                serve = StartedServe(run_dir, read_launch(launch_path), proc, output)
+                report(f"candidate serve started (pid {proc.pid}) in {run_dir}: API {serve.api_url}, exporter "
+                       f"{serve.exporter_url}")
+                return serve
+        time.sleep(0.5)
+    _stop(proc)
+    raise ApplianceError(f"the candidate's `appliance run` wrote no launch.json in {wait_launch_s:g} s:\n"
+                         f"{tail(output)}", field="--to", value=profile)
+
+
+@dataclass
+class Ready:
+    ok: bool
+    seconds: float
+    why: str
+    status: dict[str, Any] | None = None
+    looks: int = 0
+    restarts: int = 0
+
+
+@dataclass
+class Expect:
+    """What the serve must show to count as up: the channel and profile digest (the new engine, not the old)."""
+
+    channel: str | None = None
+    profile_digest: str | None = None
+    after_runs: int | None = None
+    """The exporter must have seen more engine runs than this (a restart, not the engine before it)."""
+    reasons: list[str] = field(default_factory=list)
+
+
+def _mismatch(status: dict[str, Any], want: Expect) -> str | None:
+    if want.channel and status.get("channel") != want.channel:
+        return f"the exporter judges channel {status.get('channel')}, not {want.channel}"
+    if want.profile_digest and (status.get("profile") or {}).get("digest") != want.profile_digest:
+        return "the exporter judges another profile digest than the one launched"
+    if want.after_runs is not None and int((status.get("log") or {}).get("runs") or 0) <= want.after_runs:
+        return "the engine has not started again yet"
+    return None
+
+
+def wait_ready(look: Callable[[], ServeStatus], want: Expect, budget_s: float, *,
+               alive: Callable[[], bool] = lambda: True, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep, report: Report | None = None) -> Ready:
+    """Poll until ready as expected; give up at the budget, or at once when the serve shows it cannot come up:
+    supervisord gone, the engine FATAL, the exporter `failed` (a fatal signature), or the engine started
+    CRASHES_TO_GIVE_UP more times (a crash loop)."""
+    began = clock()
+    pids: list[int] = []
+    looks, last, note = 0, None, ""
+    while True:
+        elapsed = clock() - began
+        looks += 1
+        if not alive():
+            return Ready(False, elapsed, "the serve's supervisord is gone", last, looks, max(0, len(pids) - 1))
+        s = look()
+        last = s.status or last
+        if s.pid and (not pids or pids[-1] != s.pid):
+            pids.append(s.pid)
+        restarts = max(0, len(pids) - 1)
+        if s.program == "FATAL":
+            return Ready(False, elapsed, "the engine program is FATAL (it kept dying at start)", last, looks, restarts)
+        if restarts >= CRASHES_TO_GIVE_UP:
+            return Ready(False, elapsed, f"the engine started {restarts + 1} times and died each time (a crash loop)",
+                         last, looks, restarts)
+        if s.status is not None:
+            state = s.status.get("state")
+            wrong = _mismatch(s.status, want)
+            if state == "ready" and wrong is None:
+                return Ready(True, elapsed, "ready", s.status, looks, restarts)
+            if state == "failed" and wrong is None:
+                reasons = "; ".join(s.status.get("reasons") or []) or "see its /status"
+                return Ready(False, elapsed, f"the exporter says failed: {reasons}", s.status, looks, restarts)
+            now = f"{state}: {wrong or '; '.join(s.status.get('reasons') or [])}"
+        else:
+            now = f"exporter not answering ({s.error})"
+        if report and now != note:
+            report(f"  {elapsed:5.0f} s  {now[:200]}")
+            note = now
+        if elapsed >= budget_s:
+            return Ready(False, elapsed, f"not ready within {budget_s:g} s (last: {now[:300]})", last, looks, restarts)
+        sleep(POLL_S)

