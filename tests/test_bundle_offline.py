@@ -17,6 +17,7 @@ import subprocess
 import tarfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,16 @@ from tests.test_container_engine import cpu_image  # noqa: F401  (the session's 
 pytestmark = [pytest.mark.docker, pytest.mark.engine]
 
 
+@pytest.fixture
+def tmp_home(tmp_path: Path) -> Iterator[Path]:
+    """tmp_path, emptied afterwards: the bundle and what apply unpacks are ~9 GB that pytest would keep."""
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
 def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile(
-        cpu_image: str, smoke_model_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+        cpu_image: str, smoke_model_dir: Path, tmp_home: Path) -> None:  # noqa: F811
+    tmp_path = tmp_home
     assert shutil.which("unshare") and shutil.which("ip"), "unshare and ip are needed (scripts/test.sh installs them)"
     connected = tmp_path / "connected"
     connected.mkdir()
