@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from appliance.cli import main
+from appliance.errors import ApplianceError
 from appliance.gate.battery import coherence, instruction, needles
 from appliance.gate.battery.checks import judge_reference
 from appliance.gate.battery.definition import ARMS, SEED
@@ -307,3 +308,32 @@ def test_a_v1_arm_on_a_profile_that_does_not_run_v1_is_exit_2_before_anything_ru
     assert main(["gate", "--battery", "nope", "--profile", "gb10-tp2"]) == 2
     assert main(["gate", "--battery", "seed", "--checks", "bench", "--profile", "gb10-tp2"]) == 2
     assert not (tmp_path / "r").exists()
+
+
+def test_the_noguard_arm_on_a_channel_without_the_guard_runs_the_profile_as_it_ships_and_d2_says_why(tmp_path):
+    """K4 refuses cache.guard=0 on a channel whose engine has no guard (the CPU channels): the noguard arm there is
+    the serve as it ships, and D2 fails naming the channel, rather than the arm being unrunnable (MISSING)."""
+    from appliance.gate.battery import checks
+    from appliance.gate.battery.prepare import battery_run, check_arm, receipt_section
+    from appliance.lock import channel_lock
+
+    cpu = load_profile("cpu-smoke").profile
+    assert check_arm(cpu, "noguard") == "noguard"
+    run = battery_run("seed", "noguard", cpu, params_for(cpu), None, None)
+    channel = cpu.engine.channel
+    assert channel and run.unguarded_channel == channel
+    serve = receipt_section(run, channel_lock(channel), None)["serve"]
+    assert serve.startswith("the profile as it ships") and f"channel {channel} has no same-step" in serve
+    ctx = GateContext(url="http://serve", model="m", checkpoint=cpu.model.checkpoint, tokenizer=None, profile=cpu,
+                      params=params_for(cpu), out_dir=tmp_path, progress=Quiet(), battery=run)
+    with pytest.MonkeyPatch.context() as mp:  # the exporter's /status of a serve whose log has no guard line
+        mp.setattr(checks, "_status", lambda _ctx: ({"facts": {"runner_v2": False}}, ""))
+        d2 = checks.d2_noguard(ctx)
+    assert (d2.status, d2.summary) == ("fail", f"no line: channel {channel} has no same-step ghost-block guard "
+                                               f"to turn off (K4)")
+    # where the channel's engine has the guard, the arm still needs the serve started with cache.guard=0
+    gb10 = load_profile("gb10-tp2").profile
+    with pytest.raises(ApplianceError, match=r"--arm noguard judges a serve started with cache\.guard=0"):
+        check_arm(gb10, "noguard")
+    off = load_profile("gb10-tp2", cli_overrides=["cache.guard=0"]).profile
+    assert battery_run("seed", "noguard", off, params_for(off), None, None).unguarded_channel is None

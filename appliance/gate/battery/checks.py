@@ -138,10 +138,13 @@ def d1_v1(ctx: GateContext) -> CheckResult:
 
 
 def d2_noguard(ctx: GateContext) -> CheckResult:
+    unguarded = _run(ctx).unguarded_channel
+
     def judge(facts: dict[str, Any]) -> tuple[bool, str]:
         line = _guard(facts)
         if line is None:
-            return False, "no line"
+            return False, ("no line" if unguarded is None else
+                           f"no line: channel {unguarded} has no same-step ghost-block guard to turn off (K4)")
         return facts["guard_active"] == 0, line
     return _facts_line(ctx, "D2", judge)
 

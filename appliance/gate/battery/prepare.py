@@ -1,9 +1,10 @@
 """From `gate --battery NAME --arm ARM` to the battery's run context and its section of the receipt.
 
 Bad input is exit 2 before anything is measured: an unknown battery or arm; an arm whose serve the loaded profile
-does not describe (the v1 arm needs engine.runner=v1, the noguard arm cache.guard=0); a serve that runs another
-profile than the one the gate loaded (the receipt would credit the wrong settings); a reference receipt without
-the row C10 judges.
+does not describe (the v1 arm needs engine.runner=v1, the noguard arm cache.guard=0 where the channel's engine has
+the guard; where it has none, rule K4 refuses any cache.guard and the arm's serve is the profile as it ships); a
+serve that runs another profile than the one the gate loaded (the receipt would credit the wrong settings); a
+reference receipt without the row C10 judges.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.channels.capabilities import ENV_GUARD, profile_capabilities, profile_channel
 from appliance.errors import ApplianceError
 from appliance.gate.battery.definition import ARM_SERVES, ARMS, BATTERIES, Arm, Battery
 from appliance.gate.battery.run_context import BatteryRun
@@ -35,11 +37,22 @@ def battery_for(name: str) -> Battery:
     return BATTERIES[name]
 
 
+def unguarded_channel(profile: Profile, arm: str) -> str | None:
+    """The noguard arm on a channel whose engine has no same-step guard (no VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT
+    among its env vars): that channel's name. Such a serve cannot be started with cache.guard=0 (K4 refuses a
+    setting the engine never reads), so the arm runs on the profile as it ships and D2 records why it fails."""
+    if arm != "noguard" or profile_capabilities(profile).guard:
+        return None
+    return profile_channel(profile)
+
+
 def check_arm(profile: Profile, arm: str) -> Arm:
     if arm not in ARMS:
         raise ApplianceError(f"--arm {arm}: no such arm", field="--arm", value=arm,
                              fix=f"choose from {', '.join(ARMS)}")
     need = ARM_NEEDS.get(arm)  # type: ignore[call-overload]
+    if need is not None and unguarded_channel(profile, arm) and profile.cache.guard == "auto":
+        need = None  # the escape hatch does not exist on this engine: D2 says so
     if need is not None:
         field, attr, want = need
         section = profile.engine if field.startswith("engine.") else profile.cache
@@ -95,7 +108,14 @@ def battery_run(name: str, arm: str, profile: Profile, gate_params: GateParams, 
                                            runs=tuned_gsm8k.runs),
                      bench=replace(params.bench, corpus=tuned_bench.corpus))
     ref, source = reference(params, profile, bench_reference)
-    return BatteryRun(battery, checked, params, exporter, ref, source)
+    return BatteryRun(battery, checked, params, exporter, ref, source, unguarded_channel(profile, checked))
+
+
+def serve_of(run: BatteryRun) -> str:
+    if run.unguarded_channel:
+        return (f"the profile as it ships: channel {run.unguarded_channel} has no same-step ghost-block guard "
+                f"({ENV_GUARD} is not among its engine's env vars), so cache.guard=0 cannot be set (K4)")
+    return ARM_SERVES[run.arm]
 
 
 def receipt_section(run: BatteryRun, lock: ChannelLock, image: dict[str, str] | None) -> dict[str, Any]:
@@ -108,7 +128,7 @@ def receipt_section(run: BatteryRun, lock: ChannelLock, image: dict[str, str] | 
             + (f"; image label engine commit {image['engine_commit']}" if image and image.get("engine_commit") else "")
             + f"; the battery was accepted on {b.expect}")
     return {
-        "name": b.name, "source": b.source, "expect": b.expect, "arm": run.arm, "serve": ARM_SERVES[run.arm],
+        "name": b.name, "source": b.source, "expect": b.expect, "arm": run.arm, "serve": serve_of(run),
         "size": run.params.size, "min_checks": b.min_checks,
         "definition": [asdict(c) for c in b.checks],
         "not_run": [{**asdict(o), "evidence": tree if o.id.startswith("A") else None} for o in b.outside],

@@ -19,3 +19,6 @@ class BatteryRun:
     reference: float | None
     """C10's reference t/s at params.bench_row; None = none known for this hardware."""
     reference_source: str
+    unguarded_channel: str | None = None
+    """The noguard arm on a channel whose engine has no same-step guard: that channel's name (D2 says why it
+    cannot pass); None elsewhere."""
