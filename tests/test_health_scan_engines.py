@@ -134,6 +134,30 @@ def generated_log(seed: int, n: int) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
+@pytest.mark.parametrize("engine", FAST)
+def test_a_pattern_whose_alternatives_fill_different_groups_keeps_each_from_its_own_last_line(engine: str):
+    """Found by the generated-log test (seed 732802, n 188): 'Starting to load model' names a hub id or a folder
+    (load_from_hub | load_model_path); the last-only shortcut applied only the last line and lost the hub id."""
+    data = (b"(Worker_TP0 pid=520) INFO 08-09 09:58:44 [model_runner.py:398] Starting to load model "
+            b"deepseek-ai/DeepSeek-V4-Flash-0731...\n(Worker pid=32763) INFO 11-29 16:42:44 [cpu_model_runner.py:68] "
+            b"Starting to load model /models/SmolLM2-135M-Instruct...\n")
+    got = scan(data, engine)
+    assert got == scan(data, "reference")
+    assert got["values"]["load_from_hub"] == "deepseek-ai/DeepSeek-V4-Flash-0731"  # type: ignore[index]
+
+
+def test_optional_groups_are_those_a_match_can_leave_unset_and_alternatives_those_a_branch_sets():
+    from appliance.health.table import optional_groups
+
+    assert optional_groups(r"a (?P<x>\d+) b (?P<y>\w+)") == (set(), set())
+    assert optional_groups(r"(?:(?P<x>\d+)|(?P<y>\w+))!") == ({"x", "y"}, {"x", "y"})
+    assert optional_groups(r"v(?P<x>\d+)(?: rc(?P<y>\d+))?") == ({"y"}, set())
+    assert optional_groups(r"(?P<x>a)+ (?P<y>b)*") == ({"y"}, set())
+    forms = {p.id: p.one_form() for p in TABLE.facts}
+    assert not forms["load-start"] and not forms["torch-compile"]  # hub id | folder; seconds or none
+    assert forms["spec-decode-positions"] and forms["guard"]  # a required group and an optional tail
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 900), cuts=st.lists(st.integers(1, 900), max_size=12),
        engine=st.sampled_from(FAST))

@@ -130,11 +130,13 @@ class Extractor:
         self.facts = Facts(values=dict.fromkeys(self._counted, 0))
         self._quiet_after = table.quiet_after
         self._resets = {i for i, c in enumerate(self._compiled) if c.reset}
-        # `keep: last` facts that nothing reads in line order (quiet_after does): within one chunk only
-        # their last line can count, so the earlier ones are dropped before they are decoded.
+        # `keep: last` facts that nothing reads in line order (quiet_after does), of a line with one form
+        # (table.FactPattern.one_form): within one chunk only their last line can count, so the earlier ones
+        # are dropped before they are decoded.
         quiet = set(table.quiet_after)
         self._last_only = {i for i, c in enumerate(self._compiled) if not c.fatal and not c.reset
                            and c.keep == "last" and not quiet & set(c.pattern.produces())  # type: ignore[attr-defined]
+                           and c.pattern.one_form()  # type: ignore[attr-defined]
                            and self.engine != "reference"}
         self._dense: set[bytes] = set()
 

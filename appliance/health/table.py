@@ -132,6 +132,44 @@ class Pattern(_Strict):
         return self._compiled
 
 
+def optional_groups(regex: str) -> tuple[set[str], set[str]]:
+    """The named groups a match can leave unset, and of those the ones in alternatives (one branch of an
+    alternation sets them, another does not); read with the stdlib's own parser of what re.compile reads."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    parsed = _parser.parse(regex)
+    names = {number: name for name, number in parsed.state.groupdict.items()}
+    optional: set[str] = set()
+    branched: set[str] = set()
+
+    def walk(items: Any, maybe: bool, branch: bool) -> None:
+        for op, av in items:
+            kind = str(op)
+            if kind == "SUBPATTERN":
+                if av[0] in names:
+                    if maybe:
+                        optional.add(names[av[0]])
+                    if branch:
+                        branched.add(names[av[0]])
+                walk(av[3], maybe, branch)
+            elif kind == "BRANCH":
+                for alternative in av[1]:
+                    walk(alternative, True, True)
+            elif kind in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                walk(av[2], maybe or av[0] == 0, branch)
+            elif kind in ("ASSERT", "ASSERT_NOT"):
+                walk(av[1], True, branch)
+            elif kind == "GROUPREF_EXISTS":
+                for part in av[1:]:
+                    if part is not None:
+                        walk(part, True, True)
+            elif kind == "ATOMIC_GROUP":
+                walk(av, maybe, branch)
+
+    walk(parsed, False, False)
+    return optional, branched
+
+
 class PrintedBy(_Strict):
     process: Process
     ranks: Ranks
@@ -169,6 +207,17 @@ class FactPattern(Pattern):
 
     def produces(self) -> list[str]:
         return [*self.compiled.groupindex, *self.set]
+
+    def one_form(self) -> bool:
+        """The line has one form: its alternatives (if any) set no named group, and a match sets at least one
+        group. Then its last line in a chunk stands for the others (facts.py's last-only shortcut). A line that
+        names a hub id or a folder (load_from_hub | load_model_path), or whose only group is optional, keeps each
+        group from the last line that set it, as the reference reading does. An optional tail beside a required
+        group (the acceptance rate of positions 2-7, the guard's manager list) is one line's form within an engine
+        run: it keeps the shortcut, which the frequent SpecDecoding line needs for the scan's >= 0.5x grep."""
+        optional, branched = optional_groups(self.regex)
+        groups = set(self.compiled.groupindex)
+        return not branched and (not groups or bool(groups - optional))
 
 
 class FatalPattern(Pattern):
