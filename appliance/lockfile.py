@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def find_versions(start: Path = HERE) -> Path:
-    """versions.json of the repository (or $APPLIANCE_VERSIONS, or $APPLIANCE_ROOT/versions.json)."""
+    """versions.json of the repository (or $APPLIANCE_VERSIONS, or $APPLIANCE_ROOT/versions.json, or the copy an
+    installed wheel carries in appliance/_data/ when no checkout holds the package)."""
     if os.environ.get("APPLIANCE_VERSIONS"):
         return Path(os.environ["APPLIANCE_VERSIONS"])
     if os.environ.get("APPLIANCE_ROOT"):
@@ -32,6 +33,8 @@ def find_versions(start: Path = HERE) -> Path:
     for parent in [start, *start.parents]:
         if (parent / "versions.json").is_file():
             return parent / "versions.json"
+        if parent == HERE.parent and (HERE / "_data" / "versions.json").is_file():
+            return HERE / "_data" / "versions.json"  # no checkout around the package: an installed wheel's copy
     raise ApplianceError(f"versions.json not found in {start} or any folder above it", field="APPLIANCE_VERSIONS",
                          fix="set APPLIANCE_VERSIONS to the lock file (or APPLIANCE_ROOT to the folder holding it)",
                          reason="every version the appliance installs or checks is read from that one file")
