@@ -164,6 +164,23 @@ def tool_pin(lock: dict, name: str) -> dict | None:
     return next((p for p in lock.get("tools", []) if p["name"] == name), None)
 
 
+GATE_TOOLS = ("llama-benchy", "lm-eval")
+"""The acceptance gate's own tools: pyproject.toml's `gate` extra pins each at the version this lock gives it
+(tooling/tests/test_packaging.py holds the two equal)."""
+
+
+def gate_requirement(lock: dict, name: str) -> str:
+    """`name==X` of a gate tool as versions.json locks it: a `tools` pin (the test machine's), else the default
+    channel's (llama-benchy is pinned per channel because the images carry it; every channel pins one version)."""
+    found = tool_pin(lock, name) or next((p for p in pins(channel(lock, default_channel(lock)))
+                                          if p["name"] == name), None)
+    if found is None:
+        raise ApplianceError(f"{name} is not pinned in versions.json", field="tools", value=name,
+                             fix=f"pin {name} in versions.json (tools, or the channels' packages)",
+                             reason="versions are written only in versions.json")
+    return requirement(found)
+
+
 def get(lock: dict, dotted: str, channel_name: str | None = None) -> str:
     """One scalar by its dotted key, looked up in the channel first (`python`, `images.suite`), then at the top
     level of versions.json (`default_channel`): the scripts' one way in."""

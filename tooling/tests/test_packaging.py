@@ -11,12 +11,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from appliance import cli
+from appliance import cli, lockfile
 from appliance.lock import load_lock
 from appliance.paths import DATA
 from appliance.profile import list_profiles
@@ -150,3 +151,20 @@ def test_a_wheel_without_its_data_says_so_and_exits_2(tmp_path: Path) -> None:
                            "profiles"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "no serve profile" in done.stderr and "APPLIANCE_ROOT" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_gate_extra_pins_each_gate_tool_at_the_version_versions_json_locks(wheel: Path) -> None:
+    lock = lockfile.load(ROOT / "versions.json")
+    wanted = sorted(lockfile.gate_requirement(lock, name) for name in lockfile.GATE_TOOLS)
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gate"]
+    assert sorted(extra) == wanted  # the one source of versions is versions.json: a bump there must bump this
+    for name in ("llama-benchy",):  # pinned per channel (the images carry it): every channel pins the one version
+        assert len({lockfile.requirement(lockfile.pin(lockfile.channel(lock, ch), name))
+                    for ch in lockfile.channel_names(lock)}) == 1
+    with zipfile.ZipFile(wheel) as archive:
+        meta = archive.read(f"{wheel.name.split('-py')[0]}.dist-info/METADATA").decode()
+    assert "Provides-Extra: gate" in meta
+    for requirement in wanted:
+        name, version = requirement.split("==")
+        assert any(line.startswith(f"Requires-Dist: {name}") and f"=={version}" in line and "extra == \"gate\"" in line
+                   for line in meta.splitlines()), (requirement, meta)
