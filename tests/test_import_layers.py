@@ -57,6 +57,7 @@ LAYERS: list[set[str]] = [
     {"channel_report"},  # `appliance channels [diff]`: a channel's summary, and rules/expectations per channel
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program
+    {"completion"},  # `appliance completion SHELL`: generated from cli's parser of every command (shtab)
     {"__main__"},  # python -m appliance
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable list")
+    parser.add_argument("--names", action="store_true", help="the names alone, one a line (shell completion asks)")
     parser.add_argument("--host", action="store_true",
                         help="which profile fits this machine: its GPUs (NVML), memory and fabric, each profile "
                              "marked fits / refused (rule, reason) / validated here, one recommended")
@@ -38,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
         from appliance.doctor.fit import host_report
 
         return host_report(args.json)
+    if args.names:
+        print("\n".join(list_profiles()))
+        return 0
     rows, details = [], []
     invalid: list[dict[str, str]] = []
     for name in list_profiles():
