@@ -19,7 +19,7 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
-    {"redact", "apikey", "metricfamilies"},  # leaves (metricfamilies: prometheus-client only)
+    {"redact", "apikey", "metricfamilies", "table"},  # leaves (metricfamilies: prometheus-client only; table: rich)
     # the limits of every value from outside (text, ports, addresses); port_holder: who holds a port, from procfs
     # (its command line masked before it is cut)
     {"bounds", "port_holder"},

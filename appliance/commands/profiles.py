@@ -62,11 +62,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**r, "provenance": d} for r, d in zip(rows, details, strict=True)] + invalid, indent=2))
         return 0
+    from appliance.table import render
+
     headers = list(rows[0]) if rows else []
-    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in headers}
-    print("  ".join(h.upper().ljust(widths[h]) for h in headers))
-    for r in rows:
-        print("  ".join(str(r[h]).ljust(widths[h]) for h in headers).rstrip())
+    if rows:
+        print(render(headers, [[r[h] for h in headers] for r in rows]))
     for r in invalid:
         print(f"{r['name']}  INVALID: {r['invalid']}  (appliance validate {r['name']} says more)")
     return 0

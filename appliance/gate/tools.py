@@ -6,7 +6,7 @@ from appliance.errors import ApplianceError
 
 
 def install_hint(name: str) -> str:
-    """`pip install 'llama-benchy==0.4.0'` (the lock's version), and the extra that brings every gate tool."""
+    """`pip install 'NAME==X'` (the version the lock gives it), and the extra that brings every gate tool."""
     from appliance import lockfile
     from appliance.paths import versions_path
 
