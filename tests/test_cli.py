@@ -166,3 +166,18 @@ def test_smoke_model_takes_out_and_its_old_spelling_dest() -> None:
     parser = argparse.ArgumentParser()
     smoke_model.register(parser)
     assert parser.parse_args(["--out", "a"]).dest == Path("a") == parser.parse_args(["--dest", "a"]).dest
+
+
+@pytest.mark.parametrize(("args", "fix"), [
+    (("render",), "appliance profiles lists them"),
+    (("upgrade", "plan"), "as `appliance run` got it"),
+])
+def test_the_profile_is_named_once_the_same_way_by_every_profile_taking_command(args: tuple[str, ...],
+                                                                               fix: str) -> None:
+    from tests.in_process import run_main
+
+    twice = run_main([*args, "cpu-smoke", "--profile", "gb10-tp2"], env={"APPLIANCE_PROFILE": ""})
+    assert twice.returncode == 2 and "two profiles given: cpu-smoke and --profile gb10-tp2" in twice.stderr
+    none = run_main(list(args), env={"APPLIANCE_PROFILE": ""})
+    assert none.returncode == 2 and "no profile given" in none.stderr and fix in none.stderr, none.stderr
+    assert "Traceback" not in twice.stderr + none.stderr
