@@ -277,7 +277,7 @@ def test_what_a_check_attaches_reaches_the_receipts_top_level(tmp_path: Path, mo
         return result
 
     monkeypatch.setitem(runner.CHECK_RUNNERS, "canary", calibrated)
-    ctx = types.SimpleNamespace(out_dir=tmp_path, progress=Quiet())  # run_gate reads only these
+    ctx = types.SimpleNamespace(out_dir=tmp_path, progress=Quiet(), battery=None)  # run_gate reads only these
     receipt = runner.run_gate(ctx, ["canary"], _receipt())
     assert receipt["canary_calibration"] == {"model": "smollm2"} and "attach" not in receipt["checks"][0]
     assert json.loads((tmp_path / "receipt.json").read_text())["canary_calibration"] == {"model": "smollm2"}

@@ -28,6 +28,8 @@ def measured_cell(m: Measured | None) -> str:
     if m.max_model_len:
         parts.append(f"mml {m.max_model_len}")
     parts.append(", ".join(m.checks) if m.checks else "checks not listed")
+    if m.unverified:
+        parts.append("unverified " + ", ".join(u.split(" ")[0] for u in m.unverified))
     return "; ".join(parts)
 
 

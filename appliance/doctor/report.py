@@ -131,7 +131,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
 
 
 def uses_rdma(profile: Profile) -> bool:
-    """NCCL's IB/RoCE transport is in play: a multi-node GPU serve that does not disable IB (K10, K27)."""
+    """NCCL's IB/RoCE transport is in play: a multi-node GPU serve that does not disable IB (K10, K27, K35)."""
     return profile.hardware.gpu != "cpu" and profile.hardware.nodes > 1 and not profile.distributed.nccl_ib_disable
 
 
@@ -160,6 +160,39 @@ def check_memlock(profile: Profile, target: GpuFacts, limits: tuple[int | None, 
     return [Check("memlock", "fail", f"memlock (ulimit -l) is {shown} on an RDMA profile: NCCL's ibv_reg_mr fails "
                   f"or hangs the IB handshake once pinned memory passes it; it must be {raise_to} or at least the "
                   f"node's GPU memory", rule="K27", fix=MEMLOCK_FIX)]
+
+
+def check_kernel(profile: Profile, target: GpuFacts, release: str | None, cmdline: str | None) -> list[Check]:
+    """K35: a multi-node serve over RoCE on a kernel release NCCL is reported to fail on, unless `kho=off`."""
+    from fnmatch import fnmatchcase
+
+    if not uses_rdma(profile) or not target.nccl_roce_bad_kernels:
+        return []
+    if not release:
+        return [Check("kernel", "unknown", "the kernel release could not be read (sys/kernel/osrelease)", "K35")]
+    bad = next((p for p in target.nccl_roce_bad_kernels if fnmatchcase(release, p)), None)
+    kho_off = "kho=off" in (cmdline or "").split()
+    if bad and not kho_off:
+        return [Check("kernel", "fail",
+                      f"kernel {release}: NCCL over RoCE is reported to fail on it at start-up (`ibv_reg_mr_iova2` "
+                      f"... Cannot allocate memory) on {profile.hardware.gpu} hosts; the cause found is Kexec "
+                      f"HandOver, on by default in this kernel", "K35",
+                      "boot a kernel reported to work (6.17.0-1032-nvidia), or add kho=off to the kernel command "
+                      "line and reboot (NVIDIA/NV-Kernels#591)")]
+    detail = (f"kernel {release}{' with kho=off' if bad else ''}: not a release NCCL over RoCE is known to fail "
+              f"on")
+    return [Check("kernel", "ok", detail, "K35")]
+
+
+def kernel_release(procfs: Path) -> tuple[str | None, str | None]:
+    """(release, command line) from procfs: the host's kernel, also inside a container."""
+    def read(rel: str) -> str | None:
+        try:
+            return (procfs / rel).read_text(errors="replace").strip() or None
+        except OSError:
+            return None
+
+    return read("sys/kernel/osrelease"), read("cmdline")
 
 
 def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> list[Check]:
@@ -243,5 +276,6 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
                       source=f"MemAvailable in {procfs}/meminfo", device_free=device_free),
         *check_stale_engine(profile, running_engines(), port_busy),
         *check_memlock(profile, target, memlock_limit()),
+        *check_kernel(profile, target, *kernel_release(procfs)),
         *check_versions(profile),
     ]

@@ -236,7 +236,9 @@ def run(ctx: GateContext) -> CheckResult:
     if rc == 0 and rows:
         return _result("pass", _summary(rows), p, cmd, rows, about, raw, started, began)
     status, why = _classify(rc, tail) if rc != 0 else ("error", "llama-benchy produced no rows")
-    return _result(status, why, p, cmd, rows, about, raw, started, began)
+    result = _result(status, why, p, cmd, rows, about, raw, started, began)
+    result.details["timed_out"] = rc == 124  # _drive's own bound (p.timeout_s) ran out
+    return result
 
 
 def _tool_json(path: Path) -> Any:
