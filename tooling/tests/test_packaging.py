@@ -63,7 +63,8 @@ def test_the_built_wheel_holds_every_runtime_module_and_no_build_tooling(wheel: 
     assert {n.split("/")[0] for n in names} == {"appliance", f"{wheel.name.split('-py')[0]}.dist-info"}
     assert not [n for n in names if "tooling" in n.split("/")]
     runtime = {p.relative_to(ROOT).as_posix() for p in (ROOT / "appliance").rglob("*.py")}
-    assert runtime <= names, sorted(runtime - names)  # a new subpackage missing from pyproject's `packages` list
+    missing = sorted(runtime - names)
+    assert not missing, f"add each new subpackage to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert any(n.startswith("appliance/render/schemas/") and n.endswith(".json") for n in names)
 
 
