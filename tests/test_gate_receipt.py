@@ -132,6 +132,19 @@ def test_gsm8k_offline_without_the_data_set_is_unavailable_not_a_crash(tmp_path,
         assert result.status == "unavailable" and "openai/gsm8k" in result.summary and "hub" in result.summary
 
 
+@pytest.mark.parametrize(("check", "tool"), [(bench, "llama-benchy"), (gsm8k, "lm-eval")])
+def test_a_missing_gate_tool_is_named_with_its_locked_version_and_the_gate_extra(tmp_path, monkeypatch, check, tool):
+    from appliance import lockfile
+    from appliance.paths import versions_path
+
+    monkeypatch.setattr(check, "venv_executable", lambda name: None)  # the tool is not installed here
+    result = check.run(context("cpu-smoke", tmp_path))
+    wanted = lockfile.gate_requirement(lockfile.load(versions_path()), tool)
+    assert wanted.startswith(tool) and "==" in wanted
+    assert result.status == "unavailable"
+    assert f"pip install '{wanted}'" in result.summary and "pip install 'appliance[gate]'" in result.summary
+
+
 def test_structured_schema_validation():
     assert schema_errors({"name": "Ada", "age": 36, "colour": "blue", "tags": ["x"]}, PERSON) == []
     errors = schema_errors({"name": "A" * 30, "age": -1, "colour": "pink", "extra": 1}, PERSON)

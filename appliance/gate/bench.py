@@ -29,6 +29,7 @@ from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
+from appliance.gate.tools import install_hint
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing, write_file
 
@@ -214,8 +215,8 @@ def run(ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
     exe = venv_executable("llama-benchy")
     if exe is None:
-        return _result("unavailable", "llama-benchy is not installed here (pip install llama-benchy)", p, [], [],
-                       {}, None, started, began)
+        return _result("unavailable", f"llama-benchy is not installed here ({install_hint('llama-benchy')})", p,
+                       [], [], {}, None, started, began)
     result_file = ctx.out_dir / "llama-benchy.json"
     result_file.unlink(missing_ok=True)
     log = ctx.out_dir / "llama-benchy.log"

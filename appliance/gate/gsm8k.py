@@ -18,6 +18,7 @@ from appliance.errors import ApplianceError
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import Gsm8kParams
+from appliance.gate.tools import install_hint
 from appliance.jsonstrict import load_file
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing
@@ -131,7 +132,7 @@ def run(ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
     exe = venv_executable("lm_eval") or venv_executable("lm-eval")
     if exe is None:
-        return _result("unavailable", "lm-eval is not installed here (pip install lm-eval)", p, started, began)
+        return _result("unavailable", f"lm-eval is not installed here ({install_hint('lm-eval')})", p, started, began)
     if p.include_path is None and offline() and not dataset_cached():
         return _result("unavailable", f"GSM8K needs the {DATASET} data set from the Hugging Face hub, which this "
                        f"host cannot reach (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE set, not in the local cache): run "
