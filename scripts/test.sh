@@ -8,6 +8,22 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
+# Free disk, checked first: the offline bundle test writes ~9 GB (the bundle, docker save's scratch, what apply
+# unpacks), a channel whose lock digest changed reinstalls a ~5.5 GB CUDA venv. A run that starts short fails here in
+# seconds, naming what to clear, instead of 45 minutes in on ENOSPC.
+need_gb="${APPLIANCE_TEST_MIN_FREE_GB:-15}"
+for where in "$REPO" "${XDG_CACHE_HOME:-$HOME/.cache}" "${TMPDIR:-/tmp}"; do
+  mkdir -p "$where"
+  free_gb=$(df --output=avail -B1G "$where" | tail -1 | tr -d ' ')
+  if ((free_gb < need_gb)); then
+    echo "scripts/test.sh: error: $where has ${free_gb} GB free; the suite needs ${need_gb} GB (APPLIANCE_TEST_MIN_FREE_GB)" >&2
+    echo "  fix: free space there (stale stacks in ~/.cache/appliance-channels, old pytest folders in /tmp/pytest-of-$(id -un)," >&2
+    echo "       'docker builder prune' on the private engine) or point TMPDIR / XDG_CACHE_HOME at a larger disk" >&2
+    echo "  why: the bundle and channel tests write several GB each; a full disk fails them late and looks like a bug" >&2
+    exit 2
+  fi
+done
+
 scripts/install-engine.sh
 # Debian packages the tests use: promtool and the server (prometheus) lint the exporter's /metrics, test the alert
 # rules and run the monitoring bundle against the CPU serve (tests/test_health_metrics_lint.py,

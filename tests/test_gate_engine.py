@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from appliance.gate.receipt import load
+from appliance.gate.receipt import load as load_typed
 from appliance.lock import channel_lock
 from tests.conftest import BIN, Serve, wait_for
 
@@ -21,6 +21,12 @@ pytestmark = pytest.mark.engine
 STABLE_FACTS = ("vllm_version", "kv_tokens", "kv_device", "kv_max_concurrency", "startup_complete", "guard_active",
                 "guard_total", "runner_v2", "runner_fallback_reason", "sm120_decode", "attention_backend")
 """Facts fixed once the serve is up (throughput lines move while the gate's requests run)."""
+
+
+def load(path: Path) -> dict:
+    """The receipt as written (its JSON), once the typed reader has taken it (load_typed raises otherwise)."""
+    load_typed(path)
+    return json.loads(path.read_text())
 
 
 def status(serve: Serve) -> dict:

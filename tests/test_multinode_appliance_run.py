@@ -92,8 +92,9 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
                         timeout=30, interval=1), httpx.get(head_status).json()["ranks"]
         ranks = httpx.get(head_status).json()["ranks"]
         assert [(p["rank"], p["url"], p["error"]) for p in ranks["peers"]] == [(1, peer_url, None)]
-        nccl = next(a for a in ranks["agreements"] if a["fact"] == "nccl_version")
-        assert (nccl["status"], nccl["message"]) == ("unknown", "K15 no rank reported nccl_version")
+        # `vLLM is using nccl==` is printed by a group's rank 0 only (printed_by, issue 20): fewer than two ranks print
+        # it, so the worker is not asked for it and there is no agreement to report (it would never turn known).
+        assert not [a for a in ranks["agreements"] if a["fact"] == "nccl_version"], ranks["agreements"]
 
         stop_supervisord(head)
         # K22: the headless worker keeps running without its head; its health must say so.

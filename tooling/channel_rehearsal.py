@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from appliance.channels.engines import prune_stale  # noqa: E402
 from appliance.container.buildargs import lock_files  # noqa: E402
 from appliance.container.cpu_engine import CPU_CUDA_EXTRAS  # noqa: E402
 from appliance.lockfile import channel, channel_digest, channel_names, load  # noqa: E402
@@ -136,6 +137,7 @@ def install(lock: dict, name: str, venv_override: Path | None = None) -> tuple[P
     if _passed(folder, "install", key) and (venv / "bin" / "python").exists():
         return venv, {"venv": str(venv), "installed": False, "seconds": 0.0}
     start = time.monotonic()
+    prune_stale(cache_root(), name, folder)
     folder.mkdir(parents=True, exist_ok=True)
     if channel(lock, name)["target"] == "cpu":
         # install-engine.sh is marker-keyed: a venv the appliance's engine store made (the same layout, when
@@ -148,16 +150,7 @@ def install(lock: dict, name: str, venv_override: Path | None = None) -> tuple[P
     size = sum(p.stat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink())
     result = {"venv": str(venv), "installed": True, "seconds": took, "venv_mb": round(size / 1e6)}
     _mark(folder, "install", key, result)
-    _prune_older(name, folder)
     return venv, result
-
-
-def _prune_older(name: str, keep: Path) -> None:
-    """Venvs of this channel's earlier lock digests: a stack no lock names any more (several GB each)."""
-    for old in cache_root().glob(f"{name}-*"):
-        suffix = old.name[len(name) + 1:]
-        if old != keep and old.is_dir() and len(suffix) == 12 and all(c in "0123456789abcdef" for c in suffix):
-            shutil.rmtree(old, ignore_errors=True)
 
 
 # --- facts, parse, patterns ---------------------------------------------------------------------

@@ -172,6 +172,7 @@ def obtain_engine(ch: ChannelLock, report: Report = print) -> tuple[EngineInstal
     if not script.is_file():
         raise missing_engine(ch, f"{script} is not here to install it")
     venv = store_dir(ch) / "venv"
+    prune_stale(engines_root(), ch.name, venv.parent)
     venv.parent.mkdir(parents=True, exist_ok=True)
     report(f"installing the engine of channel {ch.name} ({ch.engine.label}) into {venv}")
     began = time.monotonic()
@@ -184,14 +185,14 @@ def obtain_engine(ch: ChannelLock, report: Report = print) -> tuple[EngineInstal
         raise ApplianceError(f"installing the engine of channel {ch.name} failed (exit {done.returncode}) after "
                              f"{took:.0f} s:\n{tail}", field="engine.channel", value=ch.name,
                              fix=f"read the output above; the venv is {venv} (remove it to start over)")
-    _prune_older(ch, venv.parent)
     return EngineInstall(ch.name, venv, str(venv)), took
 
 
-def _prune_older(ch: ChannelLock, keep: Path) -> None:
-    """Venvs of this channel's earlier lock digests: a stack no lock names any more (GBs each)."""
-    for old in engines_root().glob(f"{ch.name}-*"):
-        suffix = old.name[len(ch.name) + 1:]
+def prune_stale(root: Path, name: str, keep: Path) -> None:
+    """Venvs of channel `name`'s other lock digests under `root`: stacks no lock names any more (GBs each).
+    Pruned before a new install, not after it, so a disk that holds one stack is not asked to hold two."""
+    for old in root.glob(f"{name}-*"):
+        suffix = old.name[len(name) + 1:]
         if old != keep and old.is_dir() and len(suffix) == 12 and all(c in "0123456789abcdef" for c in suffix):
             shutil.rmtree(old, ignore_errors=True)
 

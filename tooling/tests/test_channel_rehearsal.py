@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.channels.engines import prune_stale
 from appliance.lockfile import channel_names, default_channel, load
 from tooling import channel_rehearsal as cr
 
@@ -28,13 +29,30 @@ def test_each_step_is_redone_only_when_what_it_depends_on_changed(tmp_path: Path
     cr._mark(folder, "facts", "k1", {"checked": True})
     assert cr._passed(folder, "facts", "k1") == {"key": "k1", "checked": True}
     assert cr._passed(folder, "facts", "k2") is None
-    # Another lock digest of the same channel is a stale stack: pruned when the new one installs.
+    # Another lock digest of the same channel is a stale stack: pruned before the new one installs.
     stale = tmp_path / "vllm-0.32.0-0123456789ab"
     stale.mkdir()
     other = tmp_path / "vllm-0.32.0-extra-notadigest"
     other.mkdir()
-    cr._prune_older("vllm-0.32.0", folder)
+    prune_stale(tmp_path, "vllm-0.32.0", folder)
     assert not stale.exists() and other.exists()
+
+
+def test_a_stale_stack_is_gone_before_the_new_one_installs(tmp_path: Path, monkeypatch) -> None:
+    # CI ran out of disk installing vllm-0.32.0's new digest beside its old 5.5 GB venv: the old one goes first.
+    monkeypatch.setenv("APPLIANCE_CHANNELS_CACHE", str(tmp_path))
+    stale = tmp_path / "vllm-0.32.0-0123456789ab"
+    (stale / "venv").mkdir(parents=True)
+    seen: list[bool] = []
+
+    def fake_install(lock: dict, name: str, venv: Path) -> None:  # stands in for pip's multi-GB CUDA install
+        seen.append(stale.exists())
+        (venv / "bin").mkdir(parents=True)
+        (venv / "bin" / "python").write_text("")
+
+    monkeypatch.setattr(cr, "_install_gpu", fake_install)
+    venv, result = cr.install(LOCK, "vllm-0.32.0")
+    assert seen == [False] and result["installed"] is True and venv.parent.name.startswith("vllm-0.32.0-")
 
 
 def test_the_facts_key_follows_the_extractor_its_inputs_and_the_committed_facts() -> None:
