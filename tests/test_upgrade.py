@@ -360,8 +360,28 @@ def test_status_lists_the_history_oldest_first_with_results_and_skips_an_interru
     (home / "upgrades" / "cpu-smoke" / "active.json").write_text("{not json")
     bad = cli("upgrade", "status", "cpu-smoke")
     assert bad.returncode == 0 and "ERROR" in bad.stdout  # status still shows the history beside the broken record
-    (none,) = json.loads(cli("upgrade", "status", "nothing-here", "--json").stdout)
-    assert none["history"] == [] and none["active"] is None
+    (none,) = json.loads(cli("upgrade", "status", "cpu-smoke-canary", "--json").stdout)  # never upgraded
+    assert none["profile"] == "cpu-smoke-canary" and none["history"] == [] and none["active"] is None
+
+
+def test_status_of_an_unknown_profile_is_exit_2_naming_it_and_the_profiles_with_a_history(home: Path,
+                                                                                         tmp_path: Path) -> None:
+    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD).returncode == 0
+    for typo in ("cpu-smok", "..", "nothing/here.yaml"):
+        out = cli("upgrade", "status", typo, "--json")
+        assert out.returncode == 2 and out.stdout == "", (typo, out.stdout)
+        assert f"unknown profile '{typo}'" in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert "profiles with an upgrade history: cpu-smoke" in out.stderr and "why: status reads" in out.stderr
+    assert "did you mean cpu-smoke" in cli("upgrade", "status", "cpu-smok").stderr
+    # a profile file is known by its stem; a history outlives its file (a profile written for one serve)
+    own = tmp_path / "mine.yaml"
+    own.write_text("extends: [cpu-smoke]\n")
+    assert cli("upgrade", "plan", str(own), "--to", OLD).returncode == 0
+    (by_path,) = json.loads(cli("upgrade", "status", str(own), "--json").stdout)
+    assert by_path["profile"] == "mine" and [h["kind"] for h in by_path["history"]] == ["plan"]
+    own.unlink()
+    (by_name,) = json.loads(cli("upgrade", "status", "mine", "--json").stdout)
+    assert [h["kind"] for h in by_name["history"]] == ["plan"]
 
 
 def test_promote_without_a_qualification_is_refused_naming_the_qualify_command(home: Path, tmp_path: Path) -> None:
