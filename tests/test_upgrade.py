@@ -136,6 +136,41 @@ def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home
     assert plan.argv[0] == str(venv / "bin" / "vllm")
 
 
+def test_the_native_switch_relaunches_the_serve_as_it_was_told_and_never_moves_its_exporter(
+        home: Path, tmp_path: Path) -> None:
+    """The promote re-resolves launch.json from the serve's own placement (what `appliance run` was told: here
+    APPLIANCE_HEALTH_PORT), not from what the promote command was given; a move that would change the running
+    exporter's inputs (its port) is refused with both files as they were."""
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.candidate import Request, pair_for
+    from appliance.upgrade.promote import NativeSwitch
+
+    venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"extends: [cpu-smoke]\nengine:\n  channel: {OLD}\n")
+    told, plain = tmp_path / "told", tmp_path / "plain"
+    for run_dir, env in ((told, {"APPLIANCE_HEALTH_PORT": "19431"}), (plain, {})):
+        out = cli("run", str(mine), "--dry-run", "--skip-doctor", "--run-dir", str(run_dir), env=env)
+        assert out.returncode == 0, out.stderr
+    before = read_launch(told / "launch.json")
+    assert before.programs["vllm"].argv[0] == str(venv / "bin" / "vllm") and before.exporter.port == 19431
+    req = Request(str(mine), to=NEW)
+    NativeSwitch(req, "mine", told, print).switch(Active("mine", NEW, [], "d1"), pair_for(req).candidate.digest)
+    after = read_launch(told / "launch.json")
+    assert after.profile["engine"]["channel"] == NEW and after.programs["vllm"].argv[0] == str(
+        Path(sys.executable).parent / "vllm")  # this environment's 0.32.0
+    assert after.exporter.port == 19431 and after.placement.origin("health_port") == "env:APPLIANCE_HEALTH_PORT"
+    write_active(None, "mine")
+
+    moved = Request(str(mine), to=NEW, sets=("server.health_port=19433",))
+    text = (plain / "launch.json").read_text()
+    with pytest.raises(ApplianceError) as err:
+        NativeSwitch(moved, "mine", plain, print).switch(Active("mine", NEW, list(moved.sets), "d2"),
+                                                         pair_for(moved).candidate.digest)
+    assert "exporter.port: 9400 -> 19433" in err.value.message and err.value.field == "APPLIANCE_HEALTH_PORT"
+    assert (plain / "launch.json").read_text() == text and read_active("mine") is None
+
+
 def test_doctor_checks_the_engine_venvs_stack_and_the_appliances_tools_beside_it(home: Path, tmp_path: Path) -> None:
     from appliance.doctor.report import check_versions
 
