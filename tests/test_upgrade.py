@@ -260,6 +260,29 @@ def channel_receipt(channel: str, **kw: Any) -> dict[str, Any]:
     return r
 
 
+def test_a_cpu_candidate_beside_the_incumbent_binds_the_cores_the_incumbent_leaves(home: Path,
+                                                                                   monkeypatch: Any) -> None:
+    """vLLM's `auto` OpenMP binding takes the lowest cores: a second engine beside the first would spin on the
+    incumbent's (on 2 cores its worker never started). The candidate takes the upper half, in its process
+    environment only (the profile qualified is the one a promote serves)."""
+    from appliance.upgrade.candidate import Request
+    from appliance.upgrade.mode import OMP_BIND_ENV, candidate_cpu_bind
+    from appliance.upgrade.qualify import Qualification, QualifyOptions
+
+    assert candidate_cpu_bind({0, 1}) == "1" and candidate_cpu_bind({0}) is None
+    assert candidate_cpu_bind({4, 5, 6, 7, 0, 1, 2, 3}) == "4,5,6,7"
+    monkeypatch.delenv(OMP_BIND_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    q = Qualification(Request("cpu-smoke", to=OLD), QualifyOptions(run_dir=home / "run"), print)
+    loaded = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"])
+    assert q.beside_env(loaded) == {OMP_BIND_ENV: "1"}
+    assert q.beside_env(load_profile("gb10-tp2")) == {}  # a GPU candidate: its memory, not its cores, is shared
+    pinned = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}", f"engine.extra_env.{OMP_BIND_ENV}=0"])
+    assert q.beside_env(pinned) == {}  # the profile's own binding is the user's
+    monkeypatch.setenv(OMP_BIND_ENV, "nobind")
+    assert q.beside_env(loaded) == {}
+
+
 def test_a_candidate_within_the_noise_is_promoted_and_one_beyond_it_refused() -> None:
     from appliance.upgrade.verdict import judge
 
