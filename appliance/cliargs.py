@@ -53,20 +53,27 @@ def add_placement_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-dir", type=Path, help="local checkpoint folder (default $APPLIANCE_MODEL_DIR)")
 
 
-def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None) -> LoadedProfile:
+def profile_name_from_args(args: argparse.Namespace, settings: ApplianceSettings, *,
+                           fix: str = "name one (appliance profiles lists them) or set APPLIANCE_PROFILE") -> str:
+    """The profile add_profile_args took: PROFILE or --profile (the same one if both), else $APPLIANCE_PROFILE."""
     from appliance.errors import ApplianceError
-    from appliance.profile.loader import load_profile
-    from appliance.settings import load_settings
 
-    settings = settings or load_settings()
     given, option = getattr(args, "profile", None), getattr(args, "profile_option", None)
     if given and option and given != option:
         raise ApplianceError(f"two profiles given: {given} and --profile {option}", field="--profile", value=option,
                              fix="name the profile once")
     name = given or option or settings.profile
     if not name:
-        raise ApplianceError("no profile given", field="profile", fix="name one (appliance profiles lists them) "
-                             "or set APPLIANCE_PROFILE")
+        raise ApplianceError("no profile given", field="profile", fix=fix)
+    return str(name)
+
+
+def load_from_args(args: argparse.Namespace, settings: ApplianceSettings | None = None) -> LoadedProfile:
+    from appliance.profile.loader import load_profile
+    from appliance.settings import load_settings
+
+    settings = settings or load_settings()
+    name = profile_name_from_args(args, settings)
     return load_profile(name, env_overrides=settings.overrides(), cli_overrides=args.overrides,
                         cli_extra_args=list(getattr(args, "passthrough", None) or []))
 

@@ -26,10 +26,6 @@ def profiles_dir() -> Path:
     return data_root() / "profiles"
 
 
-def channels_dir() -> Path:
-    return data_root() / "channels"
-
-
 def healthchecks_dir() -> Path:
     return data_root() / "healthchecks"
 

@@ -18,10 +18,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import ports
+from tests import orphans, ports
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Serves a killed earlier session left running are stopped (tests/orphans.py), and every child of this
+    session carries its token, so the next one can do the same if this one is killed."""
+    token = orphans.session_token()
+    reaped = orphans.reap(token)
+    if reaped:
+        print(f"\nconftest: stopped {len(reaped)} process(es) a killed test session left running: {reaped}")
+    os.environ[orphans.TOKEN_ENV] = token
 
 
 @pytest.hookimpl(wrapper=True)

@@ -226,6 +226,12 @@ def test_every_shipped_profile_renders_only_what_its_channels_engine_knows() -> 
         assert bad == [], (name, [f.render() for f in bad])
 
 
+@pytest.mark.parametrize(("profile", "channel"), [("cpu-smoke", UPSTREAM), ("gb10-tp2", CPU)])
+def test_a_channel_of_another_target_is_e1s_alone_the_engine_rules_do_not_judge_it(profile: str, channel: str) -> None:
+    found = {f.rule for f in evaluate(ctx_for(profile, f"engine.channel={channel}"))}
+    assert "E1" in found and not found & {"E2", "E3", "E4", "E5"}, found
+
+
 def test_every_log_pattern_a_profile_expects_is_printed_by_its_channels_engine() -> None:
     from tooling.channel_rehearsal import expected_patterns, patterns
 

@@ -115,3 +115,18 @@ def test_canary_takes_the_openai_base_url_with_or_without_v1(suffix: str, capsys
     err = capsys.readouterr().err
     assert f"http://127.0.0.1:{port}/v1/models:" in err and "/v1/v1" not in err
     assert api_base_url(f"http://h:1{suffix}") == "http://h:1"
+
+
+@pytest.mark.parametrize(("args", "fix"), [
+    (("render",), "appliance profiles lists them"),
+    (("upgrade", "plan"), "as `appliance run` got it"),
+])
+def test_the_profile_is_named_once_the_same_way_by_every_profile_taking_command(args: tuple[str, ...],
+                                                                               fix: str) -> None:
+    from tests.in_process import run_main
+
+    twice = run_main([*args, "cpu-smoke", "--profile", "gb10-tp2"], env={"APPLIANCE_PROFILE": ""})
+    assert twice.returncode == 2 and "two profiles given: cpu-smoke and --profile gb10-tp2" in twice.stderr
+    none = run_main(list(args), env={"APPLIANCE_PROFILE": ""})
+    assert none.returncode == 2 and "no profile given" in none.stderr and fix in none.stderr, none.stderr
+    assert "Traceback" not in twice.stderr + none.stderr

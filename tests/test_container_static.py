@@ -707,3 +707,28 @@ def test_the_modules_a_build_runs_by_path_are_copied_with_every_module_they_impo
                 for name in names:
                     if name.startswith("appliance.") and (ROOT / (name.replace(".", "/") + ".py")).is_file():
                         assert name in copied, f"{stage}: {module} imports {name}, which the build does not copy"
+
+
+@pytest.mark.parametrize(("tool_name", "args"), [
+    ("lockcli.py", ["image-tag"]),
+    ("forkcheck.py", ["requirements", "--source", "."]),
+    ("enginesource.py", ["fetch", "--dest", "src", "--platform", "linux/arm64", "--write", "e.json"]),
+    ("artifacts.py", ["fetch", "--platform", "linux/arm64", "--dest", "w", "--skipped-out", "s.json"]),
+])
+def test_each_lock_tool_runs_by_path_from_what_the_image_copies_and_names_a_channel_the_lock_lacks(
+        tmp_path: Path, tool_name: str, args: list[str]) -> None:
+    """The GPU build runs these by path before anything is installed: each reads --versions/--channel through
+    lockcli.lock_channel, so a bare interpreter (-I -S: no site-packages) with only the copied files must do."""
+    for _, rest in (i for i in DOCKERFILE.stage("gpu-base").instructions if i[0] == "COPY"):
+        *sources, dest = rest.split()
+        if dest.startswith("/opt/appliance/lock/"):
+            folder = tmp_path / dest.removeprefix("/opt/appliance/")
+            folder.mkdir(parents=True, exist_ok=True)
+            for source in sources:
+                (folder / Path(source).name).write_bytes((ROOT / source).read_bytes())
+    script = tmp_path / "lock" / "appliance" / "container" / tool_name
+    out = subprocess.run([sys.executable, "-I", "-S", str(script), "--versions", str(ROOT / "versions.json"),
+                          "--channel", "no-such-channel", *args], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "versions.json has no channel 'no-such-channel'" in out.stderr and "Traceback" not in out.stderr

@@ -20,11 +20,9 @@ $APPLIANCE_FUZZ_REPORT when set.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import resource
-import signal
 import socket
 import string
 import tempfile
@@ -34,15 +32,15 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance.cli import main
 from tests.hostile_serve import MODES, HostileServer
+from tests.in_process import Hang, run_main, time_limit
 from tests.test_gate_compare import receipt as good_receipt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,10 +54,6 @@ BUDGET = settings(derandomize=True, database=None, deadline=None, print_blob=Tru
 
 # --- the contract and its figures ----------------------------------------------------------------------------------
 
-class Hang(Exception):
-    pass
-
-
 @dataclass
 class Figures:
     inputs: int = 0
@@ -71,6 +65,19 @@ class Figures:
     per_area: dict[str, int] = field(default_factory=dict)
     exits: dict[str, int] = field(default_factory=dict)
     """How the CLI examples ended, per area ("render:0"): the generators must reach the accepting paths too."""
+
+    def count(self, area: str) -> None:
+        """One input tried in `area`."""
+        self.inputs += 1
+        self.per_area[area] = self.per_area.get(area, 0) + 1
+
+    def took(self, seconds: float, what: str) -> None:
+        if seconds > self.slowest_s:
+            self.slowest_s, self.slowest = seconds, what
+
+    def hang(self, what: str) -> NoReturn:
+        self.hangs += 1
+        pytest.fail(f"hang: {what}")
 
     def to_json(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "tracebacks": self.tracebacks, "hangs": self.hangs, "leaks": self.leaks,
@@ -89,31 +96,6 @@ class Result:
     seconds: float
 
 
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    saved = dict(os.environ)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    def _alarm(_signum: int, _frame: object) -> None:
-        raise Hang(f"over {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _shown(argv: list[str]) -> str:
     return " ".join(a if len(a) < 60 else a[:57] + "..." for a in argv)[:300]
 
@@ -122,29 +104,20 @@ def run_cli(area: str, argv: list[str], *, env: dict[str, str] | None = None,
             secrets: tuple[str, ...] = (), codes: tuple[int, ...] = (0, 2), secret_ok_on_success: bool = False
             ) -> Result:
     """`appliance ARGV` in-process under the contract; the figures count every call."""
-    FIGURES.inputs += 1
-    FIGURES.per_area[area] = FIGURES.per_area.get(area, 0) + 1
-    out, err = io.StringIO(), io.StringIO()
+    FIGURES.count(area)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     began = time.monotonic()
-    code: int | None = None
     try:
-        with environment(env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-                time_limit(TIME_LIMIT_S):
-            try:
-                code = main(argv)
-            except SystemExit as exc:  # argparse's own refusals
-                code = exc.code if isinstance(exc.code, int) else 2
+        run = run_main(argv, env=env, limit_s=TIME_LIMIT_S)
     except Hang:
-        FIGURES.hangs += 1
-        pytest.fail(f"hang: appliance {_shown(argv)}")
+        FIGURES.hang(f"appliance {_shown(argv)}")
     except Exception:
         FIGURES.tracebacks += 1
         pytest.fail(f"traceback from appliance {_shown(argv)}:\n{traceback.format_exc()}")
     seconds = time.monotonic() - began
-    if seconds > FIGURES.slowest_s:
-        FIGURES.slowest_s, FIGURES.slowest = seconds, f"{area}: appliance {_shown(argv)}"
-    text = out.getvalue() + err.getvalue()
+    FIGURES.took(seconds, f"{area}: appliance {_shown(argv)}")
+    code = run.returncode
+    text = run.stdout + run.stderr
     if "Traceback (most recent call last)" in text:
         FIGURES.tracebacks += 1
         pytest.fail(f"a traceback printed by appliance {_shown(argv)}:\n{text[-3000:]}")
@@ -157,7 +130,7 @@ def run_cli(area: str, argv: list[str], *, env: dict[str, str] | None = None,
             pytest.fail(f"secret in the output of appliance {_shown(argv)}:\n{text[-2000:]}")
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert grown < RSS_GROWTH_LIMIT_KIB, f"memory grew {grown} KiB on appliance {_shown(argv)}"
-    return Result(code, out.getvalue(), err.getvalue(), seconds)
+    return Result(code, run.stdout, run.stderr, seconds)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -529,10 +502,12 @@ def test_exporter_argument_types_accept_or_refuse_cleanly(kind: str, text: str) 
 
     from appliance.health import exporter_args
 
-    FIGURES.inputs += 1
-    FIGURES.per_area["exporter-args"] = FIGURES.per_area.get("exporter-args", 0) + 1
-    with contextlib.suppress(argparse.ArgumentTypeError), time_limit(5):
-        getattr(exporter_args, kind)(text)
+    FIGURES.count("exporter-args")
+    try:
+        with contextlib.suppress(argparse.ArgumentTypeError), time_limit(5):
+            getattr(exporter_args, kind)(text)
+    except Hang:  # a BaseException (tests/in_process.py): counted and failed here, so hypothesis shrinks it
+        FIGURES.hang(f"exporter argument {kind} {text[:80]!r}")
 
 
 @pytest.fixture(scope="module")
@@ -597,15 +572,16 @@ def _exchange(address: str, data: bytes) -> bytes:
 @given(request=raw_requests())
 def test_the_exporter_answers_any_request_and_stays_up(exporter_url: tuple[str, str], request: bytes) -> None:
     address, secret = exporter_url
-    FIGURES.inputs += 1
-    FIGURES.per_area["exporter-http"] = FIGURES.per_area.get("exporter-http", 0) + 1
+    FIGURES.count("exporter-http")
     began = time.monotonic()
-    with time_limit(TIME_LIMIT_S):
-        reply = _exchange(address, request)
-        live = httpx.get(f"http://{address}/live", timeout=5)
+    try:
+        with time_limit(TIME_LIMIT_S):
+            reply = _exchange(address, request)
+            live = httpx.get(f"http://{address}/live", timeout=5)
+    except Hang:
+        FIGURES.hang(f"exporter-http: {request[:80]!r}")
     seconds = time.monotonic() - began
-    if seconds > FIGURES.slowest_s:
-        FIGURES.slowest_s, FIGURES.slowest = seconds, f"exporter-http: {request[:80]!r}"
+    FIGURES.took(seconds, f"exporter-http: {request[:80]!r}")
     # Any reply at all (an HTTP/0.9-style request line gets a bare body, no status line), of bounded size.
     assert len(reply) < 1 << 20
     if secret.encode() in reply:
@@ -773,8 +749,7 @@ def _probe_socket_live(name: str) -> bool:
 def test_the_exporter_answers_probes_through_any_paced_flood(small_exporter: tuple[int, str], idle: int, slow: int,
                                                             pace_ms: int, partial: bytes) -> None:
     port, name = small_exporter
-    FIGURES.inputs += 1
-    FIGURES.per_area["exporter-flood"] = FIGURES.per_area.get("exporter-flood", 0) + 1
+    FIGURES.count("exporter-flood")
     before = threading.active_count()
     socks: list[socket.socket] = []
     began = time.monotonic()
@@ -794,14 +769,12 @@ def test_the_exporter_answers_probes_through_any_paced_flood(small_exporter: tup
             assert live == 200 and _probe_socket_live(name)
             assert threading.active_count() - before <= 2 * 8 + 4, threading.active_count() - before
     except Hang:
-        FIGURES.hangs += 1
-        pytest.fail(f"hang: a flood of {idle} idle and {slow} slow connections")
+        FIGURES.hang(f"a flood of {idle} idle and {slow} slow connections")
     finally:
         for s in socks:
             s.close()
     seconds = time.monotonic() - began
-    if seconds > FIGURES.slowest_s:
-        FIGURES.slowest_s, FIGURES.slowest = seconds, f"exporter-flood: {idle} idle, {slow} slow at {pace_ms} ms"
+    FIGURES.took(seconds, f"exporter-flood: {idle} idle, {slow} slow at {pace_ms} ms")
 
 
 # --- issue 22: secret forms -----------------------------------------------------------------------------------------
@@ -844,8 +817,7 @@ def test_every_secret_form_is_masked_before_any_cut_or_escape(case: tuple[str, s
     from appliance.redact import clip, redact
 
     text, value = case
-    FIGURES.inputs += 1
-    FIGURES.per_area["secret-forms"] = FIGURES.per_area.get("secret-forms", 0) + 1
+    FIGURES.count("secret-forms")
     around = text.replace(value, "")
     for out in (redact(text, {}), clip(text, limit, {}), show(text, limit)):
         if _leaks(value, out, repr(around) + around):
@@ -862,8 +834,7 @@ def test_an_env_secret_is_masked_in_every_escaped_form(secret: str, escape: str,
 
     from appliance.redact import clip, redact
 
-    FIGURES.inputs += 1
-    FIGURES.per_area["secret-forms"] = FIGURES.per_area.get("secret-forms", 0) + 1
+    FIGURES.count("secret-forms")
     written = {"plain": secret, "repr": repr(secret)[1:-1], "json": json_.dumps(secret)[1:-1],
                "json-unicode": json_.dumps(secret, ensure_ascii=False)[1:-1],
                "unicode-escape": secret.encode("unicode_escape").decode()}[escape]
@@ -925,8 +896,7 @@ def test_any_extends_graph_loads_fast_and_as_its_plain_expansion_would(
     from appliance.profile.model import Profile
 
     graph, bodies, top = case
-    FIGURES.inputs += 1
-    FIGURES.per_area["extends"] = FIGURES.per_area.get("extends", 0) + 1
+    FIGURES.count("extends")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "profiles"
         (root / "bases").mkdir(parents=True)
@@ -943,11 +913,9 @@ def test_any_extends_graph_loads_fast_and_as_its_plain_expansion_would(
         except ApplianceError as exc:
             loaded, error = None, str(exc)
         except Hang:
-            FIGURES.hangs += 1
-            pytest.fail(f"hang: loading extends graph {graph}")
+            FIGURES.hang(f"loading extends graph {graph}")
         seconds = time.monotonic() - began
-        if seconds > FIGURES.slowest_s:
-            FIGURES.slowest_s, FIGURES.slowest = seconds, f"extends: {len(graph)} bases"
+        FIGURES.took(seconds, f"extends: {len(graph)} bases")
         budget = [20_000]
         try:
             layers = [layer for b in top for layer in _naive_layers(b, graph, ("top",), budget)]

@@ -4,12 +4,9 @@ FIFO and huge numbers in procfs and versions.json, two profiles with one name, a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,40 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from appliance.cli import main
 from appliance.errors import ApplianceError
+from tests.in_process import run_main, time_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class Hang(BaseException):
-    """Raised by the time limit; a BaseException so no handler in the CLI can take it for an error it reports."""
-
-
-def _alarm(_signum: int, _frame: object) -> None:
-    raise Hang("the command ran past its time limit (a read that blocks, e.g. on a FIFO?)")
-
-
 def cli(*args: str, env: dict[str, str] | None = None, limit_s: float = 30) -> tuple[int, str, str]:
-    """`appliance ARGS` in-process under a hard time limit (SIGALRM interrupts a blocking open or read), so a
-    regression that reads a FIFO fails the test instead of hanging the suite."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = dict(os.environ)
-    os.environ.update(env or {})
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit_s)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 2
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        os.environ.clear()
-        os.environ.update(saved)
-    return code, out.getvalue(), err.getvalue()
+    """`appliance ARGS` in-process under a hard time limit (tests/in_process.py: SIGALRM interrupts a blocking open
+    or read), so a regression that reads a FIFO fails the test instead of hanging the suite."""
+    run = run_main(args, env=env, limit_s=limit_s)
+    return run.returncode, run.stdout, run.stderr
 
 
 @pytest.fixture
@@ -345,11 +319,6 @@ def test_a_checkpoint_config_that_is_no_json_file_is_refused_without_reading_it_
     else:
         config.write_text("[" * 60_000 + "]" * 60_000)
     fallback = CheckpointFacts.model_construct()
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, 10)
-    try:
-        with pytest.raises(ApplianceError) as err:
-            read_facts(tmp_path, fallback)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+    with time_limit(10), pytest.raises(ApplianceError) as err:
+        read_facts(tmp_path, fallback)
     assert err.value.field == "model_dir" and "config.json" in str(err.value)

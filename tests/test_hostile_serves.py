@@ -6,19 +6,15 @@ duration. The serve is tests/hostile_serve.py on loopback (a double for a misbeh
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import os
-import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from appliance.cli import main
 from tests.hostile_serve import HostileServer
+from tests.in_process import CliRun, run_main, time_limit
 
 BAD = ["not-json", "empty", "wrong-shape", "deep", "huge", "status-500", "trickle", "dup-keys", "nan"]
 LIMIT_S = 20.0
@@ -31,55 +27,14 @@ def serve() -> Iterator[HostileServer]:
         yield server
 
 
-@dataclass
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-class Hang(Exception):
-    pass
-
-
-def _alarm(_signum: int, _frame: object) -> None:
-    raise Hang(f"no answer within {LIMIT_S} s")
-
-
-@contextlib.contextmanager
-def limited(seconds: float = LIMIT_S) -> Iterator[None]:
-    """A hard time limit: a client that waits on a trickle fails the test instead of hanging it."""
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def appliance(*args: str) -> tuple[Run, float]:
-    """`appliance ARGS` in-process (the CLI's main; argparse's exit caught), with a secret in the environment and a
-    hard time limit: a client that waits on a trickle fails the test instead of hanging it."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = os.environ.get("VLLM_API_KEY")
-    os.environ["VLLM_API_KEY"] = "SxHostileKey1234"
+def appliance(*args: str) -> tuple[CliRun, float]:
+    """`appliance ARGS` in-process (tests/in_process.py) with a secret in the environment and a hard time limit."""
     began = time.monotonic()
-    try:
-        with limited(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 2
-    finally:
-        if saved is None:
-            os.environ.pop("VLLM_API_KEY", None)
-        else:
-            os.environ["VLLM_API_KEY"] = saved
-    return Run(code, out.getvalue(), err.getvalue()), time.monotonic() - began
+    run = run_main(args, env={"VLLM_API_KEY": "SxHostileKey1234"}, limit_s=LIMIT_S)
+    return run, time.monotonic() - began
 
 
-def _clean_refusal(r: Run, code: int = 2) -> None:
+def _clean_refusal(r: CliRun, code: int = 2) -> None:
     text = r.stdout + r.stderr
     assert r.returncode == code, text[-2000:]
     assert "Traceback" not in text and "SxHostileKey1234" not in text and len(r.stderr) < 4000, text[-2000:]
@@ -121,7 +76,7 @@ def test_a_tokenize_endpoint_that_answers_nonsense_only_skips_its_check(serve: H
             finally:
                 await client.aclose()
 
-        with limited():
+        with time_limit(LIMIT_S):
             assert asyncio.run(ask()) is None, mode
 
 
@@ -182,7 +137,7 @@ def test_the_gate_clients_end_a_trickling_endless_or_huge_reply_at_their_deadlin
 
     serve.modes = {"/v1/chat/completions": mode, "/version": mode}
     began = time.monotonic()
-    with limited(), pytest.raises(ServeError):
+    with time_limit(LIMIT_S), pytest.raises(ServeError):
         get_json(f"{serve.url}/version", timeout=1.0)
     assert time.monotonic() - began < 5  # one read timeout past the deadline at most
 
@@ -191,7 +146,7 @@ def test_the_gate_clients_end_a_trickling_endless_or_huge_reply_at_their_deadlin
             await client.post("/v1/chat/completions", {"model": "m", "messages": []})
 
     began = time.monotonic()
-    with limited(), pytest.raises(ServeError, match=r"within 1 s|over"):
+    with time_limit(LIMIT_S), pytest.raises(ServeError, match=r"within 1 s|over"):
         asyncio.run(post())
     assert time.monotonic() - began < 5
 
@@ -202,13 +157,13 @@ def test_the_exporters_engine_probe_and_peer_watch_end_a_trickle_at_their_timeou
 
     serve.modes = {"/health": "trickle", "/status": "trickle"}
     began = time.monotonic()
-    with limited():
+    with time_limit(LIMIT_S):
         sample = EngineProbe(serve.url, timeout=0.5).sample()
     assert not sample.healthy and "within" in (sample.error or "") and time.monotonic() - began < 3
     began = time.monotonic()
     watch = PeerWatch({1: serve.url}, {"nccl_version": "K15"}, clock=time.monotonic, timeout=0.5)
     try:
-        with limited():
+        with time_limit(LIMIT_S):
             view = watch.check({}).peers[0]
     finally:
         watch.close()

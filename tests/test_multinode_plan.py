@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.channels.capabilities import profile_capabilities
+from appliance.channels.capabilities import ENV_RUNNER, ENV_SM120_DECODE, ENV_SM120_PREFILL, profile_capabilities
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, ServePlan, build_plan
 from appliance.render.k8s import K8sOptions, render_manifests
-from appliance.render.plan import ENGINE_ENV_KEYS, ENV_RUNNER, ENV_SM120_DECODE, ENV_SM120_PREFILL
+from appliance.render.plan import ENGINE_ENV_KEYS
 
 MULTI_NODE = [n for n in list_profiles() if load_profile(n).profile.hardware.nodes > 1]
 MASTER = "10.1.0.1"

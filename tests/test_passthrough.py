@@ -139,6 +139,16 @@ def test_every_variable_the_renderer_sets_is_owned() -> None:
             assert set(build_plan(profile, Placement(node_rank=rank, master_addr=HEAD)).env) <= set(ENV_OWNERS)
 
 
+def test_the_engine_switches_are_listed_once_with_their_owners_and_cover_every_variable_the_channels_name() -> None:
+    from appliance.channels import capabilities
+    from appliance.render.plan import ENGINE_ENV_KEYS
+
+    named = {value for key, value in vars(capabilities).items() if key.startswith("ENV_")}
+    assert set(managed_mod.ENGINE_ENV_OWNERS) == named  # a new engine variable needs its owner (and X3's refusal)
+    assert tuple(managed_mod.ENGINE_ENV_OWNERS) == ENGINE_ENV_KEYS  # the plan's list is the owner table's
+    assert managed_mod.ENGINE_ENV_OWNERS.items() <= ENV_OWNERS.items()
+
+
 def test_a_vllm_variable_the_channel_does_not_read_is_refused_a_foreign_one_passes() -> None:
     (err,) = errors(env={"VLLM_LOGGING_LEVELL": "DEBUG", "NCCL_IB_GID_INDEX": "3"})
     assert err.rule == "X3" and "VLLM_LOGGING_LEVEL" in err.message

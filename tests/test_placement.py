@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from appliance.catalogue import load_catalogue
+from appliance.channels.capabilities import ENV_SM120_DECODE
 from appliance.cliargs import add_placement_args, placement_from_args
 from appliance.errors import ApplianceError
 from appliance.placement import Placement, ResolvedPlacement, resolve_placement
 from appliance.profile import load_profile
 from appliance.render.k8s import placements_for
-from appliance.render.plan import ENV_SM120_DECODE, build_plan, engine_env, plan_facts
+from appliance.render.plan import build_plan, engine_env, plan_facts
 from appliance.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]

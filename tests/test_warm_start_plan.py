@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from appliance.channels.capabilities import ENV_AOT_COMPILE
 from appliance.profile import load_profile
-from appliance.render.plan import ENV_AOT_COMPILE, build_plan
+from appliance.render.plan import build_plan
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 

@@ -83,6 +83,7 @@ def restart_with(plan: RungPlan, *, source: str, run_dir: Path, env_overrides: l
     change) and restart the engine program, which reads it again; supervisorctl's output. `report`: the launch's
     own notes (warnings the rung's profile draws)."""
     from appliance.paths import appliance_home, venv_executable
+    from appliance.render.supervisord import CONF_FILE
     from appliance.run.launch import LAUNCH_FILE, relaunch
     from appliance.settings import load_settings
 
@@ -96,7 +97,7 @@ def restart_with(plan: RungPlan, *, source: str, run_dir: Path, env_overrides: l
                              fix=exc.fix or "run `appliance validate` with these overrides to see why",
                              reason=exc.reason) from None
     ctl = venv_executable("supervisorctl") or "supervisorctl"
-    done = subprocess.run([ctl, "-c", str(run_dir / "supervisord.conf"), "restart", "vllm"], capture_output=True,
+    done = subprocess.run([ctl, "-c", str(run_dir / CONF_FILE), "restart", "vllm"], capture_output=True,
                           text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise ApplianceError(f"rung {plan.name}: supervisorctl restart failed: {(done.stdout + done.stderr).strip()}",

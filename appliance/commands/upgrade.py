@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from appliance.cliargs import add_k8s_options, add_profile_args
+from appliance.cliargs import add_k8s_options, add_profile_args, profile_name_from_args
 
 
 def _common(p: argparse.ArgumentParser, *, to: bool = True, run_dir: bool = True) -> None:
@@ -110,14 +110,8 @@ def _request(args: argparse.Namespace) -> Any:
     from appliance.upgrade.candidate import Request
 
     settings = load_settings()
-    given, option = getattr(args, "profile", None), getattr(args, "profile_option", None)
-    if given and option and given != option:
-        raise ApplianceError(f"two profiles given: {given} and --profile {option}", field="--profile", value=option,
-                             fix="name the profile once")
-    name = given or option or settings.profile
-    if not name:
-        raise ApplianceError("no profile given", field="profile",
-                             fix="name the serve's profile (as `appliance run` got it) or set APPLIANCE_PROFILE")
+    name = profile_name_from_args(args, settings,
+                                  fix="name the serve's profile (as `appliance run` got it) or set APPLIANCE_PROFILE")
     for item in getattr(args, "sets", []):
         check_text("--with", item)
         if "=" not in item:

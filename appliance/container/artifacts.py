@@ -30,7 +30,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path (the image build): the package is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from appliance.lockfile import UnknownChannel, channel, default_channel, pins, requirement
+from appliance.container.lockcli import add_lock_args, lock_channel
+from appliance.errors import ApplianceError
+from appliance.lockfile import UnknownChannel, pins, requirement
 
 _NOT_FOUND = ("Could not find a version that satisfies the requirement", "No matching distribution found")
 
@@ -96,9 +98,7 @@ def fetch(lock: dict, ch: dict, platform: str, dest: Path, *, env: dict[str, str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="artifacts.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", type=Path, default=Path("versions.json"))
-    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
-                        help="the channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
+    add_lock_args(parser)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fetch", help="download every pin of the channel, one by one, for this platform")
     p.add_argument("--platform", required=True)
@@ -107,10 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-index", default="", help="an extra index carrying torch/triton for this CUDA")
     args = parser.parse_args(argv)
 
-    lock = json.loads(args.versions.read_text())
     try:
-        ch = channel(lock, args.channel or default_channel(lock, "gpu"))
-    except UnknownChannel as exc:
+        _, lock, _, ch = lock_channel(args)
+    except (ApplianceError, UnknownChannel) as exc:
         print(f"artifacts: {exc}", file=sys.stderr)
         return 2
     result = fetch(lock, ch, args.platform, args.dest, torch_index=args.torch_index)

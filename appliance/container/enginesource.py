@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -30,8 +29,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path (the image build): the package is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from appliance.container.lockcli import add_lock_args, lock_channel
+from appliance.errors import ApplianceError
 from appliance.lockfile import ENGINE_RECORD_KEYS as RECORD_KEYS  # noqa: F401  (the record's keys, re-exported)
-from appliance.lockfile import FULL_SHA, engine_record_problems
+from appliance.lockfile import FULL_SHA, UnknownChannel, engine_record_problems
 
 PIN = re.compile(r"^[0-9a-f]{10,40}$")
 """versions.json's commit: the full SHA, or a prefix of at least 10 hex digits (what the seed quotes)."""
@@ -138,9 +139,7 @@ def record_problems(record: dict[str, object], engine_source: dict[str, object])
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="enginesource.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", type=Path, default=Path("versions.json"))
-    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
-                        help="the fork's channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
+    add_lock_args(parser, "the fork's channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fetch", help="fetch the branch, check out the pinned commit, write engine-source.json")
     p.add_argument("--dest", type=Path, required=True)
@@ -149,10 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", default="", help="a mirror of the fork (default: its GitHub repository)")
     args = parser.parse_args(argv)
 
-    lock = json.loads(args.versions.read_text())
-    name = args.channel or lock["default_channel"]
-    ch = lock["channels"].get(name)
-    if ch is None or ch["engine"]["source"] != "fork" or not ch["engine"].get("branch"):
+    try:
+        _, _, name, ch = lock_channel(args)
+    except (ApplianceError, UnknownChannel) as exc:
+        print(f"enginesource: {exc}", file=sys.stderr)
+        return 2
+    if ch["engine"]["source"] != "fork" or not ch["engine"].get("branch"):
         print(f"enginesource: channel {name!r} of versions.json is no fork with an engine.branch: nothing to fetch "
               f"by commit", file=sys.stderr)
         return 2

@@ -32,6 +32,13 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+if __package__ in (None, ""):  # run by path (the image build): the package is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from appliance.container.lockcli import add_lock_args, lock_channel
+from appliance.errors import ApplianceError
+from appliance.lockfile import UnknownChannel
+
 # Newer upstream layout first; the file the build installs is the first that exists.
 BUILD_LAYOUTS = ("requirements/build/cuda.txt", "requirements/build.txt")
 # Upstream's optional Rust frontend: build tools only (setuptools-rust), installed when present.
@@ -187,9 +194,7 @@ def wheel_problems(wheel: Path, source: Path, *, fa3_skipped: bool) -> list[str]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forkcheck.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", type=Path, default=Path("versions.json"))
-    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
-                        help="the fork's channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
+    add_lock_args(parser, "the fork's channel (default: $APPLIANCE_CHANNEL, else the lock's default_channel)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("requirements", help="the fork's pins against versions.json, and its build layout")
     p.add_argument("--source", type=Path, required=True, help="the cloned engine source")
@@ -226,15 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"forkcheck: {args.wheel.name}: Rust frontend ({rust}) and FA2 present; FA3 "
               f"{'skipped (no SM90 target)' if args.fa3_skipped else 'built'}")
         return 0
-    from appliance.lockfile import load
-
-    lock = load(args.versions)  # strict and bounded, as every reader of versions.json
-    name = args.channel or lock["default_channel"]
-    if name not in lock["channels"]:
-        print(f"forkcheck: versions.json has no channel {name!r} ({', '.join(sorted(lock['channels']))})",
-              file=sys.stderr)
+    try:
+        _, _, name, ch = lock_channel(args)  # strict and bounded, as every reader of versions.json
+    except (ApplianceError, UnknownChannel) as exc:
+        print(f"forkcheck: {exc}", file=sys.stderr)
         return 2
-    ch = lock["channels"][name]
     src = ch["engine"]
     if src["source"] != "fork":
         print(f"forkcheck: channel {name} installs {src['name']}=={src['version']} from a package index; "
@@ -251,7 +252,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forkcheck: {RUNTIME_REQS} and {', '.join(build)} agree with versions.json "
           f"(build requirements layout: {build[0]})")
     if args.write_build_reqs:
-        from appliance.errors import ApplianceError
         from appliance.safe_write import write_file
 
         try:

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 if __package__ in (None, ""):  # run by path (the image build, the scripts): the package is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -57,11 +58,33 @@ def _format(args: dict[str, str], fmt: str) -> str:
     return "\n".join(f"--build-arg={k}={v}" for k, v in args.items())
 
 
+class LockChannel(NamedTuple):
+    path: Path
+    lock: dict
+    name: str
+    channel: dict
+
+
+def add_lock_args(parser: argparse.ArgumentParser, channel_help: str = "the channel (default: $APPLIANCE_CHANNEL, "
+                  "else the lock's default_channel)") -> None:
+    """--versions and --channel, as every build tool of the lock takes them (this one, artifacts.py,
+    enginesource.py, forkcheck.py); `lock_channel` reads what they name."""
+    parser.add_argument("--versions", type=Path, help="versions.json (default: found above this file)")
+    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None, help=channel_help)
+
+
+def lock_channel(args: argparse.Namespace, target: str = "gpu") -> LockChannel:
+    """The lock --versions names, read strictly (lockfile.load), and its channel --channel names, else the
+    target's default: ApplianceError for a lock that cannot be read, UnknownChannel for a name it does not hold."""
+    path = args.versions or find_versions()
+    lock = load(path)
+    name = args.channel or default_channel(lock, target)
+    return LockChannel(path, lock, name, channel(lock, name))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lockcli.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", type=Path, help="versions.json (default: found above this file)")
-    parser.add_argument("--channel", default=os.environ.get("APPLIANCE_CHANNEL") or None,
-                        help="the channel (default: $APPLIANCE_CHANNEL, else the lock's default for --target)")
+    add_lock_args(parser, "the channel (default: $APPLIANCE_CHANNEL, else the lock's default for --target)")
     parser.add_argument("--target", choices=TARGETS, default="gpu",
                         help="whose default channel when --channel is not given (default gpu)")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -90,11 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    path = args.versions or find_versions()
-    lock = load(path)
-    name = args.channel or default_channel(lock, args.target)
     try:
-        ch = channel(lock, name)
+        path, lock, name, ch = lock_channel(args, args.target)
     except UnknownChannel as exc:
         print(f"lockcli: {exc}", file=sys.stderr)
         return 2

@@ -55,7 +55,6 @@ DISCRETE_HOST_MEMORY_GIB = 32
 # GPU operator and cloud GPU node pools taint GPU nodes `nvidia.com/gpu:NoSchedule`: without this toleration a GPU
 # pod stays Pending there.
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 CACHES = {"hf-cache": HF_HOME, "appliance-cache": APPLIANCE_HOME}
 HOST_SUBDIRS = {"hf-cache": "hf", "appliance-cache": "cache"}
 

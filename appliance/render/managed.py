@@ -59,7 +59,7 @@ FLAG_OWNERS: dict[str, str] = {
     "--hf-token": _SECRET.format("HF_TOKEN"),
 }
 
-ENV_OWNERS: dict[str, str] = {
+ENGINE_ENV_OWNERS: dict[str, str] = {
     ENV_RUNNER: "engine.runner",
     ENV_GUARD: "cache.guard",
     ENV_SM120_DECODE: "engine.sm120_decode",
@@ -68,6 +68,11 @@ ENV_OWNERS: dict[str, str] = {
     # W5: the CPU build's AOT artefact never loads (render/plan.py), so a compiling CPU serve runs without AOT.
     ENV_EXECUTE_TIMEOUT: "engine.execute_model_timeout_s (K26: a mid-serve JIT outlasting the 300 s default)",
     ENV_AOT_COMPILE: "engine.enforce_eager (off on the CPU build: its AOT compile artefact never loads, W5)",
+}
+"""The engine's own switches the renderer sets (render/plan.engine_env): the same on every rank of a serve."""
+
+ENV_OWNERS: dict[str, str] = {
+    **ENGINE_ENV_OWNERS,
     # INFO with INIT,NET is what the health read-back parses (K10, K15): another level hides those lines.
     "NCCL_DEBUG": "the appliance's NCCL read-back (K10, K15)",
     "NCCL_DEBUG_SUBSYS": "the appliance's NCCL read-back (K10, K15)",

@@ -9,24 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.catalogue import GpuFacts, load_catalogue
-from appliance.channels.capabilities import (
-    DSV4_FLASHINFER,
-    DSV4_FLASHMLA,
-    ENV_AOT_COMPILE,
-    ENV_EXECUTE_TIMEOUT,
-    ENV_GUARD,
-    ENV_RUNNER,
-    ENV_SCRATCH_POOL,
-    ENV_SM120_DECODE,
-    ENV_SM120_PREFILL,
-    Capabilities,
-    profile_capabilities,
-)
+from appliance.channels import capabilities as engine_vars
+from appliance.channels.capabilities import DSV4_FLASHINFER, DSV4_FLASHMLA, Capabilities, profile_capabilities
 from appliance.errors import ApplianceError
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
 from appliance.profile.topology import Role, role_for
 from appliance.render.launcher import launcher_plan
-from appliance.render.managed import flag_owner, managed_env_owner
+from appliance.render.managed import ENGINE_ENV_OWNERS, flag_owner, managed_env_owner
 from appliance.render.passthrough import passthrough_argv, passthrough_env
 from appliance.render.serveplan import (
     Placement,
@@ -38,9 +27,9 @@ from appliance.render.serveplan import (
 )
 from appliance.weights.pins import revision_for
 
-# Env that changes engine behaviour (must reach every rank); the names are the channels' (channels/capabilities).
-ENGINE_ENV_KEYS = (ENV_RUNNER, ENV_GUARD, ENV_SM120_DECODE, ENV_SM120_PREFILL, ENV_SCRATCH_POOL, ENV_AOT_COMPILE,
-                   ENV_EXECUTE_TIMEOUT)
+# Env that changes engine behaviour (must reach every rank): the names are the channels' (channels/capabilities),
+# the list is render/managed.py's, which owns each.
+ENGINE_ENV_KEYS = tuple(ENGINE_ENV_OWNERS)
 
 
 def _flag(argv: list[str], name: str, value: object) -> None:
@@ -142,17 +131,17 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
     """Env that changes engine behaviour; it goes to every rank. Each channel's adapter: a switch the channel's
     engine does not have is not rendered (the rules refuse a profile that asks for one: K4, E6, E9)."""
     p, caps = profile, facts.caps
-    env = {ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"} if caps.runner_switch else {}
+    env = {engine_vars.ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"} if caps.runner_switch else {}
     if p.cache.guard != "auto" and caps.guard:
-        env[ENV_GUARD] = str(p.cache.guard)
+        env[engine_vars.ENV_GUARD] = str(p.cache.guard)
     if facts.gpu.is_sm12x and caps.sm120_decode == "env":
-        env[ENV_SM120_DECODE] = "1" if p.engine.sm120_decode else "0"
+        env[engine_vars.ENV_SM120_DECODE] = "1" if p.engine.sm120_decode else "0"
         if caps.sm120_prefill:
-            env[ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
+            env[engine_vars.ENV_SM120_PREFILL] = "1" if p.engine.sm120_prefill else "0"
     if p.engine.eager_scratch_pool and caps.scratch_pool:
-        env[ENV_SCRATCH_POOL] = "1"
+        env[engine_vars.ENV_SCRATCH_POOL] = "1"
     if p.engine.execute_model_timeout_s is not None:
-        env[ENV_EXECUTE_TIMEOUT] = str(p.engine.execute_model_timeout_s)
+        env[engine_vars.ENV_EXECUTE_TIMEOUT] = str(p.engine.execute_model_timeout_s)
     if p.hardware.gpu == "cpu" and not p.engine.enforce_eager:
         # W5: the CPU platform compiles in DYNAMO_TRACE_ONCE mode with torch's own inductor backend
         # (vllm/platforms/cpu.py: `compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE`), whose AOT artefact
@@ -160,7 +149,7 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
         # _try_load_aot_compiled_fn), which fails ("'function' object has no attribute 'finalize_loading'") and every
         # start recompiles. Without AOT compile the start re-traces and takes inductor's own cache (C++ kernels and
         # FX graphs in TORCHINDUCTOR_CACHE_DIR): measured cold vs warm in benchmarks/warm_start.py.
-        env[ENV_AOT_COMPILE] = "0"
+        env[engine_vars.ENV_AOT_COMPILE] = "0"
     if p.hardware.gpu != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
         # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the
@@ -219,6 +208,6 @@ def _unowned(name: str) -> None:
     raise AssertionError(f"the renderer sets {name}, which render/managed.py does not own")
 
 
-__all__ = ["ENGINE_ENV_KEYS", "ENV_GUARD", "ENV_RUNNER", "ENV_SCRATCH_POOL", "ENV_SM120_DECODE", "ENV_SM120_PREFILL",
-           "Placement", "PlanFacts", "ResolvedPlacement", "Role", "ServePlan", "build_plan", "engine_api_url",
-           "engine_argv", "engine_env", "fabric_env", "http_url", "plan_facts", "resolve_placement", "role_for"]
+__all__ = ["ENGINE_ENV_KEYS", "Placement", "PlanFacts", "ResolvedPlacement", "Role", "ServePlan", "build_plan",
+           "engine_api_url", "engine_argv", "engine_env", "fabric_env", "http_url", "plan_facts", "resolve_placement",
+           "role_for"]

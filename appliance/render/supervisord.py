@@ -20,6 +20,7 @@ START_RETRIES = 3
 CRASH_LIMIT, CRASH_WINDOW_S = 5, 600  # more engine crashes than this in the window stop the serve (crashguard)
 ENGINE_LOG = "vllm.log"  # in the run dir; the exporter's default --log is $APPLIANCE_LOG_DIR/ENGINE_LOG
 EXPORTER_LOG = "exporter.log"
+CONF_FILE = "supervisord.conf"  # in the run dir; supervisorctl -c names it (upgrade/serve.py, canary/ladder.py)
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class RunFiles:
 
     @property
     def conf(self) -> Path:
-        return self.run_dir / "supervisord.conf"
+        return self.run_dir / CONF_FILE
 
     @property
     def engine_log(self) -> Path:

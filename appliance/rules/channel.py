@@ -36,12 +36,18 @@ def _nearest_hint(name: str, known: list[str]) -> str:
     return f"the nearest it knows is {close}" if close else "it knows nothing close"
 
 
+def on_its_target(ctx: RuleContext) -> bool:
+    """The channel runs the profile's hardware target: E1 refuses it otherwise, and the other E rules would judge the
+    profile against an engine that cannot serve it."""
+    return ctx.channel.lock.target == ctx.profile.hardware.target
+
+
 @rule("E1", "the channel runs the profile's hardware target",
       "a GPU channel's engine cannot serve the cpu target and a CPU channel's cannot drive a GPU",
       always, fix="set engine.channel to a channel of the hardware's target (appliance channels)")
 def e1_target(ctx: RuleContext, r: Rule) -> list[Finding]:
     want, ch = ctx.profile.hardware.target, ctx.channel
-    if ch.lock.target == want:
+    if on_its_target(ctx):
         return []
     from appliance.lock import load_lock
 
@@ -55,7 +61,7 @@ def e1_target(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("E2", "every flag the plan renders is one the channel's engine knows, with a value it accepts",
       "an unknown flag stops `vllm serve` at start; a removed one would have been a behaviour silently lost",
-      lambda ctx: ctx.channel.lock.target == ctx.profile.hardware.target,
+      on_its_target,
       fix="correct the profile field that renders the flag, or use a channel whose engine has it")
 def e2_flags(ctx: RuleContext, r: Rule) -> list[Finding]:
     facts, name = ctx.channel.facts, ctx.channel.name
@@ -83,7 +89,7 @@ def e2_flags(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("E3", "every VLLM_* variable the plan sets is one the channel's engine reads",
       "vLLM ignores an env var it does not read: the setting would be silently lost",
-      lambda ctx: ctx.channel.lock.target == ctx.profile.hardware.target,
+      on_its_target,
       fix="correct the profile field that sets it, or use a channel whose engine reads it")
 def e3_env(ctx: RuleContext, r: Rule) -> list[Finding]:
     facts, name = ctx.channel.facts, ctx.channel.name
@@ -105,7 +111,7 @@ _REGISTERED = (
 @rule("E4", "every registered name the plan uses (tokenizer mode, tool and reasoning parser, attention backend) "
             "is in the channel's registries",
       "vLLM resolves these names minutes into a start (or not until a request): a typo must fail at validate",
-      lambda ctx: ctx.channel.lock.target == ctx.profile.hardware.target,
+      on_its_target,
       fix="use a name from the channel's registries (appliance channels --json)")
 def e4_registered(ctx: RuleContext, r: Rule) -> list[Finding]:
     facts, name, p = ctx.channel.facts, ctx.channel.name, ctx.profile
@@ -130,7 +136,7 @@ def e4_registered(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 @rule("E5", "the speculative method exists on the channel (DSpark support)",
       "an engine without the method refuses the speculative config at start",
-      lambda ctx: ctx.profile.speculative is not None and ctx.channel.lock.target == ctx.profile.hardware.target,
+      lambda ctx: ctx.profile.speculative is not None and on_its_target(ctx),
       fix="use a channel whose engine has the method, or speculative: null")
 def e5_spec_method(ctx: RuleContext, r: Rule) -> list[Finding]:
     assert ctx.profile.speculative is not None

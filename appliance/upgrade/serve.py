@@ -26,6 +26,7 @@ import httpx
 from appliance.errors import ApplianceError
 from appliance.paths import venv_executable
 from appliance.render.serveplan import http_url
+from appliance.render.supervisord import CONF_FILE
 from appliance.run.launchfile import ExporterSection, LaunchFile
 
 Report = Callable[[str], None]
@@ -64,7 +65,7 @@ class RunningServe:
 
     @property
     def conf(self) -> Path:
-        return self.run_dir / "supervisord.conf"
+        return self.run_dir / CONF_FILE
 
     @property
     def api_url(self) -> str:

@@ -1,0 +1,87 @@
+"""Processes a killed test session left running (supervisord, vLLM, exporters): found by the session token
+every child inherits in its environment, and stopped when the next session starts.
+
+A run stopped with SIGKILL (a CI timeout, a helper's Ctrl-C twice) never reaches a fixture's teardown, and its
+serves then hold memory and ports that make the next run's engine tests time out. Only processes whose own
+session is gone are touched: a session still running on this machine keeps its serves."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+TOKEN_ENV = "PYTEST_APPLIANCE_SESSION"  # not APPLIANCE_*: tests strip those from a child's environment
+PROC = Path("/proc")
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat): a pid and this
+    together name one process, where a pid alone may have been reused."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def session_token(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}-{_start_time(pid)}"
+
+
+def _alive(token: str) -> bool:
+    pid, _, start = token.partition("-")
+    return pid.isdigit() and _start_time(int(pid)) == start
+
+
+def _token_of(pid: int) -> str | None:
+    try:
+        env = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    for entry in env.split(b"\0"):
+        if entry.startswith(TOKEN_ENV.encode() + b"="):
+            return entry.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def orphans(own: str) -> list[int]:
+    found = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        token = _token_of(int(entry.name))
+        if token and token != own and not _alive(token):
+            found.append(int(entry.name))
+    return found
+
+
+def reap(own: str, grace_s: float = 10.0) -> list[int]:
+    """SIGTERM every orphan, SIGKILL what is left after `grace_s`; the pids found."""
+    found = orphans(own)
+    for pid in found:
+        with _quiet():
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any((PROC / str(p)).exists() and not _zombie(p) for p in found):
+        time.sleep(0.2)
+    for pid in found:
+        with _quiet():
+            os.kill(pid, signal.SIGKILL)
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        return kind is not None and issubclass(kind, ProcessLookupError | PermissionError)
