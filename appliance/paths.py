@@ -1,4 +1,5 @@
-"""Where the appliance's data lives: the repository root (or $APPLIANCE_ROOT in an image)."""
+"""Where the appliance's data lives: $APPLIANCE_ROOT (the images), else the checkout the package sits in, else the
+copy an installed wheel carries (appliance/_data/, mapped from the checkout's root at build time by pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,28 @@ import sys
 from functools import cache
 from pathlib import Path
 
+DATA = ("versions.json", "profiles", "channels", "healthchecks", "monitoring")
+"""What the CLI reads from the data root; the wheel carries each (pyproject.toml's package-data for appliance._data,
+held to this list by tooling/tests/test_packaging.py)."""
+
+PACKAGE = Path(__file__).resolve().parent
+PACKAGED_DATA = PACKAGE / "_data"
+
 
 @cache
 def data_root() -> Path:
-    """The folder holding versions.json, profiles/ and healthchecks/."""
+    """The folder holding versions.json, profiles/, channels/, healthchecks/ and monitoring/: $APPLIANCE_ROOT, else
+    the checkout (versions.json beside the package: a clone, an editable install), else the installed wheel's copy.
+    A checkout wins over the packaged copy so that an edit to a profile is what the tool reads."""
     env = os.environ.get("APPLIANCE_ROOT")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent
+    for root in (PACKAGE.parent, PACKAGED_DATA):
+        if (root / "versions.json").is_file():
+            return root
+    # Neither: readers name the missing file and the APPLIANCE_ROOT fix (e.g. a wheel built from a tree without
+    # the data, as the image's wheel stage builds it; the image sets APPLIANCE_ROOT).
+    return PACKAGE.parent
 
 
 def versions_path() -> Path:

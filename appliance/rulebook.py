@@ -24,16 +24,19 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
             "FlashInfer rejects a python/cubin mismatch at import",
             "install both at the locked version (appliance versions --check)"),
     "K14": ("apache-tvm-ffi stays at the locked version",
-            "later releases satisfy FlashInfer's range but are ABI-incompatible with the tilelang build "
-            "(double-registration abort); an unpinned resolve takes one",
+            "0.1.13.post0 satisfies FlashInfer's range but is ABI-incompatible with the tilelang build "
+            "(double-registration abort); an unpinned resolve takes it. The seed names that release only: others "
+            "are not known to be bad, nor known to be good",
             "reinstall the locked apache-tvm-ffi after everything else"),
     "K15": ("the locked NCCL on every node",
             "a rebuild silently reverts NCCL to torch's bundled one, and a per-node mismatch hangs the NCCL "
             "handshake without an error",
             "install nvidia-nccl-cu13 at the locked version last, on every node"),
     "K16": ("versions.json is the only place a version is written",
-            "the seed's authors kept FlashInfer's version in three places that had to move together, and "
-            "half-moves happened", "change versions.json and regenerate; never restate a version"),
+            "the fork keeps FlashInfer's version in three places ('All three places that carry the version move "
+            "together ... which is easy to half-do': requirements/cuda.txt, docker/Dockerfile's FLASHINFER_VERSION, "
+            "docker/versions.json); forkcheck holds all three to the lock",
+            "change versions.json and regenerate; never restate a version"),
     "K17": ("fatal log signatures turn the serve unhealthy at once",
             "these lines mean the engine cannot serve (or is about to hang): waiting for /health to notice loses "
             "minutes", "read the matched line and its message; the root cause is usually above it"),
@@ -44,6 +47,18 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
             "with no reasoning field the tokenizer thought while the parser did not, so reasoning with a bare "
             "</think> came back as the answer — on the default path of a stock OpenAI SDK",
             "run the engine the lock pins (it carries the fix); the gate's reasoning check shows the failure"),
+    "K30": ("the engine log has no NameError or AttributeError",
+            "a name read and never defined is a broken code path: the seed's merges left one NameError at "
+            "draft-model construction and an AttributeError on every offload-handler shutdown, both swallowed into "
+            "tracebacks while the serve went on, and its harness refuses a build whose engine log has either "
+            "(acceptance check C4)",
+            "read the traceback above the line: it names the file; check the stack with appliance versions --check"),
+    "K35": ("the GB10 kernel release is one NCCL over RoCE works on",
+            "on kernel 7.0.0-1019-nvidia NCCL's `ibv_reg_mr_iova2` fails with ENOMEM at start-up while "
+            "6.17.0-1032-nvidia works (MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks#14; HWE 7.0.0-31 likewise, "
+            "MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#259); the cause found is Kexec HandOver on by default "
+            "in those kernels (NVIDIA/NV-Kernels#591)",
+            "boot 6.17.0-1032-nvidia, or add kho=off to the kernel command line"),
     "K22": ("a worker rank notices that its head is gone",
             "observed on the CPU build: the headless worker kept running after the head died and ignored "
             "SIGTERM", "stop a rank with a group kill and a SIGKILL fallback; worker readiness follows its head"),
@@ -154,6 +169,8 @@ def build() -> list[RuleEntry]:
     entry("K22").enforced.append(Enforcement("health", "a worker's readiness follows its head's API"))
     entry("K23").enforced.append(Enforcement("doctor", "doctor / run preflight: the profile's need vs MemAvailable "
                                                        "or free GPU memory"))
+    entry("K35").enforced.append(Enforcement("doctor", "doctor / run preflight on multi-node GB10: the kernel "
+                                                       "release (and kho=off) against the known-bad releases"))
     entry("K25").enforced.append(Enforcement("run", "appliance run: NCCL library hash, HCAs and MTU compared at the "
                                                     "rendezvous; bandwidth and latency to the head against the floor"))
     entry("K16").enforced.append(Enforcement("lock", "compose, bake, Dockerfile args generated from versions.json"))

@@ -8,7 +8,16 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from appliance.bounds import MAX_MASTER_PORT, PORT_MAX, PORT_MIN, check_fabric_ifnames, check_host, check_text, show
+from appliance.bounds import (
+    EXPORTER_BIND,
+    MAX_MASTER_PORT,
+    PORT_MAX,
+    PORT_MIN,
+    check_fabric_ifnames,
+    check_host,
+    check_text,
+    show,
+)
 
 
 class ApplianceSettings(BaseSettings):
@@ -45,6 +54,10 @@ class ApplianceSettings(BaseSettings):
     kmsg: Path | None = None
     """A kernel-log file to read (NVRM NV_ERR_NO_MEMORY, Xid lines); unset = this boot's kernel log
     (/dev/kmsg, else `journalctl -k -b` / `dmesg`)."""
+    exporter_host: str = EXPORTER_BIND
+    """The exporter's bind address. Every interface by default: the head's exporter asks each worker's over the
+    fabric, and Prometheus scrapes from the pod or host network; 127.0.0.1 keeps /status and /metrics on this host
+    (`run` warns while they listen beyond loopback). The probe asks over its own socket, so it works either way."""
     log_format: Literal["text", "json"] = "text"
     """How the exporter says state changes and start-up progress in the container's output: text lines, or one
     JSON object per line for a log pipeline."""
@@ -57,7 +70,7 @@ class ApplianceSettings(BaseSettings):
             check_text(f"APPLIANCE_{info.field_name.upper()}", value)
         return value
 
-    @field_validator("master_addr", "host_ip")
+    @field_validator("master_addr", "host_ip", "exporter_host")
     @classmethod
     def _address(cls, value: str | None, info: ValidationInfo) -> str | None:
         return value if value is None else check_host(f"APPLIANCE_{str(info.field_name).upper()}", value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -115,6 +116,56 @@ def test_canary_takes_the_openai_base_url_with_or_without_v1(suffix: str, capsys
     err = capsys.readouterr().err
     assert f"http://127.0.0.1:{port}/v1/models:" in err and "/v1/v1" not in err
     assert api_base_url(f"http://h:1{suffix}") == "http://h:1"
+
+
+def _every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
+    """Each command's parser, registered for real, and every sub-command's under it."""
+    import importlib
+
+    from appliance.cli import COMMANDS
+
+    out: list[tuple[str, argparse.ArgumentParser]] = []
+    for name, (module, _) in COMMANDS.items():
+        parser = argparse.ArgumentParser(prog=name)
+        importlib.import_module(module).register(parser)
+        todo = [(name, parser)]
+        while todo:
+            label, p = todo.pop()
+            out.append((label, p))
+            for action in p._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    todo += [(f"{label} {sub}", sp) for sub, sp in action.choices.items()]
+    return out
+
+
+def test_one_flag_name_per_meaning_across_commands() -> None:
+    """Machine-readable output is --json on every command (render's and k8s's `--format json` is its old spelling,
+    kept as an alias), and a folder a command writes is --out (smoke-model's --dest is its old spelling)."""
+    for label, parser in _every_parser():
+        flags = {o: a for a in parser._actions for o in a.option_strings}
+        if "--format" in flags and "json" in (flags["--format"].choices or ()):
+            assert "--json" in flags and flags["--json"].dest == flags["--format"].dest, label
+        if "--dest" in flags:
+            assert flags["--dest"] is flags.get("--out"), label
+
+
+@pytest.mark.parametrize("argv", [["render", "gb10-tp2", "--master-addr", "10.1.0.1"],
+                                  ["k8s", "gb10-tp2", "--image", "appliance:gpu"]])
+def test_json_is_the_old_format_json_spelling(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*argv, "--json"]) == 0
+    new = capsys.readouterr().out
+    assert main([*argv, "--format", "json"]) == 0
+    assert json.loads(new) == json.loads(capsys.readouterr().out)
+
+
+def test_smoke_model_takes_out_and_its_old_spelling_dest() -> None:
+    from pathlib import Path
+
+    from appliance.commands import smoke_model
+
+    parser = argparse.ArgumentParser()
+    smoke_model.register(parser)
+    assert parser.parse_args(["--out", "a"]).dest == Path("a") == parser.parse_args(["--dest", "a"]).dest
 
 
 @pytest.mark.parametrize(("args", "fix"), [

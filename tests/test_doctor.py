@@ -3,6 +3,10 @@ SM12x/H200 hardware, named as such); the real NVML path runs on the lent H200 (s
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from appliance.catalogue import load_catalogue
 from appliance.doctor.gpu import GpuInfo, GpuProbe
 from appliance.doctor.host import mem_available_gib, running_engines
@@ -146,13 +150,36 @@ def test_the_engines_start_refuses_an_rdma_serve_under_a_finite_memlock(tmp_path
 
 def test_version_drift_lines_carry_their_rule_id() -> None:
     """This machine has the CPU stack, not the fork's: the K13/K14/K15 drifts of a GPU profile name their rule
-    (doctor --json had `"rule": null` on them)."""
+    (doctor --json had `"rule": null` on them), as the parts of the one engine-missing finding."""
     from appliance.doctor.report import check_versions
 
-    checks = check_versions(load_profile("gb10-tp2").profile, {})
+    (missing,) = check_versions(load_profile("gb10-tp2").profile, {})
 
     def rule_of(package: str) -> str | None:
-        return next(c.rule for c in checks if f" {package}: " in f" {c.detail}")
+        return next(c.rule for c in missing.parts if f" {package}: " in f" {c.detail}")
 
     assert (rule_of("apache-tvm-ffi"), rule_of("nvidia-nccl-cu13"), rule_of("flashinfer-python")) == \
         ("K14", "K15", "K13")
+    assert "K14 apache-tvm-ffi" in missing.detail and "K15 nvidia-nccl-cu13" in missing.detail
+
+
+def test_doctor_on_a_host_says_run_it_in_the_image_in_one_version_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host (the fork's engine absent, no image channel set) the doctor of a GPU profile gave 11 version FAILs
+    that buried its one real finding: now one line, which says to run the doctor inside the image (by its tag), and
+    --json keeps each drift with its rule id."""
+    from appliance import lockfile
+    from appliance.container.buildargs import image_tag
+    from appliance.doctor import checks_text, run_doctor
+    from appliance.paths import versions_path
+
+    monkeypatch.delenv("APPLIANCE_CHANNEL", raising=False)
+    profile = load_profile("gb10-tp2").profile
+    checks = run_doctor(profile)
+    text = checks_text(checks, False, profile.name)
+    versions = [line for line in text.splitlines() if line.split()[1:2] == ["versions"]]
+    assert len(versions) == 1 and "is not on this host" in versions[0] and "K15 nvidia-nccl-cu13" in versions[0]
+    tag = image_tag(lockfile.load(versions_path()), profile.engine.channel)
+    assert f"run the doctor inside the image, `docker run --rm --gpus all --entrypoint appliance {tag} doctor " \
+           "gb10-tp2`" in text
+    (check,) = [c for c in json.loads(checks_text(checks, True, profile.name))["checks"] if c["name"] == "versions"]
+    assert {p["rule"] for p in check["parts"]} >= {"K13", "K14", "K15"} and len(check["parts"]) > 3

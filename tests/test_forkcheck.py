@@ -122,6 +122,110 @@ def test_max_jobs_is_sized_by_memory_never_above_the_cores(tmp_path: Path, gib: 
     assert out.returncode == 0 and int(out.stdout) >= 1
 
 
+def docker_homes(src: Path, dockerfile: str | None, versions_json: str | None) -> None:
+    """The fork's other two FlashInfer homes, in upstream's formats (docker/Dockerfile `ARG`, and
+    docker/versions.json as upstream's tools/generate_versions_json.py writes it)."""
+    (src / "docker").mkdir()
+    if dockerfile is not None:
+        (src / "docker" / "Dockerfile").write_text(
+            "ARG CUDA_VERSION=13.0.2\nFROM base AS build\n# FlashInfer: keep in step with requirements/cuda.txt\n"
+            f"ARG FLASHINFER_VERSION={dockerfile}\n"
+            'RUN uv pip install --system flashinfer-cubin==${FLASHINFER_VERSION} \\\n'
+            '    && uv pip install --system flashinfer-jit-cache==${FLASHINFER_VERSION}\n')
+    if versions_json is not None:
+        (src / "docker" / "versions.json").write_text(json.dumps(
+            {"_comment": "Auto-generated from Dockerfile ARGs.", "variable": {
+                "CUDA_VERSION": {"default": "13.0.2"}, "FLASHINFER_VERSION": {"default": versions_json}}}, indent=2))
+
+
+def test_the_seeds_range_for_quack_passes_and_says_the_locks_exact_pin_resolves_it(tmp_path: Path) -> None:
+    # The seed's stock-deps pins: "quack-kernels>=0.6.1"; the lock pins exactly one release of that range.
+    src = fork_tree(tmp_path / "vllm")
+    cuda = src / "requirements" / "cuda.txt"
+    cuda.write_text(cuda.read_text().replace(f"quack-kernels=={V['quack-kernels']}", "quack-kernels>=0.6.1"))
+    out = run("requirements", "--source", str(src))
+    assert out.returncode == 0, out.stderr
+    assert (f"quack-kernels>=0.6.1 is a range; the lock's exact quack-kernels=={V['quack-kernels']} is what "
+            f"resolves it") in out.stdout
+
+
+def test_a_range_the_locked_version_does_not_satisfy_stops_the_build(tmp_path: Path) -> None:
+    src = fork_tree(tmp_path / "vllm")
+    cuda = src / "requirements" / "cuda.txt"
+    cuda.write_text(cuda.read_text().replace(f"apache-tvm-ffi=={V['apache-tvm-ffi']}",
+                                             "apache-tvm-ffi>=0.1.13,<0.2"))
+    out = run("requirements", "--source", str(src))
+    assert out.returncode == 1
+    assert (f"requirements/cuda.txt:9 asks apache-tvm-ffi>=0.1.13,<0.2, which the locked "
+            f"apache-tvm-ffi=={V['apache-tvm-ffi']} does not satisfy") in out.stderr
+
+
+@pytest.mark.parametrize("version", [V["flashinfer-cubin"], "0.6.15.post1"])
+def test_a_url_pinned_cubin_wheel_is_held_to_the_lock_by_its_file_name(tmp_path: Path, version: str) -> None:
+    # The seed: "flashinfer-python and the GitHub-release flashinfer-cubin, which must be the same version".
+    src = fork_tree(tmp_path / "vllm")
+    cuda = src / "requirements" / "cuda.txt"
+    wheel = (f"flashinfer-cubin @ https://github.com/flashinfer-ai/flashinfer/releases/download/v{version}/"
+             f"flashinfer_cubin-{version}-py3-none-any.whl")
+    cuda.write_text(cuda.read_text().replace(f"flashinfer-cubin=={V['flashinfer-cubin']}", wheel))
+    out = run("requirements", "--source", str(src))
+    if version == V["flashinfer-cubin"]:
+        assert out.returncode == 0, out.stderr
+        assert f"flashinfer-cubin is URL-pinned at {version}, the locked version" in out.stdout
+    else:
+        assert out.returncode == 1
+        assert (f"requirements/cuda.txt:8 pins flashinfer-cubin @ {wheel.split(' @ ')[1]} (version {version}) but "
+                f"versions.json locks flashinfer-cubin=={V['flashinfer-cubin']}") in out.stderr
+
+
+def test_a_url_whose_file_names_no_version_is_a_problem_not_a_pass(tmp_path: Path) -> None:
+    src = fork_tree(tmp_path / "vllm")
+    cuda = src / "requirements" / "cuda.txt"
+    cuda.write_text(cuda.read_text().replace(f"flashinfer-cubin=={V['flashinfer-cubin']}",
+                                             "flashinfer-cubin @ https://example.invalid/latest/cubin.tar.gz"))
+    out = run("requirements", "--source", str(src))
+    assert out.returncode == 1 and "whose file name names no version" in out.stderr
+
+
+@pytest.mark.parametrize(("dockerfile", "versions_json", "bad"), [
+    (V["flashinfer-python"], V["flashinfer-python"], []),
+    ("0.6.16", V["flashinfer-python"], ["docker/Dockerfile:4 says FLASHINFER_VERSION=0.6.16"]),
+    (V["flashinfer-python"], "0.6.17", ["docker/versions.json variable.FLASHINFER_VERSION says "
+                                        "FLASHINFER_VERSION=0.6.17"]),
+])
+def test_the_forks_dockerfile_arg_and_versions_json_move_with_the_lock(tmp_path: Path, dockerfile: str,
+                                                                       versions_json: str, bad: list[str]) -> None:
+    # The seed's half-move: requirements/cuda.txt moved, the other two homes of the version did not.
+    src = fork_tree(tmp_path / "vllm")
+    docker_homes(src, dockerfile, versions_json)
+    out = run("requirements", "--source", str(src))
+    assert out.returncode == (1 if bad else 0), out.stderr
+    for line in bad:
+        assert f"{line} but versions.json locks flashinfer-python=={V['flashinfer-python']}" in out.stderr
+    if not bad:
+        assert "note: docker/" not in out.stdout  # both homes found and read
+
+
+def test_a_commit_without_the_docker_homes_says_so_instead_of_passing_them_silently(tmp_path: Path) -> None:
+    src = fork_tree(tmp_path / "vllm")
+    docker_homes(src, None, None)
+    out = run("requirements", "--source", str(src))
+    assert out.returncode == 0, out.stderr
+    assert "note: docker/Dockerfile is absent at this commit" in out.stdout
+    assert "note: docker/versions.json is absent at this commit" in out.stdout
+
+
+@pytest.mark.parametrize(("version", "spec", "ok"), [
+    ("0.6.1", ">=0.6.1", True), ("0.6.0", ">=0.6.1", False), ("0.6.5", ">=0.6.1,<0.6.5", False),
+    ("0.6.16.post3", ">=0.6.16", True), ("0.6.16rc1", ">=0.6.16", False), ("1.0.dev1", "<1.0a1", True),
+    ("0.1.13.post0", ">=0.1.6,<0.2,!=0.1.8", True),  # the seed: FlashInfer's tvm-ffi range admits the bad one
+    ("0.1.8", ">=0.1.6,<0.2,!=0.1.8", False), ("2.13.0", "==2.13.*", True), ("2.14.0", "==2.13.*", False),
+    ("4.6.2", "~=4.6.0", True), ("4.7.0", "~=4.6.0", False), ("1.0+cu130", "==1.0", True),
+])
+def test_ranges_are_judged_the_way_pip_orders_versions(version: str, spec: str, ok: bool) -> None:
+    assert forkcheck.satisfies(version, spec) is ok
+
+
 def test_forkcheck_checks_the_channel_it_is_given_and_refuses_a_pypi_channel(tmp_path: Path) -> None:
     src = fork_tree(tmp_path / "vllm")
     out = run("--channel", "vllm-0.32.0", "requirements", "--source", str(src))

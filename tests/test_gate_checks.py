@@ -40,8 +40,12 @@ def chat(content: str | None, **message: object) -> dict:
 SHORT, LONG = "17 plus 25", "17 plus 25: 17 + 20 = 37, 37 + 5 = 42, checked twice"
 
 
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
 def deepseek(leak_effort: str | None = None, reject: str | None = None, tool_markup: bool = False,
-             omitted_leaks: bool = False, none_thinks: bool = False, flat_effort: bool = False) -> Handler:
+             omitted_leaks: bool = False, none_thinks: bool = False, flat_effort: bool = False,
+             max_no_think: bool = False, accept_any: bool = False) -> Handler:
     """A DeepSeek-V4-like serve (a test double: the DeepSeek reasoning parser needs the real model): reasoning
     split off, tool calls parsed, `none` not thinking, high reasoning more than low; optionally broken in one way.
     `omitted_leaks` is the seed's K19 failure: with no reasoning field the reasoning, with a bare </think>,
@@ -49,9 +53,9 @@ def deepseek(leak_effort: str | None = None, reject: str | None = None, tool_mar
     def handler(path: str, body: dict) -> dict | tuple[int, dict]:
         omitted = "reasoning_effort" not in body and "reasoning" not in body
         effort = body.get("reasoning_effort") or (body.get("reasoning") or {}).get("effort")
-        if reject and effort == reject:
+        if (reject and effort == reject) or (effort and effort not in EFFORTS and not accept_any):
             return 400, {"error": {"message": f"reasoning effort {effort!r} is not supported"}}
-        thought = "" if effort == "none" and not none_thinks else (
+        thought = "" if (effort == "none" and not none_thinks) or (effort == "max" and max_no_think) else (
             LONG if effort in (None, "high", "xhigh", "max") and not flat_effort else SHORT)
         answer = "17 + 25</think>42" if effort == leak_effort and effort else "42"
         if omitted and omitted_leaks:
@@ -78,6 +82,8 @@ def test_reasoning_passes_on_a_healthy_deepseek_serve(tmp_path):
     efforts = ("omitted", "none", "minimal", "low", "medium", "high", "xhigh", "max")
     assert {(r["endpoint"], r["effort"]) for r in result.details["probes"]} == {
         (s, e) for s in ("chat", "responses") for e in efforts}
+    assert [(r["endpoint"], r["accepted"]) for r in result.details["unsupported_effort"]] == [
+        ("chat", False), ("responses", False)]
 
 
 def test_reasoning_fails_on_a_bare_think_rejected_effort_or_unparsed_tool_call(tmp_path):
@@ -85,6 +91,12 @@ def test_reasoning_fails_on_a_bare_think_rejected_effort_or_unparsed_tool_call(t
     assert leak.status == "fail" and "think markup in chat:high, responses:high" in leak.summary
     rejected = reasoning.run(ctx_for("gb10-tp2", deepseek(reject="max"), tmp_path))
     assert rejected.status == "fail" and "rejected: chat:max, responses:max" in rejected.summary
+    # The seed's tests: `max` survives "without thinking being switched off on the way", and the widened field
+    # "still rejects a value the model has no tier for".
+    no_think = reasoning.run(ctx_for("gb10-tp2", deepseek(max_no_think=True), tmp_path))
+    assert no_think.status == "fail" and "chat: effort max did not think" in no_think.summary
+    loose = reasoning.run(ctx_for("gb10-tp2", deepseek(accept_any=True), tmp_path))
+    assert loose.status == "fail" and "the unsupported effort 'extreme' was accepted" in loose.summary
     markup = reasoning.run(ctx_for("gb10-tp2", deepseek(tool_markup=True), tmp_path))
     assert markup.status == "fail" and "tool call NOT parsed" in markup.summary
 
@@ -111,8 +123,14 @@ def recaller(poisoned: set[int]) -> Handler:
 
 def test_recall_scores_24_of_24_on_a_perfect_serve_at_c12(tmp_path):
     result = recall.run(ctx_for("gb10-tp2", recaller(set()), tmp_path))
-    assert result.status == "pass" and result.metrics["score"] == "24/24"
+    # 24/24, the healthy band; still one serve of a profile the race can reach: inconclusive, never a pass.
+    assert result.status == "inconclusive" and result.metrics["score"] == "24/24"
+    assert result.metrics["band"] == "pass" and "single clean serve proves nothing" in result.summary
     assert result.params["concurrency"] == 12 and result.metrics["context_tokens"] <= 36864
+    assert "131072" in result.params["bands_calibrated_on"]
+    # Without speculative decoding no hash is published before its KV is written: one serve can pass.
+    nospec = recall.run(ctx_for("gb10-tp2-nospec", recaller(set()), tmp_path))
+    assert nospec.status == "pass" and nospec.metrics["band"] == "pass"
 
 
 def test_recall_fails_a_poisoned_serve_in_the_poisoned_band(tmp_path):

@@ -132,6 +132,19 @@ def test_gsm8k_offline_without_the_data_set_is_unavailable_not_a_crash(tmp_path,
         assert result.status == "unavailable" and "openai/gsm8k" in result.summary and "hub" in result.summary
 
 
+@pytest.mark.parametrize(("check", "tool"), [(bench, "llama-benchy"), (gsm8k, "lm-eval")])
+def test_a_missing_gate_tool_is_named_with_its_locked_version_and_the_gate_extra(tmp_path, monkeypatch, check, tool):
+    from appliance import lockfile
+    from appliance.paths import versions_path
+
+    monkeypatch.setattr(check, "venv_executable", lambda name: None)  # the tool is not installed here
+    result = check.run(context("cpu-smoke", tmp_path))
+    wanted = lockfile.gate_requirement(lockfile.load(versions_path()), tool)
+    assert wanted.startswith(tool) and "==" in wanted
+    assert result.status == "unavailable"
+    assert f"pip install '{wanted}'" in result.summary and "pip install 'appliance[gate]'" in result.summary
+
+
 def test_structured_schema_validation():
     assert schema_errors({"name": "Ada", "age": 36, "colour": "blue", "tags": ["x"]}, PERSON) == []
     errors = schema_errors({"name": "A" * 30, "age": -1, "colour": "pink", "extra": 1}, PERSON)
@@ -264,7 +277,7 @@ def test_what_a_check_attaches_reaches_the_receipts_top_level(tmp_path: Path, mo
         return result
 
     monkeypatch.setitem(runner.CHECK_RUNNERS, "canary", calibrated)
-    ctx = types.SimpleNamespace(out_dir=tmp_path, progress=Quiet())  # run_gate reads only these
+    ctx = types.SimpleNamespace(out_dir=tmp_path, progress=Quiet(), battery=None)  # run_gate reads only these
     receipt = runner.run_gate(ctx, ["canary"], _receipt())
     assert receipt["canary_calibration"] == {"model": "smollm2"} and "attach" not in receipt["checks"][0]
     assert json.loads((tmp_path / "receipt.json").read_text())["canary_calibration"] == {"model": "smollm2"}

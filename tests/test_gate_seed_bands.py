@@ -88,11 +88,13 @@ def test_cpu_smoke_bench_repeats_its_runs_so_receipts_carry_a_spread():
     assert params_for(load_profile("cpu-smoke").profile).bench.runs >= 3
 
 
-def test_recall_on_a_fake_serve_18_of_24_passes_16_is_inconclusive(tmp_path: Path):
+def test_recall_on_a_fake_serve_18_of_24_is_in_the_healthy_band_16_is_between(tmp_path: Path):
     from appliance.gate import recall
     from tests.test_gate_checks import ctx_for, recaller
 
-    assert recall.run(ctx_for("gb10-tp2", recaller({0, 1, 2}), tmp_path)).status == "pass"  # 18/24
+    healthy = recall.run(ctx_for("gb10-tp2", recaller({0, 1, 2}), tmp_path))  # 18/24
+    assert healthy.metrics["band"] == "pass" and healthy.status == "inconclusive"  # one serve never passes recall
+    assert recall.run(ctx_for("gb10-tp2-nospec", recaller({0, 1, 2}), tmp_path)).status == "pass"
     middle = recall.run(ctx_for("gb10-tp2", recaller({0, 1, 2, 3}), tmp_path))  # 16/24
     assert middle.status == "inconclusive" and "run more serves" in middle.summary
 
@@ -210,7 +212,8 @@ def test_gate_paired_finds_a_small_consistent_slowdown_a_range_screen_would_miss
     assert main(["gate", "paired", *pairs, "--json"]) == 1
     cells = {c["cell"]: c for c in json.loads(capsys.readouterr().out)["cells"]}
     assert cells["pp2048"]["verdict"] == "regression" and cells["pp2048"]["p_holm"] < 0.05
-    assert cells["tg128"]["verdict"] == "no measurable difference"
+    # Decode is reported for the record, never judged (the seed pre-registered tg128 as unresolvable).
+    assert cells["tg128"]["verdict"].startswith("for the record") and cells["tg128"]["p_holm"] is None
     assert main(["gate", "paired", "only-one.json"]) == 2
 
 

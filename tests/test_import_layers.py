@@ -19,7 +19,7 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
-    {"redact", "apikey", "metricfamilies"},  # leaves (metricfamilies: prometheus-client only)
+    {"redact", "apikey", "metricfamilies", "table"},  # leaves (metricfamilies: prometheus-client only; table: rich)
     # the limits of every value from outside (text, ports, addresses); port_holder: who holds a port, from procfs
     # (its command line masked before it is cut)
     {"bounds", "port_holder"},
@@ -57,6 +57,7 @@ LAYERS: list[set[str]] = [
     {"channel_report"},  # `appliance channels [diff]`: a channel's summary, and rules/expectations per channel
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program
+    {"completion"},  # `appliance completion SHELL`: generated from cli's parser of every command (shtab)
     {"__main__"},  # python -m appliance
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -44,23 +44,23 @@ def test_accepted_passthrough_is_rendered_last_said_unvalidated_and_reaches_ever
     assert plan.argv[-len(args):] == args  # last: after every flag the appliance renders
     assert plan.env["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
     # A GPU serve of two nodes: both ranks' argv end with it (after the launcher's flags), both get the env.
-    gpu = loaded("gb10-tp2", ["--chat-template", "/models/tpl.jinja"], {"NCCL_IB_GID_INDEX": "3"}).profile
+    gpu = loaded("gb10-tp2", ["--chat-template", "/models/tpl.jinja"], {"NCCL_IB_TIMEOUT": "3"}).profile
     assert [f.rule for f in evaluate(context_for(gpu)) if f.rule.startswith("X") and f.severity == "error"] == []
     for rank in (0, 1):
         ranked = build_plan(gpu, Placement(node_rank=rank, master_addr=HEAD))
         assert ranked.argv[-2:] == ["--chat-template", "/models/tpl.jinja"]
-        assert ranked.env["NCCL_IB_GID_INDEX"] == "3"
+        assert ranked.env["NCCL_IB_TIMEOUT"] == "3"
 
 
 def test_extra_env_reaches_kubernetes_pods_without_an_override_file() -> None:
-    got = loaded("gb10-tp2", env={"NCCL_IB_GID_INDEX": "3"})
+    got = loaded("gb10-tp2", env={"NCCL_IB_TIMEOUT": "3"})
     docs = render_manifests(got.profile, K8sOptions(image="appliance:test"),
                             channel_lock(got.profile.engine.channel, "gpu").digest, got.digest)
     lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
     for template in (lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"],
                      lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]):
         env = {e["name"]: e.get("value") for e in template["spec"]["containers"][0]["env"]}
-        assert env["NCCL_IB_GID_INDEX"] == "3"
+        assert env["NCCL_IB_TIMEOUT"] == "3"
 
 
 @pytest.mark.parametrize(("args", "nearest"), [
@@ -150,7 +150,7 @@ def test_the_engine_switches_are_listed_once_with_their_owners_and_cover_every_v
 
 
 def test_a_vllm_variable_the_channel_does_not_read_is_refused_a_foreign_one_passes() -> None:
-    (err,) = errors(env={"VLLM_LOGGING_LEVELL": "DEBUG", "NCCL_IB_GID_INDEX": "3"})
+    (err,) = errors(env={"VLLM_LOGGING_LEVELL": "DEBUG", "NCCL_IB_TIMEOUT": "3"})
     assert err.rule == "X3" and "VLLM_LOGGING_LEVEL" in err.message
 
 
@@ -184,10 +184,10 @@ def test_cli_double_dash_appends_on_render_and_is_refused_elsewhere(capsys: pyte
 
 
 def test_config_shows_passthrough_with_its_origin_and_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config", "cpu-smoke", "--json", "--set", "engine.extra_env.NCCL_IB_GID_INDEX=3"]) == 0
+    assert main(["config", "cpu-smoke", "--json", "--set", "engine.extra_env.NCCL_IB_TIMEOUT=3"]) == 0
     out, err = capsys.readouterr()
     rows = json.loads(out)["values"]
-    assert rows["engine.extra_env.NCCL_IB_GID_INDEX"] == {"value": "3", "origin": "passthrough (cli:--set)"}
+    assert rows["engine.extra_env.NCCL_IB_TIMEOUT"] == {"value": "3", "origin": "passthrough (cli:--set)"}
     assert "X5" in err and "unmodelled and unvalidated" in err
     assert main(["config", "cpu-smoke", "--json"]) == 0
     out, err = capsys.readouterr()

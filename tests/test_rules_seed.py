@@ -47,7 +47,10 @@ def test_v2_on_sm120_single_node_warns_that_the_seed_measured_v1_and_names_the_f
     assert [h.severity for h in hits] == ["warning"]
     assert "0f59188db1" in hits[0].message and "runner v1" in hits[0].message and "guard existed" in hits[0].message
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in hits[0].fix
-    assert not _hits(_ctx("gb10-tp2"), "P1")  # the seed's acceptance ran V2 on GB10
+    # The seed's acceptance ran V2 on GB10, but at max_model_len 131072: "other context lengths" were not measured.
+    gb10 = _hits(_ctx("gb10-tp2"), "P1")
+    assert [(h.path, h.value) for h in gb10] == [("limits.max_model_len", 49152)] and "131072" in gb10[0].message
+    assert not _hits(_ctx("gb10-tp2", "limits.max_model_len=131072"), "P1")
 
 
 def test_profiles_show_head_runner_and_checks(capsys) -> None:
@@ -64,8 +67,9 @@ def test_profiles_show_head_runner_and_checks(capsys) -> None:
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["rtx-pro-6000-tp2"]["provenance"]["measured"]["tag"] == "sm120-pr-41834-stable-preview-20260804"
     # Seed: "Running without speculation is also fully supported and validated."
+    # It says so but reports no measurement of it: partial, with the quote.
     nospec = rows["rtx-pro-6000-tp2-nospec"]["provenance"]
-    assert nospec["status"] == "validated" and "fully supported and validated" in nospec["measured"]["quote"]
+    assert nospec["status"] == "partial" and "fully supported and validated" in nospec["measured"]["quote"]
     assert "ctx_tg (tg128 at depth)" in rows["gb10-tp2"]["provenance"]["measured"]["figures"]
 
 
@@ -187,8 +191,43 @@ def test_dspark_acceptance_far_below_the_reference_warns(tmp_path) -> None:
 def test_v2_dspark_on_a_shape_the_seed_did_not_measure_warns_with_the_fallback() -> None:
     # Seed: "The default now applies to every DSpark config, including shapes not measured here — TP=4, other
     # context lengths, the NVFP4 checkpoint, single-node setups."
-    for name in ("gb10-tp2-nvfp4-dspark", "rtx-5090-tp8"):
+    for name, paths in (("gb10-tp2-nvfp4-dspark", ["engine.runner"]),
+                        ("rtx-5090-tp8", ["engine.runner", "parallel.tensor"])):
         hits = _hits(_ctx(name), "P1")
-        assert [h.severity for h in hits] == ["warning"], name
+        assert [h.path for h in hits] == paths and {h.severity for h in hits} == {"warning"}, name
         assert "VLLM_USE_V2_MODEL_RUNNER=0" in hits[0].fix
     assert not _hits(_ctx("gb10-tp2-nvfp4-dspark", "engine.runner=v1"), "P1")
+
+
+# --- issue 21 item 2: provenance says only what was measured ------------------------------------------------
+# Seed: "Everything above was measured on one configuration: 2-node TP=2, DeepSeek-V4-Flash-0731, DSpark
+# num_speculative_tokens: 5, fp8 KV, max_model_len 131072, prefix caching on, GB10 (SM121)."
+
+def test_no_sm120_profile_claims_validated_since_the_final_battery_ran_on_gb10_only() -> None:
+    from appliance.profile import list_profiles
+
+    status = {n: load_profile(n).profile.provenance for n in list_profiles()}
+    assert {n for n, p in status.items() if p.status == "validated"} == {"gb10-tp2"}
+    assert status["rtx-pro-6000-tp2"].status == "partial" and status["rtx-pro-6000-tp2"].measured.runner == "v1"
+    assert status["gb10-tp2-nospec"].status == status["rtx-pro-6000-tp2-nospec"].status == "partial"
+
+
+def test_the_spec_decode_wedge_is_recorded_as_unverified_coverage_not_a_pass() -> None:
+    m = load_profile("gb10-tp2").profile.provenance.measured
+    assert m is not None and any("tests/v1/spec_decode" in u for u in m.unverified)
+    assert not any("spec_decode" in c for c in m.checks)
+
+
+def test_v2_without_dspark_warns_that_the_seed_measured_v2_with_dspark_only() -> None:
+    for name, what in (("gb10-tp2-nospec", "without speculative decoding"), ("gb10-tp2-nvfp4-mtp", "with MTP")):
+        hits = [h for h in _hits(_ctx(name), "P1") if h.path == "engine.runner"]
+        assert len(hits) == 1 and what in hits[0].message and "DSpark only" in hits[0].message, name
+    assert not [h for h in _hits(_ctx("gb10-tp2-nospec", "engine.runner=v1", "engine.cudagraph_mode=FULL"), "P1")
+                if h.path == "engine.runner"]
+
+
+def test_a_tp_size_that_changes_heads_per_rank_warns_naming_the_num_heads_topk_gate() -> None:
+    hits = [h for h in _hits(_ctx("rtx-5090-tp8"), "P1") if h.path == "parallel.tensor"]
+    assert len(hits) == 1 and "8 heads per rank" in hits[0].message and "32 per rank" in hits[0].message
+    assert "#50720" in hits[0].message
+    assert not [h for h in _hits(_ctx("gb10-tp2"), "P1") if h.path == "parallel.tensor"]

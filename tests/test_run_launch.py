@@ -298,3 +298,43 @@ def test_after_a_step_down_rewrites_the_launch_the_exporter_judges_the_rung(tmp_
         assert "guard-every-manager" not in judged() and follower.error
     finally:
         exporter.close()
+
+
+def _run_dry(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "appliance", "run", "cpu-smoke", "--dry-run", "--skip-doctor",
+                           "--run-dir", str(tmp_path / "run"), *flags], capture_output=True, text=True, timeout=120,
+                          check=False, env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "home"),
+                                            "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_run_warns_when_the_api_or_the_exporter_listens_beyond_loopback_unprotected(tmp_path: Path) -> None:
+    """cpu-smoke sets no server.host (vLLM binds every interface) and no VLLM_API_KEY is set: `run` says so, and
+    that the exporter's /status is open on 0.0.0.0 (the default, which compose, Kubernetes and other ranks need)."""
+    r = _run_dry(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "the API listens on every interface (server.host unset), port 8000, with no VLLM_API_KEY" in r.stderr
+    assert "the exporter's /status and /metrics listen on 0.0.0.0" in r.stderr
+    assert json.loads((tmp_path / "run" / "launch.json").read_text())["exporter"]["host"] == "0.0.0.0"
+
+    keyed = _run_dry(tmp_path, "--set", "server.host=0.0.0.0", env={"VLLM_API_KEY": "sk-test-not-a-secret"})
+    assert keyed.returncode == 0 and "the API listens" not in keyed.stderr, keyed.stderr
+    assert "sk-test-not-a-secret" not in keyed.stdout + keyed.stderr
+
+
+def test_the_exporter_bind_address_is_a_setting_and_loopback_quiets_both_warnings(tmp_path: Path) -> None:
+    r = _run_dry(tmp_path, "--set", "server.host=127.0.0.1", env={"APPLIANCE_EXPORTER_HOST": "127.0.0.1"})
+    assert r.returncode == 0, r.stderr
+    assert "exposure" not in r.stderr
+    assert json.loads((tmp_path / "run" / "launch.json").read_text())["exporter"]["host"] == "127.0.0.1"
+    bad = _run_dry(tmp_path, env={"APPLIANCE_EXPORTER_HOST": "not a host!"})
+    assert bad.returncode == 2 and "APPLIANCE_EXPORTER_HOST" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(("host", "loopback"), [(None, False), ("0.0.0.0", False), ("::", False),
+                                                ("127.0.0.1", True), ("127.8.0.1", True), ("::1", True),
+                                                ("[::1]", True), ("localhost", True), ("10.0.0.2", False),
+                                                ("head.example", False)])
+def test_what_counts_as_loopback(host: str | None, loopback: bool) -> None:
+    from appliance.run.exposure import is_loopback
+
+    assert is_loopback(host) is loopback

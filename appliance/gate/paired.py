@@ -5,6 +5,11 @@ six prefill cells" — and why: "a coarse range screen over the same 10 blocks r
 on all six prefill cells, while the paired test finds all six". Each block is one receipt of build A and one of
 build B gated back to back on the same machines; each bench cell's per-block difference (log ratio B/A) is
 tested by flipping signs over all 2^n assignments.
+
+The Holm family is the prefill cells only (pp, ctx_pp), as the seed pre-registered: "Decode is not resolved in
+either direction — `tg128` was declared unresolvable before the run (its within-build spread equals its entire
+historical range) and is reported for the record only." Decode cells (tg, ctx_tg) get their mean change and raw p
+for the record, never a verdict, and they do not widen the prefill family's correction.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.gate.receipt_model import Receipt
+from appliance.gate.receipt_model import BenchRow, Receipt
 
 ALPHA = 0.05
+PREFILL_KINDS = frozenset({"pp", "ctx_pp"})
+"""The cells judged (the Holm family); every other kind is reported for the record."""
+FOR_THE_RECORD = "for the record (decode: pre-registered as unresolvable, no verdict)"
 MAX_BLOCKS = 20
 """2^20 sign assignments: still exact, still quick."""
 
@@ -45,11 +53,19 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def _rows(receipt: Receipt) -> dict[str, float]:
+def _bench_rows(receipt: Receipt) -> dict[str, BenchRow]:
     bench = receipt.bench()
     if bench is None or bench.metrics is None:
         return {}
-    return {test: float(row.t_s) for test, row in bench.metrics.measured().items() if row.t_s}
+    return bench.metrics.measured()
+
+
+def _rows(receipt: Receipt) -> dict[str, float]:
+    return {test: float(row.t_s) for test, row in _bench_rows(receipt).items() if row.t_s}
+
+
+def _kinds(receipt: Receipt) -> dict[str, str]:
+    return {test: row.kind for test, row in _bench_rows(receipt).items()}
 
 
 def judge_blocks(blocks: list[tuple[Receipt, Receipt]]) -> dict[str, Any]:
@@ -60,22 +76,33 @@ def judge_blocks(blocks: list[tuple[Receipt, Receipt]]) -> dict[str, Any]:
     if not cells:
         raise ApplianceError("no bench row is in every receipt", fix="gate every block with --checks bench")
     diffs = {c: [math.log(_rows(b)[c] / _rows(a)[c]) for a, b in blocks] for c in cells}
-    raw = [sign_flip_p(diffs[c]) for c in cells]
+    kinds = _kinds(blocks[0][0])
+    family = [c for c in cells if kinds.get(c) in PREFILL_KINDS]
+    raw = {c: sign_flip_p(diffs[c]) for c in cells}
+    adjusted = dict(zip(family, holm([raw[c] for c in family]), strict=True))
     out = []
-    for cell, p, p_holm in zip(cells, raw, holm(raw), strict=True):
+    for cell in cells:
         mean = math.exp(sum(diffs[cell]) / len(blocks)) - 1
-        verdict = ("no measurable difference" if p_holm >= ALPHA
-                   else "regression" if mean < 0 else "improvement")
-        out.append({"cell": cell, "mean_change": round(mean, 4), "p": round(p, 5), "p_holm": round(p_holm, 5),
-                    "verdict": verdict})
-    return {"blocks": len(blocks), "alpha": ALPHA, "cells": out,
+        row: dict[str, Any] = {"cell": cell, "kind": kinds.get(cell), "mean_change": round(mean, 4),
+                               "p": round(raw[cell], 5)}
+        if cell in adjusted:
+            row["p_holm"] = round(adjusted[cell], 5)
+            row["verdict"] = ("no measurable difference" if adjusted[cell] >= ALPHA
+                              else "regression" if mean < 0 else "improvement")
+        else:
+            row["p_holm"], row["verdict"] = None, FOR_THE_RECORD
+        out.append(row)
+    return {"blocks": len(blocks), "alpha": ALPHA, "cells": out, "holm_family": family,
             "min_attainable_p": 2 / 2 ** len(blocks)}
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = [f"{result['blocks']} blocks; exact sign-flip permutation test, Holm-corrected at {result['alpha']} "
-             f"(smallest attainable p {result['min_attainable_p']:.4f})", ""]
+    lines = [f"{result['blocks']} blocks; exact sign-flip permutation test, Holm-corrected at {result['alpha']} across "
+             f"the {len(result['holm_family'])} prefill cell(s) (smallest attainable p "
+             f"{result['min_attainable_p']:.4f})", ""]
     width = max(len(c["cell"]) for c in result["cells"])
-    lines += [f"{c['cell']:<{width}}  {c['mean_change'] * 100:+6.2f} %  p {c['p']:.4f}  Holm {c['p_holm']:.4f}  "
-              f"{c['verdict']}" for c in result["cells"]]
+    for c in result["cells"]:
+        holm_p = f"Holm {c['p_holm']:.4f}" if c["p_holm"] is not None else "Holm    -  "
+        lines.append(f"{c['cell']:<{width}}  {c['mean_change'] * 100:+6.2f} %  p {c['p']:.4f}  {holm_p}  "
+                     f"{c['verdict']}")
     return "\n".join(lines)

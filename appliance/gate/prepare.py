@@ -35,12 +35,16 @@ class GateRequest:
     model_dir: Path | None = None
     tune: dict[str, Any] = field(default_factory=dict)
     """Single-value overrides: bench_corpus, bench_runs, recall_concurrency, recall_min, gsm8k_* (see TUNABLE)."""
+    battery: str | None = None
+    """`--battery NAME`: run that battery's checks of `arm` instead of --checks."""
+    arm: str = "default"
+    bench_reference: Path | None = None
     active: Any = True
     """The profile's upgrade layer (profile loader's `active`): an upgrade's candidate gates with its own record."""
 
 
 TUNABLE = ("bench_corpus", "bench_runs", "recall_concurrency", "recall_min", "recall_runs", "gsm8k_limit",
-           "gsm8k_fewshot", "gsm8k_task", "gsm8k_include")
+           "gsm8k_fewshot", "gsm8k_task", "gsm8k_include", "gsm8k_runs")
 
 
 def select(checks: str | None) -> list[str]:
@@ -83,6 +87,8 @@ def tune(params: GateParams, t: dict[str, Any]) -> GateParams:
     gsm = replace(gsm, limit=t.get("gsm8k_limit") or gsm.limit, task=t.get("gsm8k_task") or gsm.task)
     if t.get("gsm8k_fewshot") is not None:
         gsm = replace(gsm, num_fewshot=t["gsm8k_fewshot"])
+    if t.get("gsm8k_runs"):
+        gsm = replace(gsm, runs=t["gsm8k_runs"])
     return replace(params, bench=bench, recall=recall, gsm8k=gsm)
 
 
@@ -130,11 +136,19 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     from appliance.settings import load_settings
 
     settings = load_settings()
+    if req.battery and req.checks:
+        raise ApplianceError("--battery and --checks both given", field="--checks", value=req.checks,
+                             fix="a battery runs its own checks: drop --checks, or drop --battery")
     selected = select(req.checks)
     default_exporter = f"http://127.0.0.1:{settings.health_port or DEFAULT_HEALTH_PORT}"  # before a profile is known
     asked = (req.exporter or default_exporter).rstrip("/")
     loaded, first_status = _load(req, asked)
     profile = loaded.profile
+    if req.battery:  # bad input is refused before the serve is asked anything
+        from appliance.gate.battery.prepare import battery_for, check_arm
+
+        battery_for(req.battery)
+        check_arm(profile, req.arm)
     # This node's ports as `appliance run` resolved them (APPLIANCE_HEALTH_PORT over the profile's).
     here = resolve_placement(profile, Placement(health_port=settings.health_port,
                                                 origins={"health_port": "env:APPLIANCE_HEALTH_PORT"}))
@@ -155,9 +169,16 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = req.out or appliance_home() / "receipts" / f"{profile.name}-{stamp}"
     make_dir(out_dir, "--out" if req.out else "APPLIANCE_HOME")
+    run = None
+    if req.battery:
+        from appliance.gate.battery.prepare import battery_run, check_same_serve
+
+        run = battery_run(req.battery, req.arm, profile, params, exporter, req.bench_reference)
+        check_same_serve(status, loaded.digest)
+        selected = [c.id for c in run.battery.of_arm(run.arm)]
     ctx = GateContext(url=url, model=model, checkpoint=profile.model.checkpoint,
                       tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
-                      progress=progress)
+                      progress=progress, battery=run)
     eng = engagement(status, status_error)
     channel = channel_lock(profile.engine.channel, profile.hardware.target)
     lock = channel.digest
@@ -174,6 +195,16 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         },
         "engagement": eng, "checks": [], "warnings": _warnings(eng, loaded.digest, lock, params, channel.name),
     }
+    if run is not None:
+        from appliance.gate.battery.prepare import receipt_section
+
+        receipt["size"] = run.params.size
+        receipt["battery"] = receipt_section(run, channel, receipt["provenance"]["image"])
+        if run.params.size == "standard" and profile.limits.max_model_len < 131072:
+            receipt["warnings"].append(
+                f"the seed ran this battery at max_model_len 131072; this serve has {profile.limits.max_model_len}: "
+                f"C9's 2850-line rows (~77k tokens) exceed it and fail as the harness counts them (serve with "
+                f"--set limits.max_model_len=131072 to run the seed's shape)")
     return ctx, selected, receipt
 
 

@@ -3,7 +3,10 @@
 
 The seed's K19 failure happened "whenever a request omitted `reasoning`, which is exactly what a stock
 OpenAI SDK sends", so both endpoints are also asked with no reasoning field at all. And as the seed
-measured: "`effort: none` disables thinking" and "`high` reasons deeper than `low`".
+measured: "`effort: none` disables thinking" and "`high` reasons deeper than `low`"; its tests pin "that
+`max` specifically survives into `chat_template_kwargs` without thinking being switched off on the way" and
+"that the widened field still rejects a value the model has no tier for": `max` must reason, and an effort
+outside the seven is asked too and must be refused.
 
 Applies where the profile names a reasoning parser (DeepSeek-V4); elsewhere `not_applicable`. The
 detectors are pure functions over response bodies, unit-tested on crafted replies.
@@ -129,6 +132,8 @@ def judge_effort(surface: str, effort: str, reply: Reply | None, error: str | No
 
 OMITTED = "omitted"
 """The probe that sends no reasoning field at all (a stock OpenAI SDK request)."""
+UNSUPPORTED = "extreme"
+"""An effort no tier exists for: both endpoints must refuse it (HTTP 4xx), not fold it onto one silently."""
 
 
 async def _probe(client: ServeClient, ctx: GateContext, surface: str, effort: str,
@@ -170,14 +175,18 @@ async def _tool(client: ServeClient, ctx: GateContext, p: ReasoningParams) -> di
 
 
 def effort_problems(rows: list[dict[str, Any]]) -> list[str]:
-    """What the accepted probes say about effort itself: `none` must not think; `high` must reason more than
-    `low` (by reasoning characters), per endpoint."""
+    """What the probes say about effort itself: `none` must not think; `max` must think; `high` must reason more
+    than `low` (by reasoning characters); an unsupported effort must be refused, per endpoint."""
     out = []
     by = {(r["endpoint"], r["effort"]): r for r in rows if r["accepted"]}
     for surface in ("chat", "responses"):
-        none, low, high = (by.get((surface, e)) for e in ("none", "low", "high"))
+        none, low, high, top = (by.get((surface, e)) for e in ("none", "low", "high", "max"))
         if none and none.get("reasoning_chars", 0) > 0:
             out.append(f"{surface}: effort none still reasoned ({none['reasoning_chars']} chars)")
+        if top and top.get("reasoning_chars", 0) == 0:
+            out.append(f"{surface}: effort max did not think (no reasoning): thinking was switched off on the way")
+        if (surface, UNSUPPORTED) in by:
+            out.append(f"{surface}: the unsupported effort {UNSUPPORTED!r} was accepted instead of refused")
         if low and high and high.get("reasoning_chars", 0) <= low.get("reasoning_chars", 0):
             out.append(f"{surface}: high reasoned no more than low ({high.get('reasoning_chars', 0)} vs "
                        f"{low.get('reasoning_chars', 0)} chars)")
@@ -189,14 +198,16 @@ async def _run(ctx: GateContext, p: ReasoningParams) -> CheckResult:
     rows = []
     async with ServeClient(ctx.url, timeout=p.timeout_s, transport=ctx.transport) as client:
         for surface in ("chat", "responses"):
-            for effort in (OMITTED, *p.efforts):
+            for effort in (OMITTED, *p.efforts, UNSUPPORTED):
                 ctx.progress.step(f"{surface} effort={effort}")
                 rows.append(await _probe(client, ctx, surface, effort, p))
         ctx.progress.step("tool call")
         tool = await _tool(client, ctx, p)
+    refused = [r for r in rows if r["effort"] == UNSUPPORTED]
+    rows = [r for r in rows if r["effort"] != UNSUPPORTED]
     rejected = [f"{r['endpoint']}:{r['effort']}" for r in rows if not r["accepted"]]
     leaks = [f"{r['endpoint']}:{r['effort']}" for r in rows if r["accepted"] and r["problems"]]
-    efforts = effort_problems(rows)
+    efforts = effort_problems([*rows, *refused])
     ok = not rejected and not leaks and not efforts and tool["parsed"]
     parts = [f"{len(rows) - len(rejected)}/{len(rows)} effort probes accepted (reasoning omitted included)",
              "no </think> in answers" if not leaks else f"think markup in {', '.join(leaks)}",
@@ -211,7 +222,7 @@ async def _run(ctx: GateContext, p: ReasoningParams) -> CheckResult:
                        metrics={"accepted": len(rows) - len(rejected), "probes": len(rows),
                                 "think_leaks": len(leaks), "effort_problems": len(efforts),
                                 "tool_call_parsed": tool["parsed"]},
-                       details={"probes": rows, "tool_call": tool})
+                       details={"probes": rows, "unsupported_effort": refused, "tool_call": tool})
 
 
 def not_applicable(ctx: GateContext) -> CheckResult | None:

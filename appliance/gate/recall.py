@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from appliance.gate.client import ServeClient, ServeError, chat_text, count_tokens
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
-from appliance.gate.recall_bands import MORE_SERVES, Bands
+from appliance.gate.recall_bands import CALIBRATION, MORE_SERVES, ONE_SERVE, Bands, exposed
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import RecallParams
 
@@ -190,7 +190,10 @@ async def _run(ctx: GateContext, p: RecallParams) -> CheckResult:
     found = sum(runs_found)
     errors = [s for _, scores, _ in per_run for s in scores if s.error]
     mean = found / (needles * p.runs)
-    status: GateStatus = "error" if errors else bands.judge(mean)
+    band = bands.judge(mean)
+    status: GateStatus = "error" if errors else band
+    if status == "pass" and exposed(ctx.profile):
+        status = "inconclusive"  # the healthy band on one serve: the race poisons about half of cold serves
     each = f" (runs {', '.join(map(str, runs_found))}; mean {mean * needles:.1f}/{needles})" if p.runs > 1 else ""
     summary = (f"{found}/{needles * p.runs} needles found{each} ({p.concurrency} concurrent requests, "
                f"~{hay_tokens} tokens)")
@@ -198,6 +201,8 @@ async def _run(ctx: GateContext, p: RecallParams) -> CheckResult:
         summary += f"; {len(errors)} request(s) failed: {errors[0].error}"
     elif status == "fail":
         summary += f"; in the poisoned band (<= {bands.poisoned_ceiling * needles:.1f}/{needles})"
+    elif status == "inconclusive" and band == "pass":
+        summary += f"; in the healthy band on this serve, but {ONE_SERVE}"
     elif status == "inconclusive":
         summary += (f"; between the poisoned band (<= {bands.poisoned_ceiling * needles:.1f}) and the pass line "
                     f"({bands.pass_line * needles:.1f}): {MORE_SERVES}")
@@ -205,10 +210,11 @@ async def _run(ctx: GateContext, p: RecallParams) -> CheckResult:
         "recall", status, summary, started_at=started, seconds=time.monotonic() - began,
         params={"concurrency": p.concurrency, "needles_per_request": p.needles_per_request,
                 "context_tokens": p.context_tokens, "max_tokens": p.max_tokens, "min_found": round(p.min_found, 4),
-                "poisoned_max": round(bands.poisoned_ceiling, 4), "runs": p.runs, "seed": p.seed},
+                "poisoned_max": round(bands.poisoned_ceiling, 4), "runs": p.runs, "seed": p.seed,
+                "bands_calibrated_on": CALIBRATION},
         metrics={"found": found, "total": needles * p.runs, "score": f"{found}/{needles * p.runs}",
                  "context_tokens": hay_tokens, "runs_found": runs_found, "needles_per_run": needles,
-                 "serve_mean": round(mean, 4),
+                 "serve_mean": round(mean, 4), "band": band,
                  "wrong": sum(len(s.wrong) for _, scores, _ in per_run for s in scores)},
         details={"cases": [{**asdict(s), "run": run, "depths": [n.depth for n in c.needles], "answer": text[:300]}
                            for run, (cases, scores, texts) in enumerate(per_run)

@@ -8,18 +8,39 @@ Seed figures (GB10 2-node TP=2, 0731, DSpark, "arthur c=12", 24 needles):
 A pass line of 18/24 sits under every healthy single run (19) and a poisoned ceiling of 13/24 at the highest
 poisoned run; a score between the two is evidence of neither: "inconclusive: run more serves".
 Because "a single clean serve proves nothing at ~50% incidence", the seed's design is several fresh serves
-with a few runs each ("4 fresh serves per arm ... 3 arthur c=12 runs each"): `judge_serves` reads that.
+with a few runs each ("4 fresh serves per arm ... 3 arthur c=12 runs each"): `judge_serves` reads that, and one
+serve's recall in the healthy band is `inconclusive`, never a pass, wherever the race can happen (prefix caching
+with speculative decoding: "the only configuration in which a block hash can be published before its KV is
+written and a second request admitted in the same step to match it").
+
+Where the bands come from, and where they are applied. They were measured with the harness's arthur
+coherence gate (12 concurrent requests x 2, each prompt ~900 numbered lines with three planted codes, a request
+counted as passed when its answer holds all three codes and reads as coherent text; `passed=N/24` counts
+requests) on serves at max_model_len 131072. The appliance's recall check plants its own needles (two per request,
+scored per needle) in ~0.75 x max_model_len of shared filler: 36,864 tokens on the DeepSeek profiles (49152). It
+applies the bands as fractions: a transfer to another test and length, not a calibration of this one; the seed
+battery (`gate --battery seed`, check C5) runs the harness's own shape against the same line.
+
+V1 unguarded at 20.7/24 was "the same defect, not an inherent concurrency margin: the guard lifts V1 from 20.7 to
+23.0". The bands pass it (20.7 >= 18): they separate a poisoned serve from a healthy one, not the mild form of the
+race from none. What shows that form is the guard read back from the log (K4: `N/N managers active`), which the
+receipt records beside the recall figure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # `gate serves` and `compare` need no pydantic
+    from appliance.profile.model import Profile
 
 PASS_LINE = 18 / 24
 """At or above: healthy. Under the lowest healthy single run the seed saw (19/24)."""
 POISONED_CEILING = 13 / 24
 """At or below: the poisoned band (the highest poisoned run the seed reports is 13/24)."""
+V1_UNGUARDED_MEAN = 20.7 / 24
+"""The seed's V1 serves without the guard: in the healthy band, yet the same defect (see the module docstring)."""
 SEED_SERVES = 4
 """Fresh serves per arm in the seed's design."""
 SEED_RUNS_PER_SERVE = 3
@@ -28,7 +49,18 @@ MORE_SERVES = (f"inconclusive: run more serves — the seed's design is {SEED_SE
                f"{SEED_RUNS_PER_SERVE} runs each (appliance gate --recall-runs {SEED_RUNS_PER_SERVE} on each fresh "
                f"serve, then appliance gate serves RECEIPT...)")
 
+ONE_SERVE = (f"a single clean serve proves nothing at ~50% incidence (the seed): confirm over {SEED_SERVES} fresh "
+             f"serves x {SEED_RUNS_PER_SERVE} runs (appliance gate --recall-runs {SEED_RUNS_PER_SERVE} on each, then "
+             f"appliance gate serves RECEIPT...)")
+CALIBRATION = ("the harness's arthur coherence gate (c=12 x 2, 3 codes per request, scored per request) at "
+               "max_model_len 131072; applied here as fractions of needles found")
+
 Band = Literal["pass", "inconclusive", "fail"]
+
+
+def exposed(profile: Profile) -> bool:
+    """The race can happen on this serve: prefix caching with speculative decoding (K4)."""
+    return profile.cache.prefix_caching and profile.speculative is not None
 
 
 @dataclass(frozen=True)

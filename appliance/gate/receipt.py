@@ -34,6 +34,13 @@ def verdict(checks: list[dict[str, Any]], complete: bool, engagement: dict[str, 
 def finalize(receipt: dict[str, Any], *, complete: bool, finished_at: str, duration_s: float) -> dict[str, Any]:
     receipt.update(complete=complete, finished_at=finished_at, duration_s=round(duration_s, 1),
                    verdict=verdict(receipt["checks"], complete, receipt.get("engagement")))
+    if receipt.get("battery"):
+        from appliance.gate.battery.definition import BATTERIES
+        from appliance.gate.battery.verdict import judge, receipt_verdict
+
+        battery = BATTERIES[receipt["battery"]["name"]]
+        receipt["battery"]["result"] = judge(receipt["checks"], battery).to_json()
+        receipt["verdict"] = receipt_verdict(receipt["checks"], battery) if complete else "incomplete"
     return receipt
 
 

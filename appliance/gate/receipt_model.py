@@ -154,6 +154,8 @@ class ReasoningMetrics(_Part):
 class Gsm8kMetrics(_Part):
     strict_match: Fraction | None = None
     strict_match_stderr: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    strict_match_runs: list[Fraction | None] | None = None
+    """Each lm-eval run's accuracy (--gsm8k-runs): what `compare` judges interleaving by."""
 
 
 class RecallParams(_Part):
@@ -220,6 +222,12 @@ AnyCheck = Annotated[
 C = TypeVar("C", bound=Check)
 
 
+class BatteryRef(_Part):
+    """`gate --battery`'s section: which battery, which arm of it (the rest is kept as written)."""
+    name: str
+    arm: str
+
+
 class Receipt(_Part):
     schema_: Literal["appliance-gate-receipt/1"] = Field(alias="schema")
     complete: bool
@@ -229,6 +237,7 @@ class Receipt(_Part):
     provenance: Provenance
     engagement: Engagement
     checks: list[AnyCheck]
+    battery: BatteryRef | None = None
 
     @model_validator(mode="after")
     def _checks_named_once(self) -> Receipt:

@@ -6,8 +6,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-GateStatus = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted", "inconclusive"]
-"""`inconclusive`: the measurement sits between a healthy and a failing band (recall): neither pass nor fail."""
+GateStatus = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted", "inconclusive",
+                     "timeout"]
+"""`inconclusive`: the measurement sits between a healthy and a failing band (recall): neither pass nor fail.
+`timeout`: no result within the check's bound (a battery line's TIMEOUT, a blocker like a failure)."""
 OK_STATUSES: frozenset[str] = frozenset({"pass", "not_applicable"})
 """A gate passes only when every selected check ends in one of these."""
 

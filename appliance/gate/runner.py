@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from appliance.gate import bench, canary, gsm8k, reasoning, recall, structured
+from appliance.gate.battery import checks as battery_checks
 from appliance.gate.context import GateContext
 from appliance.gate.receipt import finalize, write
 from appliance.gate.result import CheckInterrupted, CheckResult, utc_now
@@ -30,8 +31,9 @@ CHECK_RULES: dict[str, tuple[str, ...]] = {"recall": recall.RULES, "reasoning": 
 
 def run_check(name: str, ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
+    runner = battery_checks.RUNNERS[name] if ctx.battery is not None else CHECK_RUNNERS[name]
     try:
-        return CHECK_RUNNERS[name](ctx)
+        return runner(ctx)
     except CheckInterrupted:
         raise
     except KeyboardInterrupt:

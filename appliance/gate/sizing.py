@@ -78,6 +78,8 @@ class Gsm8kParams:
     min_accuracy: float = 0.93
     """On the strict-match filter; the seed measured ≈ 0.96 8-shot on a healthy GB10 serve."""
     task: str = "gsm8k"
+    runs: int = 1
+    """lm-eval runs on this serve: the seed resolved a GSM8K difference with "three runs per cell"."""
     include_path: str | None = None
     """lm-eval --include_path: a folder of task YAMLs (a GSM8K-shaped task over local files, e.g. offline)."""
     timeout_s: float = 14400.0

@@ -28,11 +28,33 @@ def render(r: dict[str, Any]) -> str:
     lines += _engagement(eng)
     warnings = [f"> warning: {w}" for w in r.get("warnings") or []]
     lines += [*warnings, ""] if warnings else []
+    if r.get("battery"):
+        lines += _battery(r)
     for c in r["checks"]:
         lines += [f"## {c['name']}: {c['status']}", "", c["summary"], ""]
         if c["name"] == "bench" and c["metrics"].get("rows"):
             lines += [table(c["metrics"]["rows"]), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _battery(r: dict[str, Any]) -> list[str]:
+    from appliance.gate.battery.merge import check_line
+    from appliance.gate.battery.verdict import word
+
+    b = r["battery"]
+    result = b.get("result") or {}
+    lines = [f"## Battery {b['name']}, arm {b['arm']} ({b['serve']})", "", f"Source: {b['source']}.", "", "```"]
+    lines += [check_line(c["name"], c["params"].get("title", ""), word(c["status"]), c["summary"])
+              for c in r["checks"]]
+    recorded = {c["name"] for c in r["checks"]}
+    lines += [check_line(d["id"], d["title"], "PENDING", f"the {d['arm']} arm's serve")
+              for d in b["definition"] if d["id"] not in recorded]
+    lines += [check_line(o["id"], o["title"], "NOT RUN", f"outside the appliance: {o['why']}") for o in b["not_run"]]
+    lines += ["```", ""]
+    if result:
+        lines += [f"{result.get('passed')}/{result.get('recorded')} PASS; "
+                  + ("ACCEPTED" if result.get("accepted") else f"not accepted: {result.get('why')}"), ""]
+    return lines
 
 
 def _host(hw: dict[str, Any]) -> str:

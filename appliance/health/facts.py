@@ -6,7 +6,7 @@ fallback: prefilter.py); only those are decoded and matched.
 A `keep: last` fact is overwritten by its next line, so within a chunk only its last line is
 matched, and an anchor that turns out frequent (DSpark metrics every few lines) is looked up from
 the chunk's end instead. Memory: facts are a fixed set of names, fatal hits keep one example line
-and a count, `distinct` facts keep at most MAX_DISTINCT values.
+and a count, `distinct` facts keep at most MAX_DISTINCT values, `count` facts one number.
 """
 
 from __future__ import annotations
@@ -125,7 +125,9 @@ class Extractor:
         """The anchors the prefilter looks for (all but the dense ones), by the number it reports."""
         self._patterns_of: list[frozenset[int]] = []
         self._resets_of: list[frozenset[int]] = []
-        self.facts = Facts()
+        # A `count` fact is 0 until its line is seen: zero NameErrors is evidence, not its absence.
+        self._counted = tuple(name for c in self._compiled if c.keep == "count" for name in c.pattern.produces())
+        self.facts = Facts(values=dict.fromkeys(self._counted, 0))
         self._quiet_after = table.quiet_after
         self._resets = {i for i, c in enumerate(self._compiled) if c.reset}
         # `keep: last` facts that nothing reads in line order (quiet_after does): within one chunk only
@@ -281,7 +283,8 @@ class Extractor:
 
     def _reset(self, line: int) -> None:
         old = self.facts
-        self.facts = Facts(runs=old.runs + 1, run_started_line=line, lines_read=old.lines_read)
+        self.facts = Facts(values=dict.fromkeys(self._counted, 0), runs=old.runs + 1, run_started_line=line,
+                           lines_read=old.lines_read)
 
     @property
     def stopping(self) -> bool:
@@ -312,6 +315,11 @@ class Extractor:
         if keep == "last":
             values.update(found)
             lines.update((name, line) for name, _ in found)
+            return
+        if keep == "count":
+            for name, _ in found:
+                values[name] = values.get(name, 0) + 1
+                lines[name] = line
             return
         for name, value in found:
             if keep == "first":

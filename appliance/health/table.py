@@ -152,8 +152,8 @@ class FactPattern(Pattern):
     """Casts of named groups; groups not listed are strings."""
     set: dict[str, Scalar] = {}
     """Constant facts set when the line matches."""
-    keep: Literal["last", "first", "distinct"] = "last"
-    """How repeated matches combine."""
+    keep: Literal["last", "first", "distinct", "count"] = "last"
+    """How repeated matches combine; `count`: each fact is the number of lines that matched in this engine run."""
     reset: bool = False
     """The line starts a new engine run: earlier facts and fatal hits are dropped."""
     same_on_every_rank: str | None = Field(None, pattern=_RULE)

@@ -57,7 +57,13 @@ def engine_digest(profile: Profile) -> str:
 def list_profiles(root: Path | None = None) -> list[str]:
     """Names of the serve profiles (bases/ and the catalogue are not profiles)."""
     root = root or profiles_dir()
-    return sorted(p.stem for p in root.glob("*.yaml") if p.stem != "catalogue")
+    names = sorted(p.stem for p in root.glob("*.yaml") if p.stem != "catalogue")
+    if not names:  # an install without its data would otherwise list nothing and say `known profiles:` and no name
+        raise ApplianceError(f"no serve profile in {show(str(root), 512)}", field="APPLIANCE_ROOT", value=str(root),
+                             fix="set APPLIANCE_ROOT to the folder holding versions.json and profiles/ (a checkout, "
+                             "or /opt/appliance in the image), or install the wheel built from a full checkout",
+                             reason="the profiles, the lock and the log checks ship as data beside the code")
+    return names
 
 
 def resolve_path(name_or_path: str, root: Path | None = None) -> Path:

@@ -91,8 +91,9 @@ class Speculative(Section):
 
 
 class Cache(Section):
-    kv_dtype: Literal["auto", "fp8", "fp8_ds_mla", "fp8_e4m3", "bfloat16"] = "auto"
-    """--kv-cache-dtype; DeepSeek-V4 needs fp8."""
+    kv_dtype: Literal["auto", "fp8", "fp8_ds_mla", "fp8_e4m3", "bfloat16", "nvfp4_ds_mla"] = "auto"
+    """--kv-cache-dtype; DeepSeek-V4 needs fp8. `nvfp4_ds_mla` is accepted here only so that K34 can say why it is
+    refused on SM12x."""
     block_size: int | None = Field(None, ge=1, le=4096)
     """--block-size; null = the engine's default."""
     prefix_caching: bool = True
@@ -124,7 +125,7 @@ class Engine(Section):
     sm120_decode: bool = True
     """Expect and enable the FlashInfer SM120 packed sparse-MLA decode path."""
     sm120_prefill: bool = True
-    """Enable the FlashInfer SM120 prefill path (only active when decode is)."""
+    """Enable the FlashInfer SM120 prefill path (its own switch: the seed, "set either=0 to fall back")."""
     eager_scratch_pool: bool = False
     """DSv4 eager scratch pool: corrupts output under concurrent mixed prefill+decode. Off."""
     accept_scratch_pool_corruption_risk: bool = False
@@ -133,6 +134,12 @@ class Engine(Section):
     """--kv-offloading-size in GiB; 0 = off."""
     fp4_indexer_cache: bool = False
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
+    flashinfer_autotune: bool | None = None
+    """--enable-flashinfer-autotune / --no-enable-flashinfer-autotune; null = the engine's default (on at -O1
+    and above). Ranks that tune apart can desynchronize and hang a TP launch (K31)."""
+    cudagraph_capture_sizes: Literal["engine", "profile"] = "engine"
+    """engine = vLLM's own capture list; profile = computed from the profile so that every uniform decode batch
+    (n x (speculative tokens + 1) for n up to max_num_seqs) has a graph (K32), rendered in --compilation-config."""
     logits_processors: list[ArgWord] = Field(default_factory=list, max_length=8)
     """--logits-processors (module:Class); the canary's corruption injector is one (tests only)."""
     execute_model_timeout_s: int | None = Field(None, ge=30, le=86_400)
@@ -224,9 +231,16 @@ class Distributed(Section):
     qualification the one after, the model sync master port + 3)."""
     nccl_ib_hca: str | None = None
     """NCCL_IB_HCA (e.g. the ConnectX device); null = NCCL's choice."""
+    nccl_ib_merge_nics: bool | None = None
+    """NCCL_IB_MERGE_NICS; null = 1 when nccl_ib_hca names two or more devices (GB10's QSFP port is two
+    virtual NICs: one alone runs at about half the port, K36), else NCCL's default."""
+    nccl_ib_gid_index: int | None = Field(None, ge=0, le=255)
+    """NCCL_IB_GID_INDEX; null = NCCL picks the RoCEv2 GID per device. A pinned index can drift on one of two HCAs
+    and hang the handshake (K36)."""
     nccl_ib_disable: bool = False
-    """NCCL_IB_DISABLE; keep IB on: the seed's harness baselines on GB10 (not a figure of the seed itself) give
-    15.1 vs 21.9 tok/s decode with IB disabled."""
+    """NCCL_IB_DISABLE; keep IB on: 15.1 vs 21.9 tok/s decode with IB disabled, recorded from the harness baselines
+    on GB10 in an earlier round (not a figure of the seed itself, and not re-found in the public harness since:
+    a lead)."""
     fabric: Fabric = Fabric()
     """Fabric qualification before launch (K25): a short transfer from each rank to the head."""
     sync_model: bool = False
@@ -249,7 +263,11 @@ class Measured(Section):
     checks: list[str] = []
     """Which checks ran (gsm8k, recall, bench, reasoning, tests/v1/core, ...); empty = the seed does not list them."""
     max_model_len: int | None = Field(None, ge=16)
-    """max_model_len of the measurement, where it differs from what the profile serves."""
+    """max_model_len of the measurement, where it differs from what the profile serves (P1 says so)."""
+    tensor: int | None = Field(None, ge=1, le=16)
+    """Tensor-parallel size of the measurement (heads per rank follow from it; P1)."""
+    unverified: list[str] = []
+    """Coverage the seed ran but could not turn into a verdict (a suite that wedged): named, never a pass."""
     figures: str | None = None
     """The measured figures, named as the seed names them."""
 
@@ -287,8 +305,9 @@ class Memory(Section):
 
 class Provenance(Section):
     status: Literal["validated", "partial", "community", "unvalidated", "test"]
-    """validated = the seed's battery passed on this hardware; partial = only measured.checks ran;
-    community = reports only."""
+    """validated = the seed's acceptance battery passed on this hardware, on measured.head, with this runner, guard,
+    checkpoint and speculative method (what the profile changes from that shape, P1 names); partial = only
+    measured.checks ran, or on another head or runner than the profile's; community = reports only."""
     hardware: str | None = None
     """The hardware the status refers to."""
     source: str

@@ -63,3 +63,11 @@ def rank_view(profile: Profile, node_rank: int) -> RankView:
     role = role_for(profile, node_rank)
     first = node_rank * profile.hardware.gpus_per_node
     return RankView(role, node_rank, first in group_leaders(profile))
+
+
+def ib_devices(hca: str | None) -> list[str]:
+    """The devices an NCCL_IB_HCA value names: `a,b`, `=a,b` (exact match), `a:1` (a port); `^a` excludes and
+    so names none to use."""
+    if not hca or hca.startswith("^"):
+        return []
+    return [d.split(":", 1)[0] for d in hca.lstrip("=").split(",") if d.strip()]

@@ -49,8 +49,10 @@ GPU_PRODUCTS = {
                      "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition"),
     "rtx-5090": ("NVIDIA-GeForce-RTX-5090",),
 }
-# Host memory a GPU pod asks for: GB10's memory is unified (the seed's harness wants 96 GiB available); a
-# discrete-GPU node needs host memory for the loader's buffers, CUDA graphs' host side and the API server.
+# Host memory a GPU pod asks for: GB10's memory is unified (the harness's serve script refuses to start under
+# MIN_AVAILABLE_MEM_GIB=96 of MemAvailable, jasl/vllm-ds4-sm120-harness scripts/dgx_spark_start_mp_serve.sh: not a
+# figure of the seed); a discrete-GPU node needs host memory for the loader's buffers, CUDA graphs' host side and the
+# API server.
 DISCRETE_HOST_MEMORY_GIB = 32
 # GPU operator and cloud GPU node pools taint GPU nodes `nvidia.com/gpu:NoSchedule`: without this toleration a GPU
 # pod stays Pending there.

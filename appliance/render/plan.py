@@ -12,8 +12,9 @@ from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.channels import capabilities as engine_vars
 from appliance.channels.capabilities import DSV4_FLASHINFER, DSV4_FLASHMLA, Capabilities, profile_capabilities
 from appliance.errors import ApplianceError
+from appliance.profile.graph_sizes import profile_capture_sizes
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
-from appliance.profile.topology import Role, role_for
+from appliance.profile.topology import Role, ib_devices, role_for
 from appliance.render.launcher import launcher_plan
 from appliance.render.managed import ENGINE_ENV_OWNERS, flag_owner, managed_env_owner
 from appliance.render.passthrough import passthrough_argv, passthrough_env
@@ -82,8 +83,16 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
         _flag(argv, "--speculative-config", _compact(spec))
     if p.engine.enforce_eager:
         argv.append(_managed("--enforce-eager"))
-    elif p.engine.cudagraph_mode != DEFAULT_CUDAGRAPH_MODE:
-        _flag(argv, "--compilation-config", _compact({"cudagraph_mode": p.engine.cudagraph_mode}))
+    else:
+        compilation: dict[str, object] = {}
+        if p.engine.cudagraph_mode != DEFAULT_CUDAGRAPH_MODE:
+            compilation["cudagraph_mode"] = p.engine.cudagraph_mode
+        if p.engine.cudagraph_capture_sizes == "profile" and (sizes := profile_capture_sizes(p)):
+            compilation["cudagraph_capture_sizes"] = sizes
+        if compilation:
+            _flag(argv, "--compilation-config", _compact(compilation))
+    if p.engine.flashinfer_autotune is not None:
+        argv.append(_managed(f"--{'' if p.engine.flashinfer_autotune else 'no-'}enable-flashinfer-autotune"))
     if p.engine.fp4_indexer_cache:
         _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
     if not model_dir:  # a local folder is one revision already; a hub id is fetched at the pin (W1, W2)
@@ -168,8 +177,16 @@ def fabric_env(profile: Profile, place: ResolvedPlacement) -> dict[str, str]:
         env["GLOO_SOCKET_IFNAME"] = place.fabric_ifname
     if profile.hardware.gpu != "cpu":
         env["NCCL_IB_DISABLE"] = "1" if profile.distributed.nccl_ib_disable else "0"
-        if profile.distributed.nccl_ib_hca:
-            env["NCCL_IB_HCA"] = profile.distributed.nccl_ib_hca
+        d = profile.distributed
+        if d.nccl_ib_hca:
+            env["NCCL_IB_HCA"] = d.nccl_ib_hca
+        merge = d.nccl_ib_merge_nics
+        if merge is None and len(ib_devices(d.nccl_ib_hca)) > 1:
+            merge = True  # two HCAs named: NCCL merges them into one NIC only when told (K36)
+        if merge is not None:
+            env["NCCL_IB_MERGE_NICS"] = "1" if merge else "0"
+        if d.nccl_ib_gid_index is not None:
+            env["NCCL_IB_GID_INDEX"] = str(d.nccl_ib_gid_index)
     return env
 
 

@@ -14,6 +14,7 @@ from appliance.rules import (  # noqa: F401  (registration)
     memory,
     model_facts,
     passthrough,
+    pitfalls,
     provenance,
     weights,
 )

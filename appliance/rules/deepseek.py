@@ -45,18 +45,30 @@ def k2_dspark_block(ctx: RuleContext, r: Rule) -> list[Finding]:
       deepseek,
       fix="use method dspark on DSpark checkpoints (0731), mtp only on checkpoints with MTP heads")
 def k3_method_vs_checkpoint(ctx: RuleContext, r: Rule) -> list[Finding]:
+    """A refusal needs the checkpoint's own files or a fact the seed states (0731 "ships no MTP heads"). A catalogue
+    fact from outside the seed (the NVFP4 checkpoint's model page: no DSpark weights) is a warning until
+    `appliance run` reads the checkpoint's config.json, which then refuses for real."""
     spec, ck, name = ctx.profile.speculative, ctx.checkpoint, ctx.profile.model.checkpoint
     if spec is None:
         return []
     if spec.method == "dspark" and ck.dspark_block_size is None:
         alt = "nvidia/DeepSeek-V4-Flash-nvfp4-DSpark (unvalidated)" if ck.quantization == "nvfp4" else (
             "deepseek-ai/DeepSeek-V4-Flash-0731")
+        if "dspark_block_size" in ck.unconfirmed:
+            return [r.finding("warning", "speculative.method", spec.method,
+                              f"the catalogue says {name} has no DSpark weights, a fact from outside the seed "
+                              f"({ck.confirmed or ck.source}); with the checkpoint on disk, appliance run reads its "
+                              f"config.json (dspark_block_size) and refuses if that holds",
+                              f"use speculative.method: mtp on this checkpoint, or model.checkpoint: {alt}")]
         return [r.finding("error", "speculative.method", spec.method,
                           f"{name} has no DSpark weights (no dspark_block_size, per {ck.source})",
                           f"use speculative.method: mtp on this checkpoint, or model.checkpoint: {alt}")]
     if spec.method == "mtp" and ck.mtp_heads == 0:
-        return [r.finding("error", "speculative.method", spec.method,
-                          f"{name} has no MTP heads (per {ck.source}); its draft is DSpark",
+        severity = "warning" if "mtp_heads" in ck.unconfirmed else "error"
+        return [r.finding(severity, "speculative.method", spec.method,
+                          f"{name} has no MTP heads (per {ck.source}); its draft is DSpark"
+                          + (": a catalogue fact from outside the seed, re-read from the checkpoint by appliance "
+                             "run" if severity == "warning" else ""),
                           f"use speculative.method: dspark with num_tokens: {ck.dspark_block_size or 5}")]
     return []
 
@@ -156,15 +168,19 @@ def k6_scratch_pool(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 
 @rule("K7", "FlashInfer SM120 paths are engaged, not assumed",
-      "both paths are availability-gated and fall back silently; prefill is only active when decode is",
+      "both paths are availability-gated: 'stock installs without the kernel degrade gracefully rather than "
+      "raising', so a fallback is silent; each has its own switch ('set either=0 to fall back to the FlashMLA / "
+      "Triton path')",
       deepseek_on_gpu,
       fix="keep engine.sm120_decode and sm120_prefill on and let the log confirm engagement")
 def k7_sm120_paths(ctx: RuleContext, r: Rule) -> list[Finding]:
     e = ctx.profile.engine
-    if e.sm120_prefill and not e.sm120_decode:
-        return [r.finding("warning", "engine.sm120_prefill", True,
-                          "the SM120 prefill path is only active when the SM120 decode path is",
-                          "set engine.sm120_decode: true, or engine.sm120_prefill: false")]
+    if e.sm120_prefill != e.sm120_decode:
+        on, off = ("sm120_prefill", "sm120_decode") if e.sm120_prefill else ("sm120_decode", "sm120_prefill")
+        return [r.finding("warning", f"engine.{off}", False,
+                          f"engine.{on} on with engine.{off} off: the seed ran both on (their default) and names "
+                          f"each switch as a fallback to the FlashMLA / Triton path; this mix was not measured",
+                          f"set engine.{off}: true, or both off to bisect a kernel problem")]
     if not e.sm120_decode and ctx.gpu.is_sm12x:
         return [r.finding("warning", "engine.sm120_decode", False,
                           "SM120 packed decode off: decode falls back to the FlashMLA/Triton path",
@@ -195,16 +211,21 @@ def k8_nvfp4_ep(ctx: RuleContext, r: Rule) -> list[Finding]:
                       "checkpoint parity with the SM100 datacenter path")]
 
 
-@rule("K9", "block size is a multiple of 64",
-      "the DSv4 packed KV cache is laid out in 64-token pages independent of vLLM's logical block size",
+@rule("K9", "block size 256, the one validated",
+      "the seed validated --block-size 256 ('the DSv4 packed KV cache is laid out in 64-token pages independent of "
+      "vLLM's logical block size'); upstream 0.32.0's DeepSeek-V4 FlashInfer sparse-MLA backend takes kernel block "
+      "size 256 only (vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py, get_supported_kernel_block_sizes); no "
+      "source says another size fails outright",
       deepseek,
-      fix="use a multiple of 64 for cache.block_size (256 is validated)")
+      fix="set cache.block_size: 256")
 def k9_block_size(ctx: RuleContext, r: Rule) -> list[Finding]:
     bs = ctx.profile.cache.block_size
-    if bs is None or bs % 64 == 0:
+    if bs is None or bs == 256:
         return []
-    return [r.finding("error", "cache.block_size", bs, "not a multiple of the 64-token DSv4 KV page",
-                      f"set cache.block_size: {max(64, bs // 64 * 64)} (256 is validated)")]
+    return [r.finding("warning", "cache.block_size", bs,
+                      f"block size {bs} is not the validated 256: the engine may pick another attention backend "
+                      f"(its DeepSeek-V4 FlashInfer SM120 path takes 256) or a layout nobody measured",
+                      "set cache.block_size: 256")]
 
 
 @rule("K11", "KV offload is opt-in",

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from appliance.bounds import EXPORTER_BIND
 from appliance.channels.engines import EngineInstall, find_engine, require_engine
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
@@ -46,7 +47,7 @@ from appliance.render.serveplan import ServePlan
 from appliance.render.supervisord import RunFiles, render_conf
 from appliance.rules import context_for, require_valid
 from appliance.run.caches import cache_env
-from appliance.run.launchfile import EXPORTER_BIND, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
+from appliance.run.launchfile import ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.safe_write import write_files
 from appliance.settings import ApplianceSettings
@@ -78,6 +79,8 @@ class Launch:
     """This rank's fabric qualification (K25), handed to its exporter in launch.json."""
     canary: list[str] | None = None
     """The correctness canary's watch (appliance/canary/watch.py), on a head or single node whose profile runs one."""
+    exporter_host: str = EXPORTER_BIND
+    """The exporter's bind address (APPLIANCE_EXPORTER_HOST)."""
 
     @property
     def launch_file(self) -> Path:
@@ -87,7 +90,7 @@ class Launch:
         """The exporter's section of launch.json: every input of `appliance exporter --launch`, from this launch."""
         # The head compares the NCCL each worker loaded (K15) through the workers' exporters.
         peers = {rank: peer.health_url for rank, peer in sorted(self.peers.items()) if peer.health_url}
-        return ExporterSection(log=self.files.engine_log, port=self.place.health_port, host=EXPORTER_BIND,
+        return ExporterSection(log=self.files.engine_log, port=self.place.health_port, host=self.exporter_host,
                                role=self.place.role, engine_url=self.place.engine_url, peers=peers,
                                canary_state=self.files.run_dir / STATE_FILE if self.canary else None,
                                fabric=self.fabric)
@@ -305,7 +308,8 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
     if place.model_dir is not None:  # a checkpoint on disk: the engine asks no hub for it
         env.setdefault("HF_HUB_OFFLINE", "1")
     return Launch(loaded, place, plan, env, files, peers, fabric,
-                  canary_watch(loaded, plan, files.run_dir, place.engine_url, cli_overrides))
+                  canary_watch(loaded, plan, files.run_dir, place.engine_url, cli_overrides),
+                  exporter_host=settings.exporter_host)
 
 
 def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None,

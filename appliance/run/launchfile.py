@@ -29,9 +29,6 @@ if TYPE_CHECKING:
     from appliance.profile.topology import Role
 
 SCHEMA = 2
-EXPORTER_BIND = "0.0.0.0"
-"""The exporter listens on every interface: probes come over loopback, the head's exporter asks a worker's over the
-fabric, Prometheus over the pod or host network."""
 
 
 @dataclass(frozen=True)

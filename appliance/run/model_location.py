@@ -111,5 +111,5 @@ def read_facts(model_dir: Path, fallback: CheckpointFacts) -> CheckpointFacts:
     return fallback.model_copy(update={
         "dspark_block_size": block, "mtp_heads": mtp, "size_bytes": size,
         "quantization": quantization_from_config(config) or fallback.quantization,
-        "source": f"config.json at {model_dir}",
+        "source": f"config.json at {model_dir}", "unconfirmed": [],  # the checkpoint's own files now say
     })
