@@ -136,6 +136,41 @@ def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home
     assert plan.argv[0] == str(venv / "bin" / "vllm")
 
 
+def test_the_native_switch_relaunches_the_serve_as_it_was_told_and_never_moves_its_exporter(
+        home: Path, tmp_path: Path) -> None:
+    """The promote re-resolves launch.json from the serve's own placement (what `appliance run` was told: here
+    APPLIANCE_HEALTH_PORT), not from what the promote command was given; a move that would change the running
+    exporter's inputs (its port) is refused with both files as they were."""
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.candidate import Request, pair_for
+    from appliance.upgrade.promote import NativeSwitch
+
+    venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"extends: [cpu-smoke]\nengine:\n  channel: {OLD}\n")
+    told, plain = tmp_path / "told", tmp_path / "plain"
+    for run_dir, env in ((told, {"APPLIANCE_HEALTH_PORT": "19431"}), (plain, {})):
+        out = cli("run", str(mine), "--dry-run", "--skip-doctor", "--run-dir", str(run_dir), env=env)
+        assert out.returncode == 0, out.stderr
+    before = read_launch(told / "launch.json")
+    assert before.programs["vllm"].argv[0] == str(venv / "bin" / "vllm") and before.exporter.port == 19431
+    req = Request(str(mine), to=NEW)
+    NativeSwitch(req, "mine", told, print).switch(Active("mine", NEW, [], "d1"), pair_for(req).candidate.digest)
+    after = read_launch(told / "launch.json")
+    assert after.profile["engine"]["channel"] == NEW and after.programs["vllm"].argv[0] == str(
+        Path(sys.executable).parent / "vllm")  # this environment's 0.32.0
+    assert after.exporter.port == 19431 and after.placement.origin("health_port") == "env:APPLIANCE_HEALTH_PORT"
+    write_active(None, "mine")
+
+    moved = Request(str(mine), to=NEW, sets=("server.health_port=19433",))
+    text = (plain / "launch.json").read_text()
+    with pytest.raises(ApplianceError) as err:
+        NativeSwitch(moved, "mine", plain, print).switch(Active("mine", NEW, list(moved.sets), "d2"),
+                                                         pair_for(moved).candidate.digest)
+    assert "exporter.port: 9400 -> 19433" in err.value.message and err.value.field == "APPLIANCE_HEALTH_PORT"
+    assert (plain / "launch.json").read_text() == text and read_active("mine") is None
+
+
 def test_doctor_checks_the_engine_venvs_stack_and_the_appliances_tools_beside_it(home: Path, tmp_path: Path) -> None:
     from appliance.doctor.report import check_versions
 
@@ -223,6 +258,29 @@ def channel_receipt(channel: str, **kw: Any) -> dict[str, Any]:
     r = receipt(**kw)
     r["provenance"]["channel"] = channel
     return r
+
+
+def test_a_cpu_candidate_beside_the_incumbent_binds_the_cores_the_incumbent_leaves(home: Path,
+                                                                                   monkeypatch: Any) -> None:
+    """vLLM's `auto` OpenMP binding takes the lowest cores: a second engine beside the first would spin on the
+    incumbent's (on 2 cores its worker never started). The candidate takes the upper half, in its process
+    environment only (the profile qualified is the one a promote serves)."""
+    from appliance.upgrade.candidate import Request
+    from appliance.upgrade.mode import OMP_BIND_ENV, candidate_cpu_bind
+    from appliance.upgrade.qualify import Qualification, QualifyOptions
+
+    assert candidate_cpu_bind({0, 1}) == "1" and candidate_cpu_bind({0}) is None
+    assert candidate_cpu_bind({4, 5, 6, 7, 0, 1, 2, 3}) == "4,5,6,7"
+    monkeypatch.delenv(OMP_BIND_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    q = Qualification(Request("cpu-smoke", to=OLD), QualifyOptions(run_dir=home / "run"), print)
+    loaded = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"])
+    assert q.beside_env(loaded) == {OMP_BIND_ENV: "1"}
+    assert q.beside_env(load_profile("gb10-tp2")) == {}  # a GPU candidate: its memory, not its cores, is shared
+    pinned = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}", f"engine.extra_env.{OMP_BIND_ENV}=0"])
+    assert q.beside_env(pinned) == {}  # the profile's own binding is the user's
+    monkeypatch.setenv(OMP_BIND_ENV, "nobind")
+    assert q.beside_env(loaded) == {}
 
 
 def test_a_candidate_within_the_noise_is_promoted_and_one_beyond_it_refused() -> None:
@@ -360,8 +418,28 @@ def test_status_lists_the_history_oldest_first_with_results_and_skips_an_interru
     (home / "upgrades" / "cpu-smoke" / "active.json").write_text("{not json")
     bad = cli("upgrade", "status", "cpu-smoke")
     assert bad.returncode == 0 and "ERROR" in bad.stdout  # status still shows the history beside the broken record
-    (none,) = json.loads(cli("upgrade", "status", "nothing-here", "--json").stdout)
-    assert none["history"] == [] and none["active"] is None
+    (none,) = json.loads(cli("upgrade", "status", "cpu-smoke-canary", "--json").stdout)  # never upgraded
+    assert none["profile"] == "cpu-smoke-canary" and none["history"] == [] and none["active"] is None
+
+
+def test_status_of_an_unknown_profile_is_exit_2_naming_it_and_the_profiles_with_a_history(home: Path,
+                                                                                         tmp_path: Path) -> None:
+    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD).returncode == 0
+    for typo in ("cpu-smok", "..", "nothing/here.yaml"):
+        out = cli("upgrade", "status", typo, "--json")
+        assert out.returncode == 2 and out.stdout == "", (typo, out.stdout)
+        assert f"unknown profile '{typo}'" in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert "profiles with an upgrade history: cpu-smoke" in out.stderr and "why: status reads" in out.stderr
+    assert "did you mean cpu-smoke" in cli("upgrade", "status", "cpu-smok").stderr
+    # a profile file is known by its stem; a history outlives its file (a profile written for one serve)
+    own = tmp_path / "mine.yaml"
+    own.write_text("extends: [cpu-smoke]\n")
+    assert cli("upgrade", "plan", str(own), "--to", OLD).returncode == 0
+    (by_path,) = json.loads(cli("upgrade", "status", str(own), "--json").stdout)
+    assert by_path["profile"] == "mine" and [h["kind"] for h in by_path["history"]] == ["plan"]
+    own.unlink()
+    (by_name,) = json.loads(cli("upgrade", "status", "mine", "--json").stdout)
+    assert [h["kind"] for h in by_name["history"]] == ["plan"]
 
 
 def test_promote_without_a_qualification_is_refused_naming_the_qualify_command(home: Path, tmp_path: Path) -> None:

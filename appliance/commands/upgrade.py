@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from appliance.cliargs import add_k8s_options, add_placement_args, add_profile_args, profile_name_from_args
+from appliance.cliargs import add_k8s_options, add_profile_args, profile_name_from_args
 
 
 def _common(p: argparse.ArgumentParser, *, to: bool = True, run_dir: bool = True) -> None:
@@ -76,8 +76,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     for name, help_text in (("promote", "switch the serve to the candidate channel; roll back if it fails"),
                             ("rollback", "switch the serve back to the channel the last promote replaced")):
         x = sub.add_parser(name, help=help_text)
-        _common(x, to=name == "promote")
-        add_placement_args(x)
+        _common(x, to=name == "promote")  # the node's placement is the serve's own (its launch.json)
         x.add_argument("--budget-s", type=_budget, help="seconds the switched serve has to turn ready and pass its "
                        "first canary rounds (default the profile's startup budget)")
         if name == "promote":
@@ -180,7 +179,6 @@ def _say(line: str) -> None:
 
 
 def _promote(args: argparse.Namespace, action: str) -> int:
-    from appliance.cliargs import placement_from_args
     from appliance.settings import load_settings
     from appliance.upgrade.promote import PromoteOptions, promote, rollback
 
@@ -196,8 +194,7 @@ def _promote(args: argparse.Namespace, action: str) -> int:
         opts = PromoteOptions(run_dir=_run_dir(args, req), budget_s=args.budget_s,
                               canary_rounds=getattr(args, "canary_rounds", 0), force=getattr(args, "force", False),
                               procfs=settings.procfs)
-        place = placement_from_args(args, settings)
-        record = (promote if action == "promote" else rollback)(req, opts, place, _say)
+        record = (promote if action == "promote" else rollback)(req, opts, _say)
     if args.json:
         print(json.dumps(record, indent=2, default=str))
     else:

@@ -413,6 +413,14 @@ def relaunch(loaded: LoadedProfile, launch_path: Path, settings: ApplianceSettin
     """The launch at `launch_path` again, with `loaded` (a canary rung's profile): the same node, told the same
     (its placement's given values), resolved against the new profile, its checkpoint re-checked; launch.json
     rewritten (supervisord.conf names only that file, so it stays). The caller restarts the engine."""
+    launch = resolve_relaunch(loaded, launch_path, settings, home, report, cli_overrides=cli_overrides)
+    write_launch(launch)
+    return launch
+
+
+def resolve_relaunch(loaded: LoadedProfile, launch_path: Path, settings: ApplianceSettings, home: Path,
+                     report: Report = print, *, cli_overrides: tuple[str, ...] = ()) -> Launch:
+    """`relaunch` without the write: for a caller that checks the new launch first (an upgrade's promote)."""
     try:
         previous = read_launch(launch_path)
     except LaunchFileError as exc:
@@ -424,7 +432,5 @@ def relaunch(loaded: LoadedProfile, launch_path: Path, settings: ApplianceSettin
         given = replace(given, model_dir=was.model_dir, origins={**given.origins, "model_dir": was.origin("model_dir")})
     model_dir = check_profile(loaded, given, report)
     place = resolve_place(loaded, given, model_dir)
-    launch = resolve_launch(loaded, place, settings, run_files(launch_path.parent), home, report,
-                            measure_fabric=False, cli_overrides=cli_overrides)
-    write_launch(launch)
-    return launch
+    return resolve_launch(loaded, place, settings, run_files(launch_path.parent), home, report,
+                          measure_fabric=False, cli_overrides=cli_overrides)

@@ -76,3 +76,18 @@ def choose_mode(candidate: Profile, requested: Requested, procfs: Path) -> ModeC
                                  "whatever the verdict", reason=RULES["U3"].reason)
     why = a.detail if a.verdict == "fail" else f"what the host has is unknown ({a.detail}): not risking two serves"
     return ModeChoice("window", requested, why, a)
+
+
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+"""vLLM's CPU worker binds its OpenMP threads by this (channels/facts/vllm-cpu-*.json: vllm.envs, default `auto`).
+`auto` takes the lowest cores, so a second engine beside the first would spin on the very cores the incumbent's
+worker busy-waits on: on 2 cores the candidate's worker never finished starting in 8 minutes."""
+
+
+def candidate_cpu_bind(allowed: set[int]) -> str | None:
+    """The cores a CPU candidate served side by side binds to: the upper half of the cores this process may use (the
+    incumbent's `auto` binding starts from the lowest), or None with a single core (nothing to split)."""
+    cores = sorted(allowed)
+    if len(cores) < 2:
+        return None
+    return ",".join(str(c) for c in cores[len(cores) // 2:])

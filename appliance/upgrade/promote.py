@@ -39,7 +39,7 @@ from appliance.upgrade.candidate import (
 )
 from appliance.upgrade.history import Record, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
-from appliance.upgrade.serve import Expect, Ready, RunningServe, wait_ready
+from appliance.upgrade.serve import Expect, Ready, RunningServe, exporter_change, wait_ready
 
 Report = Callable[[str], None]
 
@@ -126,8 +126,6 @@ class NativeSwitch:
     """The profile's name (the key of its active record)."""
     run_dir: Path
     report: Report
-    place: Any = None
-    """The Placement `appliance run` got (flags and APPLIANCE_* settings)."""
 
     @property
     def serve(self) -> RunningServe:
@@ -142,7 +140,7 @@ class NativeSwitch:
         `appliance run` resolves it; refused, with nothing written, when that is not `expect_digest` or when the
         exporter's arguments (ports, peers) would change."""
         from appliance.paths import appliance_home
-        from appliance.run.launch import check_profile, resolve_launch, write_launch
+        from appliance.run.launch import resolve_relaunch, write_launch
         from appliance.settings import load_settings
 
         before = self.serve.launch
@@ -151,14 +149,16 @@ class NativeSwitch:
             raise ApplianceError(f"the profile resolves to digest {loaded.digest[:12]} after the switch, not the "
                                  f"{expect_digest[:12]} planned", field="engine.channel", value=loaded.digest[:12],
                                  fix="an override outweighs the active channel: `appliance config` shows the origins")
-        settings = load_settings()
-        model_dir = check_profile(loaded, self.place, self.report)
-        launch = resolve_launch(loaded, self.place, settings, model_dir, self.run_dir, appliance_home(), self.report,
-                                cli_overrides=tuple(self.req.cli_overrides))
-        if launch.exporter_args() != before.exporter_args:
-            raise ApplianceError("the relaunch would change the exporter's arguments (ports, peers): "
-                                 f"{before.exporter_args} -> {launch.exporter_args()}", field="APPLIANCE_HEALTH_PORT",
-                                 fix="run `appliance upgrade` with the serve's APPLIANCE_HEALTH_PORT and flags")
+        # The same node, told the same as `appliance run` was (launch.json's placement), on the switched profile.
+        launch = resolve_relaunch(loaded, self.run_dir / "launch.json", load_settings(), appliance_home(), self.report,
+                                  cli_overrides=tuple(self.req.cli_overrides))
+        changed = exporter_change(before.exporter, launch.exporter())
+        if changed:
+            raise ApplianceError(f"the relaunch would change the running exporter's inputs: {changed}",
+                                 field="APPLIANCE_HEALTH_PORT", value=changed,
+                                 fix="run `appliance upgrade` with the serve's APPLIANCE_HEALTH_PORT and flags",
+                                 reason="a promote restarts the engine only: the exporter keeps the ports, log and "
+                                        "peers it started with")
         write_launch(launch)
         return loaded
 
@@ -212,13 +212,13 @@ def calibration_of(qual: Record | None) -> Path | None:
         return None
 
 
-def _native(req: Request, opts: PromoteOptions, place: Any, report: Report) -> NativeSwitch:
-    return NativeSwitch(req, load_incumbent(req).profile.name, opts.run_dir, report, place)
+def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
+    return NativeSwitch(req, load_incumbent(req).profile.name, opts.run_dir, report)
 
 
-def promote(req: Request, opts: PromoteOptions, place: Any, report: Report = print) -> dict[str, Any]:
+def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:
     pair = pair_for(req)
-    sw = _native(req, opts, place, report)
+    sw = _native(req, opts, report)
     serve = sw.serve
     check_same_serve(pair.incumbent, serve.launch, opts.run_dir)
     require_renderable(pair.candidate, "nothing was switched")
@@ -285,9 +285,9 @@ def _switch_back(sw: NativeSwitch, previous: Active | None, incumbent: LoadedPro
     return sw.restart_and_prove(incumbent, channel, budget, 0, None)
 
 
-def rollback(req: Request, opts: PromoteOptions, place: Any, report: Report = print) -> dict[str, Any]:
+def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:
     """Back to the record the active one replaced (none: the profile's own channel), restarted and waited for."""
-    sw = _native(req, opts, place, report)
+    sw = _native(req, opts, report)
     name = sw.name
     active = read_active(name)
     if active is None or not active.origin.startswith("upgrade:"):

@@ -66,8 +66,8 @@ class MediaOptions:
 def _exporter_url(loaded: LoadedProfile, given: str | None) -> str:
     from appliance.settings import load_settings
 
-    return (given or http_url("127.0.0.1", load_settings().health_port_for(loaded.profile.server.health_port))
-            ).rstrip("/")
+    port = load_settings().health_port or loaded.profile.server.health_port  # APPLIANCE_HEALTH_PORT, as `run` reads it
+    return (given or http_url("127.0.0.1", port)).rstrip("/")
 
 
 def _status(url: str) -> dict[str, Any] | None:

@@ -39,7 +39,7 @@ from appliance.upgrade.candidate import (
     require_renderable,
 )
 from appliance.upgrade.history import latest_receipt, new_record, utc_now, write_record
-from appliance.upgrade.mode import ModeChoice, Requested, choose_mode
+from appliance.upgrade.mode import OMP_BIND_ENV, ModeChoice, Requested, candidate_cpu_bind, choose_mode
 from appliance.upgrade.serve import Expect, Ready, RunningServe, StartedServe, start_serve, wait_ready
 from appliance.upgrade.verdict import Judgement, judge, never_ready
 
@@ -163,12 +163,15 @@ class Qualification:
         return load_candidate(self.req, pair.to_channel.name, pair.sets,
                               (f"server.port={ports[0]}", f"server.health_port={ports[1]}"))
 
-    def serve_candidate(self, pair: Pair, folder: Path, ports: tuple[int, int]) -> tuple[StartedServe, Ready]:
+    def serve_candidate(self, pair: Pair, folder: Path, ports: tuple[int, int],
+                        beside: bool = False) -> tuple[StartedServe, Ready]:
         extra = [f"server.port={ports[0]}", f"server.health_port={ports[1]}"]
         loaded = self.on_ports(pair, ports)
         # The candidate's layer rides in the environment, which outweighs this host's active.json (the incumbent's).
         env = {k: v for k, v in os.environ.items() if k not in ("APPLIANCE_HEALTH_PORT", "APPLIANCE_LOG_DIR")}
         env |= {CHANNEL_ENV: pair.to_channel.name, SET_ENV: ";".join(pair.sets)}
+        if beside:
+            env |= self.beside_env(loaded)
         began = time.monotonic()
         serve = start_serve(self.req.profile, folder / "candidate-serve", [*self.req.cli_overrides, *extra], env,
                             self.report)
@@ -178,6 +181,22 @@ class Qualification:
                            report=self.report)
         self.timed("candidate_start", began)
         return serve, ready
+
+    def beside_env(self, loaded: LoadedProfile) -> dict[str, str]:
+        """A CPU candidate beside the incumbent gets cores of its own (mode.candidate_cpu_bind), where its engine
+        reads the binding variable and the profile does not set it. The process environment, not the profile: what
+        is qualified stays the profile a promote serves."""
+        from appliance.channels.facts import load_facts
+
+        profile = loaded.profile
+        if profile.hardware.target != "cpu" or OMP_BIND_ENV in profile.engine.extra_env or OMP_BIND_ENV in os.environ \
+                or not load_facts(profile.engine.channel).has_env(OMP_BIND_ENV):
+            return {}
+        cores = candidate_cpu_bind(os.sched_getaffinity(0))
+        if cores is None:
+            return {}
+        self.report(f"the candidate's engine binds to cores {cores} ({OMP_BIND_ENV}), away from the incumbent's")
+        return {OMP_BIND_ENV: cores}
 
     def gate_candidate(self, pair: Pair, serve: StartedServe, folder: Path, ports: tuple[int, int]) -> dict[str, Any]:
         began = time.monotonic()
@@ -234,12 +253,12 @@ class Qualification:
             if problems:
                 return Judgement("refuse", [f"U3 the candidate cannot start beside the incumbent: {p}"
                                             for p in problems])
-            return self._candidate(pair, folder, ports, record, inc_receipt)
+            return self._candidate(pair, folder, ports, record, inc_receipt, beside=True)
         return self._window(pair, serve, folder, ports, record, inc_receipt)
 
     def _candidate(self, pair: Pair, folder: Path, ports: tuple[int, int], record: dict[str, Any],
-                   inc_receipt: Receipt | dict[str, Any]) -> Judgement:
-        cand, ready = self.serve_candidate(pair, folder, ports)
+                   inc_receipt: Receipt | dict[str, Any], beside: bool = False) -> Judgement:
+        cand, ready = self.serve_candidate(pair, folder, ports, beside)
         try:
             record["candidate"]["ready"] = {"ok": ready.ok, "seconds": round(ready.seconds, 1), "why": ready.why,
                                             "restarts": ready.restarts}

@@ -27,7 +27,7 @@ from appliance.errors import ApplianceError
 from appliance.paths import venv_executable
 from appliance.render.serveplan import http_url
 from appliance.render.supervisord import CONF_FILE
-from appliance.run.launchfile import LaunchFile
+from appliance.run.launchfile import ExporterSection, LaunchFile
 
 Report = Callable[[str], None]
 POLL_S = 1.0
@@ -36,8 +36,15 @@ CRASHES_TO_GIVE_UP = 2
 
 
 def _health_port(launch: LaunchFile) -> int:
-    args = launch.exporter_args
-    return int(args[args.index("--port") + 1])
+    return launch.exporter.port
+
+
+def exporter_change(before: ExporterSection, after: ExporterSection) -> str:
+    """What a relaunch would change of the running exporter's inputs ('' when nothing): a promote restarts the
+    engine alone, so its exporter keeps watching the log, ports and peers it started with. The fabric report is a
+    measurement each launch takes again, not an input that must hold."""
+    old, new = before.to_json(), after.to_json()
+    return "; ".join(f"exporter.{k}: {old[k]!r} -> {new[k]!r}" for k in old if k != "fabric" and old[k] != new.get(k))
 
 
 @dataclass

@@ -3,10 +3,39 @@ target, and the history of plans, qualifications and decisions with the receipts
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from appliance.errors import ApplianceError
 from appliance.profile.active import ActiveError, read_active
 from appliance.upgrade.history import profiles_with_history, records
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+"""A profile's name as the history keys it (its file's stem): one path component, never `.` or `..`."""
+
+
+def history_name(given: str) -> str:
+    """The name `given` keeps its history under: a profile's (a shipped name or a YAML file: its stem), or a name
+    with a history whose profile file is gone. Anything else is exit 2: an empty history for a typo would read as
+    "nothing was ever upgraded" and send the user looking in the wrong place."""
+    from appliance.bounds import check_text
+    from appliance.profile.loader import resolve_path
+
+    check_text("profile", given, max_bytes=4096)
+    with_history = profiles_with_history()
+    if _NAME.match(given) and given in with_history:
+        return given
+    try:
+        stem = resolve_path(given).stem
+    except ApplianceError as exc:
+        known = ", ".join(with_history) or "none yet"
+        raise ApplianceError(f"unknown profile {given!r}: no such profile and no upgrade history under that name",
+                             field="profile", value=given,
+                             fix=f"{exc.fix}; profiles with an upgrade history: {known}" if exc.fix else
+                                 f"profiles with an upgrade history: {known}",
+                             reason="status reads APPLIANCE_HOME/upgrades/<profile>/, named after the profile "
+                                    "`appliance run` served") from None
+    return stem
 
 
 def _one(profile: str) -> dict[str, Any]:
@@ -40,7 +69,7 @@ def _one(profile: str) -> dict[str, Any]:
 
 
 def status(profile: str | None) -> list[dict[str, Any]]:
-    names = [profile] if profile else profiles_with_history()
+    names = [history_name(profile)] if profile else profiles_with_history()
     return [_one(n) for n in names]
 
 
