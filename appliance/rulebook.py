@@ -89,6 +89,32 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
            "build); a cache that does not load makes every start cold, silently",
            "keep APPLIANCE_HOME/cache (keyed by lock digest + engine digest) across starts, or carry it in a bundle; "
            "the log check names the engine's reason when a cache does not load"),
+    # The doctor's own checks (appliance/doctor/report.py names them): what a host must give the serve that no
+    # profile rule can judge, since only the machine in front of the doctor knows it.
+    "H1": ("the profile's GPUs are visible: as many as hardware.gpus_per_node",
+           "an engine that sees fewer GPUs than the profile's ranks fails at start, or on a container without its "
+           "GPUs passed falls back to nothing at all",
+           "pass every GPU to the container (compose: deploy.resources.reservations.devices; docker run --gpus "
+           "all), or choose a profile for the GPUs here (appliance profiles --host)"),
+    "H2": ("the GPUs are the architecture the image is built for (SM120/SM121)",
+           "the image's kernels are compiled for SM12x only and the DeepSeek-V4 SM12x paths run nowhere else: on "
+           "another architecture the engine fails to load its kernels or falls back without a word",
+           "run on SM12x hardware, or choose a profile for this GPU (appliance profiles --host)"),
+    "H3": ("the GPU is the model the profile's memory figures are for",
+           "the memory rules (K20, K23) are calibrated on the profile's GPU; another card of the same architecture "
+           "may hold less", "use the profile of this card, or check its limits against the card's memory"),
+    "H4": ("the API port is free",
+           "an engine whose port is taken dies at bind, after loading its weights (minutes on a GPU)",
+           "stop what holds the port (the doctor's line names it), or set server.port"),
+    "H5": ("no other vLLM engine runs on this host",
+           "on a GPU a second engine holds the memory this one needs (it fails to load, or K23's figures no longer "
+           "hold); on the CPU target they compete for the cores",
+           "stop the other engine first (`appliance run` supervises its own)"),
+    "H6": ("the installed stack is the profile's channel of versions.json",
+           "a profile is validated against its channel's engine and pins; another channel's image, or a stack that "
+           "drifted from the pins, serves it with code its rules were not judged for",
+           "run the image of the profile's channel (appliance channels), or `appliance versions --check --channel "
+           "CHANNEL` for each package to reinstall"),
     "K25": ("the fabric between ranks is qualified before launch",
             "a fabric that fell back to sockets, or nodes with different NCCL binaries, HCAs or MTU, make NCCL slow "
             "or hang minutes into the serve instead of failing at start",
@@ -177,6 +203,13 @@ def build() -> list[RuleEntry]:
     entry("K16").enforced.append(Enforcement("lock", "versions --check / doctor: the image's engine-source.json names "
                                                      "the pinned commit"))
     entry("K27").enforced.append(Enforcement("doctor", "doctor / run preflight: RLIMIT_MEMLOCK on RDMA profiles"))
+    for rule_id, what in (("H1", "the GPUs visible (NVML) against hardware.gpus_per_node"),
+                          ("H2", "each GPU's compute capability against the profile's target"),
+                          ("H3", "the GPU's name against the profile's card (a warning)"),
+                          ("H4", "the API port free on this rank (a headless worker has none)"),
+                          ("H5", "no vLLM process already running (fail on a GPU, warn on the CPU)"),
+                          ("H6", "the image's channel and the installed packages against the profile's channel")):
+        entry(rule_id).enforced.append(Enforcement("doctor", f"doctor / run preflight: {what}"))
     entry("K28").enforced.append(Enforcement("k8s", "appliance k8s: per-rank cache claims (or host folders), the "
                                                     "rendezvous wait and startup budget sized for the download"))
     entry("W3").enforced += [

@@ -176,7 +176,7 @@ def test_doctor_on_a_host_says_run_it_in_the_image_in_one_version_finding(monkey
     profile = load_profile("gb10-tp2").profile
     checks = run_doctor(profile)
     text = checks_text(checks, False, profile.name)
-    versions = [line for line in text.splitlines() if line.split()[1:2] == ["versions"]]
+    versions = [line for line in text.splitlines() if line.split()[2:3] == ["versions"]]
     assert len(versions) == 1 and "is not on this host" in versions[0] and "K15 nvidia-nccl-cu13" in versions[0]
     tag = image_tag(lockfile.load(versions_path()), profile.engine.channel)
     assert f"run the doctor inside the image, `docker run --rm --gpus all --entrypoint appliance {tag} doctor " \

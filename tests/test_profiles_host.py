@@ -55,7 +55,7 @@ def test_a_dgx_spark_gets_the_validated_gb10_profile(tmp_path: Path) -> None:
     assert best == "gb10-tp2"
     assert got["gb10-tp2"][0] == "validated here" and "as one of 2 nodes" in got["gb10-tp2"][2]
     assert got["gb10-tp2-nvfp4"][0] == "fits"  # partial provenance: fits, not validated
-    assert got["rtx-pro-6000-tp2"][:2] == ("refused", "gpu.arch")
+    assert got["rtx-pro-6000-tp2"][:2] == ("refused", "H2")
     assert host.fabric == ["roceP2p1s0f0", "rocep1s0f0"]
 
 
@@ -69,8 +69,8 @@ def test_two_rtx_pro_6000_get_the_rtx_profile_and_one_is_refused_by_count(tmp_pa
     got, best = verdicts(machine(tmp_path, RTX_PRO_DOUBLE, 251.0, 240.0))
     # Fits, not "validated here": the seed measured SM120 on another head with V1 and no guard (provenance partial).
     assert best == "rtx-pro-6000-tp2" and got[best][0] == "fits" and "partial" in got[best][2]
-    assert got["gb10-tp2"][:2] == ("refused", "gpu.arch")
-    assert got["rtx-5090-tp8"][:2] == ("refused", "gpu.count")  # SM120 too, but 8 GPUs wanted
+    assert got["gb10-tp2"][:2] == ("refused", "H2")
+    assert got["rtx-5090-tp8"][:2] == ("refused", "H1")  # SM120 too, but 8 GPUs wanted
 
 
 def test_the_real_h200_is_refused_by_the_arch_rule_not_a_crash(tmp_path: Path,
@@ -78,7 +78,7 @@ def test_the_real_h200_is_refused_by_the_arch_rule_not_a_crash(tmp_path: Path,
     host = machine(tmp_path, h200_from_evidence(), 251.0, 125.4)
     got, best = verdicts(host)
     gpu_profiles = [n for n in got if not n.startswith("cpu-")]
-    assert gpu_profiles and all(got[n][:2] == ("refused", "gpu.arch") for n in gpu_profiles)
+    assert gpu_profiles and all(got[n][:2] == ("refused", "H2") for n in gpu_profiles)
     assert "NVIDIA H200 (SM90)" in got["rtx-pro-6000-tp2"][2]
     assert best == "cpu-smoke"
     assert host_report(False, host) == 0
@@ -93,7 +93,7 @@ def test_a_cpu_machine_gets_the_demo_and_the_json_says_why_for_each(tmp_path: Pa
     doc = json.loads(capsys.readouterr().out)
     assert doc["recommended"] == "cpu-smoke"
     by_name = {p["profile"]: p for p in doc["profiles"]}
-    assert by_name["gb10-tp2"]["verdict"] == "refused" and by_name["gb10-tp2"]["rule"] == "gpu"
+    assert by_name["gb10-tp2"]["verdict"] == "refused" and by_name["gb10-tp2"]["rule"] == "H1"
     assert all(p["rule"] for p in doc["profiles"] if p["verdict"] == "refused")  # every refusal names its check
     assert host.fabric == [] and "no RDMA device" in host.describe()[2]
 

@@ -1,6 +1,6 @@
 """Which shipped profile fits this host: its GPUs (NVML, else nvidia-smi), their arch and memory, the node's memory
 (procfs) and its RDMA fabric devices (sysfs), each profile judged by the checks `doctor` runs before a start
-(gpu.arch, gpu.count, K23 admission) and by the rules; one recommended. `appliance profiles --host`."""
+(H2 the arch, H1 the count, K23 admission) and by the rules; one recommended. `appliance profiles --host`."""
 
 from __future__ import annotations
 
@@ -85,17 +85,17 @@ def fit(profile: Profile, host: Host) -> Fit:
             continue
         if check.name == "gpu.arch":
             other = next(g for g in seen if g.compute_capability != target.compute_capability)
-            return refused("gpu.arch", f"GPU {other.index} is {other.name} ({other.sm.upper()}); built for "
+            return refused(check.rule, f"GPU {other.index} is {other.name} ({other.sm.upper()}); built for "
                                        f"{profile.hardware.gpu} ({target.arch.upper()}): the image's kernels are "
                                        f"SM120/SM121 only")
         if check.name == "gpu.count":
-            return refused("gpu.count", f"uses {want} GPU(s) per node; {len(seen)} here")
-        return refused(check.name, f"needs {want} {target.arch.upper()} GPU(s) ({profile.hardware.gpu}); none here")
+            return refused(check.rule, f"uses {want} GPU(s) per node; {len(seen)} here")
+        return refused(check.rule, f"needs {want} {target.arch.upper()} GPU(s) ({profile.hardware.gpu}); none here")
     if target.unified_memory or not gpu:  # the node's memory holds the weights: K23 admission
         for check in check_memory(profile, target, host.mem_available_gib, [],
                                   source="MemAvailable of this host"):
             if check.name == "memory" and check.status == "fail":
-                return refused(check.rule or "K23", check.detail)
+                return refused(check.rule, check.detail)
     errors = [f for f in evaluate(context_for(profile)) if f.severity == "error"]
     if errors:
         return refused(errors[0].rule, errors[0].message)

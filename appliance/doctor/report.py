@@ -23,12 +23,23 @@ CheckStatus = Literal["ok", "warn", "fail", "skip", "unknown"]
 """unknown: the source could not be read (never reported as ok)."""
 
 
+GPUS_VISIBLE = "H1"
+GPU_ARCH = "H2"
+GPU_MODEL = "H3"
+PORT_FREE = "H4"
+NO_OTHER_ENGINE = "H5"
+STACK_AS_LOCKED = "H6"
+"""The doctor's checks that rest on no validate rule: their own stable ids, defined (title, reason, fix) in
+appliance/rulebook.py DEFINED_HERE and so listed by `appliance rules` and docs/rules.md like every other id."""
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
     status: CheckStatus
     detail: str
-    rule: str | None = None
+    rule: str
+    """The id of the rule or doctor check this line rests on (`appliance rules` explains it): every line has one."""
     fix: str | None = None
     parts: tuple[Check, ...] = ()
     """The findings this one stands for (each with its rule id): `--json` lists them, the text names their rules."""
@@ -44,9 +55,9 @@ def checks_text(checks: list[Check], as_json: bool, profile: str) -> str:
                            "checks": [c.as_dict() for c in checks]}, indent=2)
     lines = []
     for c in checks:
-        lines.append(f"{c.status.upper():<5} {c.name:<11} {c.detail}")
+        lines.append(f"{c.status.upper():<5} {c.rule:<4} {c.name:<11} {c.detail}")
         if c.fix and c.status == "fail":
-            lines.append(f"{'':<17} fix: {c.fix}")
+            lines.append(f"{'':<22} fix: {c.fix}")
     return "\n".join(lines)
 
 
@@ -54,11 +65,11 @@ def check_gpu(profile: Profile, target: GpuFacts, probe: GpuProbe) -> list[Check
     want = profile.hardware.gpus_per_node
     if target.arch == "cpu":
         seen = ", ".join(g.name for g in probe.gpus) or "none"
-        return [Check("gpu", "ok", f"profile {profile.name} targets the CPU; GPUs seen: {seen}")]
+        return [Check("gpu", "ok", f"profile {profile.name} targets the CPU; GPUs seen: {seen}", GPUS_VISIBLE)]
     if not probe.gpus:
         return [Check("gpu", "fail", f"profile {profile.name} needs {want} {target.arch.upper()} GPU(s) "
                       f"({profile.hardware.gpu}); none found ({probe.error}). In a container, pass the GPUs "
-                      f"(compose: deploy.resources.reservations.devices; docker run --gpus all)")]
+                      f"(compose: deploy.resources.reservations.devices; docker run --gpus all)", GPUS_VISIBLE)]
     out = []
     wrong = [g for g in probe.gpus if g.compute_capability != target.compute_capability]
     if wrong:
@@ -68,17 +79,17 @@ def check_gpu(profile: Profile, target: GpuFacts, probe: GpuProbe) -> list[Check
                          f"driver {g.driver}; profile {profile.name} is built for {profile.hardware.gpu} "
                          f"({target.arch.upper()}, compute capability {target.compute_capability}): the image's "
                          f"kernels are compiled for SM120/SM121 only and the DeepSeek-V4 SM12x paths "
-                         f"would not run. Choose a profile for this GPU, or run on SM12x hardware"))
+                         f"would not run. Choose a profile for this GPU, or run on SM12x hardware", GPU_ARCH))
     else:
         names = ", ".join(sorted({g.name for g in probe.gpus}))
         out.append(Check("gpu.arch", "ok", f"{len(probe.gpus)} x {names}, compute capability "
-                         f"{target.compute_capability}, driver {probe.gpus[0].driver} (via {probe.source})"))
+                         f"{target.compute_capability}, driver {probe.gpus[0].driver} (via {probe.source})", GPU_ARCH))
         if target.names and not any(n.lower() in g.name.lower() for g in probe.gpus for n in target.names):
             out.append(Check("gpu.model", "warn", f"{names} is {target.arch.upper()} but not a "
-                             f"{profile.hardware.gpu}; memory figures of the profile may not hold"))
+                             f"{profile.hardware.gpu}; memory figures of the profile may not hold", GPU_MODEL))
     if len(probe.gpus) < want:
         out.append(Check("gpu.count", "fail", f"profile {profile.name} uses {want} GPU(s) per node; "
-                         f"{len(probe.gpus)} visible. Pass all of them to the container"))
+                         f"{len(probe.gpus)} visible. Pass all of them to the container", GPUS_VISIBLE))
     return out
 
 
@@ -94,7 +105,7 @@ def check_memory(profile: Profile, target: GpuFacts, available: float | None,
     else:
         host = "unreadable" if available is None else f"{available:.1f} GiB"
         out.append(Check("memory", "ok" if available is not None else "unknown",
-                         f"host MemAvailable {host} ({source}); the engine's memory is on the GPU"))
+                         f"host MemAvailable {host} ({source}); the engine's memory is on the GPU", "K23"))
         if device_free is not None:
             a = admit(profile, device_free[0], device_free[1])
             out.append(Check("memory.gpu", a.verdict, a.detail, a.rule, a.fix))
@@ -119,15 +130,15 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
     out = []
     if port_busy:
         out.append(Check("engine.port", "fail", f"port {profile.server.port} is already in use; stop what holds "
-                         f"it or set server.port"))
+                         f"it or set server.port", PORT_FREE))
     if engines:
         pid, cmd = engines[0]
         # On a GPU a second engine holds the memory this one needs; on the CPU target it only costs speed.
         status: CheckStatus = "warn" if profile.hardware.gpu == "cpu" else "fail"
         cost = "they compete for the CPU" if status == "warn" else "they hold GPU memory. Stop them first"
         out.append(Check("engine", status, f"{len(engines)} vLLM process(es) already running (pid {pid}: {cmd}); "
-                         f"{cost}"))
-    return out or [Check("engine", "ok", "no vLLM engine running")]
+                         f"{cost}", NO_OTHER_ENGINE))
+    return out or [Check("engine", "ok", "no vLLM engine running", NO_OTHER_ENGINE)]
 
 
 def uses_rdma(profile: Profile) -> bool:
@@ -216,7 +227,7 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
     if image and image != ch.name:
         return [Check("versions", "fail", f"this image is channel {image} but profile {profile.name} runs channel "
                                           f"{ch.name}: run the image of {ch.name} (appliance channels), or set "
-                                          f"engine.channel: {image}")]
+                                          f"engine.channel: {image}", STACK_AS_LOCKED)]
     from appliance.channels.engines import engine_versions, find_engine
 
     engine = find_engine(ch, env)
@@ -230,8 +241,10 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
         drifts.append(record)
     where = "" if engine.venv is None else f" (engine venv {engine.venv})"
     if not drifts:
-        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json{where}")]
-    return [Check("versions", "fail", f"channel {ch.name}{where}: {d.message}", d.rule) for d in drifts]
+        return [Check("versions", "ok", f"installed stack matches channel {ch.name} of versions.json{where}",
+                      STACK_AS_LOCKED)]
+    return [Check("versions", "fail", f"channel {ch.name}{where}: {d.message}", d.rule or STACK_AS_LOCKED)
+            for d in drifts]
 
 
 def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -> Check:
@@ -243,7 +256,8 @@ def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -
 
     missing = missing_engine(ch)
     drifts = check(ch)
-    parts = tuple(Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule) for d in drifts)
+    parts = tuple(Check("versions", "fail", f"channel {ch.name}: {d.message}", d.rule or STACK_AS_LOCKED)
+                  for d in drifts)
     detail = missing.message
     if parts:
         rules = sorted(f"{d.rule} {d.package}" for d in drifts if d.rule)
@@ -259,7 +273,7 @@ def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -
         fix = (f"this is a host, not the image: run the doctor inside the image, `docker run --rm --gpus all "
                f"--entrypoint appliance {tag} doctor {profile.name}` (compose: `docker compose run --rm "
                f"--entrypoint appliance SERVICE doctor`); {missing.fix}")
-    return Check("versions", "fail", detail, fix=fix, parts=parts)
+    return Check("versions", "fail", detail, STACK_AS_LOCKED, fix=fix, parts=parts)
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
