@@ -17,6 +17,15 @@ def width() -> int | None:
     return max(40, shutil.get_terminal_size().columns)
 
 
+def line(text: str, *, columns: int | None = None) -> str:
+    """A line above or below a table (its heading, a summary), wrapped to the terminal as the table is, continuation
+    lines indented; piped, one line as given."""
+    import textwrap
+
+    fit = columns or width()
+    return text if fit is None else textwrap.fill(text, fit, subsequent_indent="    ", break_on_hyphens=False)
+
+
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]], *, columns: int | None = None) -> str:
     """Plain text (no colour, no box): headers upper-cased, two spaces between columns, no trailing blanks."""
     from rich.console import Console

@@ -91,8 +91,10 @@ def test_the_gpu_and_engine_lines_carry_their_check_ids(monkeypatch: pytest.Monk
 
 def test_the_text_and_json_reports_show_each_id(monkeypatch: pytest.MonkeyPatch) -> None:
     checks = every_check(monkeypatch)
-    text = checks_text(checks, False, "x").splitlines()
+    header, *text = checks_text(checks, False, "x").splitlines()  # piped: one line a check, one a fix
+    assert header.split() == ["STATUS", "RULE", "CHECK", "DETAIL"]
     rows = [line for line in text if not line.lstrip().startswith("fix:")]
+    assert len(text) - len(rows) == sum(1 for c in checks if c.fix and c.status == "fail")
     assert len(rows) == len(checks)
     for check, row in zip(checks, rows, strict=True):
         assert row.split()[:3] == [check.status.upper(), check.rule, check.name]

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from appliance.profile import list_profiles
 from appliance.table import render
 
@@ -31,10 +33,15 @@ def test_an_unbounded_table_is_one_line_a_row() -> None:
 
 def _profiles_on_a_terminal(columns: int) -> list[str]:
     """`appliance profiles` with its stdout on a real pseudo-terminal `columns` wide."""
+    return _on_a_terminal(["profiles"], columns)
+
+
+def _on_a_terminal(argv: list[str], columns: int, codes: tuple[int, ...] = (0,)) -> list[str]:
+    """`appliance ARGV` with its stdout on a real pseudo-terminal `columns` wide."""
     import pty
 
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "appliance", "profiles"], stdout=follower, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "appliance", *argv], stdout=follower, stderr=subprocess.PIPE,
                             env={**os.environ, "COLUMNS": str(columns)})
     os.close(follower)
     chunks = []
@@ -47,7 +54,7 @@ def _profiles_on_a_terminal(columns: int) -> list[str]:
             break
         chunks.append(chunk)
     os.close(leader)
-    assert proc.wait(timeout=120) == 0
+    assert proc.wait(timeout=120) in codes
     return b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
 
 
@@ -59,3 +66,59 @@ def test_profiles_fits_a_100_column_terminal_and_pipes_one_line_a_profile() -> N
     piped = subprocess.run([sys.executable, "-m", "appliance", "profiles"], capture_output=True, text=True,
                            timeout=120, check=True, env={**os.environ, "COLUMNS": "100"}).stdout.splitlines()
     assert len(piped) == len(names) + 1 and max(len(line) for line in piped) > 100
+
+
+def _piped(argv: list[str], codes: tuple[int, ...] = (0,)) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "appliance", *argv], capture_output=True, text=True, timeout=120,
+                          check=False, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode in codes, done.stderr
+    return done.stdout.splitlines()
+
+
+# `config`, `doctor` and `versions` were hand-padded (issue 25, item 5): a 254-column config line wrapped into
+# noise on a terminal. Each now fits 80 columns there, and piped keeps one line a row (tests and grep read it).
+# The long cells they show (descriptions, pin reasons, doctor details) are wider than 80 (`wide`), except
+# versions --check, whose cells are names and versions.
+TABLES = [(["config", "cpu-smoke"], "PATH", (0,), True),
+          (["versions"], "PACKAGE", (0,), True),
+          (["versions", "--check"], "STATE", (0, 1), False),  # names and versions: narrow cells
+          (["doctor", "cpu-smoke"], "STATUS", (0, 1), True),
+          (["profiles", "--host"], "PROFILE", (0,), False)]  # the reasons are short on a host without GPUs
+
+
+def _left_edge(lines: list[str], header: str) -> list[str]:
+    """The first word of each line from the table's header on that starts at the left edge (a row, or the summary
+    below the table): a wrapped cell or line continues indented."""
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == [header])
+    return [line.split()[0] for line in lines[start:] if line[:1] not in (" ", "")]
+
+
+@pytest.mark.parametrize(("argv", "header", "codes", "wide"), TABLES, ids=[" ".join(t[0]) for t in TABLES])
+def test_each_human_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(
+        argv: list[str], header: str, codes: tuple[int, ...], wide: bool) -> None:
+    narrow = _on_a_terminal(argv, 80, codes)
+    assert max(len(line) for line in narrow) <= 80, "\n".join(narrow)
+    piped = _piped(argv, codes)
+    assert not wide or max(len(line) for line in piped) > 80  # the same rows, unwrapped
+    rows = _left_edge(piped, header)
+    assert len(rows) > 2 and rows == _left_edge(narrow, header)  # no row lost or split on the terminal
+    start = piped.index(next(line for line in piped if line.split()[:1] == [header]))
+    assert [line.split()[0] for line in piped[start:] if line] == rows  # piped: every line a row, none continued
+
+
+def test_config_shows_values_as_a_person_reads_them_without_json_escapes() -> None:
+    typed = 'say "hi" \u2014 caf\u00e9'  # a quote, an em dash (a profile description has one), an accent
+    lines = _piped(["config", "cpu-smoke", "--set", f"description={typed}"])
+    (row,) = [line for line in lines if line.startswith("description ")]
+    assert typed in row  # as it was typed: no \" nor \u2014
+    assert all('\\"' not in line and "\\u" not in line for line in lines)
+    rows = {line.split()[0]: line.split()[1] for line in lines[2:]}
+    assert (rows["model.trust_remote_code"], rows["engine.extra_args"]) == ("false", "[]")
+    assert rows["env.HF_TOKEN"] in ("unset", "set")  # "set (redacted)" when CI's environment has one
+
+
+def test_config_shown_values_are_yaml_flow_text() -> None:
+    from appliance.commands.config import shown
+
+    assert [shown(v) for v in (None, True, 0.85, "fp8", ["--a", "b c"], {"X": "1"}, [], {})] == \
+        ["null", "true", "0.85", "fp8", "[--a, b c]", "{X: 1}", "[]", "{}"]

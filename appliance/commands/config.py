@@ -73,10 +73,23 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,
                           "secrets": secrets}, indent=2))
         return 0
-    width = max(len(p) for p in rows)
-    print(f"# {loaded.profile.name} (from {loaded.source}, digest {loaded.digest[:12]})")
-    for path, row in rows.items():
-        print(f"{path.ljust(width)}  {json.dumps(row['value'], ensure_ascii=False):<40} # {row['origin']}")
-    for name, state in secrets.items():
-        print(f"{('env.' + name).ljust(width)}  {state:<40} # env")
+    from appliance.table import line, render
+
+    print(line(f"# {loaded.profile.name} (from {loaded.source}, digest {loaded.digest[:12]})"))
+    table = [[path, shown(row["value"]), str(row["origin"])] for path, row in rows.items()]
+    table += [[f"env.{name}", state, "env"] for name, state in secrets.items()]
+    print(render(["path", "value", "origin"], table))
     return 0
+
+
+def shown(value: object) -> str:
+    """A value as a person reads it (YAML's flow style: text bare, no JSON quotes or escapes); --json is exact."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
+    return str(value)

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
         overwritten_files,
         read_skipped,
     )
+    from appliance.table import line, render
 
     lock = load_lock()
     if args.channel or args.target:
@@ -42,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
                               "engine": ch.engine.model_dump(exclude_none=True),
                               "packages": [p.model_dump(exclude_defaults=True) for p in ch.pins()]}, indent=2))
             return 0
-        print(f"# channel {ch.name} ({how})  lock {ch.digest[:12]}  {ch.target}  {ch.status}  engine {ch.engine.label}")
-        for p in ch.pins():
-            print(f"{p.requirement():<36} {p.rule or '':<4} {p.reason}")
+        print(line(f"# channel {ch.name} ({how})  lock {ch.digest[:12]}  {ch.target}  {ch.status}  engine "
+                   f"{ch.engine.label}"))
+        print(render(["package", "rule", "why"], [[p.requirement(), p.rule or "", p.reason] for p in ch.pins()]))
         return 0
     platform = host_platform()
     skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if ch.target == "gpu" else {}
@@ -59,15 +60,17 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"channel": ch.name, "target": ch.target, "digest": ch.digest, "ok": not drifts,
                           "platform": platform, "skipped": skipped, "drift": [d.__dict__ for d in drifts]}, indent=2))
     else:
+        rows = []
         for pin in ch.pins():
             got = installed_version(pin.name)
             mark = "drift" if any(d.package == pin.name for d in drifts) else "ok"
             if got is None and pin.name in skipped and platform in pin.optional_on:
                 mark = "skip"
-            print(f"{mark:<6} {pin.name:<22} locked {pin.version:<14} installed {got or '-'}")
+            rows.append([mark, pin.name, pin.version, got or "-"])
+        print(render(["state", "package", "locked", "installed"], rows))
         for name, why in skipped.items():
-            print(f"skipped {name} on {platform}: {why}")
+            print(line(f"skipped {name} on {platform}: {why}"))
         for d in drifts:
             print(d.message, file=sys.stderr)
-        print(f"channel {ch.name} ({how}): {'no drift' if not drifts else f'{len(drifts)} drift(s)'}")
+        print(line(f"channel {ch.name} ({how}): {'no drift' if not drifts else f'{len(drifts)} drift(s)'}"))
     return 1 if drifts else 0

@@ -140,26 +140,20 @@ def host_report(as_json: bool, host: Host | None = None) -> int:
         print(json.dumps({"host": host.describe(), "profiles": [f.as_dict() for f in fits],
                           "recommended": best.profile if best else None}, indent=2, ensure_ascii=False))
         return 0
-    print("\n".join(host.describe()))
+    from appliance.table import line, render
+
+    print("\n".join(line(fact) for fact in host.describe()))
     print()
-    width = max(len(f.profile) for f in fits)
-    for f in fits:
-        verdict = f"refused ({f.rule})" if f.verdict == "refused" else f.verdict
-        print(f"{f.profile.ljust(width)}  {verdict:<20}  {_short(f.reason)}")
+    print(render(["profile", "verdict", "reason"],
+                 [[f.profile, f"refused ({f.rule})" if f.verdict == "refused" else f.verdict, f.reason]
+                  for f in fits]))
     print()
     if best is None:
-        print("recommended: none of the shipped profiles fits this host")
+        said = "recommended: none of the shipped profiles fits this host"
     elif not best.gpu and any(f.gpu for f in fits) and host.gpus.gpus:
-        print(f"recommended: {best.profile} (no GPU profile fits these GPUs: the appliance serves DeepSeek-V4 on "
-              f"SM12x only; {best.profile} is the CPU demo)")
+        said = (f"recommended: {best.profile} (no GPU profile fits these GPUs: the appliance serves DeepSeek-V4 on "
+                f"SM12x only; {best.profile} is the CPU demo)")
     else:
-        print(f"recommended: {best.profile} ({best.verdict}; provenance {best.status})")
+        said = f"recommended: {best.profile} ({best.verdict}; provenance {best.status})"
+    print(line(said))
     return 0
-
-
-def _short(text: str, width: int = 110) -> str:
-    import shutil
-    import textwrap
-
-    cols = max(60, shutil.get_terminal_size((160, 24)).columns - 45)
-    return textwrap.shorten(text, width=min(width, cols) if cols else width, placeholder=" …")

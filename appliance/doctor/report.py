@@ -49,16 +49,21 @@ class Check:
 
 
 def checks_text(checks: list[Check], as_json: bool, profile: str) -> str:
-    """The report as `doctor` and `run` print it: one line per check, or one JSON document."""
+    """The report as `doctor` and `run` print it: a table fitted to the terminal (one line per check, and one per
+    fix, when piped), or one JSON document."""
     if as_json:
         return json.dumps({"profile": profile, "ok": not any(c.status == "fail" for c in checks),
                            "checks": [c.as_dict() for c in checks]}, indent=2)
-    lines = []
+    if not checks:
+        return ""
+    from appliance.table import render
+
+    rows = []
     for c in checks:
-        lines.append(f"{c.status.upper():<5} {c.rule:<4} {c.name:<11} {c.detail}")
+        rows.append([c.status.upper(), c.rule, c.name, c.detail])
         if c.fix and c.status == "fail":
-            lines.append(f"{'':<22} fix: {c.fix}")
-    return "\n".join(lines)
+            rows.append(["", "", "", f"fix: {c.fix}"])  # under its finding, one line of its own when piped
+    return render(["status", "rule", "check", "detail"], rows)
 
 
 def check_gpu(profile: Profile, target: GpuFacts, probe: GpuProbe) -> list[Check]:
