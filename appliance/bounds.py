@@ -29,10 +29,13 @@ MODEL_SYNC_PORT_OFFSET = 3
 """With distributed.sync_model, the head serves its verified snapshot (rsync) on master_port + 3 (weights/sync.py)."""
 MAX_MASTER_PORT = PORT_MAX - max(RENDEZVOUS_PORT_OFFSET, QUALIFY_PORT_OFFSET, MODEL_SYNC_PORT_OFFSET)
 """The highest master port whose derived ports (rendezvous, fabric qualification, model sync) are still ports."""
-EXPORTER_BIND = "0.0.0.0"
-"""The exporter's default bind address (APPLIANCE_EXPORTER_HOST overrides it): every interface, because the head's
-exporter asks a worker's over the fabric and Prometheus scrapes over the pod or host network; probes come over
-loopback or the probe's own socket."""
+EXPORTER_BIND_LOCAL = "127.0.0.1"
+"""The exporter's bind address on a native single node or head (run/exposure.exporter_bind): nobody off the host
+asks it (a worker asks the head's API, never its exporter); probes use loopback or the probe's own socket."""
+EXPORTER_BIND_ALL = "0.0.0.0"
+"""Every interface: what compose (a Prometheus on another node scrapes each rank) and the Kubernetes manifests
+(Prometheus scrapes the pod IP, the leader asks each worker's pod) set explicitly, and a native worker's bind when
+its address on the fabric is not known before it joins."""
 IFNAMSIZ = 16
 MAX_NODES = 16
 """Nodes a serve may span (the profile's hardware.nodes); ranks are 0 (the head) .. MAX_NODES - 1."""

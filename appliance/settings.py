@@ -9,7 +9,6 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from appliance.bounds import (
-    EXPORTER_BIND,
     MAX_MASTER_PORT,
     PORT_MAX,
     PORT_MIN,
@@ -54,10 +53,11 @@ class ApplianceSettings(BaseSettings):
     kmsg: Path | None = None
     """A kernel-log file to read (NVRM NV_ERR_NO_MEMORY, Xid lines); unset = this boot's kernel log
     (/dev/kmsg, else `journalctl -k -b` / `dmesg`)."""
-    exporter_host: str = EXPORTER_BIND
-    """The exporter's bind address. Every interface by default: the head's exporter asks each worker's over the
-    fabric, and Prometheus scrapes from the pod or host network; 127.0.0.1 keeps /status and /metrics on this host
-    (`run` warns while they listen beyond loopback). The probe asks over its own socket, so it works either way."""
+    exporter_host: str | None = None
+    """The exporter's bind address. Unset: loopback on a single node or a head, a worker's fabric address (where
+    the head's exporter asks it), resolved by run/exposure.exporter_bind; compose and the Kubernetes manifests set
+    0.0.0.0 (Prometheus scrapes from another node or the pod network). `run` warns while /status and /metrics listen
+    beyond loopback on a single node. The probe asks over its own socket, so it works either way."""
     log_format: Literal["text", "json"] = "text"
     """How the exporter says state changes and start-up progress in the container's output: text lines, or one
     JSON object per line for a log pipeline."""

@@ -70,7 +70,8 @@ def test_tensor_parallel_two_ranks_on_two_addresses_answer_with_every_check_live
             assert a.status_code == 200, a.text
             assert a.json()["usage"]["completion_tokens"] == 6 and a.json()["choices"][0]["text"].strip()
 
-        head_url, worker_url = f"http://127.0.0.1:{head_health}", f"http://127.0.0.1:{worker_health}"
+        # A worker's exporter binds its APPLIANCE_HOST_IP natively: where the head asks it, and no other address.
+        head_url, worker_url = f"http://127.0.0.1:{head_health}", f"http://127.0.0.2:{worker_health}"
         wait_for_ranks(lambda: http_ok(f"{head_url}/ready") and http_ok(f"{worker_url}/ready"), ranks, 90,
                        "both exporters turned ready", interval=2)
         for url, role in ((head_url, "head"), (worker_url, "worker")):

@@ -79,7 +79,10 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
                          if k in ENGINE_ENV_KEYS}
         assert head_engine == worker_engine and head_engine
 
-        worker_exporter = f"http://127.0.0.1:{worker_env['APPLIANCE_HEALTH_PORT']}"
+        # Natively a worker's exporter binds its APPLIANCE_HOST_IP, where the head asks it, and no other address.
+        worker_exporter = f"http://127.0.0.2:{worker_env['APPLIANCE_HEALTH_PORT']}"
+        assert json.loads((worker_dir / "launch.json").read_text())["exporter"]["host"] == "127.0.0.2"
+        assert json.loads((head_dir / "launch.json").read_text())["exporter"]["host"] == "127.0.0.1"
         wait_for_ranks(lambda: http_ok(f"{worker_exporter}/ready"), ranks, 60, "the worker's exporter turned ready",
                        interval=2)
 

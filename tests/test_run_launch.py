@@ -147,7 +147,7 @@ def test_the_exporter_is_built_from_the_launchs_section_not_from_flags(tmp_path:
     launch = launch_of(loaded, tmp_path, given)
     write_launch(launch)
     written = read_launch(launch.launch_file)
-    assert written.exporter == ExporterSection(log=tmp_path / "run" / "vllm.log", port=9555, host="0.0.0.0",
+    assert written.exporter == ExporterSection(log=tmp_path / "run" / "vllm.log", port=9555, host="127.0.0.1",
                                                role="single", engine_url="http://127.0.0.1:8123")
     assert written.placement == launch.place
     assert written.placement.origin("health_port") == "env:APPLIANCE_HEALTH_PORT"
@@ -155,7 +155,7 @@ def test_the_exporter_is_built_from_the_launchs_section_not_from_flags(tmp_path:
     monkeypatch.setenv("APPLIANCE_HEALTH_PORT", "9777")
     monkeypatch.setenv("APPLIANCE_NODE_RANK", "0")
     config, host = exporter_config(launch.launch_file)
-    assert (config.port, config.host, config.role, config.engine_url) == (9555, "0.0.0.0", "single",
+    assert (config.port, config.host, config.role, config.engine_url) == (9555, "127.0.0.1", "single",
                                                                           "http://127.0.0.1:8123")
     assert config.canary_state is None and host.fabric is None and config.follow is not None
     for flag in (["--port", "9000"], ["--node-rank", "0"], ["--engine-url", "http://127.0.0.1:1"], ["--log", "x"]):
@@ -308,13 +308,19 @@ def _run_dry(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> 
 
 
 def test_run_warns_when_the_api_or_the_exporter_listens_beyond_loopback_unprotected(tmp_path: Path) -> None:
-    """cpu-smoke sets no server.host (vLLM binds every interface) and no VLLM_API_KEY is set: `run` says so, and
-    that the exporter's /status is open on 0.0.0.0 (the default, which compose, Kubernetes and other ranks need)."""
+    """cpu-smoke sets no server.host (vLLM binds every interface) and no VLLM_API_KEY is set: `run` says so. A
+    native single node's exporter binds loopback unless told (nobody off the host asks it); told 0.0.0.0 (what
+    compose and Kubernetes set), `run` says /status is open."""
     r = _run_dry(tmp_path)
     assert r.returncode == 0, r.stderr
     assert "the API listens on every interface (server.host unset), port 8000, with no VLLM_API_KEY" in r.stderr
-    assert "the exporter's /status and /metrics listen on 0.0.0.0" in r.stderr
+    assert "the exporter's /status" not in r.stderr
+    assert json.loads((tmp_path / "run" / "launch.json").read_text())["exporter"]["host"] == "127.0.0.1"
+    assert "# exporter bind: 127.0.0.1 (derived:single (no peer asks its exporter))" in r.stdout
+    wide = _run_dry(tmp_path, env={"APPLIANCE_EXPORTER_HOST": "0.0.0.0"})
+    assert "the exporter's /status and /metrics listen on 0.0.0.0" in wide.stderr
     assert json.loads((tmp_path / "run" / "launch.json").read_text())["exporter"]["host"] == "0.0.0.0"
+    assert "# exporter bind: 0.0.0.0 (env:APPLIANCE_EXPORTER_HOST)" in wide.stdout
 
     keyed = _run_dry(tmp_path, "--set", "server.host=0.0.0.0", env={"VLLM_API_KEY": "sk-test-not-a-secret"})
     assert keyed.returncode == 0 and "the API listens" not in keyed.stderr, keyed.stderr

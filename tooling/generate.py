@@ -183,6 +183,7 @@ def _monitoring_services(lock: dict) -> str:
 
 
 def compose_yaml(root: Path = ROOT) -> str:
+    from appliance.bounds import EXPORTER_BIND_ALL
     from appliance.profile.model import DEFAULT_HEALTH_PORT as HEALTH_PORT_DEFAULT
     from appliance.render.supervisord import STOP_WAIT_S
 
@@ -206,6 +207,10 @@ x-env: &env
   # stay equal on nodes whose exporters listen on different ports); the probe reads the same variable.
   APPLIANCE_SET: "${{APPLIANCE_SET:-}}"
   APPLIANCE_HEALTH_PORT: "${{APPLIANCE_HEALTH_PORT:-{HEALTH_PORT_DEFAULT}}}"
+  # Every interface of the node (host networking): the head's exporter asks each worker's, and a Prometheus on
+  # another node scrapes each rank (docs/monitoring.md). A native `appliance run` binds no wider than its peers need;
+  # APPLIANCE_EXPORTER_HOST=127.0.0.1 in .env keeps /status and /metrics on this node.
+  APPLIANCE_EXPORTER_HOST: "${{APPLIANCE_EXPORTER_HOST:-{EXPORTER_BIND_ALL}}}"
   # The promoted engine channel and the overrides it carries (`appliance upgrade promote --compose-env FILE` writes
   # them, with the channel's image, into FILE; `docker compose --env-file FILE` reads it): empty = the profile's own.
   APPLIANCE_UPGRADE_CHANNEL: "${{APPLIANCE_UPGRADE_CHANNEL:-}}"

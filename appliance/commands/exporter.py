@@ -37,7 +37,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "on a worker rank the head's API at $APPLIANCE_MASTER_ADDR)")
     parser.add_argument("--no-engine", action="store_true", help="judge from the log alone")
     parser.add_argument("--host", type=arg.bind_host,
-                        help="bind address (default $APPLIANCE_EXPORTER_HOST, else 0.0.0.0)")
+                        help="bind address (default $APPLIANCE_EXPORTER_HOST, else 127.0.0.1; on a worker rank its "
+                             "$APPLIANCE_HOST_IP, where the head asks it, else 0.0.0.0)")
     parser.add_argument("--port", dest="health_port", type=arg.port,
                         help="port (default $APPLIANCE_HEALTH_PORT, else the profile's server.health_port)")
     parser.add_argument("--node-rank", type=arg.rank, help="this node's rank (default $APPLIANCE_NODE_RANK or 0)")
@@ -109,6 +110,7 @@ def _by_hand(args: argparse.Namespace, settings: ApplianceSettings) -> tuple[Exp
     from appliance.health.peers import parse_peer
     from appliance.placement import resolve_placement
     from appliance.render.supervisord import ENGINE_LOG
+    from appliance.run.exposure import exporter_bind
     from appliance.run.host_side import host_side_for, read_fabric_report
 
     loaded = load_from_args(args, settings)
@@ -123,7 +125,7 @@ def _by_hand(args: argparse.Namespace, settings: ApplianceSettings) -> tuple[Exp
                              value=args.peers, fix="pass --peer only with --node-rank 0 of a multi-node profile")
     fabric = read_fabric_report(args.fabric_report) if args.fabric_report else None
     config = ExporterConfig(loaded=loaded, log=log, role=place.role, node_rank=place.node_rank, peers=peer_urls,
-                            host=args.host or settings.exporter_host,
+                            host=args.host or exporter_bind(place.role, place.host_ip, settings.exporter_host).host,
                             engine_url=None if args.no_engine else place.engine_url, port=place.health_port,
                             table=args.table, canary_state=args.canary_state)
     return _polling(config, args), host_side_for(loaded.profile, settings, args.engine_program, fabric)

@@ -219,6 +219,8 @@ class HealthServer(_Guarded, _Views, http.server.HTTPServer):
         self._guard(policy)
         self._views(verdicts)
         self.registry = registry
+        if ":" in address[0]:  # an IPv6 address (a worker's fabric address may be one)
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from appliance.bounds import EXPORTER_BIND_ALL
 from appliance.catalogue import load_catalogue
 from appliance.errors import ApplianceError
 from appliance.profile.model import Profile
@@ -158,7 +159,10 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
                    {"name": "APPLIANCE_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     env += [_value(k, v) for k, v in sorted(plan.env.items()) if k not in PER_NODE_ENV]
     env += [_value("HF_HOME", HF_HOME), _value("APPLIANCE_HOME", APPLIANCE_HOME),
-            _value("APPLIANCE_HEALTH_PORT", str(profile.server.health_port))]  # where the probe asks
+            _value("APPLIANCE_HEALTH_PORT", str(profile.server.health_port)),  # where the probe asks
+            # Prometheus scrapes the pod IP (PodMonitor), and the leader's exporter asks each worker's at its pod or
+            # fabric address: every interface of the pod (the probes use the probe socket, whatever this says).
+            _value("APPLIANCE_EXPORTER_HOST", EXPORTER_BIND_ALL)]
     if opts.prestaged:
         env.append(_value("HF_HUB_OFFLINE", "1"))  # the weights are in the cache: never ask the hub
     wait = rendezvous_wait_s(profile, opts) if plan.role != "single" else None

@@ -1,10 +1,43 @@
-"""Who can reach what a serve listens on: a warning at `run` when the OpenAI API listens beyond loopback without
-VLLM_API_KEY (anyone who reaches the port may use the model), and when the exporter's /status and /metrics do."""
+"""Who can reach what a serve listens on: where the exporter binds when nothing says, a warning at `run` when the
+OpenAI API listens beyond loopback without VLLM_API_KEY (anyone who reaches the port may use the model), and when
+the exporter's /status and /metrics do."""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+from appliance.bounds import EXPORTER_BIND_ALL, EXPORTER_BIND_LOCAL
+
+
+@dataclass(frozen=True)
+class ExporterBind:
+    host: str
+    origin: str
+    """Why this address: `env:APPLIANCE_EXPORTER_HOST`, or the `derived:` reason."""
+
+
+def exporter_bind(role: str, host_ip: str | None, setting: str | None) -> ExporterBind:
+    """The exporter's bind address: APPLIANCE_EXPORTER_HOST when set (compose and the Kubernetes manifests set
+    0.0.0.0), else no wider than this rank's peers need. Who asks an exporter from elsewhere: only the head, which
+    compares what each worker loaded (K15) at the worker's rendezvous address (multinode/rendezvous.Peer: the source
+    address of the worker's join, APPLIANCE_HOST_IP when known). A worker asks the head's API, never its exporter,
+    so a single node and a head keep /status and /metrics on loopback."""
+    if setting:
+        return ExporterBind(setting, "env:APPLIANCE_EXPORTER_HOST")
+    if role != "worker":
+        return ExporterBind(EXPORTER_BIND_LOCAL, f"derived:{role} (no peer asks its exporter)")
+    if host_ip:
+        return ExporterBind(host_ip, "derived:worker, host_ip (the address the head asks it at)")
+    return ExporterBind(EXPORTER_BIND_ALL, "derived:worker without host_ip (the address the head will see is the "
+                                           "kernel's choice of route)")
+
+
+def asked_at(bind: str) -> str:
+    """Where a tool on this host asks an exporter bound at `bind`: loopback for every interface, else that address
+    (a worker bound at its fabric address listens there only)."""
+    return EXPORTER_BIND_LOCAL if bind in (EXPORTER_BIND_ALL, "::", "[::]") else bind
 
 
 def is_loopback(host: str | None) -> bool:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from appliance.bounds import EXPORTER_BIND
+from appliance.bounds import EXPORTER_BIND_LOCAL
 from appliance.channels.engines import EngineInstall, find_engine, require_engine
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
@@ -47,6 +47,7 @@ from appliance.render.serveplan import ServePlan
 from appliance.render.supervisord import RunFiles, render_conf
 from appliance.rules import context_for, require_valid
 from appliance.run.caches import cache_env
+from appliance.run.exposure import exporter_bind
 from appliance.run.launchfile import ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.safe_write import write_files
@@ -79,8 +80,9 @@ class Launch:
     """This rank's fabric qualification (K25), handed to its exporter in launch.json."""
     canary: list[str] | None = None
     """The correctness canary's watch (appliance/canary/watch.py), on a head or single node whose profile runs one."""
-    exporter_host: str = EXPORTER_BIND
-    """The exporter's bind address (APPLIANCE_EXPORTER_HOST)."""
+    exporter_host: str = EXPORTER_BIND_LOCAL
+    """The exporter's bind address (run/exposure.exporter_bind: APPLIANCE_EXPORTER_HOST, else what the peers need)."""
+    exporter_host_origin: str = "default"
 
     @property
     def launch_file(self) -> Path:
@@ -307,9 +309,10 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
     env = plan.env | caches
     if place.model_dir is not None:  # a checkpoint on disk: the engine asks no hub for it
         env.setdefault("HF_HUB_OFFLINE", "1")
+    bind = exporter_bind(place.role, place.host_ip, settings.exporter_host)
     return Launch(loaded, place, plan, env, files, peers, fabric,
                   canary_watch(loaded, plan, files.run_dir, place.engine_url, cli_overrides),
-                  exporter_host=settings.exporter_host)
+                  exporter_host=bind.host, exporter_host_origin=bind.origin)
 
 
 def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None,
@@ -404,6 +407,7 @@ def describe(launch: Launch) -> str:
                  f"{ex.role}, engine {ex.engine_url or '-'}, peers {peers}, canary {ex.canary_state or '-'}, "
                  f"fabric {ex.fabric.verdict if ex.fabric else '-'}")
     lines += [f"# placement {name}: {v['value']} ({v['origin']})" for name, v in launch.place.to_json().items()]
+    lines.append(f"# exporter bind: {launch.exporter_host} ({launch.exporter_host_origin})")
     # One line per program whatever a value holds: a newline inside one is shown, never printed raw.
     return "\n".join(line.replace("\r", "\\r").replace("\n", "\\n") for line in lines)
 

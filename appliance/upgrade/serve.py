@@ -73,7 +73,9 @@ class RunningServe:
 
     @property
     def exporter_url(self) -> str:
-        return http_url("127.0.0.1", _health_port(self.launch))
+        from appliance.run.exposure import asked_at
+
+        return http_url(asked_at(self.launch.exporter.host), _health_port(self.launch))
 
     def ctl(self, *args: str, timeout: float = 120) -> tuple[int, str]:
         ctl = venv_executable("supervisorctl") or "supervisorctl"
