@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "healthchecks" / "probe"
 UNPROTECTED = ConnectionPolicy(deadline_s=1.0, max_connections=8, deadline="read", evict_at_cap=False)
 PROTECTED = ConnectionPolicy(deadline_s=1.0, max_connections=8)
+# Where a test needs the cap to stay full, its held connections must outlive the test on a loaded machine: with a 1 s
+# deadline a slot frees every second and a probe can win the race for it (CI saw /live answer through a "full" port).
+HOLDING_UNPROTECTED = ConnectionPolicy(deadline_s=60.0, max_connections=8, deadline="read", evict_at_cap=False)
+HOLDING_PROTECTED = ConnectionPolicy(deadline_s=60.0, max_connections=8)
 
 
 @contextlib.contextmanager
@@ -98,13 +102,21 @@ def _idle(port: int, n: int) -> list[socket.socket]:
     return [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(n)]
 
 
+def _wait_full(server: HealthServer, seconds: float = 10.0) -> None:
+    """Until the server holds its cap of connections (accepting them is the server thread's work, not ours)."""
+    end = time.monotonic() + seconds
+    while server.open_connections < server.policy.max_connections:
+        assert time.monotonic() < end, f"{server.open_connections} of {server.policy.max_connections} held"
+        time.sleep(0.02)
+
+
 def test_idle_connections_filling_the_cap_are_evicted_oldest_first_and_live_answers(tmp_path: Path) -> None:
-    for policy, answers in ((PROTECTED, True), (UNPROTECTED, False)):
+    for policy, answers in ((HOLDING_PROTECTED, True), (HOLDING_UNPROTECTED, False)):
         with running(tmp_path, policy) as exporter:
             port = _port(exporter.server)
             socks = _idle(port, policy.max_connections)
             try:
-                time.sleep(0.2)
+                _wait_full(exporter.server)
                 assert _live(port) is answers, policy
                 if answers:
                     assert _closed_within(socks[0], 0.5, trickle=False)  # the oldest went to make room
@@ -125,11 +137,22 @@ def test_a_thousand_connections_neither_grow_threads_nor_keep_live_out(tmp_path:
                 socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
                 if i % 100 == 99:
                     answered += _live(port)
-                    assert threading.active_count() - before <= 16 + 4  # the cap (+ threads still ending)
+                    # the cap (+ a few evicted threads still ending: on a loaded machine they take a moment, well
+                    # inside the 5 s deadline that would end an uncapped server's threads too)
+                    assert _settles(lambda: threading.active_count() - before <= 16 + 4, 2.0), threading.active_count()
         finally:
             for s in socks:
                 s.close()
         assert answered == 10 and exporter.server.open_connections <= 16
+
+
+def _settles(condition: Callable[[], bool], seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _flood(port: int, stop: threading.Event) -> None:
@@ -152,13 +175,13 @@ def probe(what: str, port: int, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_reserved_probe_socket_answers_while_the_tcp_port_is_flooded(tmp_path: Path) -> None:
-    with running(tmp_path, UNPROTECTED) as exporter:  # even the unprotected TCP side cannot starve the probes
+    with running(tmp_path, HOLDING_UNPROTECTED) as exporter:  # even the unprotected TCP side cannot starve probes
         port = _port(exporter.server)
         stop = threading.Event()
         flood = threading.Thread(target=_flood, args=(port, stop), daemon=True)
         flood.start()
         try:
-            time.sleep(0.5)
+            _wait_full(exporter.server)
             assert not _live(port, timeout=1.0)  # the TCP port is full
             result = probe("live", port)
             assert result.returncode == 0 and '"live": true' in result.stdout, result

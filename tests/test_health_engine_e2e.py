@@ -77,14 +77,21 @@ class Rig:
     def ready_code(self) -> int:
         return httpx.get(f"{self.health}/ready", timeout=5).status_code
 
+    def note_state(self) -> None:
+        state = self.status()["state"]
+        if not self.states or self.states[-1] != state:
+            self.states.append(state)
+
     def wait(self, predicate, timeout: float, what: str) -> float:
         start = time.monotonic()
         while time.monotonic() - start < timeout:
             with contextlib.suppress(httpx.HTTPError):
-                state = self.status()["state"]
-                if not self.states or self.states[-1] != state:
-                    self.states.append(state)
+                self.note_state()
                 if predicate():
+                    # /status was read before the predicate's own request, and the exporter's snapshot can turn
+                    # between the two (CI saw states ['starting', 'loading'] with /ready already 200): read it
+                    # again, so the states end with what the predicate saw.
+                    self.note_state()
                     return time.monotonic() - start
             if self.engine is not None and self.engine.poll() is not None and what.startswith("ready"):
                 break
