@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -337,3 +338,29 @@ def test_the_noguard_arm_on_a_channel_without_the_guard_runs_the_profile_as_it_s
         check_arm(gb10, "noguard")
     off = load_profile("gb10-tp2", cli_overrides=["cache.guard=0"]).profile
     assert battery_run("seed", "noguard", off, params_for(off), None, None).unguarded_channel is None
+
+
+# --- --bench-reference: C10's figure read from a receipt ----------------------------------------------------------
+
+RECEIPTS = Path(__file__).parent / "fixtures" / "gate" / "receipts"
+
+
+def test_bench_reference_reads_the_row_from_a_standard_receipt_and_from_a_battery_s_c10_line(tmp_path: Path) -> None:
+    from appliance.gate.battery.prepare import reference
+
+    profile = load_profile("cpu-smoke").profile
+    params = replace(battery_params_for(profile), bench_row="pp64")
+    standard = RECEIPTS / "cpu-smoke-run1" / "receipt.json"
+    assert reference(params, profile, standard) == (205.62, f"{standard}: pp64")  # the typed `bench` line
+
+    data = json.loads(standard.read_text())
+    data["checks"] = [c for c in data["checks"] if c["name"] != "bench"] + [
+        {"name": "C10", "status": "pass", "summary": "1500.0 (reference 1471.8, +/-5 %)",
+         "metrics": {"rows": [{"test": "pp64", "kind": "pp", "t_s": 1500.0}]}}]
+    battery = tmp_path / "receipt.json"
+    battery.write_text(json.dumps(data))
+    assert reference(params, profile, battery)[0] == 1500.0  # a battery's C10 keeps llama-benchy's rows as written
+
+    with pytest.raises(ApplianceError) as missing:
+        reference(replace(params, bench_row="pp2048 @ d8192"), profile, standard)
+    assert missing.value.field == "--bench-reference" and "no pp2048 @ d8192 row" in str(missing.value)

@@ -75,20 +75,33 @@ def check_same_serve(status: dict[str, Any] | None, digest: str) -> None:
             reason="a battery line credits a setting (runner, guard) to the serve it was measured on")
 
 
+def _bench_rows(receipt: Path) -> list[tuple[str | None, float | None]]:
+    """(test, t/s) of a receipt's measured rows: the standard gate's `bench` line is typed, a battery's C10 line
+    keeps llama-benchy's rows as written."""
+    from appliance.gate.receipt import load
+    from appliance.gate.receipt_model import BenchMetrics
+
+    data = load(receipt)
+    rows: list[tuple[str | None, float | None]] = []
+    for name in ("C10", "bench"):
+        metrics = getattr(data.check(name), "metrics", None)
+        if isinstance(metrics, BenchMetrics):
+            rows += [(r.test, r.t_s) for r in metrics.rows]
+        elif isinstance(metrics, dict):
+            rows += [(r.get("test"), r.get("t_s")) for r in metrics.get("rows") or [] if isinstance(r, dict)
+                     and isinstance(r.get("t_s"), int | float)]
+    return rows
+
+
 def reference(params: BatteryParams, profile: Profile, receipt: Path | None) -> tuple[float | None, str]:
     """C10's reference: a receipt's row (--bench-reference), else the harness's figure for this hardware."""
     if receipt is not None:
-        from appliance.gate.receipt import check, load
-
-        data = load(receipt)
-        rows = [r for name in ("C10", "bench") if (c := check(data, name))
-                for r in (c.get("metrics") or {}).get("rows") or []]
-        row = next((r for r in rows if r.get("test") == params.bench_row and r.get("t_s")), None)
-        if row is None:
+        rate = next((t for test, t in _bench_rows(receipt) if test == params.bench_row and t), None)
+        if rate is None:
             raise ApplianceError(f"--bench-reference {receipt}: no {params.bench_row} row in it",
                                  field="--bench-reference", value=str(receipt),
                                  fix=f"give a receipt whose bench (or C10) measured {params.bench_row}")
-        return float(row["t_s"]), f"{receipt}: {params.bench_row}"
+        return rate, f"{receipt}: {params.bench_row}"
     figure = REFERENCE_PP2048_D8192.get(profile.hardware.gpu) if params.bench_row == "pp2048 @ d8192" else None
     if figure is None:
         return None, f"none for {profile.hardware.gpu}"
