@@ -163,3 +163,10 @@ def test_gsm8k_runs_combine_into_a_mean_keeping_each_run_and_an_unknown_stderr_u
 def test_v1_unguarded_is_in_the_healthy_band_which_is_why_the_guard_is_read_back_too():
     # The seed: "the guard lifts V1 from 20.7 to 23.0" -- the same defect, above the pass line.
     assert Bands().judge(V1_UNGUARDED_MEAN) == "pass" and V1_UNGUARDED_MEAN >= PASS_LINE
+
+
+def test_arms_past_the_exact_test_s_bound_are_refused_with_exit_2_not_a_traceback(tmp_path, capsys):
+    a, b = _arm(tmp_path, "a-", [22.0] * 12), _arm(tmp_path, "b-", [12.0] * 12)  # C(24, 12) = 2,704,156 splits
+    assert main(["gate", "serves", *b, "--against", *a]) == 2
+    err = capsys.readouterr().err
+    assert "--against" in err and "12 vs 12 serves" in err and "at most 11 serves per arm" in err

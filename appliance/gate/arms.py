@@ -8,10 +8,11 @@ serve means sit lower than the reference's beyond what shuffling the serves betw
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.gate.mannwhitney import mann_whitney
+from appliance.gate.mannwhitney import MAX_EXACT_SPLITS, mann_whitney
 from appliance.gate.serves import judge_receipts
 
 ALPHA = 0.05
@@ -26,6 +27,12 @@ def judge_arms(reference: list[tuple[str, dict[str, Any]]],
                              fix="compare receipts of one profile and gate size")
     means_a = [s["mean"] for s in arm_a["serves"]]
     means_b = [s["mean"] for s in arm_b["serves"]]
+    if math.comb(len(means_a) + len(means_b), len(means_a)) > MAX_EXACT_SPLITS:
+        raise ApplianceError(f"--against: {len(means_b)} vs {len(means_a)} serves: the exact test would count past "
+                             f"{MAX_EXACT_SPLITS:,} splits of them", field="--against",
+                             value=f"{len(means_a)} reference receipts", fix="compare at most 11 serves per arm "
+                             "(4 per arm already resolves p < 0.05, as the seed did)",
+                             reason="the test enumerates every split exactly; past the bound it would run for minutes")
     mw = mann_whitney(means_a, means_b)
     mean_a, mean_b = sum(means_a) / len(means_a), sum(means_b) / len(means_b)
     if mw.min_p >= ALPHA:
