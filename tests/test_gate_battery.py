@@ -364,3 +364,14 @@ def test_bench_reference_reads_the_row_from_a_standard_receipt_and_from_a_batter
     with pytest.raises(ApplianceError) as missing:
         reference(replace(params, bench_row="pp2048 @ d8192"), profile, standard)
     assert missing.value.field == "--bench-reference" and "no pp2048 @ d8192 row" in str(missing.value)
+
+
+@pytest.mark.parametrize("body", [{"choices": [None], "usage": 5}, {"choices": "x", "usage": []}, [1], "text",
+                                  {"choices": [{"finish_reason": 3}], "usage": {"prompt_tokens": True}}])
+def test_the_battery_s_reply_readers_take_a_broken_reply_as_no_answer_not_a_crash(body: Any) -> None:
+    """C7, C9 and the coherence checks read finish_reason and prompt_tokens through these: a reply of the wrong
+    shape (choices: [null], usage: 5) must leave the rows already collected intact."""
+    from appliance.gate.client import finish_reason, first_choice, prompt_tokens
+
+    assert first_choice(body) == {} or first_choice(body) == {"finish_reason": 3}
+    assert finish_reason(body) is None and prompt_tokens(body) is None

@@ -107,6 +107,13 @@ def chat_message(body: Any) -> dict[str, Any]:
     return message if isinstance(message, dict) else {}
 
 
+def prompt_tokens(body: Any) -> int | None:
+    """usage.prompt_tokens of a completion; None when the reply carries no such count."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def finish_reason(body: Any) -> str | None:
     value = first_choice(body).get("finish_reason")
     return value if isinstance(value, str) else None

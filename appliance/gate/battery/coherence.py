@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.gate.battery.sizing import CoherenceParams
-from appliance.gate.client import ServeClient, ServeError, chat_text, count_tokens
+from appliance.gate.client import ServeClient, ServeError, chat_text, count_tokens, prompt_tokens
 from appliance.gate.context import GateContext
 
 CODES = ("amber-falcon-23", "cedar-lynx-58", "onyx-heron-91")
@@ -151,9 +151,8 @@ async def one_run(client: ServeClient, ctx: GateContext, prompt: CoherencePrompt
                 return {"index": index, "passed": False, "why": f"request failed: {reply.error_text()}"}
             answer, _ = chat_text(reply.body)
             ok, why = judge_answer(answer, prompt.codes, p.max_non_latin)
-            usage = reply.body.get("usage") or {}
             return {"index": index, "passed": ok, "why": why, "answer": answer[:240],
-                    "prompt_tokens": usage.get("prompt_tokens"), "seconds": round(time.monotonic() - started, 2)}
+                    "prompt_tokens": prompt_tokens(reply.body), "seconds": round(time.monotonic() - started, 2)}
 
     return list(await asyncio.gather(*(one(i) for i in range(total))))
 

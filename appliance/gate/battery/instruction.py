@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from appliance.gate.battery.sizing import InstructionParams
-from appliance.gate.client import ServeClient, ServeError, chat_text
+from appliance.gate.client import ServeClient, ServeError, chat_text, finish_reason
 from appliance.gate.context import GateContext
 
 SYSTEM = """You file engineering notes into a small set of shelves. For the note you are given, choose 2 to 4
@@ -109,4 +109,4 @@ async def run(ctx: GateContext, p: InstructionParams) -> dict[str, Any]:
     answer, _ = chat_text(reply.body)
     ok, why = judge_answer(answer)
     return {"passed": ok, "why": why, "answer": answer[:400],
-            "finish_reason": (reply.body.get("choices") or [{}])[0].get("finish_reason")}
+            "finish_reason": finish_reason(reply.body)}

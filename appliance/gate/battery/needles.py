@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.gate.battery.sizing import NeedleParams
-from appliance.gate.client import ServeClient, ServeError, chat_text
+from appliance.gate.client import ServeClient, ServeError, chat_text, finish_reason, prompt_tokens
 from appliance.gate.context import GateContext
 
 STEMS = ("ALDER", "BIRCH", "CEDAR", "DAPHNE", "ELM", "FIR", "GORSE", "HAZEL", "IVY", "JUNIPER", "KALMIA", "LARCH",
@@ -107,8 +107,6 @@ async def run(ctx: GateContext, p: NeedleParams) -> list[dict[str, Any]]:
                                  + text[:300], "window": window})
                     continue
                 answer, _ = chat_text(reply.body)
-                choice = (reply.body.get("choices") or [{}])[0]
-                usage = reply.body.get("usage") or {}
-                rows.append({**row, **score(answer, prompt), "truncated": choice.get("finish_reason") == "length",
-                             "prompt_tokens": usage.get("prompt_tokens"), "answer": answer[:300]})
+                rows.append({**row, **score(answer, prompt), "truncated": finish_reason(reply.body) == "length",
+                             "prompt_tokens": prompt_tokens(reply.body), "answer": answer[:300]})
     return rows
