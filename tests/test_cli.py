@@ -145,6 +145,9 @@ def test_one_flag_name_per_meaning_across_commands() -> None:
         flags = {o: a for a in parser._actions for o in a.option_strings}
         if "--format" in flags and "json" in (flags["--format"].choices or ()):
             assert "--json" in flags and flags["--json"].dest == flags["--format"].dest, label
+            # argparse takes a shared dest's default from the first action that has it: --json's, unless both agree
+            defaults = {a.default for a in parser._actions if a.dest == flags["--format"].dest}
+            assert len(defaults) == 1 and defaults <= set(flags["--format"].choices) - {"json"}, (label, defaults)
         if "--dest" in flags:
             assert flags["--dest"] is flags.get("--out"), label
 

@@ -12,9 +12,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="container image (default appliance:TARGET-LOCK12, as the image build tags it)")
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="a JSON List instead of YAML documents (the spelling every command takes)")
-    parser.add_argument("--format", choices=["yaml", "json"], default="yaml",
+    parser.add_argument("--format", choices=["yaml", "json"],
                         help="yaml documents (default) or a json List; `--format json` is the old spelling of --json, "
                              "kept for a release")
+    parser.set_defaults(format="yaml")  # two actions share the dest: argparse would keep --json's None
     add_k8s_options(parser)
 
 

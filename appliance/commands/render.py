@@ -19,9 +19,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_placement_args(parser)
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="the plan as JSON (the spelling every command takes)")
-    parser.add_argument("--format", choices=["shell", "json"], default="shell",
+    parser.add_argument("--format", choices=["shell", "json"],
                         help="shell (default) or json; `--format json` is the old spelling of --json, kept for a "
                              "release")
+    parser.set_defaults(format="shell")  # two actions share the dest: argparse would keep --json's None
     parser.add_argument("--force", action="store_true", help="render even when the profile has rule errors")
 
 
