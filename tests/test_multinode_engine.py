@@ -49,14 +49,29 @@ def head_alive(master_addr: str, port: int, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def _proc_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (`pid (comm) S ...`; comm may hold spaces and parentheses)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def group_pids(pgid: int) -> list[int]:
+    """The group's processes that still run. A zombie (Z, or X while it is reaped) holds nothing but its pid: one
+    whose parent died waits for PID 1 to reap it, which a loaded machine's init can leave for many seconds."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(entry.name)) == pgid and "(Z)" not in entry.joinpath("stat").read_text()[:200]:
+            with contextlib.suppress(OSError, IndexError):
+                if os.getpgid(int(entry.name)) == pgid and _proc_state(int(entry.name)) not in ("Z", "X"):
                     pids.append(int(entry.name))
     return pids
+
+
+def _described(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            out.append(f"{pid} {Path(f'/proc/{pid}/comm').read_text().strip()} state {_proc_state(pid)}")
+    return ", ".join(out) or "gone"
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 30) -> tuple[float, bool]:
@@ -73,7 +88,7 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 30) -> tuple[floa
                 return time.monotonic() - start, killed
             time.sleep(0.5)
         killed = True
-    raise AssertionError(f"rank group {proc.pid} survived SIGKILL: {group_pids(proc.pid)}")
+    raise AssertionError(f"rank group {proc.pid} survived SIGKILL: {_described(group_pids(proc.pid))}")
 
 
 @dataclass
