@@ -30,6 +30,7 @@ def _is_passthrough(path: str) -> bool:
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
     parser.add_argument("--json", action="store_true", help="as JSON: {path: {value, origin}}")
+    parser.add_argument("-o", "--output", choices=["wide"], help="wide: every cell whole, whatever the terminal")
     parser.add_argument("--run-dir", type=Path, help="a serve's run dir: include the step-down rung its canary took "
                         "(canary.json), i.e. the settings the engine runs with now")
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print(line(f"# {loaded.profile.name} (from {loaded.source}, digest {loaded.digest[:12]})"))
     table = [[path, shown(row["value"]), str(row["origin"])] for path, row in rows.items()]
     table += [[f"env.{name}", state, "env"] for name, state in secrets.items()]
-    print(render(["path", "value", "origin"], table))
+    print(render(["path", "value", "origin"], table, wide=args.output == "wide"))
     return 0
 
 
