@@ -49,15 +49,17 @@ def measured_cell(m: Measured | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
-    from appliance.profile import list_profiles, load_profile
+    from appliance.profile.names import list_profiles
 
     if args.host:
         from appliance.doctor.fit import host_report
 
         return host_report(args.json)
-    if args.names:
+    if args.names:  # asked on every TAB: the folder's names alone, no model imported
         print("\n".join(list_profiles()))
         return 0
+    from appliance.profile import load_profile
+
     if args.action == "path":
         return _path(args.name)
     if args.action == "show":

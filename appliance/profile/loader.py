@@ -21,6 +21,7 @@ from appliance.errors import ApplianceError
 from appliance.lockfile import canonical_digest
 from appliance.paths import profiles_dir
 from appliance.profile.model import Profile
+from appliance.profile.names import list_profiles
 from appliance.yamlstrict import load_file, parse_scalar
 
 if TYPE_CHECKING:
@@ -52,18 +53,6 @@ _NOT_ENGINE = {"name", "description", "provenance", "server", "distributed", "me
 def engine_digest(profile: Profile) -> str:
     """Digest of what shapes compiled kernels and graphs; keys the compile caches so a port change reuses them."""
     return canonical_digest(profile.model_dump(mode="json", exclude=_NOT_ENGINE))
-
-
-def list_profiles(root: Path | None = None) -> list[str]:
-    """Names of the serve profiles (bases/ and the catalogue are not profiles)."""
-    root = root or profiles_dir()
-    names = sorted(p.stem for p in root.glob("*.yaml") if p.stem != "catalogue")
-    if not names:  # an install without its data would otherwise list nothing and say `known profiles:` and no name
-        raise ApplianceError(f"no serve profile in {show(str(root), 512)}", field="APPLIANCE_ROOT", value=str(root),
-                             fix="set APPLIANCE_ROOT to the folder holding versions.json and profiles/ (a checkout, "
-                             "or /opt/appliance in the image), or install the wheel built from a full checkout",
-                             reason="the profiles, the lock and the log checks ship as data beside the code")
-    return names
 
 
 def resolve_path(name_or_path: str, root: Path | None = None) -> Path:
