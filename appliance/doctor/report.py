@@ -271,10 +271,9 @@ def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -
                    + f" (each one: --json, or `appliance versions --check --channel {ch.name}`)")
     fix = missing.fix
     if ch.target == "gpu" and not env.get(CHANNEL_ENV):
-        from appliance import lockfile
-        from appliance.paths import versions_path
+        from appliance.lock import image_tag
 
-        tag = lockfile.image_tag(lockfile.load(versions_path()), ch.name)
+        tag = image_tag(ch.name)
         fix = (f"this is a host, not the image: run the doctor inside the image, `docker run --rm --gpus all "
                f"--entrypoint appliance {tag} doctor {profile.name}` (compose: `docker compose run --rm "
                f"--entrypoint appliance SERVICE doctor`); {missing.fix}")

@@ -353,15 +353,10 @@ def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:
     """engine.channel: the profile's (its bases', an override's), else the lock's default for its target; an
     unknown name is refused here, naming the nearest channel, so no command ever renders for a channel that is
     not locked."""
-    from appliance.lockfile import UnknownChannel, channel, default_channel, load
-    from appliance.paths import versions_path
+    from appliance.lock import lock_document
+    from appliance.lockfile import UnknownChannel, channel, default_channel
 
-    try:
-        lock = load(versions_path())  # a hostile lock is the reader's exit 2, naming the version lock
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the version lock {versions_path()}: {exc}", field="engine.channel",
-                             value=str(versions_path()), fix="set APPLIANCE_ROOT to a folder holding versions.json",
-                             reason="a profile's engine channel is a channel of versions.json") from None
+    lock = lock_document()  # a hostile lock is the reader's exit 2, naming the version lock and what chose it
     engine = merged.get("engine")
     if engine is not None and not isinstance(engine, dict):
         return  # the model's own error names it

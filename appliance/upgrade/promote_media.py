@@ -19,10 +19,8 @@ from typing import Any
 
 import httpx
 
-from appliance.container.buildargs import image_tag
 from appliance.errors import ApplianceError
-from appliance.lockfile import load
-from appliance.paths import versions_path
+from appliance.lock import image_tag
 from appliance.profile.active import Active
 from appliance.profile.loader import LoadedProfile
 from appliance.render.serveplan import http_url
@@ -157,7 +155,7 @@ def promote_compose(req: Request, opts: MediaOptions, report: Report) -> dict[st
     record["compose_env"] = str(opts.compose_env)
     if agreement:
         record["ranks"] = agreement
-    image = opts.image or image_tag(load(versions_path()), pair.to_channel.name)
+    image = opts.image or image_tag(pair.to_channel.name)
     env = ComposeEnv(image, image_var(pair.to_channel.target), Active(pair.name, pair.to_channel.name,
                                                                       list(pair.sets)), folder.name)
     write_compose_env(opts.compose_env, env)
