@@ -189,7 +189,7 @@ class Lock(_Strict):
         return self.channels[name]
 
     def default_for(self, target: Target) -> str:
-        return self.default_cpu_channel if target == "cpu" else self.default_channel
+        return str(getattr(self, lockfile.default_key(target)))
 
 
 @cache

@@ -123,9 +123,15 @@ def channel_names(lock: dict) -> list[str]:
     return sorted(lock["channels"])
 
 
+def default_key(target: str = "gpu") -> str:
+    """The key of versions.json naming the channel a profile of this target (gpu | cpu) runs when it names none: the
+    one rule, read by default_channel here and by appliance.lock's Lock.default_for."""
+    return "default_cpu_channel" if target == "cpu" else "default_channel"
+
+
 def default_channel(lock: dict, target: str = "gpu") -> str:
     """The channel a profile of this target (gpu | cpu) runs when it names none."""
-    return str(lock["default_cpu_channel"] if target == "cpu" else lock["default_channel"])
+    return str(lock[default_key(target)])
 
 
 def channel(lock: dict, name: str) -> dict:

@@ -1,0 +1,62 @@
+"""One owner per concern (docs/ownership.md): each row of the table is held here by a scan of appliance/'s source,
+so a second reader of the lock, a second default of the channel or a second read of server.port fails a test."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
+TREE = {path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text(), str(path))
+        for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _who(found: object) -> list[str]:
+    """The modules for which `found(tree)` is true."""
+    return sorted(name for name, tree in TREE.items() if found(tree))  # type: ignore[operator]
+
+
+def _names_from(tree: ast.AST, module: str, names: set[str]) -> bool:
+    """`from MODULE import NAME` (one of `names`), or `MODULE_TAIL.NAME` after `from appliance import MODULE_TAIL`."""
+    tail = module.rsplit(".", 1)[-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == module and {a.name for a in node.names} & names:
+            return True
+        if (isinstance(node, ast.Attribute) and node.attr in names and isinstance(node.value, ast.Name)
+                and node.value.id == tail):
+            return True
+    return False
+
+
+def _mentions(tree: ast.AST, words: set[str]) -> bool:
+    """An attribute, a keyword or a string constant that is one of `words`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in words:
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in words:
+            return True
+    return False
+
+
+def test_the_lock_is_found_and_read_by_its_owner_alone() -> None:
+    """lockfile finds and reads versions.json (stdlib: the image build runs it); appliance.lock types what it read;
+    paths.versions_path asks the finder. Everyone else asks lock (load_lock, lock_document, image_tag), except the
+    lock's own command line for the image build."""
+    assert _who(lambda t: _names_from(t, "appliance.lockfile", {"load"})) == ["container/lockcli.py", "lock.py"]
+    assert _who(lambda t: _names_from(t, "appliance.lockfile", {"find_versions"})) == [
+        "container/lockcli.py", "paths.py"]
+    reads_text = _who(lambda t: any(
+        isinstance(n, ast.Attribute) and n.attr in ("read_text", "read_bytes") and isinstance(n.value, ast.Call)
+        and isinstance(n.value.func, ast.Name | ast.Attribute)
+        and getattr(n.value.func, "id", getattr(n.value.func, "attr", "")) == "versions_path"
+        for n in ast.walk(t)))
+    assert reads_text == []
+
+
+def test_the_default_channel_is_one_rule_and_one_filler() -> None:
+    """Which key names a target's default is lockfile.default_key (the typed Lock declares the two fields); a
+    profile that names no channel gets it from profile.loader.default_channel alone."""
+    keys = {"default_channel", "default_cpu_channel"}
+    assert _who(lambda t: _mentions(t, keys)) == ["lock.py", "lockfile.py"]
+    fills = _who(lambda t: _names_from(t, "appliance.profile.loader", {"default_channel"}))
+    assert fills == ["channels/capabilities.py"]
