@@ -9,6 +9,12 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "appliance"
 TREE = {path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text(), str(path))
         for path in sorted(PACKAGE.rglob("*.py"))}
+_NODES = {id(tree): list(ast.walk(tree)) for tree in TREE.values()}
+
+
+def _walk(tree: ast.AST) -> list[ast.AST]:
+    """Every node of a module's tree (walked once: each row scans the whole package several times)."""
+    return _NODES[id(tree)]
 
 
 def _who(found: object) -> list[str]:
@@ -19,7 +25,7 @@ def _who(found: object) -> list[str]:
 def _names_from(tree: ast.AST, module: str, names: set[str]) -> bool:
     """`from MODULE import NAME` (one of `names`), or `MODULE_TAIL.NAME` after `from appliance import MODULE_TAIL`."""
     tail = module.rsplit(".", 1)[-1]
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == module and {a.name for a in node.names} & names:
             return True
         if (isinstance(node, ast.Attribute) and node.attr in names and isinstance(node.value, ast.Name)
@@ -30,7 +36,7 @@ def _names_from(tree: ast.AST, module: str, names: set[str]) -> bool:
 
 def _mentions(tree: ast.AST, words: set[str]) -> bool:
     """An attribute, a keyword or a string constant that is one of `words`."""
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in words:
             return True
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in words:
@@ -49,7 +55,7 @@ def test_the_lock_is_found_and_read_by_its_owner_alone() -> None:
         isinstance(n, ast.Attribute) and n.attr in ("read_text", "read_bytes") and isinstance(n.value, ast.Call)
         and isinstance(n.value.func, ast.Name | ast.Attribute)
         and getattr(n.value.func, "id", getattr(n.value.func, "attr", "")) == "versions_path"
-        for n in ast.walk(t)))
+        for n in _walk(t)))
     assert reads_text == []
 
 
@@ -60,3 +66,30 @@ def test_the_default_channel_is_one_rule_and_one_filler() -> None:
     assert _who(lambda t: _mentions(t, keys)) == ["lock.py", "lockfile.py"]
     fills = _who(lambda t: _names_from(t, "appliance.profile.loader", {"default_channel"}))
     assert fills == ["channels/capabilities.py"]
+
+
+def _reads_server_port(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "port" and isinstance(n.value, ast.Attribute)
+               and n.value.attr == "server" for n in _walk(tree))
+
+
+def _calls(tree: ast.AST, name: str) -> int:
+    return sum(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == name
+               for n in _walk(tree))
+
+
+def test_the_api_port_is_read_from_the_profile_in_one_place() -> None:
+    """placement.api_port_of reads server.port; the argv, the exporter, the doctor, the manifests and the upgrade's
+    probe read it from there (a resolved placement's api_port, or api_port_of where none is held)."""
+    assert _who(_reads_server_port) == ["placement.py"]
+
+
+def test_each_program_resolves_its_placement_once() -> None:
+    """resolve_placement's callers: one per program that stands somewhere (render's plan, the launch, the exporter,
+    the rendezvous, the gate's target, sync-model's port, the manifests); a new caller is a new owner, so it fails
+    here until it takes a resolved placement instead."""
+    calls = {name: _calls(tree, "resolve_placement") for name, tree in TREE.items()}
+    assert {name: n for name, n in calls.items() if n and name != "placement.py"} == {
+        "commands/exporter.py": 1, "commands/sync_model.py": 1, "gate/prepare.py": 1, "multinode/__main__.py": 1,
+        "render/k8s.py": 1, "render/plan.py": 1, "run/launch.py": 2}
+

@@ -21,6 +21,7 @@ import httpx
 
 from appliance.errors import ApplianceError
 from appliance.lock import image_tag
+from appliance.placement import api_port_of
 from appliance.profile.active import Active
 from appliance.profile.loader import LoadedProfile
 from appliance.render.serveplan import http_url
@@ -134,7 +135,7 @@ def _compose_prove(opts: MediaOptions, loaded: LoadedProfile, channel: str, budg
     ready = wait_ready(look, Expect(channel, loaded.digest), budget, report=report)
     if not ready.ok:
         return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began)
-    api = http_url("127.0.0.1", loaded.profile.server.port)
+    api = http_url("127.0.0.1", api_port_of(loaded.profile))
     rows = canary_rounds(api, loaded, rounds, calibration, report) if rounds else []
     bad = next((r for r in rows if not r["healthy"]), None)
     took = time.monotonic() - began
