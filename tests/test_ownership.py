@@ -93,3 +93,31 @@ def test_each_program_resolves_its_placement_once() -> None:
         "commands/exporter.py": 1, "commands/sync_model.py": 1, "gate/prepare.py": 1, "multinode/__main__.py": 1,
         "render/k8s.py": 1, "render/plan.py": 1, "run/launch.py": 2}
 
+
+def test_the_profile_is_loaded_by_the_loader_and_a_running_serve_reads_launch_json() -> None:
+    """`appliance exec`, the exporter's launch.json path, the crash guard and the health readers never load the YAML;
+    the canary's watch and its ladder are the last programs of a serve that do (issue 31 moves them to launch.json:
+    this list then shrinks to none)."""
+    loads = _who(lambda t: _names_from(t, "appliance.profile.loader", {"load_profile"}))
+    serve_programs = [m for m in loads if m.startswith(("run/", "health/", "canary/", "commands/exec"))]
+    assert serve_programs == ["canary/ladder.py", "canary/watch.py"]
+    defined = _who(lambda t: any(isinstance(n, ast.FunctionDef) and n.name == "load_profile" for n in _walk(t)))
+    assert defined == ["profile/loader.py"]
+
+
+def test_an_engines_facts_are_read_by_channels_facts_alone() -> None:
+    paths = _who(lambda t: _calls(t, "facts_path") + _calls(t, "facts_dir") > 0)
+    assert paths == ["channels/facts.py"]
+    loaders = _who(lambda t: any(isinstance(n, ast.FunctionDef) and n.name == "load_facts" for n in _walk(t)))
+    assert loaders == ["channels/facts.py"]
+
+
+def test_receipts_have_one_writer_and_one_typed_reader() -> None:
+    """gate.receipt.write and gate.receipt.load; validate_receipt is called by that reader (and, until its
+    `Receipt | dict` goes, by upgrade/verdict.py), and only receipt_model validates a Receipt."""
+    validators = _who(lambda t: _calls(t, "validate_receipt") > 0)
+    assert "gate/receipt.py" in validators and set(validators) <= {"gate/receipt.py", "upgrade/verdict.py"}
+    assert _who(lambda t: any(isinstance(n, ast.Attribute) and n.attr == "model_validate"
+                              and getattr(n.value, "id", None) == "Receipt" for n in _walk(t))) == [
+        "gate/receipt_model.py"]
+    assert _who(lambda t: _names_from(t, "appliance.gate.receipt", {"write", "finalize"})) == ["gate/runner.py"]
