@@ -49,9 +49,9 @@ class Sources:
 
 def default_image(channel: str) -> str:
     """The tag the image build gives the channel's image (appliance:<channel>-<its lock digest 12>)."""
-    from appliance.container.buildargs import image_tag
+    from appliance.lock import image_tag
 
-    return image_tag(json.loads(versions_path().read_text()), channel)
+    return image_tag(channel)
 
 
 def default_wheelhouse(target: str) -> Path | None:

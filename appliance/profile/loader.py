@@ -338,19 +338,23 @@ def _append_passthrough(merged: dict[str, Any], words: list[str], origins: dict[
     origins["engine.extra_args"] = f"{before}+cli:--" if given and before else "cli:--"
 
 
+def default_channel(target: str) -> tuple[str, str]:
+    """The channel a profile of `target` runs when it names none, and its origin: the one place a profile's channel
+    is filled (here for a loaded profile, through channels.capabilities for a Profile built directly)."""
+    from appliance.lock import load_lock
+    from appliance.lockfile import default_key
+
+    return load_lock().default_for("cpu" if target == "cpu" else "gpu"), f"lock:{default_key(target)}"
+
+
 def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:
     """engine.channel: the profile's (its bases', an override's), else the lock's default for its target; an
     unknown name is refused here, naming the nearest channel, so no command ever renders for a channel that is
     not locked."""
-    from appliance.lockfile import UnknownChannel, channel, default_channel, load
-    from appliance.paths import versions_path
+    from appliance.lock import lock_document
+    from appliance.lockfile import UnknownChannel, channel
 
-    try:
-        lock = load(versions_path())  # a hostile lock is the reader's exit 2, naming the version lock
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the version lock {versions_path()}: {exc}", field="engine.channel",
-                             value=str(versions_path()), fix="set APPLIANCE_ROOT to a folder holding versions.json",
-                             reason="a profile's engine channel is a channel of versions.json") from None
+    lock = lock_document()  # a hostile lock is the reader's exit 2, naming the version lock and what chose it
     engine = merged.get("engine")
     if engine is not None and not isinstance(engine, dict):
         return  # the model's own error names it
@@ -359,8 +363,7 @@ def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:
     if name is None:
         hardware = merged.get("hardware")
         target = "cpu" if isinstance(hardware, dict) and hardware.get("gpu") == "cpu" else "gpu"
-        engine["channel"] = default_channel(lock, target)
-        origins["engine.channel"] = "lock:default_cpu_channel" if target == "cpu" else "lock:default_channel"
+        engine["channel"], origins["engine.channel"] = default_channel(target)
         return
     if not isinstance(name, str):
         return
