@@ -165,3 +165,53 @@ def test_a_bad_weight_index_is_a_problem_naming_the_index(tmp_path: Path, case: 
     assert not check.complete
     assert "model.safetensors.index.json" in [p.path for p in check.problems], check.problems
     assert all(not p.path.startswith(("/", "..")) for p in check.problems)
+
+
+# --- item 4: passthrough knows files; every token variable is a secret -------------------------------------------
+
+@pytest.mark.parametrize("words", [["--config", "/tmp/more-flags.yaml"], ["--config=/tmp/more-flags.yaml"]])
+def test_a_flag_that_reads_more_flags_from_a_file_is_refused_as_passthrough(home: Path, words: list[str]) -> None:
+    run = run_main(["render", "cpu-smoke", "--", *words], limit_s=30)
+    assert run.returncode == 2 and "X2" in run.stderr and "--config" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("var", ["HUGGING_FACE_HUB_TOKEN", "HF_OIDC_ID_TOKEN", "OAUTH_CLIENT_SECRET"])
+def test_every_token_variable_the_libraries_read_is_refused_in_extra_env(home: Path, var: str) -> None:
+    run = run_main(["render", "cpu-smoke", "--set", f"engine.extra_env.{var}=tok-value-5678"], limit_s=30)
+    assert run.returncode == 2 and "X3" in run.stderr and var in run.stderr, run.stderr
+    assert "tok-value-5678" not in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("var", ["HUGGING_FACE_HUB_TOKEN", "HF_OIDC_ID_TOKEN", "OAUTH_CLIENT_SECRET"])
+def test_the_value_of_every_token_variable_is_redacted(var: str) -> None:
+    from appliance.redact import redact
+
+    assert redact("value tokvalue-9876 seen", env={var: "tokvalue-9876"}) == "value *** seen"
+
+
+def _launch(tmp_path: Path) -> Path:
+    run = run_main(["run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(tmp_path / "r")], limit_s=60)
+    assert run.returncode == 0, run.stderr
+    return tmp_path / "r" / "launch.json"
+
+
+def test_launch_json_is_written_for_its_owner_only(home: Path, tmp_path: Path) -> None:
+    path = _launch(tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(("field", "value"), [("host", ""), ("host", 5), ("port", 0), ("port", 70000),
+                                              ("port", -1), ("port", True)])
+def test_a_launch_json_exporter_section_out_of_range_is_refused(home: Path, tmp_path: Path, field: str,
+                                                                value: object) -> None:
+    from appliance.run.launchfile import LaunchFileError, read_launch
+
+    path = _launch(tmp_path)
+    data = json.loads(path.read_text())
+    data["exporter"][field] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(LaunchFileError, match=f"exporter.{field}"):
+        read_launch(path)
+    run = run_main(["exporter", "--launch", str(path)], limit_s=20)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr

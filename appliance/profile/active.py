@@ -84,8 +84,11 @@ class Active:
         sets = data.get("set", [])
         if not all(isinstance(s, str) for s in sets):
             raise ValueError(f"{origin}: field 'set' holds something other than `a.b=v` strings")
+        previous = data.get("previous")
+        if previous is not None:  # the rollback target: held to the same shape now, not when a rollback reads it
+            cls.from_json(previous, f"{origin} (previous)")
         return cls(data["profile"], data["channel"], list(sets), data.get("decision"), data.get("since"),
-                   data.get("previous"), origin)
+                   previous, origin)
 
 
 class ActiveError(ValueError):
