@@ -302,3 +302,42 @@ def test_bundle_apply_progress_lines_are_redacted_and_escaped(monkeypatch: pytes
     monkeypatch.setattr(apply_mod, "_apply", fake_apply)
     apply_mod.apply(Path("/nonexistent"), report=said.append)
     assert said and TOKEN not in said[0] and "\x1b" not in said[0]
+
+
+# --- item 7: the promote transaction ----------------------------------------------------------------------------
+
+def test_a_failed_engine_restart_inside_promote_restores_the_incumbent_and_records_why(home: Path, tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch
+                                                                                     ) -> None:
+    """No supervisord runs the dry-run serve: `supervisorctl restart` fails for real, after the switch. The promote
+    must put active.json and launch.json back on the incumbent and say why in its record."""
+    from appliance.profile.active import read_active
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.candidate import Request
+    from appliance.upgrade.history import records
+    from appliance.upgrade.promote import PromoteOptions, promote
+    from tests.test_upgrade import NEW, OLD, fake_engine_venv
+
+    monkeypatch.setenv("APPLIANCE_ENGINES", str(tmp_path / "engines"))
+    fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"extends: [cpu-smoke]\nengine:\n  channel: {OLD}\n")
+    run_dir = tmp_path / "run"
+    made = run_main(["run", str(mine), "--dry-run", "--skip-doctor", "--run-dir", str(run_dir)], limit_s=60)
+    assert made.returncode == 0, made.stderr
+    before = read_launch(run_dir / "launch.json")
+    said: list[str] = []
+    try:
+        with time_limit(120):
+            promote(Request(str(mine), to=NEW), PromoteOptions(run_dir, budget_s=5, canary_rounds=0, force=True),
+                    report=said.append)
+    except Exception as exc:  # an ApplianceError may say it; the state is the point
+        from appliance.errors import ApplianceError
+
+        assert isinstance(exc, ApplianceError), repr(exc)
+    after = read_launch(run_dir / "launch.json")
+    assert read_active("mine") is None
+    assert after.profile["engine"]["channel"] == OLD and after.programs["vllm"].argv == before.programs["vllm"].argv
+    (rec,) = [r for r in records("mine") if r.kind == "promote"]
+    assert rec.data.get("outcome") not in (None, "promoted"), rec.data
+    assert rec.data.get("why"), rec.data
