@@ -173,7 +173,7 @@ def test_a_symlink_loop_in_profiles_is_listed_invalid_and_refused_without_a_trac
     (profiles / "loop.yaml").symlink_to("loop.yaml")
     (profiles / "bases" / "bloop.yaml").symlink_to("bloop.yaml")
     (profiles / "usesloop.yaml").write_text("extends: [bases/bloop]\n")
-    listing = run_in(data_root, "profiles")
+    listing = run_in(data_root, "profiles", "--all")
     assert listing.returncode == 0 and "loop  INVALID" in listing.stdout and "Traceback" not in listing.stderr
     assert "cpu-smoke " in listing.stdout  # the others are still listed
     for name in ("loop", "usesloop"):

@@ -58,7 +58,7 @@ def test_profiles_show_head_runner_and_checks(capsys) -> None:
 
     from appliance.cli import main
 
-    assert main(["profiles"]) == 0
+    assert main(["profiles", "-o", "wide"]) == 0
     table = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert "0f59188db1; runner v1; no guard" in table["rtx-pro-6000-tp2"]
     assert "d44e224ab9; runner v2; mml 131072" in table["gb10-tp2"]
