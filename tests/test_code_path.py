@@ -170,3 +170,33 @@ def test_the_upstream_fixture_is_built_only_from_call_sites_the_path_reaches_and
         results = {r.name: r for r in evaluation.results}
         assert results["sm120-backend-engaged"].status == "unknown" and not results["sm120-backend-engaged"].provable
         assert {r.status for r in evaluation.results if r.provable} == {"pass"}
+
+
+def test_config_and_doctor_say_which_expectations_the_channel_cannot_prove(capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.cli import main
+    from appliance.doctor.report import check_provable
+
+    assert main(["config", "--profile", "gb10-tp2-upstream", "--json"]) == 0
+    said = {n["expectation"]: n for n in json.loads(capsys.readouterr().out)["not_provable"]}
+    assert set(said) == {"sm120-backend-engaged", "attention-backend-named"}
+    assert said["sm120-backend-engaged"]["pattern"] == "dsv4-attention-backend" and said["sm120-backend-engaged"][
+        "channel"] == UPSTREAM
+    assert main(["config", "--profile", "gb10-tp2-upstream"]) == 0
+    assert "# K7 sm120-backend-engaged: not provable on channel vllm-0.32.0" in capsys.readouterr().out
+    (check,) = check_provable(load_profile("gb10-tp2-upstream").profile)
+    assert check.status == "warn" and check.rule == "K7" and "sm120-backend-engaged (K7)" in check.detail
+    assert {p.rule for p in check.parts} == {"K7", "K12"}
+    assert main(["config", "--profile", "cpu-smoke", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["not_provable"] == []
+
+
+def test_the_image_builds_overlay_check_rechecks_each_fork_hop_against_the_engine_it_is_given() -> None:
+    """overlay-check's code_path step, run here against the 0.32.0 source (standing in for a fork build): the hops
+    that exist there hold, the fork's own SM120 decode file does not, and the check names it."""
+    from appliance.channels.facts import load_overlay
+    from tooling.channel_facts import _overlay_chain_problems
+
+    (entry,) = [e for e in load_overlay("jasl-sm120-20260809").entries if e.name == "sm120-decode"
+                and e.section == "code_path"]
+    problems = _overlay_chain_problems(entry, Path(__import__("sys").executable))
+    assert len(problems) == 1 and "flashinfer_sm120_decode.py: no such file" in problems[0]

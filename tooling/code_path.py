@@ -245,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         section = code_path(args.source, spec_path(args.channel))
+        overlay = ROOT / "channels" / "overlays" / f"{args.channel}.yaml"
+        if overlay.is_file():  # a fork: its own lines' entries come from the cited overlay
+            from appliance.channels.facts import load_overlay
+
+            section |= {e.name: e.value for e in load_overlay(args.channel, ROOT).entries if e.section == "code_path"}
     except PathError as exc:
         print(f"code path: channel {args.channel}: {exc}", file=sys.stderr)
         return 2
