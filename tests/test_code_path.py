@@ -200,3 +200,18 @@ def test_the_image_builds_overlay_check_rechecks_each_fork_hop_against_the_engin
                 and e.section == "code_path"]
     problems = _overlay_chain_problems(entry, Path(__import__("sys").executable))
     assert len(problems) == 1 and "flashinfer_sm120_decode.py: no such file" in problems[0]
+
+
+def test_a_file_is_read_only_from_the_first_root_holding_its_package(tmp_path: Path) -> None:
+    """The fork's base tree first, a site-packages for uvicorn second: that second root's own (newer) vllm/ must
+    never stand in for a file the base lacks (a hop would then hold against the wrong release)."""
+    for root, name in (("base", "a.py"), ("other", "z.py")):
+        (tmp_path / root / "vllm").mkdir(parents=True)
+        (tmp_path / root / "vllm" / name).write_text("def f():\n    g()\n")
+    (tmp_path / "other" / "uvicorn").mkdir()
+    (tmp_path / "other" / "uvicorn" / "u.py").write_text("def f():\n    g()\n")
+    sources = Sources([tmp_path / "base", tmp_path / "other"])
+    assert sources.tree("vllm/a.py") is not None and sources.tree("uvicorn/u.py") is not None
+    assert sources.tree("vllm/z.py") is None
+    with pytest.raises(PathError, match="no such file"):
+        sources.verify(Hop("vllm/z.py", "f", "g"))

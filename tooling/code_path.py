@@ -88,9 +88,19 @@ class Sources:
         self.roots = roots
         self._trees: dict[str, ast.Module | None] = {}
 
+    def root_of(self, rel: str) -> Path | None:
+        """The first root holding the file's top-level package: a file is never read from another root's copy of
+        that package (a second site-packages' newer vllm/ must not stand in for a file the first one lacks)."""
+        top = rel.split("/", 1)[0]
+        return next((r for r in self.roots if (r / top).is_dir()), None)
+
+    def path(self, rel: str) -> Path | None:
+        root = self.root_of(rel)
+        return root / rel if root is not None and (root / rel).is_file() else None
+
     def tree(self, rel: str) -> ast.Module | None:
         if rel not in self._trees:
-            path = next((r / rel for r in self.roots if (r / rel).is_file()), None)
+            path = self.path(rel)
             self._trees[rel] = ast.parse(path.read_text()) if path else None
         return self._trees[rel]
 
@@ -199,10 +209,13 @@ def code_path(roots: list[Path], spec: Path, root: Path = ROOT) -> dict[str, dic
     data = load_spec(spec)
     table = {p["id"]: p for p in yaml.safe_load((root / "healthchecks" / "logchecks.yaml").read_text())["facts"]}
     sources = Sources(roots)
-    files = sorted({p.relative_to(r).as_posix() for r in roots for top in ("vllm", "uvicorn") if (r / top).is_dir()
-                    for p in (r / top).rglob("*.py") if "/tests/" not in p.as_posix()
-                    and not p.relative_to(r).as_posix().startswith("vllm/benchmarks/")})
-    texts = {rel: next(r / rel for r in roots if (r / rel).is_file()).read_text(errors="replace") for rel in files}
+    texts = {}
+    for top in ("vllm", "uvicorn"):
+        base = sources.root_of(top)
+        for p in sorted((base / top).rglob("*.py")) if base else []:
+            rel = p.relative_to(base).as_posix()
+            if "/tests/" not in rel and not rel.startswith("vllm/benchmarks/"):
+                texts[rel] = p.read_text(errors="replace")
     out: dict[str, dict[str, Any]] = {}
     for pid in needed_patterns(root):
         p = table[pid]
