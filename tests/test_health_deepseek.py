@@ -35,7 +35,12 @@ def statuses(evaluation: Evaluation) -> dict[str, str]:
 def test_a_healthy_gb10_tp2_dspark_head_passes_every_expectation():
     ev = judge("gb10-tp2-dspark-head.log")
     assert ev.verdict == "pass"
-    assert set(statuses(ev).values()) == {"pass"}
+    # The fork's DeepSeek-V4 path names no attention backend (its model picks the class itself, channels/facts
+    # code_path): that expectation is said not provable there, never a pass from a line the engine cannot print.
+    unprovable = {r.name for r in ev.results if not r.provable}
+    assert unprovable == {"attention-backend-named"}
+    assert {r.status for r in ev.results if r.provable} == {"pass"}
+    assert "not provable on channel jasl-sm120-20260809" in result(ev, "attention-backend-named").detail
     assert {"guard-every-manager", "runner-v2", "sm120-decode-engaged", "nccl-vllm-matches-lock",
             "nccl-library-matches-lock", "kv-holds-max-model-len", "spec-decode-accepting"} <= set(statuses(ev))
 
@@ -159,7 +164,7 @@ def test_the_num_tokens_gate_is_fatal_k17_at_once():
 
 def test_an_illegal_memory_access_mid_serve_fails_although_every_expectation_passed():
     ev = judge("illegal-memory-access.log")
-    assert ev.log_ready and all(r.status == "pass" for r in ev.results)
+    assert ev.log_ready and all(r.status == "pass" for r in ev.results if r.provable)
     assert ev.verdict == "fail"
     assert [h.id for h in ev.fatal] == ["illegal-memory-access", "engine-dead"]
 

@@ -75,6 +75,30 @@ def extract_raw(python: Path, root: Path = ROOT) -> dict[str, Any]:
         return json.loads(out.read_text())
 
 
+def engine_site_packages(python: Path) -> Path:
+    """The site-packages holding the engine venv's vllm (found, not imported)."""
+    code = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"
+    run = subprocess.run([str(python.absolute()), "-c", code], capture_output=True, text=True,
+                         env=_engine_env(python), timeout=120, check=False)
+    if run.returncode != 0:
+        raise FactsError(f"{python} has no vllm to read the code path from: {run.stderr.strip()[-300:]}")
+    return Path(run.stdout.strip()).parent
+
+
+def code_path_section(name: str, python: Path, root: Path = ROOT) -> dict[str, Any] | None:
+    """The channel's DeepSeek-V4 code path (tooling/code_path.py), read from the engine venv's sources; None for a
+    channel without a channels/code_path/ file (it serves no DeepSeek-V4)."""
+    from tooling.code_path import PathError, code_path, spec_path
+
+    spec = spec_path(name, root)
+    if not spec.is_file():
+        return None
+    try:
+        return code_path([engine_site_packages(python)], spec, root)
+    except PathError as exc:
+        raise FactsError(f"channel {name}: the code path does not hold in {python}'s engine: {exc}") from None
+
+
 def apply_overlay(base: dict[str, Any], overlay: Overlay) -> dict[str, Any]:
     """The fork's facts: its base release's plus each overlay entry (set, or removed)."""
     facts = json.loads(json.dumps(base))
@@ -104,6 +128,9 @@ def channel_facts(name: str, python: Path, root: Path = ROOT) -> dict[str, Any]:
         raise FactsError(f"channel {name} wants the facts of {want[0]}=={want[1]} but {python} has "
                          f"{got[0]}=={raw['engine']['version']}")
     facts = {"channel": name, **raw}
+    path = code_path_section(name, python, root)
+    if path is not None:
+        facts["code_path"] = path
     if eng["source"] == "fork":
         facts = apply_overlay(facts, load_overlay(name, root))
     return facts
@@ -131,6 +158,8 @@ def overlay_check(name: str, python: Path, root: Path = ROOT) -> list[str]:
             if present == e.remove:
                 problems.append(f"overlay {e.key}: the fork {'still has' if e.remove else 'has no'} {e.name} "
                                 f"({e.source})")
+        elif e.section == "code_path":
+            problems += _overlay_chain_problems(e, python)
         elif e.remove:
             if e.name in section:
                 problems.append(f"overlay {e.key}: the fork still has it ({e.source})")
@@ -151,6 +180,21 @@ def overlay_check(name: str, python: Path, root: Path = ROOT) -> list[str]:
         gone = sorted(set(names) - set(raw.get("registries", {}).get(reg, [])))
         problems += [f"registries.{reg} {n}: in the committed facts, not in the fork" for n in gone]
     return problems
+
+
+def _overlay_chain_problems(e: Any, python: Path) -> list[str]:
+    """A code_path overlay entry against the real fork: every hop of its chain holds there (file, function, the
+    name it calls)."""
+    from tooling.code_path import Hop, PathError, Sources
+
+    sources = Sources([engine_site_packages(python)])
+    out = []
+    for h in (e.value or {}).get("chain") or []:
+        try:
+            sources.verify(Hop(h["file"], h["function"], h["calls"], h.get("via")))
+        except PathError as exc:
+            out.append(f"overlay {e.key}: {exc} ({e.source})")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

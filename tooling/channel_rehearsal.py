@@ -48,7 +48,8 @@ from tooling import rehearsal as gpu_rehearsal  # noqa: E402
 FACTS_PYTHON = "3.11"
 """The facts venvs' Python: the CPU torch build this machine holds is a cp311 wheel (and the CPU channels' Python)."""
 FACTS_INPUTS = ("tooling/engine_facts.py", "tooling/platform_double.py", "tooling/channel_facts.py",
-                "appliance/engine_args.py", "healthchecks/logchecks.yaml", "channels/sources.yaml")
+                "tooling/code_path.py", "appliance/engine_args.py", "healthchecks/logchecks.yaml",
+                "channels/sources.yaml")
 
 
 class ChannelRehearsalError(Exception):
@@ -160,9 +161,9 @@ def _facts_key(lock: dict, name: str) -> str:
 
     parts = [channel_digest(lock, name).encode(), facts_path(name, ROOT).read_bytes()]
     parts += [(ROOT / rel).read_bytes() for rel in FACTS_INPUTS]
-    overlay = ROOT / "channels" / "overlays" / f"{name}.yaml"
-    if overlay.is_file():
-        parts.append(overlay.read_bytes())
+    for extra in (ROOT / "channels" / "overlays" / f"{name}.yaml", ROOT / "channels" / "code_path" / f"{name}.yaml"):
+        if extra.is_file():
+            parts.append(extra.read_bytes())
     return _sha(*parts)
 
 

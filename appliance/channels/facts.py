@@ -21,7 +21,7 @@ from appliance.errors import ApplianceError
 from appliance.paths import data_root
 from appliance.yamlstrict import load_data_table
 
-FACT_SECTIONS = ("flags", "env", "registries", "markers", "log_lines")
+FACT_SECTIONS = ("flags", "env", "registries", "markers", "log_lines", "code_path")
 BACKEND_REGISTRIES = ("attention_backends", "moe_backends")
 """The registries counted as "backends" in a channel's summary."""
 
@@ -55,6 +55,9 @@ class EngineFacts:
     markers: dict[str, dict[str, Any]]
     log_lines: dict[str, dict[str, Any]]
     overlay: dict[str, Any] | None = None
+    code_path: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """pattern id -> {sites, reached, chain | why}: which log lines the DeepSeek-V4 code path of this engine prints
+    (tooling/code_path.py); empty for a channel that serves no DeepSeek-V4 (the CPU engines)."""
     _options: frozenset[str] = field(default=frozenset(), repr=False)
 
     @classmethod
@@ -68,7 +71,7 @@ class EngineFacts:
                     options.add(f"--no-{opt[2:]}")
         return cls(str(data["channel"]), data.get("engine", {}), flags, data.get("env", {}),
                    data.get("registries", {}), data.get("markers", {}), data.get("log_lines", {}),
-                   data.get("overlay"), frozenset(options))
+                   data.get("overlay"), data.get("code_path", {}), frozenset(options))
 
     @property
     def label(self) -> str:
@@ -100,6 +103,11 @@ class EngineFacts:
 
     def line(self, pattern: str) -> dict[str, Any] | None:
         return self.log_lines.get(pattern)
+
+    def on_dsv4_path(self, pattern: str) -> bool | None:
+        """Whether a call site printing the pattern is reached on the DeepSeek-V4 path; None: not recorded."""
+        entry = self.code_path.get(pattern)
+        return None if entry is None else bool(entry.get("reached"))
 
     def counts(self) -> dict[str, int]:
         return {"flags": len(self.flags), "env": len(self.env),
@@ -173,7 +181,7 @@ class _Strict(BaseModel):
 
 
 class OverlayEntry(_Strict):
-    section: Literal["flags", "env", "registries", "markers", "log_lines"]
+    section: Literal["flags", "env", "registries", "markers", "log_lines", "code_path"]
     name: str = Field(min_length=1)
     """The flag, env var, registry member, marker or log pattern id."""
     registry: str | None = None

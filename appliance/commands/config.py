@@ -70,9 +70,14 @@ def run(args: argparse.Namespace) -> int:
         for finding in REGISTRY["X5"](context_for(loaded.profile)):
             print(finding.render(), file=sys.stderr)
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
+    from appliance.health.provable import profile_unprovable
+    from appliance.health.table import load_table
+
+    # Log expectations this profile's channel cannot prove on a DeepSeek-V4 serve: said here as on /status.
+    unprovable = profile_unprovable(load_table(), loaded.profile)
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,
-                          "secrets": secrets}, indent=2))
+                          "secrets": secrets, "not_provable": [n.to_json() for n in unprovable]}, indent=2))
         return 0
     from appliance.table import line, render
 
@@ -80,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     table = [[path, shown(row["value"]), str(row["origin"])] for path, row in rows.items()]
     table += [[f"env.{name}", state, "env"] for name, state in secrets.items()]
     print(render(["path", "value", "origin"], table, wide=args.output == "wide"))
+    for n in unprovable:
+        print(line(f"# {n.rule} {n.expectation}: {n.detail}"))
     return 0
 
 

@@ -281,6 +281,21 @@ def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -
     return Check("versions", "fail", detail, STACK_AS_LOCKED, fix=fix, parts=parts)
 
 
+def check_provable(profile: Profile) -> list[Check]:
+    """Log expectations the profile's channel cannot prove on a DeepSeek-V4 serve (its engine's code path prints
+    no line they need: appliance/health/provable.py): said, since the serve's /status will never judge them."""
+    from appliance.health.provable import profile_unprovable
+    from appliance.health.table import load_table
+
+    found = profile_unprovable(load_table(), profile)
+    if not found:
+        return []
+    names = ", ".join(f"{n.expectation} ({n.rule})" for n in found)
+    parts = tuple(Check("health.provable", "warn", f"{n.expectation}: {n.detail}", n.rule) for n in found)
+    return [Check("health.provable", "warn", f"not provable on channel {found[0].channel}: {names}; the serve "
+                  f"reports them unknown and never waits for them", found[0].rule, parts=parts)]
+
+
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
                kmsg: Path | None = None) -> list[Check]:
     """`procfs`/`kmsg`: APPLIANCE_PROCFS / APPLIANCE_KMSG (settings); defaults /proc and this boot's kernel log."""
@@ -297,4 +312,5 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
         *check_memlock(profile, target, memlock_limit()),
         *check_kernel(profile, target, *kernel_release(procfs)),
         *check_versions(profile),
+        *check_provable(profile),
     ]

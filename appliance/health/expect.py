@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from appliance.health.facts import Facts, FatalHit
 from appliance.health.predicates import holds
+from appliance.health.provable import unprovable
 from appliance.health.table import COMPARE, PLACEHOLDER, Expectation, FactCheck, LogTable, Operand, Role
 from appliance.profile.model import Profile
 from appliance.profile.topology import RankView, rank_view
@@ -31,6 +32,9 @@ class Result:
     detail: str
     warning: str | None = None
     fix: str | None = None
+    provable: bool = True
+    """False: the channel's DeepSeek-V4 code path prints no line this expectation needs (health/provable.py); it
+    stays `unknown`, said so, and never blocks."""
 
     @property
     def blocking(self) -> bool:
@@ -43,6 +47,8 @@ class Result:
             out["warning"] = self.warning
         if self.fix and self.status == "fail":
             out["fix"] = self.fix
+        if not self.provable:
+            out["provable"] = False
         return out
 
 
@@ -94,8 +100,11 @@ class Judge:
         self.role = self.node.role
         self.lock_versions = lock_versions
         self.printed_here = table.printed_on(self.node)
-        self.expectations = [e for e in table.expectations
-                             if self._applies(e.roles, e.when) and set(e.required()) <= self.printed_here]
+        applicable = [e for e in table.expectations
+                      if self._applies(e.roles, e.when) and set(e.required()) <= self.printed_here]
+        # An expectation the channel's DeepSeek-V4 path cannot prove is said, never waited for (health/provable.py).
+        self.not_provable = {e.id: np for e in applicable if (np := unprovable(e, table, profile)) is not None}
+        self.expectations = [e for e in applicable if e.id not in self.not_provable]
         # fact name -> the log-check pattern that sets it: a missing fact is said with the line it comes from.
         self.source = {name: p.id for p in table.facts for name in p.produces()}
         # Readiness is not filtered by what the node prints: a readiness line a node cannot print keeps it from
@@ -114,6 +123,8 @@ class Judge:
     def evaluate(self, facts: Facts) -> Evaluation:
         ready = self.log_ready(facts)
         results = [self._judge(e, facts, ready) for e in self.expectations]
+        results += [Result(np.rule, np.expectation, "unknown", e.severity, np.detail, provable=False)
+                    for e in self.table.expectations if (np := self.not_provable.get(e.id)) is not None]
         return Evaluation(ready, results, sorted(facts.fatal.values(), key=lambda h: h.line))
 
     def _operand(self, o: Operand, facts: Facts) -> Any:

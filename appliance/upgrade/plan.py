@@ -133,8 +133,12 @@ def expectation_changes(incumbent: LoadedProfile, candidate: LoadedProfile) -> l
     roles = sorted({role_for(p, r) for r in range(p.hardware.nodes)})
     ctx_a, ctx_b = HealthContext.load(incumbent), HealthContext.load(candidate)
     for role in roles:
-        a = {e.id: e.rule for e in ctx_a.judge(role).expectations}
-        b = {e.id: e.rule for e in ctx_b.judge(role).expectations}
+        judge_a, judge_b = ctx_a.judge(role), ctx_b.judge(role)
+        a = {e.id: e.rule for e in judge_a.expectations}
+        b = {e.id: e.rule for e in judge_b.expectations}
+        out += [{"role": role, "expectation": e, "rule": np.rule,
+                 "change": f"not provable on the candidate ({np.pattern}: no call site on its DeepSeek-V4 path)"}
+                for e, np in sorted(judge_b.not_provable.items()) if e not in judge_a.not_provable]
         out += [{"role": role, "expectation": e, "rule": b[e], "change": "expected on the candidate"}
                 for e in sorted(set(b) - set(a))]
         out += [{"role": role, "expectation": e, "rule": a[e], "change": "not expected on the candidate"}

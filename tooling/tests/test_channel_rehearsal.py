@@ -69,9 +69,11 @@ def test_a_pattern_a_profile_expects_but_its_engine_does_not_print_fails_the_reh
     broken = facts_mod.EngineFacts.from_json({
         "channel": "vllm-0.32.0", "engine": real.engine, "flags": real.flags, "env": real.env,
         "registries": real.registries, "markers": real.markers,
-        "log_lines": {**real.log_lines, "dsv4-attention-backend": {"found": False}}})
+        "log_lines": {**real.log_lines, "kv-tokens": {"found": False}}, "code_path": real.code_path})
     monkeypatch.setattr(facts_mod, "load_facts", lambda name, root=None: broken)
-    with pytest.raises(cr.ChannelRehearsalError, match=r"dsv4-attention-backend \(expected by gb10-tp2-upstream"):
+    # (kv-tokens, not upstream's `Using %s backend.`: that one sits off the DeepSeek-V4 path, so no upstream profile
+    # expects it any more: channels/facts/vllm-0.32.0.json code_path)
+    with pytest.raises(cr.ChannelRehearsalError, match=r"kv-tokens \(expected by gb10-tp2-upstream"):
         cr.patterns("vllm-0.32.0")
 
 
