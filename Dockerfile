@@ -114,7 +114,8 @@ WORKDIR /src/vllm
 # request's branch (never `--branch <tag>`: the tag moved once), engine-source.json records the full SHA,
 # the branch head and where the tag points now, and the fork's own requirements/cuda.txt and build
 # requirements at that commit must pin what versions.json locks (forkcheck.py names both values).
-# A pin that cannot be found stops the build here, naming the pin, the branch head and the tag's head.
+# A pin on none of the public refs (branch, tag, upstream PR head, the fork's other refs) stops the build here,
+# naming each ref tried.
 RUN python /opt/appliance/lock/appliance/container/enginesource.py --versions /opt/appliance/versions.json fetch \
         --dest . --platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json \
         --url "${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \

@@ -115,7 +115,58 @@ def test_a_pin_that_is_nowhere_stops_the_build_naming_the_pin_the_branch_head_an
         fetch(fork, tmp_path / "src", "d44e224ab9")
     message = str(err.value)
     assert "d44e224ab9" in message and "not in its history" in message
-    assert f"Branch codex/pr is at {fork['head']}" in message and f"tag stable-preview is at {fork['head']}" in message
+    assert f"branch codex/pr (at {fork['head']})" in message and f"tag stable-preview (at {fork['head']})" in message
+    assert "every branch and tag of jasl/vllm since " in message  # the last attempt, named too
+
+
+@pytest.fixture
+def upstream(fork, tmp_path: Path) -> dict[str, object]:
+    """The upstream repository: its pull request's head ref holds a commit that no ref of the fork has any more
+    (the fork's branch was force-pushed)."""
+    repo = tmp_path / "upstream"
+    git(tmp_path, "clone", "--quiet", str(fork["url"]).removeprefix("file://"), str(repo))
+    git(repo, "config", "uploadpack.allowFilter", "true")
+    git(repo, "checkout", "--quiet", "-b", "before-the-force-push", str(fork["pinned"]))
+    gone = commit(repo, "pushed-over.txt", "only the pull request's ref still holds this\n")
+    git(repo, "update-ref", "refs/pull/41834/head", gone)
+    git(repo, "checkout", "--quiet", "codex/pr")
+    git(repo, "branch", "--quiet", "-D", "before-the-force-push")
+    return {"pull": enginesource.PullRequest("vllm-project/vllm", 41834, f"file://{repo}"), "gone": gone}
+
+
+def test_a_pin_only_the_upstream_pull_requests_head_ref_holds_is_fetched_from_it(
+        fork, upstream, tmp_path: Path) -> None:
+    gone = str(upstream["gone"])
+    record = enginesource.fetch(str(fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",
+                                ref="stable-preview", pin=gone[:10], platform="linux/arm64", arch="12.1a",
+                                base="0.27.1", pull=upstream["pull"])  # type: ignore[arg-type]
+    assert record.commit == gone and not record.on_branch
+    assert (tmp_path / "src" / "pushed-over.txt").exists()
+
+
+def test_a_pin_only_another_ref_of_the_fork_holds_is_found_by_the_shallow_since_fetch_and_history_is_whole_again(
+        fork, upstream, tmp_path: Path) -> None:
+    other = str(fork["other"])  # on the fork's branch `other` only; a short pin cannot be fetched by id
+    record = enginesource.fetch(str(fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",
+                                ref="stable-preview", pin=other[:10], platform="linux/arm64", arch="12.1a",
+                                base="0.27.1", pull=upstream["pull"])  # type: ignore[arg-type]
+    assert record.commit == other and not record.on_branch
+    assert git(tmp_path / "src", "rev-parse", "--is-shallow-repository") == "false"
+
+
+def test_a_pin_on_no_public_ref_names_every_ref_tried(fork, upstream, tmp_path: Path) -> None:
+    with pytest.raises(enginesource.SourceError) as err:
+        enginesource.fetch(str(fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",
+                           ref="stable-preview", pin="d44e224ab9" + "0" * 30, platform="linux/arm64", arch="12.1a",
+                           base="0.27.1", pull=upstream["pull"])  # type: ignore[arg-type]
+    message = str(err.value)
+    tried = message.split("Tried: ", 1)[1].split(". Fix:", 1)[0].split("; ")
+    assert len(tried) == 5, tried
+    assert [entry.split(" (", 1)[0] for entry in tried[:4]] == [
+        "branch codex/pr", "tag stable-preview", "d44e224ab9" + "0" * 30 + " by id",
+        "vllm-project/vllm pull/41834/head"]
+    assert f"pull/41834/head (at {upstream['gone']})" in message
+    assert tried[-1].startswith("every branch and tag of jasl/vllm since 20")
 
 
 def test_a_full_sha_off_the_branch_is_fetched_by_its_id_and_said_to_be_off_the_branch(fork, tmp_path: Path) -> None:

@@ -11,8 +11,12 @@ by the seed's harness), so the build never trusts it: it fetches the pull reques
 commits and trees only, a few hundred MB at most, so the pin is found however far back it is), resolves the
 pinned commit there (a short pin must be unambiguous), checks it out, and writes engine-source.json: the full
 40-hex SHA, the branch and its head, the tag and where it points now (or null). A pin that is not on the
-branch is fetched by its full SHA when versions.json has one (servers hand out reachable commits by id);
-when it cannot be found at all the build stops, naming the pin, the branch head and the tag's head.
+branch is fetched by its full SHA when versions.json has one (servers hand out reachable commits by id).
+The branch was force-pushed once, so before giving up the pin is looked for in every public ref (issue 33, item 4):
+the branch, the tag, the full SHA by id, the upstream pull request's head ref (`pull/41834/head` on
+vllm-project/vllm, whose head branch this is) and, last, every branch and tag of the fork back to a year before the
+branch head (`--shallow-since`: the cheap way to reach a commit that only another ref still holds). When it cannot be
+found at all the build stops, naming each ref tried and where it points.
 The URL (ENGINE_GIT_URL, a mirror) is never written into the record: it may carry a credential.
 
 The wheel's version is set on purpose (issue 33, item 3). Left to setuptools-scm, a fetch that knows only the fork's
@@ -32,6 +36,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,12 +54,31 @@ PIN = re.compile(r"^[0-9a-f]{10,40}$")
 RELEASE_TAG = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 """An upstream release tag, the only kind the version is derived from (rc and dev tags are left out)."""
 BASE_VERSION = re.compile(r"^\d+(\.\d+)*$")
+SHALLOW_SINCE_DAYS = 365
+"""How far back before the branch head the last attempt reads the fork's other refs."""
+UPSTREAM_PULLS: dict[tuple[str, str], tuple[str, int]] = {
+    ("jasl/vllm", "codex/ds4-sm120-min-enable"): ("vllm-project/vllm", 41834)}
+"""(fork, branch) -> (upstream repository, pull request) whose head ref holds the same commits: versions.json's
+engine.confirmed.branch (vllm-project/vllm#41834, 'jasl force-pushed the codex/ds4-sm120-min-enable branch')."""
 FORK_TAGS = "refs/appliance/tags"
 """Where the fork's own tag is kept: out of refs/tags, so that setuptools-scm never derives a version from it."""
 
 
 class SourceError(Exception):
     """The engine's source could not be fetched or pinned; the message names what and the fix."""
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """An upstream pull request whose head ref may hold the pin after the fork's branch moved."""
+
+    repo: str
+    number: int
+    url: str
+
+    @property
+    def ref(self) -> str:
+        return f"refs/pull/{self.number}/head"
 
 
 @dataclass(frozen=True)
@@ -153,8 +177,12 @@ def wheel_version(wheel: Path) -> str:
     raise SourceError(f"{wheel.name}: its METADATA has no Version: line")
 
 
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "no answer"
+
+
 def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, platform: str, arch: str,
-          base: str | None = None) -> EngineRecord:
+          base: str | None = None, pull: PullRequest | None = None) -> EngineRecord:
     """Fetch `branch` (and the tag `ref`) of `url` into `dest`, check out `pin`, return the record."""
     problem = pin_problem(pin)
     if problem:
@@ -179,16 +207,40 @@ def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, p
     _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", "origin", "+refs/tags/v*:refs/tags/v*",
          check=False)
     commit, complaint = _resolve(dest, pin)
-    if commit is None and FULL_SHA.match(pin):
-        _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", "origin", pin, check=False)
+    tried = [f"branch {branch} (at {branch_head})", f"tag {ref} (at {tag_head or 'no such tag'})"]
+
+    def missing() -> bool:
+        return commit is None and "ambiguous" not in complaint
+
+    if missing() and FULL_SHA.match(pin):
+        out = _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", "origin", pin, check=False)
         commit, complaint = _resolve(dest, pin)
+        tried.append(f"{pin} by id ({'fetched' if out.returncode == 0 else _first_line(out.stderr)})")
+    if missing() and pull is not None:
+        local = f"refs/appliance/pull/{pull.number}"
+        out = _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", pull.url, f"+{pull.ref}:{local}",
+                   check=False)
+        at = _resolve(dest, local)[0] if out.returncode == 0 else None
+        commit, complaint = _resolve(dest, pin)
+        tried.append(f"{pull.repo} pull/{pull.number}/head (at {at or 'not fetched: ' + _first_line(out.stderr)})")
+    if missing():
+        stamp = int(_git(dest, "log", "-1", "--format=%ct", branch_head).stdout.strip())
+        since = time.strftime("%Y-%m-%d", time.gmtime(stamp - SHALLOW_SINCE_DAYS * 86400))
+        specs = ("+refs/heads/*:refs/appliance/fork/heads/*", "+refs/tags/*:refs/appliance/fork/tags/*")
+        out = _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", f"--shallow-since={since}", "origin",
+                   *specs, check=False)
+        commit, complaint = _resolve(dest, pin)
+        if commit is not None:  # the full history again: the version counts commits from a release tag
+            _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", "--unshallow", "origin", *specs,
+                 check=False)
+        tried.append(f"every branch and tag of {repo} since {since} "
+                     f"({'fetched' if out.returncode == 0 else 'not fetched: ' + _first_line(out.stderr)})")
     if commit is None:
         why = "it is ambiguous there" if "ambiguous" in complaint else "it is not in its history"
         raise SourceError(
             f"{repo}: the pinned commit {pin} (the channel's engine.commit in versions.json) cannot be found: {why}. "
-            f"Branch {branch} is at {branch_head}; tag {ref} is at {tag_head or '(no such tag)'}. Fix: pin the "
-            f"full 40-hex SHA of the validated commit in versions.json (the build fetches it by id), or move the "
-            f"lock to a commit of that branch and re-validate (K16)")
+            f"Tried: {'; '.join(tried)}. Fix: pin the full 40-hex SHA of the validated commit in versions.json "
+            f"(the build fetches it by id), or move the lock to a commit of that branch and re-validate (K16)")
     on_branch = _git(dest, "merge-base", "--is-ancestor", commit, remote_branch, check=False).returncode == 0
     _git(dest, "checkout", "--quiet", "--detach", commit)
     head, _ = _resolve(dest, "HEAD")
@@ -234,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--platform", required=True, help="the target platform (linux/amd64, linux/arm64)")
     p.add_argument("--write", type=Path, required=True, help="engine-source.json to write")
     p.add_argument("--url", default="", help="a mirror of the fork (default: its GitHub repository)")
+    p.add_argument("--pull-url", default="", help="a mirror of the upstream repository whose pull request's head "
+                   "ref is tried when the pin is not on the branch (default: its GitHub repository)")
     v = sub.add_parser("version", help="print engine-source.json's version (for VLLM_VERSION_OVERRIDE)")
     v.add_argument("--record", type=Path, required=True)
     w = sub.add_parser("check-wheel", help="the built wheel must carry engine-source.json's version")
@@ -270,9 +324,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"enginesource: channel {name} torch_cuda_arch_list has no {args.platform}", file=sys.stderr)
         return 1
     url = args.url or f"https://github.com/{src['repo']}.git"
+    upstream = UPSTREAM_PULLS.get((src["repo"], src["branch"]))
+    pull = None if upstream is None else PullRequest(
+        upstream[0], upstream[1], args.pull_url or f"https://github.com/{upstream[0]}.git")
     try:
         record = fetch(url, args.dest, repo=src["repo"], branch=src["branch"], ref=src["ref"], pin=src["commit"],
-                       platform=args.platform, arch=arch, base=(src.get("base") or {}).get("version"))
+                       platform=args.platform, arch=arch, base=(src.get("base") or {}).get("version"), pull=pull)
     except SourceError as exc:
         print(f"enginesource: {exc}", file=sys.stderr)
         return 1
