@@ -114,7 +114,8 @@ WORKDIR /src/vllm
 # request's branch (never `--branch <tag>`: the tag moved once), engine-source.json records the full SHA,
 # the branch head and where the tag points now, and the fork's own requirements/cuda.txt and build
 # requirements at that commit must pin what versions.json locks (forkcheck.py names both values).
-# A pin that cannot be found stops the build here, naming the pin, the branch head and the tag's head.
+# A pin on none of the public refs (branch, tag, upstream PR head, the fork's other refs) stops the build here,
+# naming each ref tried.
 RUN python /opt/appliance/lock/appliance/container/enginesource.py --versions /opt/appliance/versions.json fetch \
         --dest . --platform "${TARGETPLATFORM}" --write /opt/appliance/lock/engine-source.json \
         --url "${ENGINE_GIT_URL:-https://github.com/${ENGINE_REPO}.git}" \
@@ -135,6 +136,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # the cores, and at most 8 on linux/arm64 (GB10's unified memory); the MAX_JOBS build arg overrides it.
 # VLLM_REQUIRE_RUST_FRONTEND=1: a Rust part that does not build stops the build instead of being dropped, and
 # forkcheck.py wheel proves afterwards that the wheel carries the Rust frontend and FA2 (and FA3 only if built).
+# VLLM_VERSION_OVERRIDE: the version enginesource.py derived from the nearest release tag (never the fork's date
+# tag, which setuptools-scm would make the version of); `enginesource.py check-wheel` proves the wheel carries it.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=cache,target=/root/.cache/ccache \
     --mount=type=cache,target=/opt/cargo/registry \
@@ -151,15 +154,19 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && fa_src="$(python /opt/appliance/lock/appliance/container/flashattn.py prepare --source . --arch "$arch" \
         --dest /src/vllm-flash-attn ${FLASH_ATTN_GIT_URL:+--url "$FLASH_ATTN_GIT_URL"})" \
     && jobs="${MAX_JOBS:-$(python /opt/appliance/lock/appliance/container/forkcheck.py max-jobs --platform "${TARGETPLATFORM}")}" \
-    && echo "building vLLM for ${arch} with MAX_JOBS=${jobs} NVCC_THREADS=${NVCC_THREADS}" \
+    && version="$(python /opt/appliance/lock/appliance/container/enginesource.py version \
+        --record /opt/appliance/lock/engine-source.json)" \
+    && echo "building vLLM ${version} for ${arch} with MAX_JOBS=${jobs} NVCC_THREADS=${NVCC_THREADS}" \
     && mkdir -p /wheels \
     && rust_bin="$(dirname "$(rustup which cargo)")" \
     && env ${fa_src:+VLLM_FLASH_ATTN_SRC_DIR="$fa_src"} PATH="$rust_bin:$PATH" TORCH_CUDA_ARCH_LIST="$arch" VLLM_TARGET_DEVICE=cuda \
         VLLM_REQUIRE_RUST_FRONTEND=1 CCACHE_DIR=/root/.cache/ccache MAX_JOBS="$jobs" CARGO_BUILD_JOBS="$jobs" \
-        NVCC_THREADS="${NVCC_THREADS}" \
+        NVCC_THREADS="${NVCC_THREADS}" VLLM_VERSION_OVERRIDE="$version" \
         pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
     && python /opt/appliance/lock/appliance/container/forkcheck.py wheel --wheel /wheels/vllm-*.whl --source . \
         ${fa_src:+--fa3-skipped} \
+    && python /opt/appliance/lock/appliance/container/enginesource.py check-wheel \
+        --record /opt/appliance/lock/engine-source.json --wheel /wheels/vllm-*.whl \
     && cp /opt/appliance/lock/engine-source.json /wheels/engine-source.json
 
 # --- vLLM as an upstream release's wheel (a PyPI channel): nothing to compile ----------------

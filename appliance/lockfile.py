@@ -237,7 +237,7 @@ def get(lock: dict, dotted: str, channel_name: str | None = None) -> str:
 # --- the GPU image's engine-source.json (written by container/enginesource.py, read by `appliance versions`) --
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 ENGINE_RECORD_KEYS = ("repo", "branch", "branch_head", "ref", "tag_head", "pinned", "commit", "on_branch", "platform",
-                      "torch_cuda_arch_list")
+                      "torch_cuda_arch_list", "version", "version_source")
 
 
 def engine_record_problems(record: dict[str, object], engine_source: dict[str, object]) -> list[str]:

@@ -2,7 +2,7 @@
 # The main job on a machine without SM12x GPUs: from nothing to a served model answering a
 # request, through the whole appliance path (validate, doctor, render, supervisord, exporter).
 #
-#   scripts/demo.sh          # serve cpu-smoke on :8000 (health on :9400) until Ctrl-C
+#   scripts/demo.sh          # serve cpu-smoke on :8000 (health on :8470) until Ctrl-C
 #   scripts/demo.sh --once   # answer one request, then stop
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,5 +36,5 @@ answer = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["mess
 print(f"\nsmollm2 answered: {answer!r}\n")
 PY
 if [[ "${1:-}" == "--once" ]]; then exit 0; fi
-echo "serving on http://127.0.0.1:$port/v1 (health exporter :9400); Ctrl-C stops it"
+echo "serving on http://127.0.0.1:$port/v1 (health exporter :8470); Ctrl-C stops it"
 wait "$serve"

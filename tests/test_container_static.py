@@ -224,8 +224,33 @@ def test_the_health_port_knob_moves_the_exporter_and_the_probe_together() -> Non
     # Not through APPLIANCE_SET: that enters the profile digest, and two nodes with different health ports
     # would be refused as inconsistent. The exporter reads APPLIANCE_HEALTH_PORT (appliance/placement.py).
     assert "health_port" not in env["APPLIANCE_SET"]
-    assert env["APPLIANCE_HEALTH_PORT"] == "${APPLIANCE_HEALTH_PORT:-9400}"
+    assert env["APPLIANCE_HEALTH_PORT"] == "${APPLIANCE_HEALTH_PORT:-8470}"
     assert "APPLIANCE_HEALTH_PORT" in (ROOT / "healthchecks" / "probe").read_text()
+
+
+# Default ports of agents that run on GPU nodes, where host networking puts the exporter beside them (issue 33).
+GPU_NODE_AGENT_PORTS = {9400: "dcgm-exporter", 9100: "node-exporter", 9835: "nvidia_gpu_exporter",
+                        9962: "cilium-agent", 9963: "cilium-operator", 9964: "cilium-envoy", 9965: "hubble",
+                        10248: "kubelet healthz", 10249: "kube-proxy metrics", 10250: "kubelet",
+                        10255: "kubelet read-only", 10256: "kube-proxy healthz", 8080: "cAdvisor",
+                        8081: "kube-state-metrics", 8000: "vLLM", 8001: "Triton gRPC", 8002: "Triton metrics",
+                        29500: "torch rendezvous"}
+
+
+def test_the_exporters_default_port_is_no_gpu_node_agents_and_every_copy_follows_its_one_owner() -> None:
+    from appliance.profile.model import DEFAULT_HEALTH_PORT
+
+    assert DEFAULT_HEALTH_PORT not in GPU_NODE_AGENT_PORTS
+    assert not 9100 <= DEFAULT_HEALTH_PORT <= 9999  # Prometheus' exporter range: every port there is allocated
+    assert DEFAULT_HEALTH_PORT < 30000  # below Kubernetes' NodePorts and Linux's ephemeral ports
+    env = COMPOSE["services"]["cpu-smoke"]["environment"]
+    assert env["APPLIANCE_HEALTH_PORT"] == f"${{APPLIANCE_HEALTH_PORT:-{DEFAULT_HEALTH_PORT}}}"
+    probe = (ROOT / "healthchecks" / "probe").read_text()
+    assert f'socket="appliance-probe-${{APPLIANCE_HEALTH_PORT:-{DEFAULT_HEALTH_PORT}}}"' in probe
+    targets = yaml.safe_load((ROOT / "monitoring" / "prometheus" / "targets" / "exporter.yml").read_text())
+    assert targets[0]["targets"] == [f"127.0.0.1:{DEFAULT_HEALTH_PORT}"]
+    for doc in ("README.md", "docs/monitoring.md", "docs/containers.md"):
+        assert f"default {DEFAULT_HEALTH_PORT}" in (ROOT / doc).read_text(), doc
 
 
 # --- Dockerfile vs versions.json ----------------------------------------------------------------

@@ -86,6 +86,18 @@ def memlock_checks(profile: str, limits: tuple[int | None, int | None], *overrid
     return check_memlock(p, load_catalogue().gpus[p.hardware.gpu], limits)
 
 
+def test_the_memlock_refusal_and_the_kubernetes_guide_name_the_same_containerd_fix() -> None:
+    """The refusal points at docs/kubernetes.md (issue 33 item 6): the guide carries the drop-in that sets it."""
+    from pathlib import Path
+
+    from appliance.doctor.report import MEMLOCK_FIX
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "kubernetes.md").read_text()
+    assert "containerd: LimitMEMLOCK=infinity" in MEMLOCK_FIX and "docs/kubernetes.md" in MEMLOCK_FIX
+    assert "printf '[Service]\\nLimitMEMLOCK=infinity\\n'" in guide and "containerd.service.d" in guide
+    assert "systemctl restart containerd" in guide and "recreate the pods" in guide
+
+
 def test_an_rdma_profile_refuses_a_finite_memlock_with_the_fix_and_accepts_unlimited() -> None:
     (fail,) = memlock_checks("gb10-tp2", (8 * 1024**2, 8 * 1024**2))  # containerd's and Docker's usual 8 MiB
     assert (fail.name, fail.status, fail.rule) == ("memlock", "fail", "K27")

@@ -35,7 +35,7 @@ SECRET = "exporter-test-secret-4711"
     ("--engine-timeout", "nan"), ("--progress-window", "-5"), ("--live-grace", "inf"), ("--peer-interval", "0"),
     ("--engine-url", "ftp://127.0.0.1:8000"), ("--engine-url", "http://"), ("--engine-url", "http://a b:1"),
     ("--engine-url", "http://127.0.0.1:99999"), ("--engine-url", "http://u:p@127.0.0.1"),
-    ("--peer", "x"), ("--peer", "0=http://127.0.0.1:9400"), ("--peer", "1=file:///etc/passwd"),
+    ("--peer", "x"), ("--peer", "0=http://127.0.0.1:8470"), ("--peer", "1=file:///etc/passwd"),
     ("--host", "not a host"), ("--node-rank", "-1"), ("--node-rank", "99"),
 ])
 def test_an_argument_the_exporter_could_not_live_with_exits_2_naming_the_flag(

@@ -237,7 +237,7 @@ def test_run_with_a_run_dir_that_cannot_be_created_exits_2_naming_it(tmp_path: P
 
 @pytest.mark.parametrize("argv,needle", [
     (["--url", "ftp://127.0.0.1:8000"], "--url"),
-    (["--exporter", "http://user:pw@127.0.0.1:9400"], "--exporter"),
+    (["--exporter", "http://user:pw@127.0.0.1:8470"], "--exporter"),
     (["--tokenizer", "tok\n--rm"], "--tokenizer"),
     (["--bench-corpus", "\x1b[2J"], "--bench-corpus"),
 ])

@@ -277,7 +277,7 @@ def test_a_launch_file_without_an_argv_is_exit_2_in_exec(tmp_path: Path) -> None
 
     path = tmp_path / "launch.json"
     place = resolve_placement(load_profile("cpu-smoke").profile)
-    section = ExporterSection(log=tmp_path / "vllm.log", port=9400, host="0.0.0.0", role="single", engine_url=None)
+    section = ExporterSection(log=tmp_path / "vllm.log", port=8470, host="0.0.0.0", role="single", engine_url=None)
     LaunchFile("p", "d", "s", {}, place, {"vllm": Program([])}, section).write(path)
     code, _, err = cli("exec", "--launch", str(path), "vllm")
     assert code == 2 and "argv must be a non-empty list" in err

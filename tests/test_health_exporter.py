@@ -287,4 +287,4 @@ def test_the_exporter_defaults_its_port_and_engine_url_from_the_profile():
     assert engine_api_url("worker", 8000, "10.0.0.1") == "http://10.0.0.1:8000"
     assert engine_api_url("worker", 8000, None) is None
     assert engine_api_url("worker", 8000, "fd00::1") == "http://[fd00::1]:8000"
-    assert json.loads(json.dumps(load_profile("cpu-smoke").profile.server.health_port)) == 9400
+    assert json.loads(json.dumps(load_profile("cpu-smoke").profile.server.health_port)) == 8470

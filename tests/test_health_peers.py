@@ -53,7 +53,7 @@ def test_a_fact_only_one_rank_can_print_is_not_compared_and_the_rest_are() -> No
     assert blind["nccl_version"] == "unknown"
 
 
-@pytest.mark.parametrize("text", ["1", "0=http://10.0.0.2:9400", "x=http://h:1", "1=10.0.0.2:9400"])
+@pytest.mark.parametrize("text", ["1", "0=http://10.0.0.2:8470", "x=http://h:1", "1=10.0.0.2:8470"])
 def test_a_bad_peer_names_the_flag_the_value_and_the_form(text: str) -> None:
     with pytest.raises(ApplianceError) as err:
         parse_peer(text)
@@ -61,7 +61,7 @@ def test_a_bad_peer_names_the_flag_the_value_and_the_form(text: str) -> None:
 
 
 def test_a_peer_is_a_rank_and_a_base_url() -> None:
-    assert parse_peer("2=http://[fd00::2]:9400/") == (2, "http://[fd00::2]:9400")
+    assert parse_peer("2=http://[fd00::2]:8470/") == (2, "http://[fd00::2]:8470")
 
 
 @contextmanager

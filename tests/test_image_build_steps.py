@@ -73,7 +73,7 @@ def fork(tmp_path: Path) -> dict[str, object]:
 
 def fetch(fork: dict[str, object], dest: Path, pin: str) -> enginesource.EngineRecord:
     return enginesource.fetch(str(fork["url"]), dest, repo="jasl/vllm", branch="codex/pr", ref="stable-preview",
-                              pin=pin, platform="linux/arm64", arch="12.1a")
+                              pin=pin, platform="linux/arm64", arch="12.1a", base="0.27.1")
 
 
 # --- item 1: the engine by commit ----------------------------------------------------------------
@@ -115,7 +115,58 @@ def test_a_pin_that_is_nowhere_stops_the_build_naming_the_pin_the_branch_head_an
         fetch(fork, tmp_path / "src", "d44e224ab9")
     message = str(err.value)
     assert "d44e224ab9" in message and "not in its history" in message
-    assert f"Branch codex/pr is at {fork['head']}" in message and f"tag stable-preview is at {fork['head']}" in message
+    assert f"branch codex/pr (at {fork['head']})" in message and f"tag stable-preview (at {fork['head']})" in message
+    assert "every branch and tag of jasl/vllm since " in message  # the last attempt, named too
+
+
+@pytest.fixture
+def upstream(fork, tmp_path: Path) -> dict[str, object]:
+    """The upstream repository: its pull request's head ref holds a commit that no ref of the fork has any more
+    (the fork's branch was force-pushed)."""
+    repo = tmp_path / "upstream"
+    git(tmp_path, "clone", "--quiet", str(fork["url"]).removeprefix("file://"), str(repo))
+    git(repo, "config", "uploadpack.allowFilter", "true")
+    git(repo, "checkout", "--quiet", "-b", "before-the-force-push", str(fork["pinned"]))
+    gone = commit(repo, "pushed-over.txt", "only the pull request's ref still holds this\n")
+    git(repo, "update-ref", "refs/pull/41834/head", gone)
+    git(repo, "checkout", "--quiet", "codex/pr")
+    git(repo, "branch", "--quiet", "-D", "before-the-force-push")
+    return {"pull": enginesource.PullRequest("vllm-project/vllm", 41834, f"file://{repo}"), "gone": gone}
+
+
+def test_a_pin_only_the_upstream_pull_requests_head_ref_holds_is_fetched_from_it(
+        fork, upstream, tmp_path: Path) -> None:
+    gone = str(upstream["gone"])
+    record = enginesource.fetch(str(fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",
+                                ref="stable-preview", pin=gone[:10], platform="linux/arm64", arch="12.1a",
+                                base="0.27.1", pull=upstream["pull"])  # type: ignore[arg-type]
+    assert record.commit == gone and not record.on_branch
+    assert (tmp_path / "src" / "pushed-over.txt").exists()
+
+
+def test_a_pin_only_another_ref_of_the_fork_holds_is_found_by_the_shallow_since_fetch_and_history_is_whole_again(
+        fork, upstream, tmp_path: Path) -> None:
+    other = str(fork["other"])  # on the fork's branch `other` only; a short pin cannot be fetched by id
+    record = enginesource.fetch(str(fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",
+                                ref="stable-preview", pin=other[:10], platform="linux/arm64", arch="12.1a",
+                                base="0.27.1", pull=upstream["pull"])  # type: ignore[arg-type]
+    assert record.commit == other and not record.on_branch
+    assert git(tmp_path / "src", "rev-parse", "--is-shallow-repository") == "false"
+
+
+def test_a_pin_on_no_public_ref_names_every_ref_tried(fork, upstream, tmp_path: Path) -> None:
+    with pytest.raises(enginesource.SourceError) as err:
+        enginesource.fetch(str(fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",
+                           ref="stable-preview", pin="d44e224ab9" + "0" * 30, platform="linux/arm64", arch="12.1a",
+                           base="0.27.1", pull=upstream["pull"])  # type: ignore[arg-type]
+    message = str(err.value)
+    tried = message.split("Tried: ", 1)[1].split(". Fix:", 1)[0].split("; ")
+    assert len(tried) == 5, tried
+    assert [entry.split(" (", 1)[0] for entry in tried[:4]] == [
+        "branch codex/pr", "tag stable-preview", "d44e224ab9" + "0" * 30 + " by id",
+        "vllm-project/vllm pull/41834/head"]
+    assert f"pull/41834/head (at {upstream['gone']})" in message
+    assert tried[-1].startswith("every branch and tag of jasl/vllm since 20")
 
 
 def test_a_full_sha_off_the_branch_is_fetched_by_its_id_and_said_to_be_off_the_branch(fork, tmp_path: Path) -> None:
@@ -128,6 +179,86 @@ def test_a_deleted_tag_is_recorded_as_absent(fork, tmp_path: Path) -> None:
     git(Path(str(fork["url"]).removeprefix("file://")), "tag", "-d", "stable-preview")
     record = fetch(fork, tmp_path / "src", str(fork["pinned"]))
     assert record.tag_head is None and record.commit == fork["pinned"]
+
+
+@pytest.fixture
+def released_fork(tmp_path: Path) -> dict[str, object]:
+    """A fork whose history holds upstream's release tag v0.27.0, an rc tag after it, three commits to the pinned
+    commit, and the fork's own date tag on the pin (what setuptools-scm made `20260809` of)."""
+    repo = tmp_path / "released"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "--initial-branch", "main")
+    release = commit(repo, "release.txt", "0.27.0\n")
+    git(repo, "tag", "v0.27.0", release)
+    commit(repo, "upstream1.txt", "after the release\n")
+    git(repo, "tag", "v0.27.1rc1", commit(repo, "upstream2.txt", "an rc\n"))
+    git(repo, "checkout", "--quiet", "-b", "codex/pr")
+    pinned = commit(repo, "fork.txt", "the SM12x work\n")
+    git(repo, "tag", "20260809", pinned)
+    commit(repo, "later.txt", "a later head\n")
+    return {"url": f"file://{repo}", "pinned": pinned, "release": release}
+
+
+def test_the_wheel_version_counts_from_the_nearest_release_tag_never_from_the_forks_date_tag(
+        released_fork, tmp_path: Path) -> None:
+    pinned = str(released_fork["pinned"])
+    record = enginesource.fetch(str(released_fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",
+                                ref="20260809", pin=pinned[:10], platform="linux/arm64", arch="12.1a", base="0.27.1")
+    # v0.27.0 + 3 commits, as setuptools-scm's default scheme counts (the rc tag is no release, so not a base)
+    assert record.version == f"0.27.1.dev3+g{pinned[:10]}"
+    assert record.version_source == "release tag v0.27.0, 3 commits before it"
+    assert record.tag_head == pinned  # the fork's tag is still reported ...
+    tags = git(tmp_path / "src", "tag", "--list").split()
+    assert "20260809" not in tags and "v0.27.0" in tags  # ... but not where setuptools-scm's git describe reads tags
+    on_release = enginesource.fetch(str(released_fork["url"]), tmp_path / "rel", repo="jasl/vllm",
+                                    branch="codex/pr", ref="20260809", pin=str(released_fork["release"]),
+                                    platform="linux/arm64", arch="12.1a", base="0.27.1")
+    assert on_release.version == "0.27.0"
+
+
+def test_without_a_release_tag_the_version_is_the_locks_base_and_without_a_base_the_build_stops(
+        fork, tmp_path: Path) -> None:
+    pinned = str(fork["pinned"])
+    assert fetch(fork, tmp_path / "src", pinned).version == f"0.27.1.dev0+g{pinned[:10]}"
+    with pytest.raises(enginesource.SourceError, match=r"engine\.base\.version") as err:
+        enginesource.fetch(str(fork["url"]), tmp_path / "nobase", repo="jasl/vllm", branch="codex/pr",
+                           ref="stable-preview", pin=pinned, platform="linux/arm64", arch="12.1a", base=None)
+    assert "Fix:" in str(err.value)
+
+
+def _wheel(path: Path, version: str) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"vllm-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n\n")
+    return path
+
+
+def test_the_build_reads_the_version_for_vllm_version_override_and_checks_the_wheel_carries_it(
+        released_fork, tmp_path: Path) -> None:
+    lock = copy.deepcopy(LOCK)
+    pinned = str(released_fork["pinned"])
+    lock["channels"][GPU]["engine"] |= {"branch": "codex/pr", "ref": "20260809", "commit": pinned[:10]}
+    versions = tmp_path / "versions.json"
+    versions.write_text(json.dumps(lock))
+    record = tmp_path / "engine-source.json"
+    tool = [sys.executable, "-I", str(CONTAINER / "enginesource.py"), "--versions", str(versions)]
+    out = subprocess.run([*tool, "fetch", "--dest", str(tmp_path / "src"), "--platform", "linux/arm64",
+                          "--write", str(record), "--url", str(released_fork["url"])],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    wanted = f"0.27.1.dev3+g{pinned[:10]}"
+    assert f"wheel version {wanted} from release tag v0.27.0" in out.stdout
+    asked = subprocess.run([*tool, "version", "--record", str(record)], capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert asked.returncode == 0 and asked.stdout == f"{wanted}\n"
+    good = _wheel(tmp_path / f"vllm-{wanted}-cp38-abi3-linux_aarch64.whl", wanted)
+    ok = subprocess.run([*tool, "check-wheel", "--record", str(record), "--wheel", str(good)],
+                        capture_output=True, text=True, timeout=60, check=False)
+    assert ok.returncode == 0, ok.stderr
+    dated = _wheel(tmp_path / "vllm-20260809-cp38-abi3-linux_aarch64.whl", "20260809")
+    bad = subprocess.run([*tool, "check-wheel", "--record", str(record), "--wheel", str(dated)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 1 and f"is version 20260809, not {wanted}" in bad.stderr
+    assert "VLLM_VERSION_OVERRIDE" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.parametrize("pin", ["main", "D44E224AB9", "d44e224", "", None, "g44e224ab9"])
@@ -147,7 +278,8 @@ def test_versions_check_reads_the_images_engine_record_back(tmp_path: Path) -> N
     good = {"repo": "jasl/vllm", "branch": "codex/ds4-sm120-min-enable", "branch_head": "f" * 40,
             "ref": ENGINE["ref"], "tag_head": None, "pinned": "d44e224ab9",
             "commit": "d44e224ab9" + "0" * 30, "on_branch": True, "platform": "linux/arm64",
-            "torch_cuda_arch_list": "12.1a"}
+            "torch_cuda_arch_list": "12.1a", "version": "0.27.1.dev429+gd44e224ab9",
+            "version_source": "release tag v0.27.0, 429 commits before it"}
     path.write_text(json.dumps(good))
     assert engine_source_drift(lock, path) is None
     path.write_text(json.dumps(good | {"commit": "aa0d51302747ea80f282e26949708b3253409fe2"}))

@@ -106,7 +106,7 @@ def test_a_multi_node_profile_is_one_leaderworkerset_group_of_nodes_recreated_as
     assert svc["spec"]["selector"]["appliance/role"] == "head"
     assert svc["metadata"]["name"] != lws["metadata"]["name"]  # LWS owns a headless Service of its own name
     leader_ports = {p["name"]: p["containerPort"] for p in pod_templates(lws)[0]["spec"]["containers"][0]["ports"]}
-    assert leader_ports == {"http": 8000, "metrics": 9400, "dist-master": 29501, "rendezvous": 29502}
+    assert leader_ports == {"http": 8000, "metrics": 8470, "dist-master": 29501, "rendezvous": 29502}
 
 
 def test_a_single_node_profile_is_a_deployment_that_never_needs_two_sets_of_gpus() -> None:

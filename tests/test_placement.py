@@ -143,7 +143,7 @@ def test_what_launch_json_carries_is_read_back_without_pydantic(tmp_path: Path) 
 
     place = resolve_placement(load_profile("cpu-smoke").profile)
     LaunchFile("p", "d", "s", {}, place, {},
-               ExporterSection(tmp_path / "log", 9400, "0.0.0.0", "single", "http://127.0.0.1:8000")).write(
+               ExporterSection(tmp_path / "log", 8470, "0.0.0.0", "single", "http://127.0.0.1:8000")).write(
         tmp_path / "launch.json")
     code = ("import sys; from pathlib import Path; from appliance.run.launchfile import read_launch; "
             f"l = read_launch(Path({str(tmp_path / 'launch.json')!r})); "
@@ -151,4 +151,4 @@ def test_what_launch_json_carries_is_read_back_without_pydantic(tmp_path: Path) 
             "if m.split('.')[0] in ('pydantic', 'prometheus_client', 'yaml')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
                          cwd=ROOT).stdout.split()
-    assert out == ["http://127.0.0.1:8000", "9400", "[]"]
+    assert out == ["http://127.0.0.1:8000", "8470", "[]"]

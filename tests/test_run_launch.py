@@ -172,21 +172,21 @@ def test_a_launch_section_with_peers_canary_and_fabric_reaches_the_exporter_type
     place = resolve_placement(loaded.profile)
     fabric = judge(MEASURED, 2, None, "warn")
     section = ExporterSection(log=tmp_path / "vllm.log", port=9401, host="0.0.0.0", role="head",
-                              engine_url="http://127.0.0.1:8000", peers={1: "http://10.0.0.2:9400"},
+                              engine_url="http://127.0.0.1:8000", peers={1: "http://10.0.0.2:8470"},
                               canary_state=tmp_path / "canary.json", fabric=fabric)
     path = tmp_path / "launch.json"
     LaunchFile(loaded.profile.name, loaded.digest, loaded.source.as_posix(), loaded.profile.model_dump(mode="json"),
                place, {}, section).write(path)
     assert read_launch(path).exporter == section
     config, host = exporter_config(path)
-    assert config.peers == {1: "http://10.0.0.2:9400"} and config.canary_state == tmp_path / "canary.json"
+    assert config.peers == {1: "http://10.0.0.2:8470"} and config.canary_state == tmp_path / "canary.json"
     assert host.fabric == fabric and host.sections()["fabric"]["verdict"] == "pass"
 
 
 def test_exec_runs_the_named_program_with_its_environment_and_refuses_an_unknown_one(tmp_path: Path) -> None:
     path = tmp_path / "launch.json"
     place = resolve_placement(load_profile("cpu-smoke").profile)
-    section = ExporterSection(log=tmp_path / "vllm.log", port=9400, host="0.0.0.0", role="single", engine_url=None)
+    section = ExporterSection(log=tmp_path / "vllm.log", port=8470, host="0.0.0.0", role="single", engine_url=None)
     LaunchFile("p", "d", "s", {}, place, {"vllm": Program(["sh", "-c", 'echo "$GREETING"'],
                                                           {"GREETING": "a ; b\nc"})}, section).write(path)
     run = [sys.executable, "-m", "appliance", "exec", "--launch", str(path)]

@@ -29,7 +29,7 @@ def test_two_nodes_with_different_health_ports_keep_the_same_profile_digest_unde
     compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
     raw = compose["services"]["gb10-tp2"]["environment"]["APPLIANCE_SET"]
     digests = set()
-    for port in ("9400", "9500"):
+    for port in ("8470", "9500"):
         sets = [s for s in _compose_env(raw, {"APPLIANCE_HEALTH_PORT": port}).split(";") if s.strip()]
         digests.add(load_profile("gb10-tp2", env_overrides=sets).digest)
     assert len(digests) == 1

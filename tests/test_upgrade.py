@@ -168,7 +168,7 @@ def test_the_native_switch_relaunches_the_serve_as_it_was_told_and_never_moves_i
     with pytest.raises(ApplianceError) as err:
         NativeSwitch(moved, "mine", plain, print).switch(Active("mine", NEW, list(moved.sets), "d2"),
                                                          pair_for(moved).candidate.digest)
-    assert "exporter.port: 9400 -> 19433" in err.value.message and err.value.field == "APPLIANCE_HEALTH_PORT"
+    assert "exporter.port: 8470 -> 19433" in err.value.message and err.value.field == "APPLIANCE_HEALTH_PORT"
     assert (plain / "launch.json").read_text() == text and read_active("mine") is None
 
 
@@ -394,7 +394,7 @@ def test_promote_refuses_while_any_rank_runs_another_lock_or_cannot_say() -> Non
                           (head_status(), "rank 1: not among the head's peers"),
                           (None, "did not answer")):
         with pytest.raises(ApplianceError, match="U5") as err:
-            check_one_lock(status, 2, "http://127.0.0.1:9400")
+            check_one_lock(status, 2, "http://127.0.0.1:8470")
         assert words in str(err.value)
 
 

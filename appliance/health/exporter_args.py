@@ -77,7 +77,7 @@ def peer(text: str) -> str:
     if not sep or not head.isascii() or not head.isdigit() or len(head) > 2 \
             or not 1 <= int(head) < MAX_NODES:
         raise argparse.ArgumentTypeError(f"{show(text)} is not RANK=URL with a worker rank 1-{MAX_NODES - 1}, "
-                                         f"e.g. 1=http://10.0.0.2:9400")
+                                         f"e.g. 1=http://10.0.0.2:8470")
     http_url(url)
     return text
 

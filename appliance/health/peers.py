@@ -128,7 +128,7 @@ def parse_peer(text: str) -> tuple[int, str]:
     rank, sep, url = text.partition("=")
     if not sep or not rank.strip().isdigit() or int(rank) < 1 or not url.startswith(("http://", "https://")):
         raise ApplianceError(f"cannot read --peer {show(text)}", field="--peer", value=text,
-                             fix="write RANK=URL with a worker rank >= 1, e.g. --peer 1=http://10.0.0.2:9400",
+                             fix="write RANK=URL with a worker rank >= 1, e.g. --peer 1=http://10.0.0.2:8470",
                              reason="the head compares what each rank loaded with the workers' exporters (K15)")
     return int(rank), url.rstrip("/")
 

@@ -24,7 +24,14 @@ CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 # The engine's own default at -O2/-O3: not rendered, so the reference command stays flag for flag.
 DEFAULT_CUDAGRAPH_MODE: CudagraphMode = "FULL_AND_PIECEWISE"
 DEFAULT_PORT = 8000
-DEFAULT_HEALTH_PORT = 9400
+DEFAULT_HEALTH_PORT = 8470
+"""The exporter's default port: free on a GPU node, where host networking (compose, RDMA pods) puts it beside the
+node's own agents. Not 9400 (dcgm-exporter's default; NVIDIA's GPU Operator runs it on every GPU node, and this was
+the appliance's default before issue 33), and outside Prometheus' exporter range 9100-9999, which its default-port
+allocations page lists as fully taken (node-exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835, Cilium
+9962-9965, ...). Also clear of vLLM and Triton (8000-8002), cAdvisor/kube-state-metrics (8080-8081), Consul and
+VictoriaMetrics (8400), the kubelet and kube-proxy (10248-10256), torch's rendezvous (29500 and up), Kubernetes'
+NodePorts (30000-32767) and Linux's ephemeral ports (32768 and up)."""
 MIN_KV_CACHE_GIB = 1 / 1024
 
 

@@ -59,7 +59,7 @@ What we set up:
 export NCCL_IB_HCA=mlx5_0
 export NCCL_SOCKET_IFNAME=enp1s0f0
 docker compose --profile two-node up -d
-curl -fsS http://127.0.0.1:9400/ready
+curl -fsS http://127.0.0.1:8470/ready
 ```
 
 What went wrong: on the third day one node came back from a kernel update and NCCL failed at start-up with a
