@@ -11,7 +11,7 @@ from appliance.engine_args import parse_serve_argv
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, build_plan
 
-pytestmark = pytest.mark.engine
+pytestmark = pytest.mark.usefixtures("vllm_engine")  # vLLM's own parser: the engine marker follows
 
 
 def rendered(name: str, rank: int = 0, *overrides: str) -> list[str]:
