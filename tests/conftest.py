@@ -18,10 +18,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import orphans, ports
+from tests import hypothesis_profiles, orphans, ports
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+HYPOTHESIS_PROFILE = hypothesis_profiles.load()
+"""Loaded before any test module is imported, so their `budget(n)` decorators see it."""
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (${hypothesis_profiles.PROFILE_ENV}, or CI=true for full)"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
