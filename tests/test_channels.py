@@ -336,7 +336,8 @@ def test_the_upstream_engagement_line_is_judged_against_the_backend_the_adapter_
     assert result["sm120-backend-engaged"].status == "pass"
 
 
-def test_doctor_refuses_an_image_of_another_channel_than_the_profiles() -> None:
+def test_doctor_refuses_an_image_of_another_channel_than_the_profiles(vllm_engine: Path) -> None:
+    """The matching image is ok only where its channel's engine stack is installed: this needs the engine."""
     from appliance.doctor.report import check_versions
 
     (check,) = check_versions(load_profile("cpu-smoke").profile, {"APPLIANCE_CHANNEL": CPU_OLD})
