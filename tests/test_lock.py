@@ -95,6 +95,7 @@ def test_jit_cache_python_mismatch_is_named_k13() -> None:
 
 
 def test_every_k13_pin_equals_the_version_it_must_equal_in_every_channel() -> None:
+    assert load_lock().channels, "the lock holds no channel"
     for lock in load_lock().channels.values():
         pairs = [(p.name, p.equal_to) for p in lock.packages if p.equal_to]
         assert lock.target == "cpu" or ("flashinfer-jit-cache", "flashinfer-python") in pairs

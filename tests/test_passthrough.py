@@ -133,8 +133,10 @@ def test_managed_and_secret_env_vars_are_refused_naming_the_owner(var: str, owne
 
 
 def test_every_variable_the_renderer_sets_is_owned() -> None:
+    assert list_profiles(), "no shipped profile found"
     for name in list_profiles():
         profile = load_profile(name).profile
+        assert profile.hardware.nodes >= 1, name
         for rank in range(profile.hardware.nodes):
             assert set(build_plan(profile, Placement(node_rank=rank, master_addr=HEAD)).env) <= set(ENV_OWNERS)
 

@@ -23,6 +23,7 @@ def rendered(name: str, rank: int = 0, *overrides: str) -> list[str]:
 @pytest.mark.parametrize("name", list_profiles())
 def test_vllm_accepts_every_profile_on_every_rank_with_the_profiles_values(name: str) -> None:
     profile = load_profile(name).profile
+    assert profile.hardware.nodes >= 1
     for rank in range(profile.hardware.nodes):
         parsed = parse_serve_argv(rendered(name, rank))
         assert parsed["model"] == profile.model.checkpoint
