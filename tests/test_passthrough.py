@@ -203,7 +203,8 @@ def test_a_boolean_env_value_is_refused_at_load() -> None:
         load_profile("cpu-smoke", cli_overrides=["engine.extra_env.FOO=true"])
 
 
-def test_extra_env_reaches_the_launched_engine_and_a_cache_variable_is_refused_at_launch(tmp_path) -> None:
+def test_extra_env_reaches_the_launched_engine_and_a_cache_variable_is_refused_at_launch(tmp_path,
+                                                                                        vllm_engine) -> None:
     from appliance.errors import ApplianceError
     from appliance.placement import Placement as Given
     from appliance.run.launch import resolve_launch, resolve_place, run_files
