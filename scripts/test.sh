@@ -4,9 +4,20 @@
 #
 #   scripts/test.sh                 # everything (unit, real CPU engine, container)
 #   scripts/test.sh -m "not docker" # pytest arguments pass through
+#   scripts/test.sh --quick         # before a commit: no engine, no Docker, no rehearsal (docs/testing.md)
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
+VENV="${APPLIANCE_VENV:-$REPO/.venv}"
+
+if [[ "${1:-}" == "--quick" ]]; then
+  # Needs only `pip install -e '.[test]'` in $VENV: installs nothing, starts nothing. The `engine` marker is derived
+  # from the fixtures a test uses (tests/conftest.py), so leaving it out leaves out every test that needs vLLM.
+  shift
+  "$VENV/bin/ruff" check appliance tests benchmarks tooling
+  quick=(-m "not engine and not docker and not rehearsal and not gpu_stack_install")
+  exec "$VENV/bin/python" -m pytest -ra "${quick[@]}" "$@"
+fi
 
 # Free disk, checked first: the offline bundle test writes ~9 GB (the bundle, docker save's scratch, what apply
 # unpacks), a channel whose lock digest changed reinstalls a ~5.5 GB CUDA venv. A run that starts short fails here in
@@ -40,7 +51,6 @@ if ((${#missing[@]})); then
   sudo_=""; [[ $(id -u) == 0 ]] || sudo_=sudo
   $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-VENV="${APPLIANCE_VENV:-$REPO/.venv}"
 
 started_docker=0
 if [[ "${APPLIANCE_TEST_DOCKER:-1}" == "1" ]]; then

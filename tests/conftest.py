@@ -18,10 +18,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import orphans, ports
+from tests import hypothesis_profiles, orphans, ports
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+HYPOTHESIS_PROFILE = hypothesis_profiles.load()
+"""Loaded before any test module is imported, so their `budget(n)` decorators see it."""
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (${hypothesis_profiles.PROFILE_ENV}, or CI=true for full)"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -127,12 +133,39 @@ def wait_for_ranks(predicate: Callable[[], bool], ranks: Sequence[Rank], timeout
         time.sleep(interval)
 
 
+ENGINE_FIXTURES = frozenset({"vllm_engine"})
+"""The fixtures every use of the real vLLM CPU engine goes through. A test whose fixture closure (its own fixtures
+and theirs, `item.fixturenames`) holds one is marked `engine` at collection, so the marker is derived, never kept by
+hand; tests/test_engine_marker.py proves no test or fixture reaches the engine around them."""
+
+
+def needs_engine(item: pytest.Item) -> bool:
+    return bool(ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Runs before `-m` deselects, so `-m "not engine"` (scripts/test.sh --quick) leaves out every engine test."""
+    for item in items:
+        if needs_engine(item) and item.get_closest_marker("engine") is None:
+            item.add_marker(pytest.mark.engine)
+
+
 @pytest.fixture(scope="session")
-def smoke_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def vllm_engine() -> Path:
+    """The real vLLM CPU engine's entry point (scripts/install-engine.sh installs it). A test that runs the engine,
+    imports it or parses with its own parser asks for this fixture (directly, through another fixture or
+    `usefixtures`); where the engine is missing it fails loudly rather than skip."""
+    exe = BIN / "vllm"
+    assert exe.exists(), "the vLLM CPU engine is not installed: run scripts/install-engine.sh"
+    return exe
+
+
+@pytest.fixture(scope="session")
+def smoke_model_dir(vllm_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from appliance.run.model_location import prepared_model_dir
     from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model
 
-    assert (BIN / "vllm").exists(), "the vLLM CPU engine is not installed: run scripts/install-engine.sh"
     return prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT))
 
 

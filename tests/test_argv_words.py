@@ -150,14 +150,14 @@ def _parsed_matches_profile(argv: list[str], profile: Profile) -> None:
     assert parsed["enforce_eager"] is profile.engine.enforce_eager
 
 
-@pytest.mark.engine
+@pytest.mark.usefixtures("vllm_engine")
 @pytest.mark.parametrize("name", ["cpu-smoke", "gb10-tp2", "rtx-pro-6000-tp2"])
 def test_the_engine_parses_exactly_the_shipped_profiles_values(name: str) -> None:
     profile = load_profile(name).profile
     _parsed_matches_profile(build_plan(profile, Placement(node_rank=0, master_addr="10.1.0.1")).argv, profile)
 
 
-@pytest.mark.engine
+@pytest.mark.usefixtures("vllm_engine")
 @pytest.mark.parametrize("value", HOSTILE_BUT_LEGAL)
 def test_the_engine_parses_hostile_but_legal_text_as_the_profiles_value(value: str) -> None:
     overrides = [f"server.served_model_name={value!r}", f"model.checkpoint={value!r}",

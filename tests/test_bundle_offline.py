@@ -26,7 +26,7 @@ from tests.conftest import BIN
 from tests.container_tools import docker
 from tests.test_container_engine import cpu_image  # noqa: F401  (the session's CPU image, built once)
 
-pytestmark = [pytest.mark.docker, pytest.mark.engine]
+pytestmark = pytest.mark.docker
 
 
 @pytest.fixture

@@ -22,8 +22,6 @@ from appliance.health.engine import EngineProbe
 from appliance.profile.canary import Canary
 from tests.conftest import BIN, Serve, UntilStopped, http_ok, start_serve, wait_for
 
-pytestmark = pytest.mark.engine
-
 INJECTOR = "engine.logits_processors=[appliance.canary.inject:RepeatLastToken]"
 
 

@@ -13,12 +13,9 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import http_ok, start_serve, wait_for
-
-pytestmark = pytest.mark.engine
 
 INTERVAL_S = 10
 

@@ -42,6 +42,7 @@ def hits(ctx, rule_id: str) -> list:
 # --- the lock and the committed facts ------------------------------------------------------------
 
 def test_every_channel_has_committed_facts_of_its_own_engine() -> None:
+    assert LOCK.channels, "the lock holds no channel"
     for name, ch in LOCK.channels.items():
         facts = load_facts(name)
         assert facts.channel == name and facts_path(name).is_file()
@@ -223,6 +224,7 @@ def test_the_upstream_deepseek_profiles_turn_prefix_caching_off_and_say_why() ->
 
 
 def test_every_shipped_profile_renders_only_what_its_channels_engine_knows() -> None:
+    assert list_profiles(), "no shipped profile found"
     for name in list_profiles():
         bad = [f for f in evaluate(context_for(load_profile(name).profile))
                if f.rule in {"E1", "E2", "E3", "E4", "E5", "E6", "E8", "E9"}]
@@ -351,7 +353,8 @@ def test_the_upstream_engagement_expectation_is_not_provable_and_never_holds_rea
         fork.not_provable
 
 
-def test_doctor_refuses_an_image_of_another_channel_than_the_profiles() -> None:
+def test_doctor_refuses_an_image_of_another_channel_than_the_profiles(vllm_engine: Path) -> None:
+    """The matching image is ok only where its channel's engine stack is installed: this needs the engine."""
     from appliance.doctor.report import check_versions
 
     (check,) = check_versions(load_profile("cpu-smoke").profile, {"APPLIANCE_CHANNEL": CPU_OLD})

@@ -126,6 +126,7 @@ def test_bake_file_parses_and_its_args_are_the_lock_args() -> None:
 
 
 def test_gpu_services_reserve_the_profiles_gpus_and_get_host_ipc_and_unlimited_memlock() -> None:
+    assert any(lay.target != "cpu" for lay in LAYOUTS), "no GPU layout to check"
     for lay in LAYOUTS:
         svc = COMPOSE["services"][lay.name]
         if lay.target == "cpu":
@@ -140,6 +141,7 @@ def test_gpu_services_reserve_the_profiles_gpus_and_get_host_ipc_and_unlimited_m
 
 
 def test_compose_images_are_tagged_with_their_channel_and_its_lock_digest() -> None:
+    assert LAYOUTS, "no compose layout generated"
     for lay in LAYOUTS:
         image = COMPOSE["services"][lay.name]["image"]
         digest12 = lockfile.channel_digest(LOCK, lay.channel)[:12]
@@ -207,9 +209,10 @@ def test_compose_never_unsets_what_the_image_sets(target: str) -> None:
     for op, rest in DOCKERFILE.stage(target).instructions:
         if op == "ENV":
             image_env |= dict(pair.split("=", 1) for pair in rest.split())
-    for lay in LAYOUTS:
-        if lay.target != target:
-            continue
+    # The stage is `<target>-image`: compared with the bare target, no layout matched and nothing was checked.
+    mine = [lay for lay in LAYOUTS if f"{lay.target}-image" == target]
+    assert image_env and mine, (target, image_env, mine)
+    for lay in mine:
         env = COMPOSE["services"][lay.name]["environment"]
         bare = {name for name, value in env.items() if value is None}
         assert not bare & set(image_env), f"{lay.name} would unset {bare & set(image_env)}"
@@ -263,9 +266,10 @@ def test_no_version_from_versions_json_is_written_in_the_dockerfile() -> None:
         values |= {ch["engine"][k] for k in ("commit", "ref", "version") if k in ch["engine"]}
         values |= {v for k, v in ch["images"].items() if k in ("build", "runtime", "base")}
         values |= set(ch.get("torch_cuda_arch_list", {}).values()) - {"reason"}
-    for value in values:
-        if isinstance(value, str):
-            assert value not in text, f"{value!r} is written in the Dockerfile; take it from versions.json (K16)"
+    strings = {value for value in values if isinstance(value, str)}
+    assert len(strings) > 10, strings
+    for value in strings:
+        assert value not in text, f"{value!r} is written in the Dockerfile; take it from versions.json (K16)"
 
 
 def test_the_scripts_take_the_cpu_stack_from_versions_json_too() -> None:
@@ -312,6 +316,7 @@ def test_build_args_verify_inside_the_build_fails_on_any_drift() -> None:
 
 
 def test_torch_cuda_arch_list_is_chosen_per_target_platform_from_the_lock() -> None:
+    assert GPU_CH["images"]["platforms"], "the GPU channel builds for no platform"
     for platform in GPU_CH["images"]["platforms"]:
         arch = GPU_CH["torch_cuda_arch_list"][platform]
         assert buildargs.lock_args(LOCK, GPU)[buildargs.arch_arg(platform)] == arch
@@ -406,6 +411,7 @@ def test_dockerignore_lets_in_exactly_what_the_dockerfile_reads() -> None:
             for m in re.finditer(r"--mount=type=bind,source=([^,\s]+)", rest if op == "RUN" else ""):
                 if "from=" not in m.group(0):
                     sources.add(m.group(1))
+    assert sources and allowed, (sources, allowed)
     for src in sources:
         assert any(src == a or src.startswith(a + "/") for a in allowed), f"{src} is excluded by .dockerignore"
 
@@ -527,6 +533,7 @@ def test_the_air_gapped_wheelhouse_is_split_per_platform_and_each_build_takes_it
 
 
 def test_gpu_services_never_ask_a_registry_for_the_local_tag() -> None:
+    assert LAYOUTS, "no compose layout generated"
     for lay in LAYOUTS:
         assert COMPOSE["services"][lay.name]["pull_policy"] == "never", lay.name
 

@@ -17,7 +17,8 @@ from appliance.multinode.fabric_report import FabricReport, PeerLink
 from tests.test_multinode_rendezvous import master_port, start_rank
 
 
-def test_two_ranks_qualify_over_gloo_between_two_loopback_addresses() -> None:
+def test_two_ranks_qualify_over_gloo_between_two_loopback_addresses(vllm_engine: Path) -> None:
+    # Gloo is torch.distributed's: torch comes with the engine.
     reports = qualify_here(2, "127.0.0.2", master_port(), "gloo", 8, 3, min_gbps=0.001, max_latency_us=None,
                            on_fail="refuse")
     assert [r["verdict"] for r in reports] == ["pass", "pass"], reports
@@ -28,7 +29,7 @@ def test_two_ranks_qualify_over_gloo_between_two_loopback_addresses() -> None:
         assert r["allreduce_busbw_gbps"] > 0
 
 
-def test_a_floor_the_link_cannot_give_refuses_on_both_ranks_naming_both_figures() -> None:
+def test_a_floor_the_link_cannot_give_refuses_on_both_ranks_naming_both_figures(vllm_engine: Path) -> None:
     reports = qualify_here(2, "127.0.0.1", master_port(), "gloo", 4, 2, min_gbps=10_000, max_latency_us=None,
                            on_fail="refuse")
     assert [r["verdict"] for r in reports] == ["refused", "refused"]

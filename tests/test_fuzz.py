@@ -40,6 +40,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostile_serve import MODES, HostileServer
+from tests.hypothesis_profiles import budget
 from tests.in_process import Hang, run_main, time_limit
 from tests.test_gate_compare import receipt as good_receipt
 
@@ -239,7 +240,7 @@ def _with_secrets(items: list[str], secret: str, draw: st.DrawFn) -> list[str]:
 
 # --- profile commands: validate, config, render, k8s -----------------------------------------------------------------
 
-@settings(BUDGET, max_examples=300)
+@settings(BUDGET, max_examples=budget(300))
 @given(data=st.data(), command=st.sampled_from(["validate", "config", "render", "k8s"]), name=profile_names,
        sets=overrides, hf=secret_values, key=secret_values)
 def test_profile_commands_keep_the_contract_for_any_override_and_flag(data: st.DataObject, command: str, name: str,
@@ -271,7 +272,7 @@ ENV_GOOD: dict[str, st.SearchStrategy[str]] = {
 }
 
 
-@settings(BUDGET, max_examples=150)
+@settings(BUDGET, max_examples=budget(150))
 @given(data=st.data(), hf=secret_values)
 def test_appliance_env_values_keep_the_contract(data: st.DataObject, hf: str) -> None:
     env = {"HF_TOKEN": hf, "APPLIANCE_MASTER_ADDR": "10.0.0.1"}
@@ -299,7 +300,7 @@ def engine_with_secrets() -> Iterator[str]:
     proc.wait()
 
 
-@settings(BUDGET, max_examples=40)
+@settings(BUDGET, max_examples=budget(40))
 @given(data=st.data(), sets=overrides, hf=secret_values)
 def test_doctor_keeps_the_contract_and_never_shows_a_secret(data: st.DataObject, sets: list[str], hf: str,
                                                             engine_with_secrets: str) -> None:
@@ -342,7 +343,7 @@ def profile_documents(draw: st.DrawFn) -> bytes:
     return "".join(lines).encode("utf-8", "surrogatepass")
 
 
-@settings(BUDGET, max_examples=300)
+@settings(BUDGET, max_examples=budget(300))
 @given(doc=profile_documents(), command=st.sampled_from(["validate", "config"]), hf=secret_values)
 def test_any_profile_file_keeps_the_contract(doc: bytes, command: str, hf: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -382,7 +383,7 @@ def serve_logs(draw: st.DrawFn, secret: str) -> bytes:
     return b"\n".join(parts) + (b"\n" if draw(st.booleans()) else b"")
 
 
-@settings(BUDGET, max_examples=150)
+@settings(BUDGET, max_examples=budget(150))
 @given(data=st.data(), secret=secret_values, as_json=st.booleans(),
        profile=st.sampled_from(["cpu-smoke", "gb10-tp2", "cpu-smoke-2node"]))
 def test_logscan_keeps_the_contract_for_any_log(data: st.DataObject, secret: str, as_json: bool,
@@ -445,7 +446,7 @@ def receipts(draw: st.DrawFn, secret: str) -> str:
     return text
 
 
-@settings(BUDGET, max_examples=300)
+@settings(BUDGET, max_examples=budget(300))
 @given(data=st.data(), secret=secret_values, as_json=st.booleans(),
        command=st.sampled_from(["compare", "compare", "serves", "paired"]))
 def test_gate_compare_keeps_the_contract_for_any_receipts(data: st.DataObject, secret: str, as_json: bool,
@@ -471,7 +472,7 @@ PLANNED = {"supervisord", "unix_http_server", "rpcinterface:supervisor", "superv
            "program:exporter", "program:logtail", "eventlistener:crashguard"}
 
 
-@settings(BUDGET, max_examples=40)
+@settings(BUDGET, max_examples=budget(40))
 @given(data=st.data(), sets=overrides, hf=secret_values)
 def test_run_dry_run_writes_only_the_planned_programs(data: st.DataObject, sets: list[str], hf: str,
                                                      smoke_model_dir: Path) -> None:
@@ -494,7 +495,7 @@ def test_run_dry_run_writes_only_the_planned_programs(data: st.DataObject, sets:
 
 # --- exporter: argument types and raw HTTP ----------------------------------------------------------------------------
 
-@settings(BUDGET, max_examples=500)
+@settings(BUDGET, max_examples=budget(500))
 @given(kind=st.sampled_from(["port", "rank", "seconds", "http_url", "bind_host", "peer", "log_file"]),
        text=hostile_text)
 def test_exporter_argument_types_accept_or_refuse_cleanly(kind: str, text: str) -> None:
@@ -568,7 +569,7 @@ def _exchange(address: str, data: bytes) -> bytes:
     return b"".join(chunks)
 
 
-@settings(BUDGET, max_examples=250)
+@settings(BUDGET, max_examples=budget(250))
 @given(request=raw_requests())
 def test_the_exporter_answers_any_request_and_stays_up(exporter_url: tuple[str, str], request: bytes) -> None:
     address, secret = exporter_url
@@ -605,7 +606,7 @@ def hostile_serve() -> Iterator[HostileServer]:
         yield server
 
 
-@settings(BUDGET, max_examples=40)
+@settings(BUDGET, max_examples=budget(40))
 @given(modes=st.dictionaries(st.sampled_from(SERVE_PATHS), mostly(st.sampled_from(FAST_MODES),
                                                                    st.sampled_from(SLOW_MODES), 6), max_size=3),
        command=st.sampled_from(["canary", "canary --json", "gate"]), key=secret_values)
@@ -688,7 +689,7 @@ FILE_PATHS: dict[str, tuple[str, Any]] = {  # name -> (read|write, argv or env o
 }
 
 
-@settings(BUDGET, max_examples=120)
+@settings(BUDGET, max_examples=budget(120))
 @given(where=st.sampled_from(sorted(FILE_PATHS)), kind=st.sampled_from(SPECIAL_KINDS), hf=secret_values)
 def test_any_non_regular_file_at_any_read_or_write_path_is_refused_unharmed(where: str, kind: str, hf: str,
                                                                            smoke_model_dir: Path) -> None:
@@ -743,7 +744,7 @@ def _probe_socket_live(name: str) -> bool:
     return reply.startswith(b"HTTP/1.0 200")
 
 
-@settings(BUDGET, max_examples=10)
+@settings(BUDGET, max_examples=budget(10))
 @given(idle=st.integers(0, 60), slow=st.integers(0, 30), pace_ms=st.sampled_from([0, 1, 5, 20]),
        partial=st.sampled_from([b"", b"G", b"GET /live HTTP/1.1\r\n", b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 4000]))
 def test_the_exporter_answers_probes_through_any_paced_flood(small_exporter: tuple[int, str], idle: int, slow: int,
@@ -810,7 +811,7 @@ def _leaks(value: str, out: str, around: str = "") -> bool:
     return any(g in out and g not in around for g in (body[i:i + 6] for i in range(len(body) - 5)))
 
 
-@settings(BUDGET, max_examples=600)
+@settings(BUDGET, max_examples=budget(600))
 @given(case=secret_texts(), limit=st.integers(1, 200))
 def test_every_secret_form_is_masked_before_any_cut_or_escape(case: tuple[str, str], limit: int) -> None:
     from appliance.bounds import show
@@ -825,7 +826,7 @@ def test_every_secret_form_is_masked_before_any_cut_or_escape(case: tuple[str, s
             pytest.fail(f"secret {value!r} leaks from {text!r}: {out!r}")
 
 
-@settings(BUDGET, max_examples=200)
+@settings(BUDGET, max_examples=budget(200))
 @given(secret=st.text(string.ascii_letters + string.digits + "\\'\"\u200b\t", min_size=4, max_size=20).map(
     lambda s: "Sx" + s), escape=st.sampled_from(["plain", "repr", "json", "json-unicode", "unicode-escape"]),
        limit=st.integers(1, 100))
@@ -885,7 +886,7 @@ def _naive_layers(name: str, graph: dict[str, list[str]], chain: tuple[str, ...]
     return [*out, name]
 
 
-@settings(BUDGET, max_examples=120)
+@settings(BUDGET, max_examples=budget(120))
 @given(case=extends_graphs())
 def test_any_extends_graph_loads_fast_and_as_its_plain_expansion_would(
         case: tuple[dict[str, list[str]], dict[str, dict[str, Any]], list[str]]) -> None:
@@ -948,7 +949,7 @@ def _argv_bound_fields() -> dict[str, bool]:
     return ARGV_BOUND
 
 
-@settings(BUDGET, max_examples=100)
+@settings(BUDGET, max_examples=budget(100))
 @given(data=st.data(), base=st.sampled_from(["cpu-smoke", "gb10-tp2"]))
 def test_no_profile_value_becomes_an_engine_flag(data: st.DataObject, base: str) -> None:
     from appliance.profile.loader import load_profile

@@ -16,8 +16,6 @@ from appliance.gate.receipt import load as load_typed
 from appliance.lock import channel_lock
 from tests.conftest import BIN, Serve, wait_for
 
-pytestmark = pytest.mark.engine
-
 STABLE_FACTS = ("vllm_version", "kv_tokens", "kv_device", "kv_max_concurrency", "startup_complete", "guard_active",
                 "guard_total", "runner_v2", "runner_fallback_reason", "sm120_decode", "attention_backend")
 """Facts fixed once the serve is up (throughput lines move while the gate's requests run)."""

@@ -44,6 +44,7 @@ def test_planted_needles_sit_at_their_depth_in_the_hay():
 def test_every_case_shares_the_same_hay_before_its_first_needle():
     hay = filler(8000)
     cases = build_cases(hay, 4, 2, seed=1)
+    assert len(cases) == 4
     for case in cases:
         first = case.prompt.index("The secret code of")
         assert case.prompt[:first] == hay[:first]

@@ -17,11 +17,10 @@ import pytest
 
 from tests.conftest import BIN, Rank, free_port, http_ok, master_port, stop_supervisord, supervisorctl, wait_for_ranks
 
-pytestmark = pytest.mark.engine
-
 
 @pytest.fixture(scope="session")
-def gemma_model_dir() -> Path:
+def gemma_model_dir(vllm_engine: Path) -> Path:
+    """Gemma 3 270M for the engine: only a test that serves it asks for it."""
     from appliance.gemma_model import prepare_gemma_model
 
     return prepare_gemma_model()

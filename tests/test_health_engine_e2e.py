@@ -24,8 +24,6 @@ import pytest
 
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.engine
-
 BIN = Path(sys.executable).parent
 PROBE_INTERVAL = 4.0  # what a readiness probe would use (k8s periodSeconds); the exporter polls every 1 s
 PROGRESS_WINDOW = 5.0

@@ -25,6 +25,7 @@ from appliance.health.prefilter import hyperscan_problem
 from appliance.health.table import LogTable, load_table
 from appliance.health.tail import LogTailer
 from benchmarks.scan_throughput import build_log
+from tests.hypothesis_profiles import budget
 
 TABLE = load_table()
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -158,7 +159,7 @@ def test_optional_groups_are_those_a_match_can_leave_unset_and_alternatives_thos
     assert forms["spec-decode-positions"] and forms["guard"]  # a required group and an optional tail
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=budget(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 900), cuts=st.lists(st.integers(1, 900), max_size=12),
        engine=st.sampled_from(FAST))
 def test_generated_logs_read_as_the_reference_reads_them(seed: int, n: int, cuts: list[int], engine: str):

@@ -25,6 +25,7 @@ def test_every_pattern_has_an_example_that_matches_and_holds_an_anchor(pattern):
 
 @pytest.mark.parametrize("pattern", TABLE.facts, ids=lambda p: p.id)
 def test_every_fact_example_yields_its_facts_or_starts_a_run(pattern):
+    assert pattern.examples, f"{pattern.id} has no example line to feed"
     for line in pattern.examples:
         extractor = Extractor(TABLE)
         extractor.feed_text(line + "\n")
@@ -34,6 +35,7 @@ def test_every_fact_example_yields_its_facts_or_starts_a_run(pattern):
 
 @pytest.mark.parametrize("pattern", TABLE.fatal, ids=lambda p: p.id)
 def test_every_fatal_example_is_a_fatal_hit(pattern):
+    assert pattern.examples, f"{pattern.id} has no example line to feed"
     for line in pattern.examples:
         extractor = Extractor(TABLE)
         extractor.feed_text(line + "\n")

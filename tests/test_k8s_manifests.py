@@ -122,7 +122,9 @@ def test_a_single_node_profile_is_a_deployment_that_never_needs_two_sets_of_gpus
 @pytest.mark.parametrize("name", list_profiles())
 def test_every_pod_has_shm_caches_probes_scrape_annotations_and_secret_refs_only(name: str) -> None:
     profile = load_profile(name).profile
-    for template in pod_templates(manifests(name)[0]):
+    templates = pod_templates(manifests(name)[0])
+    assert templates, f"{name}: no pod template"
+    for template in templates:
         spec, meta = template["spec"], template["metadata"]
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
@@ -218,7 +220,9 @@ GPU_PROFILES = [n for n in list_profiles() if load_profile(n).profile.hardware.g
 
 @pytest.mark.parametrize("name", list_profiles())
 def test_every_pod_runs_as_the_image_user_with_a_volume_group_it_can_write(name: str) -> None:
-    for template in pod_templates(manifests(name)[0]):
+    templates = pod_templates(manifests(name)[0])
+    assert templates, f"{name}: no pod template"
+    for template in templates:
         assert template["spec"]["securityContext"] == {
             "runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": True, "fsGroup": 10001,
             "fsGroupChangePolicy": "OnRootMismatch"}
@@ -227,7 +231,9 @@ def test_every_pod_runs_as_the_image_user_with_a_volume_group_it_can_write(name:
 @pytest.mark.parametrize("name", GPU_PROFILES)
 def test_gpu_pods_prefetch_the_weights_and_ask_for_memory_and_storage_sized_for_the_checkpoint(name: str) -> None:
     profile = load_profile(name).profile
-    for template in pod_templates(manifests(name)[0]):
+    templates = pod_templates(manifests(name)[0])
+    assert templates, f"{name}: no pod template"
+    for template in templates:
         spec = template["spec"]
         init = spec["initContainers"]
         assert [c["name"] for c in init] == ["fetch-model"]

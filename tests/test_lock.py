@@ -95,6 +95,7 @@ def test_jit_cache_python_mismatch_is_named_k13() -> None:
 
 
 def test_every_k13_pin_equals_the_version_it_must_equal_in_every_channel() -> None:
+    assert load_lock().channels, "the lock holds no channel"
     for lock in load_lock().channels.values():
         pairs = [(p.name, p.equal_to) for p in lock.packages if p.equal_to]
         assert lock.target == "cpu" or ("flashinfer-jit-cache", "flashinfer-python") in pairs
@@ -189,7 +190,8 @@ def test_versions_check_reads_the_nccl_library_path_back_on_the_gpu_target() -> 
     assert "nvidia-nccl-cu13" in drift
 
 
-def test_versions_check_follows_the_channel_the_image_names_and_says_it(tmp_path: Path) -> None:
+def test_versions_check_follows_the_channel_the_image_names_and_says_it(tmp_path: Path, vllm_engine: Path) -> None:
+    # The check compares the installed engine stack with the channel: it needs the engine.
     env = {**os.environ, "APPLIANCE_ROOT": str(ROOT), "APPLIANCE_CHANNEL": "vllm-cpu-0.31.0"}
     out = subprocess.run([sys.executable, "-m", "appliance", "versions", "--check", "--json"],
                          capture_output=True, text=True, timeout=120, check=False, env=env)

@@ -22,8 +22,6 @@ import pytest
 from appliance.hostmem.sources import mem_available_gib
 from tests.conftest import http_ok, start_serve, wait_for
 
-pytestmark = pytest.mark.engine
-
 HOG = r"""
 import sys, threading, time
 bound, cap, step, pause, hold = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), \

@@ -75,6 +75,7 @@ def test_no_collector_of_the_appliance_leaves_describe_empty(collectors: list[Co
 
 
 def test_a_scrape_yields_only_declared_families_of_the_declared_kind(collectors: list[Collector]) -> None:
+    assert collectors, "no collector to scrape"
     for collector in collectors:
         declared = {m.name: m.type for m in collector.describe()}
         collected = {m.name: m.type for m in collector.collect()}

@@ -25,8 +25,6 @@ from openai import OpenAI
 from tests.conftest import Serve, free_port, http_ok, start_serve, wait_for
 from tests.monitoring_series import fixture_series_names, metric_names, queries
 
-pytestmark = pytest.mark.engine
-
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "monitoring" / "prometheus"
 DASHBOARD = json.loads((ROOT / "monitoring" / "grafana" / "dashboards" / "appliance.json").read_text())

@@ -64,11 +64,22 @@ def test_every_variable_a_query_uses_is_defined_and_all_matches_a_missing_label(
 
 
 def test_every_appliance_query_filters_by_instance_and_rank_and_every_vllm_query_by_model_too() -> None:
-    for t in targets():
-        for selector in re.findall(r"(?:appliance_|vllm:)[a-z0-9_:]+\{([^}]*)\}", t["expr"]):
-            assert 'instance=~"$instance"' in selector and 'rank=~"$rank"' in selector, t["expr"]
-        for selector in re.findall(r"vllm:[a-z0-9_]+\{([^}]*)\}", t["expr"]):
-            assert 'model_name=~"$model_name"' in selector, t["expr"]
+    series = re.compile(r"(?:appliance_|vllm:)[a-z0-9_:]+")
+    queries = [t["expr"] for t in targets() if series.search(t["expr"])]
+    assert len(queries) >= 10, "the dashboard's queries of appliance/vLLM series were not found"
+    selected = vllm_selected = 0
+    for expr in queries:
+        # Every series a query names carries a selector: a bare name would show every instance and rank at once.
+        names = series.findall(expr)
+        selectors = re.findall(r"(?:appliance_|vllm:)[a-z0-9_:]+\{([^}]*)\}", expr)
+        assert len(selectors) == len(names), f"a series without a {{...}} selector: {expr}"
+        for selector in selectors:
+            assert 'instance=~"$instance"' in selector and 'rank=~"$rank"' in selector, expr
+            selected += 1
+        for selector in re.findall(r"vllm:[a-z0-9_]+\{([^}]*)\}", expr):
+            assert 'model_name=~"$model_name"' in selector, expr
+            vllm_selected += 1
+    assert selected >= len(queries) and vllm_selected > 0
 
 
 def test_panels_sit_on_the_grid_without_overlapping_and_ids_are_unique() -> None:

@@ -45,7 +45,9 @@ def test_every_alert_fires_and_stays_quiet_as_its_promtool_cases_say() -> None:
 def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
     evals = [e for case in cases for e in case["alert_rule_test"]]
-    for alert in (a["alert"] for a in alerts()):
+    names = [a["alert"] for a in alerts()]
+    assert names and evals, "no alert or no rule test found"
+    for alert in names:
         mine = [e for e in evals if e["alertname"] == alert]
         assert any(e["exp_alerts"] for e in mine), f"{alert}: no case where it fires"
         # Quiet: an evaluation expecting nothing, or a near-miss node (b, c) in the inputs that never fires.
@@ -75,6 +77,7 @@ def test_the_cases_fail_every_alert_rewritten_to_fire_always_or_never(tmp_path: 
 
 
 def test_every_alert_names_its_severity_and_the_rule_behind_it() -> None:
+    assert alerts(), "no alert found"
     for alert in alerts():
         labels = alert.get("labels", {})
         assert labels.get("severity") in ("warning", "critical"), alert["alert"]

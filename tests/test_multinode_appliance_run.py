@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from appliance.render.plan import ENGINE_ENV_KEYS
 from tests.conftest import (
@@ -25,8 +24,6 @@ from tests.conftest import (
     wait_for,
     wait_for_ranks,
 )
-
-pytestmark = pytest.mark.engine
 
 
 def start_rank(tmp: Path, model: Path, rank: int, host_ip: str, api: int, master: int) -> tuple[subprocess.Popen[bytes],

@@ -33,8 +33,6 @@ from appliance.render import Placement, ServePlan, build_plan
 from tests import conftest
 from tests.conftest import Rank, free_port, wait_for_ranks
 
-pytestmark = pytest.mark.engine
-
 BIN = Path(sys.executable).parent
 HEAD_ADDR, WORKER_ADDR = "127.0.0.1", "127.0.0.2"
 STARTUP_S = 420  # ~45 s alone on 2 cores; other engineers' engines may share them

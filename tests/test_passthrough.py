@@ -133,8 +133,10 @@ def test_managed_and_secret_env_vars_are_refused_naming_the_owner(var: str, owne
 
 
 def test_every_variable_the_renderer_sets_is_owned() -> None:
+    assert list_profiles(), "no shipped profile found"
     for name in list_profiles():
         profile = load_profile(name).profile
+        assert profile.hardware.nodes >= 1, name
         for rank in range(profile.hardware.nodes):
             assert set(build_plan(profile, Placement(node_rank=rank, master_addr=HEAD)).env) <= set(ENV_OWNERS)
 
@@ -201,7 +203,8 @@ def test_a_boolean_env_value_is_refused_at_load() -> None:
         load_profile("cpu-smoke", cli_overrides=["engine.extra_env.FOO=true"])
 
 
-def test_extra_env_reaches_the_launched_engine_and_a_cache_variable_is_refused_at_launch(tmp_path) -> None:
+def test_extra_env_reaches_the_launched_engine_and_a_cache_variable_is_refused_at_launch(tmp_path,
+                                                                                        vllm_engine) -> None:
     from appliance.errors import ApplianceError
     from appliance.placement import Placement as Given
     from appliance.run.launch import resolve_launch, resolve_place, run_files

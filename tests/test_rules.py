@@ -145,13 +145,15 @@ def test_mtp_on_the_0731_checkpoint_is_refused_because_it_has_no_mtp_heads() -> 
 
 
 def test_our_nvfp4_profiles_keep_k3_dspark_only_on_the_dspark_checkpoint() -> None:
-    for name in list_profiles():
-        p = load_profile(name).profile
-        if p.model.quantization == "nvfp4" and p.speculative and p.speculative.method == "dspark":
-            assert p.model.checkpoint == "nvidia/DeepSeek-V4-Flash-nvfp4-DSpark"
-            assert p.provenance.status == "unvalidated"
-        if p.model.checkpoint == "nvidia/DeepSeek-V4-Flash-NVFP4" and p.speculative:
-            assert p.speculative.method == "mtp"
+    profiles = {name: load_profile(name).profile for name in list_profiles()}
+    dspark = {n: p for n, p in profiles.items()
+              if p.model.quantization == "nvfp4" and p.speculative and p.speculative.method == "dspark"}
+    nvfp4_speculative = {n: p for n, p in profiles.items()
+                         if p.model.checkpoint == "nvidia/DeepSeek-V4-Flash-NVFP4" and p.speculative}
+    assert dspark and nvfp4_speculative, "no shipped profile of one of the two kinds: the rule is not exercised"
+    assert {p.model.checkpoint for p in dspark.values()} == {"nvidia/DeepSeek-V4-Flash-nvfp4-DSpark"}
+    assert {p.provenance.status for p in dspark.values()} == {"unvalidated"}
+    assert {p.speculative.method for p in nvfp4_speculative.values() if p.speculative} == {"mtp"}
 
 
 def test_guard_one_warns_that_only_two_of_five_managers_are_guarded() -> None:

@@ -9,13 +9,10 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 from openai import OpenAI
 
 from appliance.render.supervisord import STOP_WAIT_S
 from tests.conftest import Serve, http_ok, render_json, start_serve, wait_for
-
-pytestmark = pytest.mark.engine
 
 
 def counter(metrics: str, name: str) -> float:

@@ -55,7 +55,8 @@ def hostile_launch(value: str, tmp_path: Path) -> LoadedProfile:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_a_hostile_value_cannot_add_a_program_or_change_a_command(value: str, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  vllm_engine: Path) -> None:
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
     loaded = hostile_launch(value, tmp_path)
     launch = launch_of(loaded, tmp_path)
@@ -137,7 +138,8 @@ def test_the_exporter_judges_the_launched_profile_not_the_yaml_as_it_reads_later
 
 
 def test_the_exporter_is_built_from_the_launchs_section_not_from_flags(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      vllm_engine: Path) -> None:
     """launch.json is the typed hand-off: the exporter's port, role, engine URL, peers, canary state and fabric
     report are data in it, read as they were resolved (an APPLIANCE_* variable set later changes nothing), and a
     flag that would say the same again beside --launch is refused rather than silently lost."""

@@ -161,7 +161,7 @@ def test_cache_key_ignores_ports_and_names_but_not_engine_settings(section: str)
     assert engine_digest(changed) != base, f"{ENGINE_SHAPING[section]} must key a new compile cache"
 
 
-def test_the_engine_and_every_setup_step_run_this_environments_programs() -> None:
+def test_the_engine_and_every_setup_step_run_this_environments_programs(vllm_engine: Path) -> None:
     """supervisord's PATH may lack this environment's bin/: `vllm` and a Ray head's `ray start` are made
     absolute where this environment has them."""
     import sys

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -147,7 +148,6 @@ def _piped(argv: list[str], codes: tuple[int, ...] = (0,)) -> list[str]:
 TABLES = [(["config", "cpu-smoke"], "PATH", (0,), True),
           (["versions"], "PACKAGE", (0,), True),
           (["versions", "--check"], "STATE", (0, 1), False),  # names and versions: narrow cells
-          (["doctor", "cpu-smoke"], "STATUS", (0, 1), True),
           (["profiles", "--host"], "PROFILE", (0,), False)]  # the reasons are short on a host without GPUs
 
 
@@ -169,6 +169,12 @@ def test_each_human_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(
     assert len(rows) > 2 and rows == _left_edge(narrow, header)  # no row lost or split on the terminal
     start = piped.index(next(line for line in piped if line.split()[:1] == [header]))
     assert [line.split()[0] for line in piped[start:] if line] == rows  # piped: every line a row, none continued
+
+
+def test_the_doctor_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(vllm_engine: Path) -> None:
+    """doctor's rows are those of a host with the engine installed (without it, a `fix:` line follows a FAIL)."""
+    test_each_human_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(["doctor", "cpu-smoke"], "STATUS",
+                                                                              (0, 1), True)
 
 
 def test_config_shows_values_as_a_person_reads_them_without_json_escapes() -> None:

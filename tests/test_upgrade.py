@@ -94,7 +94,8 @@ def fake_engine_venv(root: Path, channel: str, version: str) -> Path:
     return venv
 
 
-def test_a_channel_is_served_from_this_environment_or_its_own_engine_venv(home: Path, tmp_path: Path) -> None:
+def test_a_channel_is_served_from_this_environment_or_its_own_engine_venv(home: Path, tmp_path: Path,
+                                                                          vllm_engine: Path) -> None:
     from appliance.channels.engines import find_engine, require_engine
 
     here = find_engine(channel_lock(NEW, "cpu"))
@@ -122,7 +123,8 @@ def test_a_gpu_channel_is_obtained_as_its_image_not_installed_on_the_host(home: 
     assert "obtained as its image" in err.value.message and "docker buildx bake" in str(err.value.fix)
 
 
-def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home: Path, tmp_path: Path) -> None:
+def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home: Path, tmp_path: Path,
+                                                                            vllm_engine: Path) -> None:
     from appliance.placement import Placement
     from appliance.run.launch import engine_plan, resolve_place
 
@@ -138,7 +140,7 @@ def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home
 
 
 def test_the_native_switch_relaunches_the_serve_as_it_was_told_and_never_moves_its_exporter(
-        home: Path, tmp_path: Path) -> None:
+        home: Path, tmp_path: Path, vllm_engine: Path) -> None:
     """The promote re-resolves launch.json from the serve's own placement (what `appliance run` was told: here
     APPLIANCE_HEALTH_PORT), not from what the promote command was given; a move that would change the running
     exporter's inputs (its port) is refused with both files as they were."""
@@ -172,7 +174,8 @@ def test_the_native_switch_relaunches_the_serve_as_it_was_told_and_never_moves_i
     assert (plain / "launch.json").read_text() == text and read_active("mine") is None
 
 
-def test_doctor_checks_the_engine_venvs_stack_and_the_appliances_tools_beside_it(home: Path, tmp_path: Path) -> None:
+def test_doctor_checks_the_engine_venvs_stack_and_the_appliances_tools_beside_it(home: Path, tmp_path: Path,
+                                                                                 vllm_engine: Path) -> None:
     from appliance.doctor.report import check_versions
 
     profile = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"]).profile

