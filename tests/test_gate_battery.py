@@ -375,3 +375,25 @@ def test_the_battery_s_reply_readers_take_a_broken_reply_as_no_answer_not_a_cras
 
     assert first_choice(body) == {} or first_choice(body) == {"finish_reason": 3}
     assert finish_reason(body) is None and prompt_tokens(body) is None
+
+
+def test_the_default_arm_renders_no_runner_switch_when_nothing_is_set_and_names_it_when_the_profile_sets_one():
+    """The harness's default arm sets nothing, so C2 judges the engine's own runner routing. Render level (the
+    serve's env from render/plan.py, the one source); tests/test_gate_engine.py runs the battery on the CPU serve."""
+    from appliance.gate.battery.prepare import battery_run, serve_of
+    from appliance.render.plan import build_plan, engine_env, plan_facts
+
+    auto = load_profile("cpu-smoke", cli_overrides=["engine.runner=auto"]).profile
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in build_plan(auto).env
+    run = battery_run("seed", "default", auto, params_for(auto), None, None)
+    assert run.arm_sets == () and "differs" not in serve_of(run) and "engine.runner=auto" in serve_of(run)
+    shipped = load_profile("cpu-smoke").profile  # runner v1 as it ships: the serve sets the switch, the receipt says
+    run = battery_run("seed", "default", shipped, params_for(shipped), None, None)
+    assert run.arm_sets == ("VLLM_USE_V2_MODEL_RUNNER=0",)
+    assert "renders VLLM_USE_V2_MODEL_RUNNER=0" in serve_of(run) and "--set engine.runner=auto" in serve_of(run)
+    # on GB10 the fork's SM120 switches are rendered too (at its own default, on), and named
+    gb10 = load_profile("gb10-tp2", cli_overrides=["engine.runner=auto"]).profile
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in engine_env(gb10, plan_facts(gb10))
+    sets = battery_run("seed", "default", gb10, params_for(gb10), None, None).arm_sets
+    assert sets and all(s.startswith("VLLM_DEEPSEEK_V4_FLASHINFER_SM120_") for s in sets)
+    assert battery_run("seed", "v1", load_profile("cpu-smoke").profile, params_for(shipped), None, None).arm_sets == ()

@@ -116,8 +116,9 @@ class Engine(Section):
     accept_unguarded_prefix_cache: bool = False
     """K4: the named acknowledgement that lets prefix caching + speculative decoding run on a channel without the
     same-step ghost-block guard (recall can collapse for the life of the serve). Prefer cache.prefix_caching: false."""
-    runner: Literal["v1", "v2"] = "v2"
-    """Model runner; VLLM_USE_V2_MODEL_RUNNER=1/0."""
+    runner: Literal["auto", "v1", "v2"] = "v2"
+    """Model runner; VLLM_USE_V2_MODEL_RUNNER=1/0. auto = not rendered: the engine's own routing (the fork routes
+    dspark to V2), what the seed battery's default arm judges (C2)."""
     cudagraph_mode: CudagraphMode = DEFAULT_CUDAGRAPH_MODE
     """compilation_config.cudagraph_mode; the default is not rendered."""
     enforce_eager: bool = False
