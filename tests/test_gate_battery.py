@@ -397,3 +397,21 @@ def test_the_default_arm_renders_no_runner_switch_when_nothing_is_set_and_names_
     sets = battery_run("seed", "default", gb10, params_for(gb10), None, None).arm_sets
     assert sets and all(s.startswith("VLLM_DEEPSEEK_V4_FLASHINFER_SM120_") for s in sets)
     assert battery_run("seed", "v1", load_profile("cpu-smoke").profile, params_for(shipped), None, None).arm_sets == ()
+
+
+def test_c8_runs_lm_eval_with_the_harness_settings_and_the_plain_gate_keeps_its_own(tmp_path):
+    """The harness's C8 runs scripts/run_lm_eval.sh with its defaults: 8-shot, num_concurrent 4, max_gen_toks 2048,
+    max_retries 10 (jasl/vllm-ds4-sm120-harness). The battery passes the same to lm-eval; `gate` alone does not."""
+    from appliance.gate import gsm8k
+
+    gb10 = load_profile("gb10-tp2").profile
+    p = battery_params_for(gb10).gsm8k
+    assert (p.num_fewshot, p.num_concurrent, p.max_gen_toks, p.max_retries) == (8, 4, 2048, 10)
+    ctx = GateContext(url="http://127.0.0.1:8000", model="m", checkpoint=gb10.model.checkpoint, tokenizer=None,
+                      profile=gb10, params=params_for(gb10), out_dir=tmp_path, progress=Quiet())
+    args = gsm8k.argv("lm_eval", ctx, p, tmp_path / "out")
+    model_args = args[args.index("--model_args") + 1].split(",")
+    assert {"num_concurrent=4", "max_gen_toks=2048", "max_retries=10"} <= set(model_args)
+    assert args[args.index("--num_fewshot") + 1] == "8"
+    plain = gsm8k.argv("lm_eval", ctx, params_for(gb10).gsm8k, tmp_path / "out")[args.index("--model_args") + 1]
+    assert "num_concurrent=16" in plain and "max_gen_toks" not in plain
