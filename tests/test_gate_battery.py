@@ -415,3 +415,27 @@ def test_c8_runs_lm_eval_with_the_harness_settings_and_the_plain_gate_keeps_its_
     assert args[args.index("--num_fewshot") + 1] == "8"
     plain = gsm8k.argv("lm_eval", ctx, params_for(gb10).gsm8k, tmp_path / "out")[args.index("--model_args") + 1]
     assert "num_concurrent=16" in plain and "max_gen_toks" not in plain
+
+
+def test_c10_benches_the_harness_depths_and_the_receipt_names_each_difference_from_the_harness(tmp_path):
+    """The harness's C10 (scripts/run_gb10_llama_benchy_standard.sh): a fresh standard serve at mml 49152, llama-benchy
+    at git b220b7c9, depth 8192/16384/32768, --skip-coherence. What the appliance cannot match is recorded."""
+    from appliance.gate.battery.checks import C7_DIFFERENCE, c10_differences
+
+    gb10 = load_profile("gb10-tp2").profile
+    bench = battery_params_for(gb10).bench
+    assert (bench.pp, bench.tg, bench.depth, bench.runs, bench.skip_coherence) == (
+        (2048,), (128,), (8192, 16384, 32768), 3, True)
+
+    def diffs(profile) -> list[str]:
+        ctx = GateContext(url="http://127.0.0.1:8000", model="m", checkpoint=profile.model.checkpoint,
+                          tokenizer=None, profile=profile, params=params_for(profile), out_dir=tmp_path,
+                          progress=Quiet())
+        return c10_differences(ctx, "0.4.0")
+
+    at_standard = diffs(gb10)
+    assert len(at_standard) == 2 and "fresh benchmark-standard serve" in at_standard[0]
+    assert "llama-benchy 0.4.0" in at_standard[1] and "b220b7c9" in at_standard[1]
+    long = diffs(load_profile("gb10-tp2", cli_overrides=["limits.max_model_len=131072"]).profile)
+    assert "serve max_model_len 131072, the harness's bench standard 49152" in long
+    assert "issue19_aqua001_request.json" in C7_DIFFERENCE
