@@ -50,8 +50,8 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
     "K30": ("the engine log has no NameError or AttributeError",
             "a name read and never defined is a broken code path: the seed's merges left one NameError at "
             "draft-model construction and an AttributeError on every offload-handler shutdown, both swallowed into "
-            "tracebacks while the serve went on, and its harness refuses a build whose engine log has either "
-            "(acceptance check C4)",
+            "tracebacks while the serve went on; jasl/vllm-ds4-sm120-harness (which expects the seed's head) refuses "
+            "a build whose engine log has either (acceptance check C4)",
             "read the traceback above the line: it names the file; check the stack with appliance versions --check"),
     "K35": ("the GB10 kernel release is one NCCL over RoCE works on",
             "on kernel 7.0.0-1019-nvidia NCCL's `ibv_reg_mr_iova2` fails with ENOMEM at start-up while "

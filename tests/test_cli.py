@@ -70,7 +70,7 @@ def test_profiles_table_lists_provenance() -> None:
     r = run("profiles")
     assert r.returncode == 0
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("gb10-tp2 "))
-    assert "2x1" in line and "dspark:5" in line and "validated" in line
+    assert "2x1" in line and "dspark:5" in line and "partial" in line
 
 
 def test_cli_start_does_not_import_pydantic_for_help() -> None:

@@ -375,3 +375,67 @@ def test_the_battery_s_reply_readers_take_a_broken_reply_as_no_answer_not_a_cras
 
     assert first_choice(body) == {} or first_choice(body) == {"finish_reason": 3}
     assert finish_reason(body) is None and prompt_tokens(body) is None
+
+
+def test_the_default_arm_renders_no_runner_switch_when_nothing_is_set_and_names_it_when_the_profile_sets_one():
+    """The harness's default arm sets nothing, so C2 judges the engine's own runner routing. Render level (the
+    serve's env from render/plan.py, the one source); tests/test_gate_engine.py runs the battery on the CPU serve."""
+    from appliance.gate.battery.prepare import battery_run, serve_of
+    from appliance.render.plan import build_plan, engine_env, plan_facts
+
+    auto = load_profile("cpu-smoke", cli_overrides=["engine.runner=auto"]).profile
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in build_plan(auto).env
+    run = battery_run("seed", "default", auto, params_for(auto), None, None)
+    assert run.arm_sets == () and "differs" not in serve_of(run) and "engine.runner=auto" in serve_of(run)
+    shipped = load_profile("cpu-smoke").profile  # runner v1 as it ships: the serve sets the switch, the receipt says
+    run = battery_run("seed", "default", shipped, params_for(shipped), None, None)
+    assert run.arm_sets == ("VLLM_USE_V2_MODEL_RUNNER=0",)
+    assert "renders VLLM_USE_V2_MODEL_RUNNER=0" in serve_of(run) and "--set engine.runner=auto" in serve_of(run)
+    # on GB10 the fork's SM120 switches are rendered too (at its own default, on), and named
+    gb10 = load_profile("gb10-tp2", cli_overrides=["engine.runner=auto"]).profile
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in engine_env(gb10, plan_facts(gb10))
+    sets = battery_run("seed", "default", gb10, params_for(gb10), None, None).arm_sets
+    assert sets and all(s.startswith("VLLM_DEEPSEEK_V4_FLASHINFER_SM120_") for s in sets)
+    assert battery_run("seed", "v1", load_profile("cpu-smoke").profile, params_for(shipped), None, None).arm_sets == ()
+
+
+def test_c8_runs_lm_eval_with_the_harness_settings_and_the_plain_gate_keeps_its_own(tmp_path):
+    """The harness's C8 runs scripts/run_lm_eval.sh with its defaults: 8-shot, num_concurrent 4, max_gen_toks 2048,
+    max_retries 10 (jasl/vllm-ds4-sm120-harness). The battery passes the same to lm-eval; `gate` alone does not."""
+    from appliance.gate import gsm8k
+
+    gb10 = load_profile("gb10-tp2").profile
+    p = battery_params_for(gb10).gsm8k
+    assert (p.num_fewshot, p.num_concurrent, p.max_gen_toks, p.max_retries) == (8, 4, 2048, 10)
+    ctx = GateContext(url="http://127.0.0.1:8000", model="m", checkpoint=gb10.model.checkpoint, tokenizer=None,
+                      profile=gb10, params=params_for(gb10), out_dir=tmp_path, progress=Quiet())
+    args = gsm8k.argv("lm_eval", ctx, p, tmp_path / "out")
+    model_args = args[args.index("--model_args") + 1].split(",")
+    assert {"num_concurrent=4", "max_gen_toks=2048", "max_retries=10"} <= set(model_args)
+    assert args[args.index("--num_fewshot") + 1] == "8"
+    plain = gsm8k.argv("lm_eval", ctx, params_for(gb10).gsm8k, tmp_path / "out")[args.index("--model_args") + 1]
+    assert "num_concurrent=16" in plain and "max_gen_toks" not in plain
+
+
+def test_c10_benches_the_harness_depths_and_the_receipt_names_each_difference_from_the_harness(tmp_path):
+    """The harness's C10 (scripts/run_gb10_llama_benchy_standard.sh): a fresh standard serve at mml 49152, llama-benchy
+    at git b220b7c9, depth 8192/16384/32768, --skip-coherence. What the appliance cannot match is recorded."""
+    from appliance.gate.battery.checks import C7_DIFFERENCE, c10_differences
+
+    gb10 = load_profile("gb10-tp2").profile
+    bench = battery_params_for(gb10).bench
+    assert (bench.pp, bench.tg, bench.depth, bench.runs, bench.skip_coherence) == (
+        (2048,), (128,), (8192, 16384, 32768), 3, True)
+
+    def diffs(profile) -> list[str]:
+        ctx = GateContext(url="http://127.0.0.1:8000", model="m", checkpoint=profile.model.checkpoint,
+                          tokenizer=None, profile=profile, params=params_for(profile), out_dir=tmp_path,
+                          progress=Quiet())
+        return c10_differences(ctx, "0.4.0")
+
+    at_standard = diffs(gb10)
+    assert len(at_standard) == 2 and "fresh benchmark-standard serve" in at_standard[0]
+    assert "llama-benchy 0.4.0" in at_standard[1] and "b220b7c9" in at_standard[1]
+    long = diffs(load_profile("gb10-tp2", cli_overrides=["limits.max_model_len=131072"]).profile)
+    assert "serve max_model_len 131072, the harness's bench standard 49152" in long
+    assert "issue19_aqua001_request.json" in C7_DIFFERENCE

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,43 @@ def test_every_profile_states_provenance_and_only_seed_runs_claim_validated() ->
         assert prov.source
         if prov.status == "validated":
             assert "seed" in prov.source and prov.date is not None and prov.measured is not None, name
+
+
+def test_profiles_json_shows_no_validated_profile_off_its_measured_shape_or_with_a_non_pass(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The harness's definition: validated = every check PASSed at the shape the profile ships; partial names each
+    # blocker.
+    from appliance.cli import main
+
+    assert main(["profiles", "--json"]) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if isinstance(r.get("provenance"), dict)]
+    assert {r["name"] for r in rows} >= {"gb10-tp2", "rtx-pro-6000-tp2"}
+    for r in rows:
+        prov = r["provenance"]
+        assert prov["status"] != "partial" or prov["blockers"], r["name"]
+        measured = prov["measured"] or {}
+        assert prov["status"] != "validated" or not (prov["blockers"] or measured.get("unverified")), r["name"]
+    gb10 = next(r for r in rows if r["name"] == "gb10-tp2")
+    assert gb10["provenance"]["status"] == "partial" and gb10["provenance"]["measured"]["max_model_len"] == 131072
+
+
+def test_validated_is_refused_naming_each_blocker(tmp_path: Path) -> None:
+    # gb10-tp2 with its blockers list removed and status validated: the measurement's own record still shows a
+    # non-PASS check and another max_model_len, and the loader names both.
+    shutil.copytree(Path(__file__).parents[1] / "profiles" / "bases", tmp_path / "bases")
+    src = (Path(__file__).parents[1] / "profiles" / "gb10-tp2.yaml").read_text()
+    start, end = src.index("  blockers:"), src.index("  measured:")
+    (tmp_path / "p.yaml").write_text(src[:start].replace("status: partial", "status: validated") + src[end:])
+    with pytest.raises(ApplianceError, match="validated needs every check") as e:
+        load_profile("p", root=tmp_path)
+    assert "tests/v1/spec_decode" in str(e.value)
+    assert "measured at max_model_len 131072, ships 49152" in str(e.value)
+
+
+def test_partial_without_blockers_is_refused(tmp_path: Path) -> None:
+    shutil.copytree(Path(__file__).parents[1] / "profiles" / "bases", tmp_path / "bases")
+    src = (Path(__file__).parents[1] / "profiles" / "gb10-tp2.yaml").read_text()
+    start, end = src.index("  blockers:"), src.index("  measured:")
+    (tmp_path / "p.yaml").write_text(src[:start] + src[end:])
+    with pytest.raises(ApplianceError, match=r"partial needs provenance\.blockers"):
+        load_profile("p", root=tmp_path)

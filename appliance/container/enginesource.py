@@ -6,7 +6,8 @@ Standard library only: the GPU build runs this file by path, like lockcli.py, be
         [--url URL]
 
 A tag is a name that can move (the fork's 20260809 tag was read as aa0d513027 by one peer and as d44e224ab9
-by the seed's harness), so the build never trusts it: it fetches the pull request's branch
+by jasl/vllm-ds4-sm120-harness, whose acceptance script expects that head), so the build never trusts it:
+it fetches the pull request's branch
 (the channel's engine.branch in versions.json) with its whole history but without file contents (`--filter=blob:none`:
 commits and trees only, a few hundred MB at most, so the pin is found however far back it is), resolves the
 pinned commit there (a short pin must be unambiguous), checks it out, and writes engine-source.json: the full

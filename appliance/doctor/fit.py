@@ -106,9 +106,12 @@ def fit(profile: Profile, host: Host) -> Fit:
         if gpu and not host.fabric and not profile.distributed.nccl_ib_disable:
             notes.append("no RDMA device here: NCCL would fall back to sockets between the nodes (K10)")
     if gpu and status == "validated":
-        return Fit(profile.name, "validated here", None, "; ".join(["the seed's battery passed on this hardware",
-                                                                    *notes]), status, gpu)
-    return Fit(profile.name, "fits", None, "; ".join(notes) or f"provenance {status}", status, gpu)
+        return Fit(profile.name, "validated here", None,
+                   "; ".join(["every check of the battery passed on this hardware at this shape", *notes]), status, gpu)
+    said = f"provenance {status}"
+    if profile.provenance.blockers:  # partial: accepted with blockers, each named (the harness's rule)
+        said += f" (accepted with blockers: {'; '.join(profile.provenance.blockers)})"
+    return Fit(profile.name, "fits", None, "; ".join([*notes, said]), status, gpu)
 
 
 def recommend(fits: list[Fit], profiles: dict[str, Profile]) -> Fit | None:

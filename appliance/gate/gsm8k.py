@@ -47,7 +47,10 @@ def dataset_cached() -> bool:
 
 def argv(exe: str, ctx: GateContext, p: Gsm8kParams, out: Path) -> list[str]:
     model_args = [f"model={ctx.model}", f"base_url={ctx.url}/v1/completions", f"num_concurrent={p.num_concurrent}",
-                  "max_retries=3", "tokenized_requests=False", f"max_length={ctx.profile.limits.max_model_len}"]
+                  f"max_retries={p.max_retries}", "tokenized_requests=False",
+                  f"max_length={ctx.profile.limits.max_model_len}"]
+    if p.max_gen_toks is not None:
+        model_args.append(f"max_gen_toks={p.max_gen_toks}")
     if ctx.tokenizer:
         model_args += [f"tokenizer={ctx.tokenizer}", "tokenizer_backend=huggingface"]
     cmd = [exe, "run", "--model", "local-completions", "--model_args", ",".join(model_args), "--tasks", p.task,
@@ -83,7 +86,8 @@ def latest_results(out: Path) -> Path | None:
 def _result(status: GateStatus, summary: str, p: Gsm8kParams, started: str, began: float, **more: Any) -> CheckResult:
     return CheckResult("gsm8k", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"task": p.task, "num_fewshot": p.num_fewshot, "limit": p.limit,
-                               "num_concurrent": p.num_concurrent, "min_accuracy": p.min_accuracy,
+                               "num_concurrent": p.num_concurrent, "max_gen_toks": p.max_gen_toks,
+                               "max_retries": p.max_retries, "min_accuracy": p.min_accuracy,
                                "model": "local-completions", "include_path": p.include_path, "runs": p.runs},
                        **more)
 

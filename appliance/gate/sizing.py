@@ -75,6 +75,9 @@ class Gsm8kParams:
     num_fewshot: int = 8
     limit: int | None = None
     num_concurrent: int = 16
+    max_gen_toks: int | None = None
+    """lm-eval's max_gen_toks model argument; None = lm-eval's own default (gate --battery seed sets the harness's)."""
+    max_retries: int = 3
     min_accuracy: float = 0.93
     """On the strict-match filter; the seed measured ≈ 0.96 8-shot on a healthy GB10 serve."""
     task: str = "gsm8k"

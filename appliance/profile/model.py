@@ -123,8 +123,9 @@ class Engine(Section):
     accept_unguarded_prefix_cache: bool = False
     """K4: the named acknowledgement that lets prefix caching + speculative decoding run on a channel without the
     same-step ghost-block guard (recall can collapse for the life of the serve). Prefer cache.prefix_caching: false."""
-    runner: Literal["v1", "v2"] = "v2"
-    """Model runner; VLLM_USE_V2_MODEL_RUNNER=1/0."""
+    runner: Literal["auto", "v1", "v2"] = "v2"
+    """Model runner; VLLM_USE_V2_MODEL_RUNNER=1/0. auto = not rendered: the engine's own routing (the fork routes
+    dspark to V2), what the seed battery's default arm judges (C2)."""
     cudagraph_mode: CudagraphMode = DEFAULT_CUDAGRAPH_MODE
     """compilation_config.cudagraph_mode; the default is not rendered."""
     enforce_eager: bool = False
@@ -312,9 +313,11 @@ class Memory(Section):
 
 class Provenance(Section):
     status: Literal["validated", "partial", "community", "unvalidated", "test"]
-    """validated = the seed's acceptance battery passed on this hardware, on measured.head, with this runner, guard,
-    checkpoint and speculative method (what the profile changes from that shape, P1 names); partial = only
-    measured.checks ran, or on another head or runner than the profile's; community = reports only."""
+    """The harness's definition (its acceptance rule: anything not PASS is a blocker). validated = every check of
+    the battery PASSed on this hardware, on measured.head, at the shape this profile ships (runner, guard,
+    checkpoint, speculative method, max_model_len, tensor size); partial = accepted with blockers: something was
+    measured, and `blockers` names each check that did not PASS and each way the shipped shape differs from the
+    measured one; community = reports only; unvalidated = nothing measured."""
     hardware: str | None = None
     """The hardware the status refers to."""
     source: str
@@ -323,6 +326,9 @@ class Provenance(Section):
     """When it was validated."""
     measured: Measured | None = None
     """Structured: head, runner, checks. `appliance validate` warns when the profile runs what this did not (P1)."""
+    blockers: list[str] = []
+    """Why the status is not `validated`: each check that did not PASS, each check that never ran, each difference
+    between the measured shape and the shipped one. Required (non-empty) for partial, refused for validated."""
 
 
 class Profile(Section):
@@ -345,3 +351,31 @@ class Profile(Section):
     """The correctness canary while serving (appliance/canary); null = off."""
     provenance: Provenance
 
+    @model_validator(mode="after")
+    def _validated_means_every_check_passed_at_this_shape(self) -> Profile:
+        prov = self.provenance
+        if prov.status == "partial" and not prov.blockers:
+            raise ValueError("provenance.status partial needs provenance.blockers: name each check that did not "
+                             "PASS and each difference from the measured shape (the harness: anything not PASS "
+                             "is a blocker)")
+        why = validated_blockers(self) if prov.status == "validated" else []
+        if why:
+            raise ValueError("provenance.status validated needs every check of the battery PASSed at the shape "
+                             f"this profile ships; here: {'; '.join(why)}. Set status partial and list these in "
+                             "provenance.blockers")
+        return self
+
+
+def validated_blockers(profile: Profile) -> list[str]:
+    """What stops `profile` being `validated` in the harness's sense: its named blockers, the measurement's
+    unverified coverage, and each way its shipped shape (max_model_len, tensor size) differs from the measured one."""
+    prov, m = profile.provenance, profile.provenance.measured
+    out = list(prov.blockers)
+    if m is None:
+        return [*out, "nothing measured"]
+    out += [f"not PASS: {u}" for u in m.unverified]
+    if m.max_model_len is not None and m.max_model_len != profile.limits.max_model_len:
+        out.append(f"measured at max_model_len {m.max_model_len}, ships {profile.limits.max_model_len}")
+    if m.tensor is not None and m.tensor != profile.parallel.tensor:
+        out.append(f"measured at tensor size {m.tensor}, ships {profile.parallel.tensor}")
+    return out

@@ -141,7 +141,8 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
     """Env that changes engine behaviour; it goes to every rank. Each channel's adapter: a switch the channel's
     engine does not have is not rendered (the rules refuse a profile that asks for one: K4, E6, E9)."""
     p, caps = profile, facts.caps
-    env = {engine_vars.ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"} if caps.runner_switch else {}
+    env = ({engine_vars.ENV_RUNNER: "1" if p.engine.runner == "v2" else "0"}
+           if caps.runner_switch and p.engine.runner != "auto" else {})
     if p.cache.guard != "auto" and caps.guard:
         env[engine_vars.ENV_GUARD] = str(p.cache.guard)
     if facts.gpu.is_sm12x and caps.sm120_decode == "env":

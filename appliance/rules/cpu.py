@@ -10,7 +10,7 @@ from appliance.rules.base import Finding, Rule, RuleContext, on_cpu, rule
       on_cpu,
       fix="set engine.runner: v1 on the cpu target")
 def c1_cpu_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
-    if ctx.profile.engine.runner == "v1":
+    if ctx.profile.engine.runner in ("v1", "auto"):  # auto: the build itself falls back to V1 (the line above)
         return []
     return [r.finding("error", "engine.runner", "v2",
                       "the CPU build has no V2 runner, so the health check's runner expectation could never pass",

@@ -133,7 +133,7 @@ def _k4_unguarded_channel(ctx: RuleContext, r: Rule, exposed: bool) -> list[Find
       fix="with engine.runner: v1 use cudagraph_mode FULL_DECODE_ONLY, FULL or NONE (or enforce_eager), or stay on v2")
 def k5_runner(ctx: RuleContext, r: Rule) -> list[Finding]:
     e = ctx.profile.engine
-    if e.runner == "v2" or e.enforce_eager or "PIECEWISE" not in e.cudagraph_mode:
+    if e.runner != "v1" or e.enforce_eager or "PIECEWISE" not in e.cudagraph_mode:
         return []
     fix = ("set engine.cudagraph_mode: FULL_DECODE_ONLY (or FULL / NONE, or engine.enforce_eager: true), "
            "or go back to engine.runner: v2")

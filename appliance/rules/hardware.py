@@ -10,13 +10,15 @@ NVFP4_SM12X_OVERHEAD_GIB = 4.0
 """Seed: "NVFP4 weights are ~4 GiB/GPU larger, leaving less KV-cache room"."""
 RESIDENT_PER_CHECKPOINT_GIB = 0.9646
 """Engine memory outside the KV cache (weights, activation peak, CUDA graphs) per GiB of checkpoint per rank,
-fitted to the seed's 2 x RTX PRO 6000 serve of 0731 at 0.85 ("6.25 GiB vs ~18.5 GiB"): 0.85 x 95.6 - 6.25 =
+fitted to the seed's smaller KV figure ("a 3x smaller KV cache (6.25 GiB vs ~18.5 GiB)", across its two
+architectures; the seed names neither figure's hardware nor utilization: this project reads 6.25 as the 2 x RTX
+PRO 6000 serve of 0731 and takes 0.85 from the seed's Running DSpark example, an inference): 0.85 x 95.6 - 6.25 =
 75.01 GiB per GPU for 155.5 GiB of checkpoint over 2 ranks. With GB10's engine_memory_gib fitted to the other
 figure, K20 reproduces both (tests/test_rules_seed.py)."""
 SEED_VALIDATED_KV_GIB = 6.25
-"""The smallest KV cache the seed validated a serve with (2 x RTX PRO 6000, 0731, 0.85)."""
+"""The smaller of the seed's two KV figures (read here as 2 x RTX PRO 6000, 0731, 0.85: an inference, see above)."""
 MIN_KV_GIB = SEED_VALIDATED_KV_GIB / 2
-"""Under half the smallest validated KV: warn (the serve may not hold max_model_len; the log's K20 expectation
+"""Under half that KV: warn (the serve may not hold max_model_len; the log's K20 expectation
 kv-holds-max-model-len says for sure)."""
 
 
@@ -65,8 +67,9 @@ def k10_parallel(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 
 @rule("K20", "weights fit with room for KV",
-      "engine memory outside the KV cache, calibrated on the seed's two KV measurements (6.25 GiB on 2 x RTX PRO "
-      "6000 at 0.85, ~18.5 GiB on GB10), must fit inside gpu_memory_utilization x GPU memory with room for KV",
+      "engine memory outside the KV cache, calibrated on the seed's two KV figures ('6.25 GiB vs ~18.5 GiB'; the "
+      "seed names neither one's hardware or utilization: read here as 2 x RTX PRO 6000 and GB10 at 0.85, an "
+      "inference), must fit inside gpu_memory_utilization x GPU memory with room for KV",
       on_gpu,
       fix="add GPUs, lower max_model_len or raise gpu_memory_utilization so weights leave room for KV")
 def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
@@ -88,7 +91,7 @@ def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
     if kv < MIN_KV_GIB:
         return [r.finding("warning", "limits.gpu_memory_utilization", util,
                           f"{where} leave ~{kv:.1f} GiB per GPU for the KV cache, under half the "
-                          f"{SEED_VALIDATED_KV_GIB} GiB the seed validated a serve with",
+                          f"{SEED_VALIDATED_KV_GIB} GiB of the seed's smaller KV figure",
                           "raise limits.gpu_memory_utilization a little or add GPUs; the log's "
                           "kv-holds-max-model-len expectation says whether max_model_len fits")]
     return []

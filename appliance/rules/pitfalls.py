@@ -169,7 +169,7 @@ FLASHINFER_DSV4_GAP = frozenset({"0.7.0"})
       "sparse_indices_are_storage_offsets must be set for strided KV pools' (vllm-project/vllm#58069); upstream "
       "vLLM 0.31.0 and 0.32.0 pin 0.7.0.post1 (their wheels' metadata)",
       deepseek_on_gpu,
-      fix="lock flashinfer-python (and cubin, jit-cache) at 0.7.0.post1 or the channel's validated release, not 0.7.0")
+      fix="lock flashinfer-python (and cubin, jit-cache) at 0.7.0.post1 or the channel's locked release, not 0.7.0")
 def k37_flashinfer_070(ctx: RuleContext, r: Rule) -> list[Finding]:
     """A fact of the engine stack, not of the profile: the flashinfer-python the profile's channel locks (each
     channel judged by its own pins; upstream vLLM's channels pin 0.7.0.post1). The report was
@@ -181,7 +181,7 @@ def k37_flashinfer_070(ctx: RuleContext, r: Rule) -> list[Finding]:
     return [r.finding("error", "engine.channel", engine_label(ctx.channel.lock),
                       f"the engine stack pins flashinfer-python {version}, whose sparse-MLA API refuses vLLM's packed "
                       f"DeepSeek-V4 KV pools at warmup", "use a channel whose lock pins flashinfer-python "
-                      "0.7.0.post1 or the validated 0.6.16.post3 (appliance channels)")]
+                      "0.7.0.post1 or the accepted commit's 0.6.16.post3 (appliance channels)")]
 
 
 @rule("K38", "structured output on the V2 runner meets an unbounded V2 sampler on this pin",

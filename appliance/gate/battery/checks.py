@@ -193,13 +193,18 @@ def d2_c1(ctx: GateContext) -> CheckResult:
 
 # --- C7: instruction following ------------------------------------------------------------------------------
 
+C7_DIFFERENCE = ("sends the appliance's own request in the shape of the harness's issue19 gate, not the reporter's "
+                 "request the harness sends (issue19_aqua001_request.json): that is another project's text, which "
+                 "the appliance does not ship, and fetching it at gate time at a pinned commit is not built yet")
+
+
 def c7_instruction(ctx: GateContext) -> CheckResult:
     async def make() -> CheckResult:
         started, began = utc_now(), time.monotonic()
         p = _run(ctx).params.instruction
         result = await instruction.run(ctx, p)
         return _line(ctx, "C7", "pass" if result["passed"] else "fail", result["why"], started, began,
-                     params={"max_tokens": p.max_tokens}, details=result)
+                     params={"max_tokens": p.max_tokens, "differs_from_harness": [C7_DIFFERENCE]}, details=result)
     return _bounded(ctx, "C7", make)
 
 
@@ -273,8 +278,28 @@ def c10_prefill(ctx: GateContext) -> CheckResult:
         evidence = f"no {p.bench_row} row parsed from llama-benchy ({r.summary})"
     return _line(ctx, "C10", status, evidence, started, began,
                  params={**r.params, "row": p.bench_row, "reference": b.reference,
-                         "reference_source": b.reference_source, "tolerance": p.bench_tolerance},
+                         "reference_source": b.reference_source, "tolerance": p.bench_tolerance,
+                         "differs_from_harness": c10_differences(ctx, r.details.get("llama_benchy_version"))},
                  metrics=r.metrics, details=r.details)
+
+
+HARNESS_BENCH_MAX_MODEL_LEN = 49152
+HARNESS_LLAMA_BENCHY = "git b220b7c9cae7af2d6bd9ebf6bfa9ac066cb40780 (eugr/llama-benchy)"
+"""The harness's C10 (scripts/run_gb10_llama_benchy_standard.sh): a fresh benchmark-standard serve at mml 49152,
+prewarmed, benched by llama-benchy run from that git commit."""
+
+
+def c10_differences(ctx: GateContext, benchy_version: str | None) -> list[str]:
+    """Where this C10 is not the harness's: it benches the battery's serve (the appliance starts no serve), the
+    llama-benchy installed from the lock (a git commit cannot be installed from the package index)."""
+    out = ["benches the battery's own serve, not a fresh benchmark-standard serve with the harness's prewarm "
+           "(the gate starts no serve; start one at the standard and run C10's arm on it to match)"]
+    mml = ctx.profile.limits.max_model_len
+    if mml != HARNESS_BENCH_MAX_MODEL_LEN:
+        out.append(f"serve max_model_len {mml}, the harness's bench standard {HARNESS_BENCH_MAX_MODEL_LEN}")
+    out.append(f"llama-benchy {benchy_version or 'of the lock'} from the package index, the harness's "
+               f"{HARNESS_LLAMA_BENCHY}")
+    return out
 
 
 RUNNERS: dict[str, Callable[[GateContext], CheckResult]] = {

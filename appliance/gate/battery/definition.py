@@ -17,7 +17,8 @@ from typing import Literal
 Arm = Literal["default", "v1", "noguard"]
 ARMS: tuple[Arm, ...] = ("default", "v1", "noguard")
 ARM_SERVES: dict[Arm, str] = {
-    "default": "the profile as it ships: nothing set (V2 runner and the guard are the engine's defaults)",
+    "default": "the profile with engine.runner=auto: no VLLM_USE_V2_MODEL_RUNNER rendered, so C2 judges the "
+               "engine's own runner routing, as the harness's default arm sets nothing",
     "v1": "the same profile with engine.runner=v1 (VLLM_USE_V2_MODEL_RUNNER=0)",
     "noguard": "the same profile with cache.guard=0 (VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT=0)",
 }

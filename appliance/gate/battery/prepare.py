@@ -121,13 +121,29 @@ def battery_run(name: str, arm: str, profile: Profile, gate_params: GateParams, 
                                            runs=tuned_gsm8k.runs),
                      bench=replace(params.bench, corpus=tuned_bench.corpus))
     ref, source = reference(params, profile, bench_reference)
-    return BatteryRun(battery, checked, params, exporter, ref, source, unguarded_channel(profile, checked))
+    return BatteryRun(battery, checked, params, exporter, ref, source, unguarded_channel(profile, checked),
+                      default_arm_sets(profile) if checked == "default" else ())
+
+
+def default_arm_sets(profile: Profile) -> tuple[str, ...]:
+    """The runner and SM120 switches the profile's serve renders (render/plan.py, the one source): the harness's
+    default arm sets none of them. The SM120 ones are rendered at the fork's own default (the seed: both paths
+    "default on"), the runner one is what makes C2 judge the appliance's setting instead of the engine's routing."""
+    from appliance.channels import capabilities as engine_vars
+    from appliance.render.plan import engine_env, plan_facts
+
+    env = engine_env(profile, plan_facts(profile))
+    keys = (engine_vars.ENV_RUNNER, engine_vars.ENV_SM120_DECODE, engine_vars.ENV_SM120_PREFILL)
+    return tuple(f"{k}={env[k]}" for k in keys if k in env)
 
 
 def serve_of(run: BatteryRun) -> str:
     if run.unguarded_channel:
         return (f"the profile as it ships: channel {run.unguarded_channel} has no same-step ghost-block guard "
                 f"({ENV_GUARD} is not among its engine's env vars), so cache.guard=0 cannot be set (K4)")
+    if run.arm_sets:
+        return (f"{ARM_SERVES[run.arm]}; this serve differs: it renders {', '.join(run.arm_sets)} (start it with "
+                f"--set engine.runner=auto, and pass the same --set to the gate, to judge the engine's routing)")
     return ARM_SERVES[run.arm]
 
 

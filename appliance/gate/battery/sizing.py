@@ -77,9 +77,14 @@ def _standard() -> BatteryParams:
         arthur_c12=CoherenceParams(line_count=900, concurrency=12, repeat=2, max_tokens=384, runs=3, min_passed=18),
         arthur_c1=CoherenceParams(line_count=900, concurrency=1, repeat=2, max_tokens=384),
         instruction=InstructionParams(),
-        gsm8k=Gsm8kParams(min_accuracy=0.92),
+        # The harness's scripts/run_lm_eval.sh defaults (C8 runs it with none overridden): 8-shot, num_concurrent 4,
+        # max_gen_toks 2048, max_retries 10.
+        gsm8k=Gsm8kParams(min_accuracy=0.92, num_fewshot=8, num_concurrent=4, max_gen_toks=2048, max_retries=10),
         needles=NeedleParams(line_counts=(1500, 2850)),
-        bench=BenchParams(pp=(2048,), tg=(128,), depth=(0, 8192, 16384, 32768), runs=3, corpus="default"),
+        # The harness's scripts/run_gb10_llama_benchy_standard.sh: pp2048 tg128, depth 8192/16384/32768, C=1,
+        # runs 3, --enable-prefix-caching --skip-coherence (no depth 0).
+        bench=BenchParams(pp=(2048,), tg=(128,), depth=(8192, 16384, 32768), runs=3, corpus="default",
+                          skip_coherence=True),
         bench_row="pp2048 @ d8192",
     )
 
