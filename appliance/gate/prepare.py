@@ -16,7 +16,8 @@ from appliance.gate.context import GateContext
 from appliance.gate.progress import Progress
 from appliance.gate.provenance import engagement, engine_info, exporter_status, hardware, image_labels
 from appliance.gate.recall import NAMES
-from appliance.gate.receipt import SCHEMA
+from appliance.gate.receipt import SCHEMA, build
+from appliance.gate.receipt_model import Receipt
 from appliance.gate.result import utc_now
 from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS, GateParams, params_for
 from appliance.profile.loader import LoadedProfile
@@ -127,7 +128,7 @@ def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) 
     return root if root and Path(root).is_dir() else None
 
 
-def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str], dict[str, Any]]:
+def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str], Receipt]:
     from appliance import __version__
     from appliance.lock import channel_lock
     from appliance.paths import appliance_home, make_dir
@@ -182,7 +183,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     eng = engagement(status, status_error)
     channel = channel_lock(profile.engine.channel, profile.hardware.target)
     lock = channel.digest
-    receipt: dict[str, Any] = {
+    data: dict[str, Any] = {  # the first write, validated by build() below
         "schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": utc_now(), "finished_at": None,
         "selected": selected, "size": params.size,
         "target": {"url": url, "exporter": exporter, "model": model, "checkpoint": ctx.checkpoint,
@@ -198,14 +199,14 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     if run is not None:
         from appliance.gate.battery.prepare import receipt_section
 
-        receipt["size"] = run.params.size
-        receipt["battery"] = receipt_section(run, channel, receipt["provenance"]["image"])
+        data["size"] = run.params.size
+        data["battery"] = receipt_section(run, channel, data["provenance"]["image"])
         if run.params.size == "standard" and profile.limits.max_model_len < 131072:
-            receipt["warnings"].append(
+            data["warnings"].append(
                 f"the seed ran this battery at max_model_len 131072; this serve has {profile.limits.max_model_len}: "
                 f"C9's 2850-line rows (~77k tokens) exceed it and fail as the harness counts them (serve with "
                 f"--set limits.max_model_len=131072 to run the seed's shape)")
-    return ctx, selected, receipt
+    return ctx, selected, build(data)
 
 
 def _warnings(eng: dict[str, Any], digest: str, lock: str, params: GateParams, channel: str = "") -> list[str]:
