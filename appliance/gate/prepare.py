@@ -14,7 +14,7 @@ from appliance.errors import ApplianceError
 from appliance.gate.client import ServeError
 from appliance.gate.context import GateContext
 from appliance.gate.progress import Progress
-from appliance.gate.provenance import engagement, engine_info, exporter_status, hardware, image_labels
+from appliance.gate.provenance import engagement, engine_info, exporter_status, hardware, image_labels, served_digest
 from appliance.gate.recall import NAMES
 from appliance.gate.receipt import SCHEMA, build
 from appliance.gate.receipt_model import Receipt
@@ -166,6 +166,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     name = profile.server.served_model_name
     model = name if name and name in served else served[0]
     status, status_error = (first_status, None) if first_status and exporter == asked else exporter_status(exporter)
+    served_profile = served_digest(status)
     params = tune(params_for(profile), req.tune)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = req.out or appliance_home() / "receipts" / f"{profile.name}-{stamp}"
@@ -175,7 +176,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         from appliance.gate.battery.prepare import battery_run, check_same_serve
 
         run = battery_run(req.battery, req.arm, profile, params, exporter, req.bench_reference)
-        check_same_serve(status, loaded.digest)
+        check_same_serve(served_profile, loaded.digest)
         selected = [c.id for c in run.battery.of_arm(run.arm)]
     ctx = GateContext(url=url, model=model, checkpoint=profile.model.checkpoint,
                       tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
@@ -194,7 +195,8 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
                         "overrides": [*req.env_overrides, *req.overrides]},
             "engine": engine, "image": image_labels(), "hardware": hardware(profile),
         },
-        "engagement": eng, "checks": [], "warnings": _warnings(eng, loaded.digest, lock, params, channel.name),
+        "engagement": eng, "checks": [], "warnings": _warnings(eng, served_profile, loaded.digest, lock, params,
+                                                               channel.name),
     }
     if run is not None:
         from appliance.gate.battery.prepare import receipt_section
@@ -209,12 +211,12 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     return ctx, selected, build(data)
 
 
-def _warnings(eng: dict[str, Any], digest: str, lock: str, params: GateParams, channel: str = "") -> list[str]:
+def _warnings(eng: dict[str, Any], served: str | None, digest: str, lock: str, params: GateParams,
+              channel: str = "") -> list[str]:
     out = list(params.notes)
     if not eng.get("available"):
         out.append(f"engagement facts not read: the health exporter did not answer ({eng.get('error')})")
         return out
-    served = (eng.get("profile") or {}).get("digest")
     if served and served != digest:
         out.append(f"the serve runs profile digest {served[:12]}, the gate loaded {digest[:12]}: different "
                    f"overrides? pass the serve's --set/APPLIANCE_SET to the gate")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from appliance.gate.sizing import BenchParams, Gsm8kParams
+from appliance.gate.sizing import STANDARD_BENCH, BenchParams, Gsm8kParams, Size, bench_for, size_for
 
 if TYPE_CHECKING:
     from appliance.profile.model import Profile
@@ -52,7 +52,7 @@ class InstructionParams:
 
 @dataclass(frozen=True)
 class BatteryParams:
-    size: str
+    size: Size
     arthur_c12: CoherenceParams
     arthur_c1: CoherenceParams
     instruction: InstructionParams
@@ -79,7 +79,7 @@ def _standard() -> BatteryParams:
         instruction=InstructionParams(),
         gsm8k=Gsm8kParams(min_accuracy=0.92),
         needles=NeedleParams(line_counts=(1500, 2850)),
-        bench=BenchParams(pp=(2048,), tg=(128,), depth=(0, 8192, 16384, 32768), runs=3, corpus="default"),
+        bench=STANDARD_BENCH,
         bench_row="pp2048 @ d8192",
     )
 
@@ -102,6 +102,6 @@ def _smoke(max_len: int) -> BatteryParams:
 
 
 def battery_params_for(profile: Profile) -> BatteryParams:
-    params = _smoke(profile.limits.max_model_len) if profile.hardware.gpu == "cpu" else _standard()
-    bench = replace(params.bench, prefix_caching=profile.cache.prefix_caching)
-    return replace(params, bench=bench)
+    """The battery's column of the gate's sizing (`size_for`), llama-benchy as the profile serves (`bench_for`)."""
+    params = _smoke(profile.limits.max_model_len) if size_for(profile) == "smoke" else _standard()
+    return replace(params, bench=bench_for(params.bench, profile))
