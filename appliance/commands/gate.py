@@ -117,8 +117,8 @@ def _serves(args: argparse.Namespace) -> int:
         print(json.dumps(arms, indent=2) if args.json else render_arms(arms))
         return 1 if arms["verdict"] == "regression" else 0
     result = judge_receipts([(str(p), load(p)) for p in args.receipts])
-    print(json.dumps(result, indent=2) if args.json else render(result))
-    return EXIT[result["verdict"]]
+    print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
+    return EXIT[result.verdict]
 
 
 def _battery(args: argparse.Namespace) -> int:

@@ -13,20 +13,20 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.mannwhitney import MAX_EXACT_SPLITS, mann_whitney
+from appliance.gate.receipt_model import Receipt
 from appliance.gate.serves import judge_receipts
 
 ALPHA = 0.05
 
 
-def judge_arms(reference: list[tuple[str, dict[str, Any]]],
-               candidate: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def judge_arms(reference: list[tuple[str, Receipt]], candidate: list[tuple[str, Receipt]]) -> dict[str, Any]:
     """A = the reference arm, B = the candidate arm (the one judged)."""
     arm_a, arm_b = judge_receipts(reference), judge_receipts(candidate)
-    if (arm_a["pass_line"], arm_a["poisoned_ceiling"]) != (arm_b["pass_line"], arm_b["poisoned_ceiling"]):
+    if (arm_a.pass_line, arm_a.poisoned_ceiling) != (arm_b.pass_line, arm_b.poisoned_ceiling):
         raise ApplianceError("the two arms were gated with different recall bands", value="--against",
                              fix="compare receipts of one profile and gate size")
-    means_a = [s["mean"] for s in arm_a["serves"]]
-    means_b = [s["mean"] for s in arm_b["serves"]]
+    means_a = [s.mean for s in arm_a.serves]
+    means_b = [s.mean for s in arm_b.serves]
     if math.comb(len(means_a) + len(means_b), len(means_a)) > MAX_EXACT_SPLITS:
         raise ApplianceError(f"--against: {len(means_b)} vs {len(means_a)} serves: the exact test would count past "
                              f"{MAX_EXACT_SPLITS:,} splits of them", field="--against",
@@ -47,7 +47,8 @@ def judge_arms(reference: list[tuple[str, dict[str, Any]]],
         verdict = "no measurable difference"
         why = f"p = {mw.p:.4f} >= {ALPHA}"
     return {"verdict": verdict, "reason": why, "u": mw.u, "p": round(mw.p, 5), "min_attainable_p": round(mw.min_p, 5),
-            "alpha": ALPHA, "mean_a": round(mean_a, 4), "mean_b": round(mean_b, 4), "a": arm_a, "b": arm_b}
+            "alpha": ALPHA, "mean_a": round(mean_a, 4), "mean_b": round(mean_b, 4), "a": arm_a.to_json(),
+            "b": arm_b.to_json()}
 
 
 def render(result: dict[str, Any]) -> str:
