@@ -150,8 +150,8 @@ def _paired(args: argparse.Namespace) -> int:
                                  fix="give each block as the A receipt and the B receipt joined by ':'")
         blocks.append((load(Path(a)), load(Path(b))))
     result = judge_blocks(blocks)
-    print(json.dumps(result, indent=2) if args.json else render(result))
-    return 1 if any(c["verdict"] == "regression" for c in result["cells"]) else 0
+    print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
+    return 1 if any(c.verdict == "regression" for c in result.cells) else 0
 
 
 def _report(args: argparse.Namespace) -> int:
