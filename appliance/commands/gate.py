@@ -114,8 +114,8 @@ def _serves(args: argparse.Namespace) -> int:
         from appliance.gate.arms import render as render_arms
 
         arms = judge_arms([(str(p), load(p)) for p in args.against], [(str(p), load(p)) for p in args.receipts])
-        print(json.dumps(arms, indent=2) if args.json else render_arms(arms))
-        return 1 if arms["verdict"] == "regression" else 0
+        print(json.dumps(arms.to_json(), indent=2) if args.json else render_arms(arms))
+        return 1 if arms.verdict == "regression" else 0
     result = judge_receipts([(str(p), load(p)) for p in args.receipts])
     print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
     return EXIT[result.verdict]
