@@ -46,7 +46,8 @@ def test_a_declaration_s_words_are_exactly_what_the_plan_renders_for_it() -> Non
     chosen = [e for e in ENGINE_FLAGS if e.flags[0] in ("--max-model-len", "--speculative-config")]
     assert len(chosen) == 2
     for entry in chosen:
-        words = entry.words(profile, None, facts) if entry.words else []
+        words = entry.words(profile, None, facts, profile.server.port) if entry.words else []
         assert words and argv[argv.index(words[0]):argv.index(words[0]) + len(words)] == words
     port = next(e for e in ENGINE_FLAGS if e.flags == ("--port",))
-    assert port.words is not None and port.words(profile, None, facts) == []  # the engine's default port
+    assert port.words is not None and port.words(profile, None, facts, 8000) == []  # the engine's default port
+    assert port.words(profile, None, facts, 8123) == ["--port", "8123"]

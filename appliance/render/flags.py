@@ -19,8 +19,9 @@ from appliance.weights.pins import revision_for
 if TYPE_CHECKING:
     from appliance.render.plan import PlanFacts
 
-Words = Callable[[Profile, "Path | None", "PlanFacts"], list[str]]
-"""(profile, the local model folder or None, the plan's facts) -> the words of the flag, [] when it is not rendered."""
+Words = Callable[[Profile, "Path | None", "PlanFacts", int], list[str]]
+"""(profile, the local model folder or None, the plan's facts, the resolved placement's API port) -> the words of
+the flag, [] when it is not rendered."""
 
 SECRET_OWNER = "{} (kept in the environment or the Kubernetes Secret, never in a profile)"
 
@@ -85,7 +86,7 @@ def sm120_backend(p: Profile, facts: PlanFacts) -> str | None:
 ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     # rendered as the positional model tag (render/plan.py); the flag is the same setting
     EngineFlag("model.checkpoint", ("--model",)),
-    EngineFlag("server.served_model_name", ("--served-model-name",), lambda p, model_dir, _: _value(
+    EngineFlag("server.served_model_name", ("--served-model-name",), lambda p, model_dir, *_: _value(
         "--served-model-name", p.server.served_model_name or (p.model.checkpoint if model_dir else None))),
     EngineFlag("model.trust_remote_code", ("--trust-remote-code",),
                lambda p, *_: _when("--trust-remote-code", p.model.trust_remote_code)),
@@ -129,17 +130,18 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
         ["--attention-config", _compact({"use_fp4_indexer_cache": True})] if p.engine.fp4_indexer_cache else [])),
     # a local folder is one revision already; a hub id is fetched at the pin (W1, W2). vLLM takes the tokenizer at
     # the same revision when --tokenizer-revision is unset (config/model.py)
-    EngineFlag("model.revision", ("--revision",), lambda p, model_dir, _: _value(
+    EngineFlag("model.revision", ("--revision",), lambda p, model_dir, *_: _value(
         "--revision", None if model_dir else revision_for(p.model.checkpoint, p.model.revision))),
     EngineFlag("engine.logits_processors", ("--logits-processors",), lambda p, *_: (
         ["--logits-processors", *p.engine.logits_processors] if p.engine.logits_processors else [])),
     EngineFlag("engine.kv_offload_gib", ("--kv-offloading-size",), lambda p, *_: _value(
         "--kv-offloading-size", p.engine.kv_offload_gib if p.engine.kv_offload_gib > 0 else None)),
     EngineFlag("engine.sm120_decode", ("--attention-backend",),
-               lambda p, _, facts: _value("--attention-backend", sm120_backend(p, facts))),
+               lambda p, _, facts, __: _value("--attention-backend", sm120_backend(p, facts))),
     EngineFlag("server.host", ("--host",), lambda p, *_: _value("--host", p.server.host)),
+    # the resolved placement's api_port (server.port, read by the placement alone)
     EngineFlag("server.port", ("--port",),
-               lambda p, *_: _value("--port", p.server.port if p.server.port != DEFAULT_PORT else None)),
+               lambda _p, _m, _f, api_port: _value("--port", api_port if api_port != DEFAULT_PORT else None)),
     # The multi-node launcher's (render/launcher.py).
     EngineFlag("distributed.backend", ("--distributed-executor-backend",)),
     EngineFlag("hardware.nodes", ("--nnodes",)),
@@ -158,6 +160,6 @@ def owners() -> dict[str, str]:
     return {flag: entry.owner for entry in ENGINE_FLAGS for flag in entry.flags}
 
 
-def serve_flags(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> list[str]:
+def serve_flags(profile: Profile, model_dir: Path | None, facts: PlanFacts, api_port: int) -> list[str]:
     """The managed flags of `vllm serve` for the profile, in the table's order (without the launcher's)."""
-    return [word for entry in ENGINE_FLAGS if entry.words for word in entry.words(profile, model_dir, facts)]
+    return [word for entry in ENGINE_FLAGS if entry.words for word in entry.words(profile, model_dir, facts, api_port)]

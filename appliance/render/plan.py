@@ -32,10 +32,11 @@ ENGINE_ENV_KEYS = tuple(ENGINE_ENV_OWNERS)
 MANAGED_SPELLINGS = frozenset(flag for entry in ENGINE_FLAGS for flag in entry.flags)
 
 
-def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> list[str]:
+def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts, api_port: int) -> list[str]:
     """`vllm serve …` for the profile, in the seed's reference order, without launcher flags: the words of
-    render/flags.py's entries, each flag checked against the owners derived from them (render/managed.py)."""
-    words = serve_flags(profile, model_dir, facts)
+    render/flags.py's entries, each flag checked against the owners derived from them (render/managed.py);
+    `api_port`: the resolved placement's."""
+    words = serve_flags(profile, model_dir, facts, api_port)
     for word in words:
         if word in MANAGED_SPELLINGS:
             flag_owner(word)  # every flag rendered has an owner a passthrough is refused in favour of
@@ -120,7 +121,7 @@ def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = N
     `facts`: the catalogue's and the channel's facts the plan depends on (default: `plan_facts(profile)`)."""
     at = place if isinstance(place, ResolvedPlacement) else resolve_placement(profile, place)
     facts = facts or plan_facts(profile)
-    argv = engine_argv(profile, at.model_dir, facts)
+    argv = engine_argv(profile, at.model_dir, facts, at.api_port)
     env = engine_env(profile, facts)
     if at.role == "single":
         return _with_passthrough(profile, ServePlan(argv, env, at.role))
