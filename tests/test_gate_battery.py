@@ -25,6 +25,7 @@ from appliance.gate.battery.verdict import judge, receipt_verdict, word
 from appliance.gate.context import GateContext
 from appliance.gate.progress import Quiet
 from appliance.gate.receipt import SCHEMA
+from appliance.gate.receipt_model import Check
 from appliance.gate.sizing import params_for
 from appliance.profile.loader import load_profile
 
@@ -47,8 +48,8 @@ def test_the_battery_is_the_harness_s_eighteen_checks_fourteen_run_here_four_rec
     assert standard.bench_row == "pp2048 @ d8192" and standard.bench_tolerance == 0.05
 
 
-def lines(*statuses: tuple[str, str]) -> list[dict[str, Any]]:
-    return [{"name": n, "status": s, "summary": f"evidence of {n}"} for n, s in statuses]
+def lines(*statuses: tuple[str, str]) -> list[Check]:
+    return [Check(name=n, status=s, summary=f"evidence of {n}") for n, s in statuses]
 
 
 ALL_PASS = [(c.id, "pass") for c in SEED.checks]

@@ -15,7 +15,8 @@ from appliance.gate.context import GateContext
 from appliance.gate.prepare import select
 from appliance.gate.progress import Progress, Quiet
 from appliance.gate.provenance import engagement, image_labels
-from appliance.gate.receipt import REQUIRED, SCHEMA, finalize, load, verdict, write
+from appliance.gate.receipt import REQUIRED, SCHEMA, build, finalize, load, verdict, with_check, write
+from appliance.gate.receipt_model import BenchRow, Check, Engagement, FatalHit, Receipt
 from appliance.gate.result import CheckResult
 from appliance.gate.sizing import params_for
 from appliance.gate.structured import SCHEMA as PERSON
@@ -79,7 +80,7 @@ def test_llama_benchy_json_is_parsed_into_rows_named_like_its_table():
     assert [r["kind"] for r in rows] == ["pp", "tg", "ctx_pp", "ctx_tg", "pp", "tg"]
     assert all(r["t_s"] > 0 and len(r["values"]) == 2 for r in rows)
     assert rows[0]["ttfr_ms"] > 0 and rows[1]["peak_t_s"] > 0
-    assert "| ctx_pp @ d256 |" in bench.table(rows)
+    assert "| ctx_pp @ d256 |" in bench.table([BenchRow.model_validate(r) for r in rows])
 
 
 def test_llama_benchy_failures_are_classified():
@@ -176,20 +177,19 @@ def test_image_labels_come_from_the_images_environment():
     assert got == {"revision": "abc123"}
 
 
-def _receipt() -> dict:
-    return {"schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": "t", "finished_at": None,
+def _receipt() -> Receipt:
+    return build({"schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": "t", "finished_at": None,
             "size": "smoke", "target": {"url": "u", "model": "m", "checkpoint": "c"},
             "provenance": {"profile": {"name": "cpu-smoke", "digest": "d" * 64}, "lock_digest": "l" * 64,
                            "engine": {"version": "0.32.0"}, "hardware": {}},
-            "engagement": {"available": False, "error": "x"}, "checks": [], "warnings": []}
+            "engagement": {"available": False, "error": "x"}, "checks": [], "warnings": []})
 
 
 def test_receipt_round_trips_with_its_summary_and_a_verdict(tmp_path):
-    r = _receipt()
-    r["checks"] = [CheckResult("structured", "pass", "4/4").to_json(),
-                   CheckResult("reasoning", "not_applicable", "no parser").to_json()]
-    finalize(r, complete=True, finished_at="t2", duration_s=1.0)
-    assert r["verdict"] == "pass"
+    r = with_check(with_check(_receipt(), CheckResult("structured", "pass", "4/4")),
+                   CheckResult("reasoning", "not_applicable", "no parser"))
+    r = finalize(r, complete=True, finished_at="t2", duration_s=1.0)
+    assert r.verdict == "pass"
     path = write(r, tmp_path)
     loaded = load(path)  # typed: the readers (compare, serves, paired) read attributes
     assert loaded.verdict == "pass" and loaded.complete and loaded.engagement.available is False
@@ -200,12 +200,12 @@ def test_receipt_round_trips_with_its_summary_and_a_verdict(tmp_path):
 
 
 def test_failed_checks_or_a_failing_serve_log_fail_the_verdict_and_interruption_makes_it_incomplete():
-    ok, bad = {"status": "pass"}, {"status": "unavailable"}
+    ok, bad = Check(name="a", status="pass", summary=""), Check(name="b", status="unavailable", summary="")
     assert verdict([ok, bad], True) == "fail"
     assert verdict([ok], False) == "incomplete"
-    assert verdict([ok], True, {"available": True, "verdict": "pass", "fatal": []}) == "pass"
-    assert verdict([ok], True, {"available": True, "verdict": "fail", "fatal": []}) == "fail"
-    assert verdict([ok], True, {"available": True, "verdict": "pass", "fatal": [{"id": "engine-dead"}]}) == "fail"
+    assert verdict([ok], True, Engagement(available=True, verdict="pass", fatal=[])) == "pass"
+    assert verdict([ok], True, Engagement(available=True, verdict="fail", fatal=[])) == "fail"
+    assert verdict([ok], True, Engagement(available=True, verdict="pass", fatal=[FatalHit(id="engine-dead")])) == "fail"
 
 
 def test_loading_something_that_is_not_a_receipt_is_bad_input(tmp_path):
@@ -279,5 +279,38 @@ def test_what_a_check_attaches_reaches_the_receipts_top_level(tmp_path: Path, mo
     monkeypatch.setitem(runner.CHECK_RUNNERS, "canary", calibrated)
     ctx = types.SimpleNamespace(out_dir=tmp_path, progress=Quiet(), battery=None)  # run_gate reads only these
     receipt = runner.run_gate(ctx, ["canary"], _receipt())
-    assert receipt["canary_calibration"] == {"model": "smollm2"} and "attach" not in receipt["checks"][0]
+    assert receipt.model_extra == {"canary_calibration": {"model": "smollm2"}}
+    assert "attach" not in receipt.checks[0].model_dump()
     assert json.loads((tmp_path / "receipt.json").read_text())["canary_calibration"] == {"model": "smollm2"}
+
+
+def test_a_check_result_the_receipt_cannot_hold_is_written_as_an_error_and_the_receipt_still_reads_back(tmp_path):
+    """The gate writes receipts its readers take: a count above its total (no measurement) becomes an error line."""
+    impossible = CheckResult("recall", "pass", "9 of 8 found", metrics={"found": 9, "total": 8})
+    r = finalize(with_check(_receipt(), impossible), complete=True, finished_at="t2", duration_s=1.0)
+    line = r.checks[0]
+    assert (line.name, line.status, line.metrics) == ("recall", "error", None)
+    assert "does not fit the receipt" in line.summary and "exceeds total" in line.summary
+    assert line.summary.endswith("9 of 8 found") and r.verdict == "fail"
+    assert load(write(r, tmp_path)).checks[0].status == "error"
+
+
+def test_a_battery_receipt_is_judged_by_finalize_and_summarised_with_its_pending_and_not_run_lines(tmp_path):
+    from dataclasses import asdict
+
+    from appliance.gate.battery.definition import SEED
+
+    data = _receipt().model_dump(mode="json", by_alias=True, exclude_unset=True)
+    data["battery"] = {"name": SEED.name, "source": SEED.source, "expect": SEED.expect, "arm": "default",
+                       "serve": "the profile as it ships", "definition": [asdict(c) for c in SEED.checks],
+                       "not_run": [{**asdict(o), "evidence": None} for o in SEED.outside]}
+    r = with_check(build(data), CheckResult("C1", "pass", "ready in 3 s", params={"title": "boots"}))
+    r = finalize(r, complete=True, finished_at="t2", duration_s=1.0)
+    assert r.battery is not None and r.battery.result is not None
+    assert (r.battery.result.passed, r.battery.result.recorded, r.battery.result.accepted) == (1, 1, False)
+    assert r.verdict == "inconclusive"  # what ran passed; the other checks are missing
+    write(r, tmp_path)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "CHECK C1 boots" in summary and ":: PENDING" in summary and ":: NOT RUN" in summary
+    assert "1/1 PASS; not accepted" in summary
+    assert json.loads((tmp_path / "receipt.json").read_text())["battery"]["result"]["passed"] == 1

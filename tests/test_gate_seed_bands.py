@@ -11,6 +11,7 @@ from appliance.cli import main
 from appliance.gate.compare import bench_finding
 from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING, Bands, judge_serves
 from appliance.gate.receipt import SCHEMA, verdict
+from appliance.gate.receipt_model import Check
 from appliance.gate.sizing import params_for
 from appliance.profile import load_profile
 
@@ -41,9 +42,9 @@ def test_serves_design_every_healthy_serve_passes_one_poisoned_serve_fails_betwe
 
 
 def test_receipt_verdict_is_inconclusive_when_recall_sits_between_the_bands():
-    checks = [{"name": "bench", "status": "pass"}, {"name": "recall", "status": "inconclusive"}]
+    checks = [Check(name="bench", status="pass", summary=""), Check(name="recall", status="inconclusive", summary="")]
     assert verdict(checks, complete=True) == "inconclusive"
-    assert verdict([*checks, {"name": "structured", "status": "fail"}], complete=True) == "fail"
+    assert verdict([*checks, Check(name="structured", status="fail", summary="")], complete=True) == "fail"
 
 
 def _receipt(tmp_path: Path, name: str, runs_found: list[int]) -> str:

@@ -92,13 +92,13 @@ def test_an_error_message_never_echoes_a_secret_value(capsys: pytest.CaptureFixt
 
 
 def test_a_receipt_is_written_with_secrets_masked(tmp_path: Path) -> None:
-    from appliance.gate.receipt import write
+    from appliance.gate.receipt import build, write
 
-    receipt = {"schema": "appliance-gate-receipt/1", "complete": False, "verdict": "incomplete",
+    receipt = build({"schema": "appliance-gate-receipt/1", "complete": False, "verdict": "incomplete",
                "started_at": "x", "provenance": {}, "target": {"url": "http://127.0.0.1:8000"},
                "engagement": {"available": True, "fatal": [{"rule": "K17", "id": "x", "text": f"Bearer {KEY}"}]},
                "checks": [{"name": "bench", "status": "error", "summary": f"llama-benchy --api-key {KEY} failed",
-                           "metrics": {}}]}
+                           "metrics": {}}]})
     path = write(receipt, tmp_path)
     text = path.read_text() + (tmp_path / "summary.md").read_text()
     assert KEY not in text and MASK in text

@@ -287,8 +287,15 @@ def test_a_cpu_candidate_beside_the_incumbent_binds_the_cores_the_incumbent_leav
     assert q.beside_env(loaded) == {}
 
 
+def judge(incumbent: dict[str, Any], candidate: dict[str, Any]) -> Any:
+    """U2 over two receipts as the gate returns them: typed."""
+    from appliance.gate.receipt_model import validate_receipt
+    from appliance.upgrade.verdict import judge as judge_receipts
+
+    return judge_receipts(validate_receipt(incumbent, "incumbent"), validate_receipt(candidate, "candidate"))
+
+
 def test_a_candidate_within_the_noise_is_promoted_and_one_beyond_it_refused() -> None:
-    from appliance.upgrade.verdict import judge
 
     same = judge(channel_receipt(OLD), channel_receipt(NEW))
     assert same.verdict == "promote" and any("across channels" in n for n in same.notes)
@@ -301,7 +308,7 @@ def test_a_candidate_within_the_noise_is_promoted_and_one_beyond_it_refused() ->
 
 
 def test_a_failing_check_fatal_line_or_lost_engagement_refuses_the_candidate() -> None:
-    from appliance.upgrade.verdict import judge, never_ready
+    from appliance.upgrade.verdict import never_ready
 
     cand = channel_receipt(NEW)
     cand["checks"][2] = {"name": "structured", "status": "fail", "summary": "2/8 replies do not parse",

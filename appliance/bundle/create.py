@@ -15,7 +15,6 @@ looks whole. Immutable inputs (wheels, content-addressed blobs) are hard-linked 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import shutil
 import subprocess

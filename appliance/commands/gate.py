@@ -114,11 +114,11 @@ def _serves(args: argparse.Namespace) -> int:
         from appliance.gate.arms import render as render_arms
 
         arms = judge_arms([(str(p), load(p)) for p in args.against], [(str(p), load(p)) for p in args.receipts])
-        print(json.dumps(arms, indent=2) if args.json else render_arms(arms))
-        return 1 if arms["verdict"] == "regression" else 0
+        print(json.dumps(arms.to_json(), indent=2) if args.json else render_arms(arms))
+        return 1 if arms.verdict == "regression" else 0
     result = judge_receipts([(str(p), load(p)) for p in args.receipts])
-    print(json.dumps(result, indent=2) if args.json else render(result))
-    return EXIT[result["verdict"]]
+    print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
+    return EXIT[result.verdict]
 
 
 def _battery(args: argparse.Namespace) -> int:
@@ -129,7 +129,8 @@ def _battery(args: argparse.Namespace) -> int:
     battery, lines, result = judge_receipts(loaded)
     if args.json:
         print(json.dumps({"battery": battery.name, **result.to_json(),
-                          "lines": [{k: line.get(k) for k in ("name", "status", "summary")} for line in lines]},
+                          "lines": [{"name": line.name, "status": line.status, "summary": line.summary}
+                                    for line in lines]},
                          indent=2))
     else:
         print(render(battery, lines, result, battery.expect))
@@ -149,8 +150,8 @@ def _paired(args: argparse.Namespace) -> int:
                                  fix="give each block as the A receipt and the B receipt joined by ':'")
         blocks.append((load(Path(a)), load(Path(b))))
     result = judge_blocks(blocks)
-    print(json.dumps(result, indent=2) if args.json else render(result))
-    return 1 if any(c["verdict"] == "regression" for c in result["cells"]) else 0
+    print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
+    return 1 if any(c.verdict == "regression" for c in result.cells) else 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -222,25 +223,27 @@ def run(args: argparse.Namespace) -> int:
                           battery=args.battery, arm=args.arm, bench_reference=args.bench_reference)
     progress = Progress()
     ctx, selected, receipt = prepare(request, progress)
-    progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt['size']} sizing): {', '.join(selected)}; "
+    progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt.size} sizing): {', '.join(selected)}; "
                   f"receipt in {ctx.out_dir}")
     receipt = run_gate(ctx, selected, receipt)
-    print(f"{receipt['verdict'].upper()}: {ctx.out_dir / 'receipt.json'}")
-    if receipt.get("battery"):
+    print(f"{receipt.verdict.upper()}: {ctx.out_dir / 'receipt.json'}")
+    if receipt.battery:
         from appliance.gate.battery.merge import check_line
         from appliance.gate.battery.verdict import word
+        from appliance.gate.summary import title
 
-        for c in receipt["checks"]:
-            print(check_line(c["name"], c["params"].get("title", ""), word(c["status"]), clip(c["summary"], 500)))
-        result = receipt["battery"]["result"]
-        print(f"{result['passed']}/{result['recorded']} PASS on arm {receipt['battery']['arm']}; "
-              + ("ACCEPTED" if result["accepted"] else f"not accepted: {result['why']}"))
-        if result["missing"]:
+        for c in receipt.checks:
+            print(check_line(c.name, title(c), word(c.status), clip(c.summary, 500)))
+        result = receipt.battery.result
+        assert result is not None  # finalize judged it
+        print(f"{result.passed}/{result.recorded} PASS on arm {receipt.battery.arm}; "
+              + ("ACCEPTED" if result.accepted else f"not accepted: {result.why}"))
+        if result.missing:
             print("  the other arms: start their serves and run gate --battery "
-                  f"{receipt['battery']['name']} --arm ARM, then `appliance gate battery` over all receipts")
+                  f"{receipt.battery.name} --arm ARM, then `appliance gate battery` over all receipts")
     else:
-        for c in receipt["checks"]:
-            print(f"  {c['name']:<10} {c['status']:<14} {clip(c['summary'], 500)}")  # a summary quotes the serve
-    if not receipt["complete"]:
+        for c in receipt.checks:
+            print(f"  {c.name:<10} {c.status:<14} {clip(c.summary, 500)}")  # a summary quotes the serve
+    if not receipt.complete:
         return 130
-    return EXIT.get(receipt["verdict"], 1)
+    return EXIT.get(receipt.verdict, 1)

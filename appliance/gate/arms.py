@@ -9,24 +9,46 @@ serve means sit lower than the reference's beyond what shuffling the serves betw
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.mannwhitney import MAX_EXACT_SPLITS, mann_whitney
-from appliance.gate.serves import judge_receipts
+from appliance.gate.receipt_model import Receipt
+from appliance.gate.serves import ServesJudgement, judge_receipts
 
 ALPHA = 0.05
 
 
-def judge_arms(reference: list[tuple[str, dict[str, Any]]],
-               candidate: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ArmsJudgement:
+    verdict: str
+    reason: str
+    u: float
+    p: float
+    min_attainable_p: float
+    alpha: float
+    mean_a: float
+    mean_b: float
+    a: ServesJudgement
+    """The reference arm, judged on its own."""
+    b: ServesJudgement
+    """The candidate arm, judged on its own."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "reason": self.reason, "u": self.u, "p": self.p,
+                "min_attainable_p": self.min_attainable_p, "alpha": self.alpha, "mean_a": self.mean_a,
+                "mean_b": self.mean_b, "a": self.a.to_json(), "b": self.b.to_json()}
+
+
+def judge_arms(reference: list[tuple[str, Receipt]], candidate: list[tuple[str, Receipt]]) -> ArmsJudgement:
     """A = the reference arm, B = the candidate arm (the one judged)."""
     arm_a, arm_b = judge_receipts(reference), judge_receipts(candidate)
-    if (arm_a["pass_line"], arm_a["poisoned_ceiling"]) != (arm_b["pass_line"], arm_b["poisoned_ceiling"]):
+    if (arm_a.pass_line, arm_a.poisoned_ceiling) != (arm_b.pass_line, arm_b.poisoned_ceiling):
         raise ApplianceError("the two arms were gated with different recall bands", value="--against",
                              fix="compare receipts of one profile and gate size")
-    means_a = [s["mean"] for s in arm_a["serves"]]
-    means_b = [s["mean"] for s in arm_b["serves"]]
+    means_a = [s.mean for s in arm_a.serves]
+    means_b = [s.mean for s in arm_b.serves]
     if math.comb(len(means_a) + len(means_b), len(means_a)) > MAX_EXACT_SPLITS:
         raise ApplianceError(f"--against: {len(means_b)} vs {len(means_a)} serves: the exact test would count past "
                              f"{MAX_EXACT_SPLITS:,} splits of them", field="--against",
@@ -46,16 +68,16 @@ def judge_arms(reference: list[tuple[str, dict[str, Any]]],
     else:
         verdict = "no measurable difference"
         why = f"p = {mw.p:.4f} >= {ALPHA}"
-    return {"verdict": verdict, "reason": why, "u": mw.u, "p": round(mw.p, 5), "min_attainable_p": round(mw.min_p, 5),
-            "alpha": ALPHA, "mean_a": round(mean_a, 4), "mean_b": round(mean_b, 4), "a": arm_a, "b": arm_b}
+    return ArmsJudgement(verdict, why, mw.u, round(mw.p, 5), round(mw.min_p, 5), ALPHA, round(mean_a, 4),
+                         round(mean_b, 4), arm_a, arm_b)
 
 
-def render(result: dict[str, Any]) -> str:
-    def arm(name: str, r: dict[str, Any]) -> list[str]:
-        means = ", ".join(f"{s['mean']:.3f}" for s in r["serves"])
-        return [f"arm {name}: serve means {means} -> {r['verdict']} ({r['reason']})"]
+def render(result: ArmsJudgement) -> str:
+    def arm(name: str, r: ServesJudgement) -> list[str]:
+        means = ", ".join(f"{s.mean:.3f}" for s in r.serves)
+        return [f"arm {name}: serve means {means} -> {r.verdict} ({r.reason})"]
 
-    return "\n".join([*arm("A (reference)", result["a"]), *arm("B (candidate)", result["b"]), "",
-                      f"Mann-Whitney U = {result['u']:g}, exact two-sided p = {result['p']:.4f} (smallest attainable "
-                      f"{result['min_attainable_p']:.4f})",
-                      f"{result['verdict'].upper()}: {result['reason']}"])
+    return "\n".join([*arm("A (reference)", result.a), *arm("B (candidate)", result.b), "",
+                      f"Mann-Whitney U = {result.u:g}, exact two-sided p = {result.p:.4f} (smallest attainable "
+                      f"{result.min_attainable_p:.4f})",
+                      f"{result.verdict.upper()}: {result.reason}"])

@@ -27,6 +27,7 @@ from typing import Any
 from appliance.gate import engine_steps
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
+from appliance.gate.receipt_model import BenchRow
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
 from appliance.gate.tools import install_hint
@@ -117,16 +118,16 @@ def parse_results(data: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[BenchRow]) -> str:
     """Markdown, in llama-benchy's columns."""
-    def cell(value: Any, std: Any = None) -> str:
+    def cell(value: float | None, std: float | None = None) -> str:
         if value is None:
             return ""
         return f"{value:.2f} ± {std:.2f}" if std is not None else f"{value:.2f}"
 
     lines = ["| test | t/s | peak t/s | ttfr (ms) | est_ppt (ms) | e2e_ttft (ms) |", "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['test']} | {cell(r['t_s'], r['t_s_std'])} | {cell(r.get('peak_t_s'))} | "
-              f"{cell(r.get('ttfr_ms'))} | {cell(r.get('est_ppt_ms'))} | {cell(r.get('e2e_ttft_ms'))} |" for r in rows]
+    lines += [f"| {r.test} | {cell(r.t_s, r.t_s_std)} | {cell(r.peak_t_s)} | {cell(r.ttfr_ms)} | "
+              f"{cell(r.est_ppt_ms)} | {cell(r.e2e_ttft_ms)} |" for r in rows]
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from appliance.errors import ApplianceError
@@ -68,7 +69,30 @@ def _kinds(receipt: Receipt) -> dict[str, str]:
     return {test: row.kind for test, row in _bench_rows(receipt).items()}
 
 
-def judge_blocks(blocks: list[tuple[Receipt, Receipt]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PairedCell:
+    cell: str
+    kind: str | None
+    mean_change: float
+    p: float
+    p_holm: float | None
+    """None for a cell outside the Holm family (decode: for the record)."""
+    verdict: str
+
+
+@dataclass(frozen=True)
+class PairedJudgement:
+    blocks: int
+    alpha: float
+    cells: list[PairedCell]
+    holm_family: list[str]
+    min_attainable_p: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge_blocks(blocks: list[tuple[Receipt, Receipt]]) -> PairedJudgement:
     if not 2 <= len(blocks) <= MAX_BLOCKS:
         raise ApplianceError(f"{len(blocks)} block(s): the paired test needs 2 to {MAX_BLOCKS}", value=len(blocks),
                              fix="give one A:B receipt pair per block (the seed used 10)")
@@ -83,26 +107,22 @@ def judge_blocks(blocks: list[tuple[Receipt, Receipt]]) -> dict[str, Any]:
     out = []
     for cell in cells:
         mean = math.exp(sum(diffs[cell]) / len(blocks)) - 1
-        row: dict[str, Any] = {"cell": cell, "kind": kinds.get(cell), "mean_change": round(mean, 4),
-                               "p": round(raw[cell], 5)}
         if cell in adjusted:
-            row["p_holm"] = round(adjusted[cell], 5)
-            row["verdict"] = ("no measurable difference" if adjusted[cell] >= ALPHA
-                              else "regression" if mean < 0 else "improvement")
+            p_holm: float | None = round(adjusted[cell], 5)
+            verdict = ("no measurable difference" if adjusted[cell] >= ALPHA
+                       else "regression" if mean < 0 else "improvement")
         else:
-            row["p_holm"], row["verdict"] = None, FOR_THE_RECORD
-        out.append(row)
-    return {"blocks": len(blocks), "alpha": ALPHA, "cells": out, "holm_family": family,
-            "min_attainable_p": 2 / 2 ** len(blocks)}
+            p_holm, verdict = None, FOR_THE_RECORD
+        out.append(PairedCell(cell, kinds.get(cell), round(mean, 4), round(raw[cell], 5), p_holm, verdict))
+    return PairedJudgement(len(blocks), ALPHA, out, family, 2 / 2 ** len(blocks))
 
 
-def render(result: dict[str, Any]) -> str:
-    lines = [f"{result['blocks']} blocks; exact sign-flip permutation test, Holm-corrected at {result['alpha']} across "
-             f"the {len(result['holm_family'])} prefill cell(s) (smallest attainable p "
-             f"{result['min_attainable_p']:.4f})", ""]
-    width = max(len(c["cell"]) for c in result["cells"])
-    for c in result["cells"]:
-        holm_p = f"Holm {c['p_holm']:.4f}" if c["p_holm"] is not None else "Holm    -  "
-        lines.append(f"{c['cell']:<{width}}  {c['mean_change'] * 100:+6.2f} %  p {c['p']:.4f}  {holm_p}  "
-                     f"{c['verdict']}")
+def render(result: PairedJudgement) -> str:
+    lines = [f"{result.blocks} blocks; exact sign-flip permutation test, Holm-corrected at {result.alpha} across "
+             f"the {len(result.holm_family)} prefill cell(s) (smallest attainable p "
+             f"{result.min_attainable_p:.4f})", ""]
+    width = max(len(c.cell) for c in result.cells)
+    for c in result.cells:
+        holm_p = f"Holm {c.p_holm:.4f}" if c.p_holm is not None else "Holm    -  "
+        lines.append(f"{c.cell:<{width}}  {c.mean_change * 100:+6.2f} %  p {c.p:.4f}  {holm_p}  {c.verdict}")
     return "\n".join(lines)

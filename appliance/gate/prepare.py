@@ -14,9 +14,10 @@ from appliance.errors import ApplianceError
 from appliance.gate.client import ServeError
 from appliance.gate.context import GateContext
 from appliance.gate.progress import Progress
-from appliance.gate.provenance import engagement, engine_info, exporter_status, hardware, image_labels
+from appliance.gate.provenance import engagement, engine_info, exporter_status, hardware, image_labels, served_digest
 from appliance.gate.recall import NAMES
-from appliance.gate.receipt import SCHEMA
+from appliance.gate.receipt import SCHEMA, build
+from appliance.gate.receipt_model import Receipt
 from appliance.gate.result import utc_now
 from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS, GateParams, params_for
 from appliance.profile.loader import LoadedProfile
@@ -127,7 +128,7 @@ def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) 
     return root if root and Path(root).is_dir() else None
 
 
-def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str], dict[str, Any]]:
+def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str], Receipt]:
     from appliance import __version__
     from appliance.lock import channel_lock
     from appliance.paths import appliance_home, make_dir
@@ -165,6 +166,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     name = profile.server.served_model_name
     model = name if name and name in served else served[0]
     status, status_error = (first_status, None) if first_status and exporter == asked else exporter_status(exporter)
+    served_profile = served_digest(status)
     params = tune(params_for(profile), req.tune)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = req.out or appliance_home() / "receipts" / f"{profile.name}-{stamp}"
@@ -174,7 +176,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         from appliance.gate.battery.prepare import battery_run, check_same_serve
 
         run = battery_run(req.battery, req.arm, profile, params, exporter, req.bench_reference)
-        check_same_serve(status, loaded.digest)
+        check_same_serve(served_profile, loaded.digest)
         selected = [c.id for c in run.battery.of_arm(run.arm)]
     ctx = GateContext(url=url, model=model, checkpoint=profile.model.checkpoint,
                       tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
@@ -182,7 +184,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     eng = engagement(status, status_error)
     channel = channel_lock(profile.engine.channel, profile.hardware.target)
     lock = channel.digest
-    receipt: dict[str, Any] = {
+    data: dict[str, Any] = {  # the first write, validated by build() below
         "schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": utc_now(), "finished_at": None,
         "selected": selected, "size": params.size,
         "target": {"url": url, "exporter": exporter, "model": model, "checkpoint": ctx.checkpoint,
@@ -193,27 +195,28 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
                         "overrides": [*req.env_overrides, *req.overrides]},
             "engine": engine, "image": image_labels(), "hardware": hardware(profile),
         },
-        "engagement": eng, "checks": [], "warnings": _warnings(eng, loaded.digest, lock, params, channel.name),
+        "engagement": eng, "checks": [], "warnings": _warnings(eng, served_profile, loaded.digest, lock, params,
+                                                               channel.name),
     }
     if run is not None:
         from appliance.gate.battery.prepare import receipt_section
 
-        receipt["size"] = run.params.size
-        receipt["battery"] = receipt_section(run, channel, receipt["provenance"]["image"])
+        data["size"] = run.params.size
+        data["battery"] = receipt_section(run, channel, data["provenance"]["image"])
         if run.params.size == "standard" and profile.limits.max_model_len < 131072:
-            receipt["warnings"].append(
+            data["warnings"].append(
                 f"the seed ran this battery at max_model_len 131072; this serve has {profile.limits.max_model_len}: "
                 f"C9's 2850-line rows (~77k tokens) exceed it and fail as the harness counts them (serve with "
                 f"--set limits.max_model_len=131072 to run the seed's shape)")
-    return ctx, selected, receipt
+    return ctx, selected, build(data)
 
 
-def _warnings(eng: dict[str, Any], digest: str, lock: str, params: GateParams, channel: str = "") -> list[str]:
+def _warnings(eng: dict[str, Any], served: str | None, digest: str, lock: str, params: GateParams,
+              channel: str = "") -> list[str]:
     out = list(params.notes)
     if not eng.get("available"):
         out.append(f"engagement facts not read: the health exporter did not answer ({eng.get('error')})")
         return out
-    served = (eng.get("profile") or {}).get("digest")
     if served and served != digest:
         out.append(f"the serve runs profile digest {served[:12]}, the gate loaded {digest[:12]}: different "
                    f"overrides? pass the serve's --set/APPLIANCE_SET to the gate")

@@ -66,6 +66,12 @@ def exporter_status(url: str | None) -> tuple[dict[str, Any] | None, str | None]
         return None, str(exc)
 
 
+def served_digest(status: dict[str, Any] | None) -> str | None:
+    """The profile digest the serve's exporter reports (/status): read once by `gate` and compared with the
+    profile it loaded by both setups, the checks' (a warning) and the battery's (a refusal)."""
+    return _str(_obj((status or {}).get("profile")).get("digest"))
+
+
 def _runner(facts: dict[str, Any], log_ready: bool) -> str | None:
     if facts.get("runner_v2"):
         return "v2"

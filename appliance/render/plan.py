@@ -4,17 +4,16 @@ Role, role_for, Placement, ServePlan and the URL helpers are re-exported: caller
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.channels import capabilities as engine_vars
-from appliance.channels.capabilities import DSV4_FLASHINFER, DSV4_FLASHMLA, Capabilities, profile_capabilities
+from appliance.channels.capabilities import Capabilities, profile_capabilities
 from appliance.errors import ApplianceError
-from appliance.profile.graph_sizes import profile_capture_sizes
-from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
+from appliance.profile.model import Profile
 from appliance.profile.topology import Role, ib_devices, role_for
+from appliance.render.flags import ENGINE_FLAGS, serve_flags
 from appliance.render.launcher import launcher_plan
 from appliance.render.managed import ENGINE_ENV_OWNERS, flag_owner, managed_env_owner
 from appliance.render.passthrough import passthrough_argv, passthrough_env
@@ -26,88 +25,22 @@ from appliance.render.serveplan import (
     http_url,
     resolve_placement,
 )
-from appliance.weights.pins import revision_for
 
 # Env that changes engine behaviour (must reach every rank): the names are the channels' (channels/capabilities),
 # the list is render/managed.py's, which owns each.
 ENGINE_ENV_KEYS = tuple(ENGINE_ENV_OWNERS)
-
-
-def _flag(argv: list[str], name: str, value: object) -> None:
-    if value is not None:
-        argv += [_managed(name), str(value)]
-
-
-def _managed(name: str) -> str:
-    flag_owner(name)  # every flag rendered has an owner a passthrough is refused in favour of (render/managed.py)
-    return name
-
-
-def _compact(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+MANAGED_SPELLINGS = frozenset(flag for entry in ENGINE_FLAGS for flag in entry.flags)
 
 
 def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts, api_port: int) -> list[str]:
-    """`vllm serve …` for the profile, in the seed's reference order, without launcher flags; `api_port`: the
-    resolved placement's (server.port has one reader, placement.api_port_of)."""
-    p = profile
-    argv = ["vllm", "serve", str(model_dir) if model_dir else p.model.checkpoint]
-    served = p.server.served_model_name or (p.model.checkpoint if model_dir else None)
-    _flag(argv, "--served-model-name", served)
-    if p.model.trust_remote_code:
-        argv.append(_managed("--trust-remote-code"))
-    _flag(argv, "--tokenizer-mode", p.server.tokenizer_mode)
-    if p.server.tool_call_parser:
-        argv += [_managed("--tool-call-parser"), p.server.tool_call_parser, _managed("--enable-auto-tool-choice")]
-    _flag(argv, "--reasoning-parser", p.server.reasoning_parser)
-    if p.parallel.tensor > 1:
-        _flag(argv, "--tensor-parallel-size", p.parallel.tensor)
-    if p.parallel.pipeline > 1:
-        _flag(argv, "--pipeline-parallel-size", p.parallel.pipeline)
-    if p.parallel.expert:
-        argv.append(_managed("--enable-expert-parallel"))
-    if p.cache.kv_dtype != "auto":
-        _flag(argv, "--kv-cache-dtype", p.cache.kv_dtype)
-    _flag(argv, "--block-size", p.cache.block_size)
-    _flag(argv, "--max-model-len", p.limits.max_model_len)
-    _flag(argv, "--max-num-seqs", p.limits.max_num_seqs)
-    _flag(argv, "--max-num-batched-tokens", p.limits.max_num_batched_tokens)
-    if p.hardware.gpu != "cpu":
-        _flag(argv, "--gpu-memory-utilization", p.limits.gpu_memory_utilization)
-    if p.limits.kv_cache_memory_gib:
-        _flag(argv, "--kv-cache-memory-bytes", int(p.limits.kv_cache_memory_gib * 1024**3))
-    argv.append(_managed("--enable-prefix-caching" if p.cache.prefix_caching else "--no-enable-prefix-caching"))
-    if p.speculative:
-        spec: dict[str, object] = {"method": p.speculative.method, "num_speculative_tokens": p.speculative.num_tokens}
-        if p.speculative.draft_sample_method:
-            spec["draft_sample_method"] = p.speculative.draft_sample_method
-        _flag(argv, "--speculative-config", _compact(spec))
-    if p.engine.enforce_eager:
-        argv.append(_managed("--enforce-eager"))
-    else:
-        compilation: dict[str, object] = {}
-        if p.engine.cudagraph_mode != DEFAULT_CUDAGRAPH_MODE:
-            compilation["cudagraph_mode"] = p.engine.cudagraph_mode
-        if p.engine.cudagraph_capture_sizes == "profile" and (sizes := profile_capture_sizes(p)):
-            compilation["cudagraph_capture_sizes"] = sizes
-        if compilation:
-            _flag(argv, "--compilation-config", _compact(compilation))
-    if p.engine.flashinfer_autotune is not None:
-        argv.append(_managed(f"--{'' if p.engine.flashinfer_autotune else 'no-'}enable-flashinfer-autotune"))
-    if p.engine.fp4_indexer_cache:
-        _flag(argv, "--attention-config", _compact({"use_fp4_indexer_cache": True}))
-    if not model_dir:  # a local folder is one revision already; a hub id is fetched at the pin (W1, W2)
-        # vLLM takes the tokenizer at the same revision when --tokenizer-revision is unset (config/model.py)
-        _flag(argv, "--revision", revision_for(p.model.checkpoint, p.model.revision))
-    if p.engine.logits_processors:
-        argv += [_managed("--logits-processors"), *p.engine.logits_processors]
-    if p.engine.kv_offload_gib > 0:
-        _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
-    _flag(argv, "--attention-backend", _sm120_backend(p, facts))
-    _flag(argv, "--host", p.server.host)
-    if api_port != DEFAULT_PORT:
-        _flag(argv, "--port", api_port)
-    return argv
+    """`vllm serve …` for the profile, in the seed's reference order, without launcher flags: the words of
+    render/flags.py's entries, each flag checked against the owners derived from them (render/managed.py);
+    `api_port`: the resolved placement's."""
+    words = serve_flags(profile, model_dir, facts, api_port)
+    for word in words:
+        if word in MANAGED_SPELLINGS:
+            flag_owner(word)  # every flag rendered has an owner a passthrough is refused in favour of
+    return ["vllm", "serve", str(model_dir) if model_dir else profile.model.checkpoint, *words]
 
 
 @dataclass(frozen=True)
@@ -126,15 +59,6 @@ def plan_facts(profile: Profile) -> PlanFacts:
     cat = load_catalogue()
     ck = cat.checkpoints.get(profile.model.checkpoint)
     return PlanFacts(cat.gpus[profile.hardware.gpu], ck.family if ck else None, profile_capabilities(profile))
-
-
-def _sm120_backend(p: Profile, facts: PlanFacts) -> str | None:
-    """engine.sm120_decode on a channel that chooses the path by attention backend (upstream): FlashInfer's
-    DeepSeek-V4 sparse MLA (its SM120 kernels on SM12x) or FlashMLA's, named explicitly so the engine cannot pick
-    another one silently. None where the channel switches it by env (the fork) or the serve is no DSv4 on SM12x."""
-    if facts.caps.sm120_decode != "backend" or not (facts.gpu.is_sm12x and facts.family == "deepseek-v4"):
-        return None
-    return DSV4_FLASHINFER if p.engine.sm120_decode else DSV4_FLASHMLA
 
 
 def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Receipts (as `gate.receipt.load` reads them back, typed and validated) → what the report draws of each
-(evidence.py). The drawing reads the receipt as its JSON (the model keeps unknown keys): the hardware, the stack and
-the per-check params and metrics it draws are a receipt's free-form parts."""
+(evidence.py). The drawing reads the typed receipt's attributes; only the engine's log facts (engagement.facts) are
+open, as the exporter extracted them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from appliance.gate.receipt_model import Engagement, Gsm8kCheck, Receipt
 from appliance.report.evidence import (
     AcceptancePoint,
     BenchPoint,
@@ -21,90 +22,81 @@ POSITIONS = 7
 """Draft positions the log-check table reads (spec_pos1_rate ... spec_pos7_rate)."""
 
 
-def check(receipt: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((c for c in receipt["checks"] if c.get("name") == name), None)
-
-
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _bench(receipt: dict[str, Any]) -> dict[str, BenchPoint]:
-    c = check(receipt, "bench")
-    rows = ((c or {}).get("metrics") or {}).get("rows") or []
-    out = {}
-    for r in rows:
-        t_s = _num(r.get("t_s"))
-        if t_s:
-            out[str(r["test"])] = BenchPoint(str(r.get("kind", "")), t_s,
-                                             tuple(v for v in (_num(x) for x in r.get("values") or []) if v))
-    return out
+def _bench(receipt: Receipt) -> dict[str, BenchPoint]:
+    c = receipt.bench()
+    if c is None or c.metrics is None:
+        return {}
+    return {test: BenchPoint(r.kind, r.t_s, tuple(v for v in r.values or [] if v))
+            for test, r in c.metrics.measured().items() if r.t_s}
 
 
-def _recall(receipt: dict[str, Any]) -> RecallPoint | None:
-    c = check(receipt, "recall")
-    m, p = (c or {}).get("metrics") or {}, (c or {}).get("params") or {}
-    if not c or m.get("found") is None or not m.get("total"):
+def _recall(receipt: Receipt) -> RecallPoint | None:
+    c = receipt.recall()
+    m = c.metrics if c else None
+    if c is None or m is None or m.found is None or not m.total:
         return None
-    runs = tuple(int(x) for x in m.get("runs_found") or [])
-    per_run = int(m.get("needles_per_run") or (m["total"] // max(1, len(runs) or int(p.get("runs") or 1))))
+    runs = tuple(m.runs_found or [])
+    asked = c.params.runs if c.params and c.params.runs else 1
+    per_run = m.needles_per_run or m.total // max(1, len(runs) or asked)
     from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING
 
-    return RecallPoint(int(m["found"]), int(m["total"]), per_run, runs,
-                       _num(p.get("min_found")) or PASS_LINE, _num(p.get("poisoned_max")) or POISONED_CEILING,
-                       str(c["status"]))
+    p = c.params
+    return RecallPoint(m.found, m.total, per_run, runs, (p.min_found if p else None) or PASS_LINE,
+                       (p.poisoned_max if p else None) or POISONED_CEILING, c.status)
 
 
-def _gsm8k(receipt: dict[str, Any]) -> Gsm8kPoint | None:
-    c = check(receipt, "gsm8k")
-    m, p = (c or {}).get("metrics") or {}, (c or {}).get("params") or {}
-    score = _num(m.get("strict_match"))
-    if not c or score is None:
+def _gsm8k(receipt: Receipt) -> Gsm8kPoint | None:
+    c = next((c for c in receipt.checks if isinstance(c, Gsm8kCheck)), None)
+    m = c.metrics if c else None
+    if c is None or m is None or m.strict_match is None:
         return None
-    return Gsm8kPoint(score, _num(m.get("strict_match_stderr")), _num(p.get("min_accuracy")), str(c["status"]))
+    return Gsm8kPoint(m.strict_match, m.strict_match_stderr, c.params.min_accuracy if c.params else None, c.status)
 
 
-def _acceptance(receipt: dict[str, Any]) -> AcceptancePoint | None:
-    facts = (receipt.get("engagement") or {}).get("facts") or {}
+def _acceptance(receipt: Receipt) -> AcceptancePoint | None:
+    facts = receipt.engagement.facts  # the engine log's facts: open (each channel's engine prints its own)
     positions = tuple(_num(facts.get(f"spec_pos{k}_rate")) for k in range(1, POSITIONS + 1))
     while positions and positions[-1] is None:
         positions = positions[:-1]
-    spec = ((check(receipt, "bench") or {}).get("metrics") or {}).get("spec_decode") or {}
-    mean = _num(spec.get("mean_acceptance_length")) or _num(facts.get("spec_mean_acceptance_length"))
+    bench = receipt.bench()
+    spec = bench.metrics.spec_decode if bench and bench.metrics else None
+    mean = (spec.mean_acceptance_length if spec else None) or _num(facts.get("spec_mean_acceptance_length"))
     if not positions and mean is None:
         return None
     return AcceptancePoint(positions, mean)
 
 
-def _engagement(e: dict[str, Any]) -> str:
-    if not e.get("available"):
+def _engagement(e: Engagement) -> str:
+    if not e.available:
         return "not read back (no exporter answered)"
-    parts = [f"guard {e.get('guard') or 'no line'}", f"runner {e.get('runner') or '?'}",
-             "SM120 decode engaged" if e.get("sm120_decode") else "SM120 decode not engaged"]
-    if e.get("kv_tokens"):
-        parts.append(f"KV {e['kv_tokens']:,} tokens")
-    return ", ".join(parts) + f"; log verdict {e.get('verdict') or '?'}"
+    parts = [f"guard {e.guard or 'no line'}", f"runner {e.runner or '?'}",
+             "SM120 decode engaged" if e.sm120_decode else "SM120 decode not engaged"]
+    if e.kv_tokens:
+        parts.append(f"KV {e.kv_tokens:,} tokens")
+    return ", ".join(parts) + f"; log verdict {e.verdict or '?'}"
 
 
-def view(receipt: dict[str, Any], source: str, label: str) -> ReceiptView:
-    prov = receipt.get("provenance") or {}
-    hw = prov.get("hardware") or {}
-    gpus = hw.get("gpus") or []
-    cpus = f"{hw['cpus']} CPUs" if hw.get("cpus") else None
-    devices = f"{len(gpus)} x {gpus[0].get('name')}" if gpus else "no GPU"
-    host = ", ".join(str(x) for x in (hw.get("host"), hw.get("machine"), cpus, devices) if x)
+def view(receipt: Receipt, source: str, label: str) -> ReceiptView:
+    prov = receipt.provenance
+    hw = prov.hardware
+    gpus = hw.gpus if hw else []
+    cpus = f"{hw.cpus} CPUs" if hw and hw.cpus else None
+    devices = f"{len(gpus)} x {gpus[0].name}" if gpus else "no GPU"
+    host = ", ".join(str(x) for x in (hw.host if hw else None, hw.machine if hw else None, cpus, devices) if x)
     return ReceiptView(
-        label=label, source=source, verdict=str(receipt["verdict"]), complete=bool(receipt["complete"]),
-        profile=str((prov.get("profile") or {}).get("name") or "?"),
-        engine=f"vLLM {(prov.get('engine') or {}).get('version') or '?'}",
-        lock=str(prov.get("lock_digest") or "?")[:12], stack=str(prov.get("stack") or "?"),
-        started_at=str(receipt.get("started_at", "")), host=host or "?",
-        engagement=_engagement(receipt.get("engagement") or {}),
-        checks=tuple(CheckRow(str(c["name"]), str(c["status"]), str(c.get("summary", ""))) for c in receipt["checks"]),
+        label=label, source=source, verdict=receipt.verdict, complete=receipt.complete,
+        profile=receipt.profile.name or "?", engine=f"vLLM {receipt.engine_version or '?'}",
+        lock=(prov.lock_digest or "?")[:12], stack=prov.stack or "?", started_at=receipt.started_at, host=host or "?",
+        engagement=_engagement(receipt.engagement),
+        checks=tuple(CheckRow(c.name, c.status, c.summary) for c in receipt.checks),
         bench=_bench(receipt), recall=_recall(receipt), gsm8k=_gsm8k(receipt), acceptance=_acceptance(receipt))
 
 
-def labels(paths: Sequence[Path], receipts: Sequence[dict[str, Any]]) -> list[str]:
+def labels(paths: Sequence[Path], receipts: Sequence[Receipt]) -> list[str]:
     """Short unique names: the receipt's folder (`gate --out`), else its profile and start time."""
     names = [p.parent.name if p.name == "receipt.json" else p.stem for p in paths]
     if len(set(names)) == len(names):
@@ -115,5 +107,5 @@ def labels(paths: Sequence[Path], receipts: Sequence[dict[str, Any]]) -> list[st
 def views(paths: Sequence[Path]) -> list[ReceiptView]:
     from appliance.gate.receipt import load
 
-    receipts = [load(p).model_dump(mode="json", by_alias=True) for p in paths]
+    receipts = [load(p) for p in paths]
     return [view(r, str(p), name) for p, r, name in zip(paths, receipts, labels(paths, receipts), strict=True)]

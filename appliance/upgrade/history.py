@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -163,6 +162,8 @@ def latest_qualification(profile: str, candidate_digest: str, lock_digest: str,
 def latest_receipt(profile: str, channel: str, profile_digest: str, home: Path | None = None) -> Path | None:
     """The incumbent's last receipt: the newest complete gate receipt of this profile digest on this channel, from
     the upgrade history (an earlier qualification's) or `appliance gate`'s own receipts folder."""
+    from appliance.errors import ApplianceError
+    from appliance.gate.receipt import load
     from appliance.paths import appliance_home
 
     found: list[tuple[str, Path]] = []
@@ -170,11 +171,10 @@ def latest_receipt(profile: str, channel: str, profile_digest: str, home: Path |
                   *((home or appliance_home()) / "receipts").glob(f"{profile}-*/receipt.json")]
     for path in candidates:
         try:
-            r = json.loads(path.read_text())
-        except (OSError, ValueError):
+            r = load(path)
+        except ApplianceError:  # not a receipt this reader takes: never the incumbent's evidence
             continue
-        prov = r.get("provenance") or {}
-        if r.get("complete") and r.get("verdict") in ("pass", "inconclusive") and prov.get("channel") == channel \
-                and (prov.get("profile") or {}).get("digest") == profile_digest:
-            found.append((str(r.get("started_at")), path))
+        if r.complete and r.verdict in ("pass", "inconclusive") and r.provenance.channel == channel \
+                and r.profile.digest == profile_digest:
+            found.append((r.started_at, path))
     return max(found)[1] if found else None

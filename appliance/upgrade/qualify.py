@@ -83,7 +83,7 @@ def default_budget(profile: Any) -> float:
 
 
 def run_gate_on(req: Request, url: str, exporter: str, extra: list[str], checks: str | None, out: Path,
-                model_dir: Path | None, active: Any = True) -> dict[str, Any]:
+                model_dir: Path | None, active: Any = True) -> Receipt:
     """`appliance gate` in this process against a serve; the receipt (also written to `out`)."""
     from appliance.gate.prepare import GateRequest, prepare
     from appliance.gate.progress import Progress
@@ -135,7 +135,7 @@ class Qualification:
                                  reason="the candidate is judged against the incumbent, and a window restores it")
         return serve
 
-    def incumbent_receipt(self, pair: Pair, serve: RunningServe, folder: Path) -> tuple[Receipt | dict[str, Any], str]:
+    def incumbent_receipt(self, pair: Pair, serve: RunningServe, folder: Path) -> tuple[Receipt, str]:
         if self.opts.incumbent_receipt:
             return load_receipt(self.opts.incumbent_receipt), str(self.opts.incumbent_receipt)
         found = latest_receipt(pair.name, pair.from_channel.name, pair.incumbent.digest)
@@ -198,7 +198,7 @@ class Qualification:
         self.report(f"the candidate's engine binds to cores {cores} ({OMP_BIND_ENV}), away from the incumbent's")
         return {OMP_BIND_ENV: cores}
 
-    def gate_candidate(self, pair: Pair, serve: StartedServe, folder: Path, ports: tuple[int, int]) -> dict[str, Any]:
+    def gate_candidate(self, pair: Pair, serve: StartedServe, folder: Path, ports: tuple[int, int]) -> Receipt:
         began = time.monotonic()
         extra = [f"server.port={ports[0]}", f"server.health_port={ports[1]}"]
         receipt = run_gate_on(self.req, self.opts.gate_url or serve.api_url, serve.exporter_url, extra,
@@ -257,7 +257,7 @@ class Qualification:
         return self._window(pair, serve, folder, ports, record, inc_receipt)
 
     def _candidate(self, pair: Pair, folder: Path, ports: tuple[int, int], record: dict[str, Any],
-                   inc_receipt: Receipt | dict[str, Any], beside: bool = False) -> Judgement:
+                   inc_receipt: Receipt, beside: bool = False) -> Judgement:
         cand, ready = self.serve_candidate(pair, folder, ports, beside)
         try:
             record["candidate"]["ready"] = {"ok": ready.ok, "seconds": round(ready.seconds, 1), "why": ready.why,
@@ -272,7 +272,7 @@ class Qualification:
             self.report(f"stopping the candidate serve ({cand.stop():.0f} s)")
 
     def _window(self, pair: Pair, serve: RunningServe, folder: Path, ports: tuple[int, int],
-                record: dict[str, Any], inc_receipt: Receipt | dict[str, Any]) -> Judgement:
+                record: dict[str, Any], inc_receipt: Receipt) -> Judgement:
         runs = int(((serve.look().status or {}).get("log") or {}).get("runs") or 0)
         self.report(f"window: stopping the incumbent's engine in {serve.run_dir}")
         began = time.monotonic()

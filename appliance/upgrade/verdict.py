@@ -11,12 +11,11 @@ noise rules (receipts of two channels, compared knowingly: `across_channels`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from appliance.gate.compare import ReceiptComparison, compare
-from appliance.gate.receipt_model import Receipt, validate_receipt
+from appliance.gate.receipt_model import Receipt
 
 Verdict = Literal["promote", "refuse", "inconclusive"]
 EXIT: dict[Verdict, int] = {"promote": 0, "refuse": 1, "inconclusive": 3}
@@ -38,14 +37,8 @@ def never_ready(why: str) -> Judgement:
     return Judgement("refuse", [f"U2 the candidate never turned ready: {why}"])
 
 
-def typed(receipt: Receipt | dict[str, Any], source: str) -> Receipt:
-    """The typed receipt (issue 19's model): as read from disk, or the dict the gate just returned, validated as its
-    JSON reads back (the model is strict: the file's types, not Python's)."""
-    return receipt if isinstance(receipt, Receipt) else validate_receipt(json.loads(json.dumps(receipt)), source)
-
-
-def judge(incumbent: Receipt | dict[str, Any], candidate: Receipt | dict[str, Any]) -> Judgement:
-    inc, cand = typed(incumbent, "the incumbent's receipt"), typed(candidate, "the candidate's receipt")
+def judge(inc: Receipt, cand: Receipt) -> Judgement:
+    """`inc`, `cand`: the typed receipts, as the gate returned or `gate.receipt.load` read them."""
     refuse, undecided, notes = [], [], []
     if not cand.complete:
         undecided.append("the candidate's gate was interrupted (receipt incomplete): only its finished checks count")
@@ -61,7 +54,7 @@ def judge(incumbent: Receipt | dict[str, Any], candidate: Receipt | dict[str, An
     if eng.fatal:
         refuse.append("fatal lines in the candidate's log: " + ", ".join(str(h.id) for h in eng.fatal))
     if not eng.available:
-        undecided.append(f"the candidate's engagement was not read back from its log ({getattr(eng, 'error', None)})")
+        undecided.append(f"the candidate's engagement was not read back from its log ({eng.error})")
     comparison = compare(inc, cand, across_channels=True)
     notes += comparison.warnings
     for f in comparison.findings:

@@ -8,19 +8,17 @@ and ACCEPTED or NOT ACCEPTED with every blocker.
 
 from __future__ import annotations
 
-from typing import Any
-
 from appliance.errors import ApplianceError
 from appliance.gate.battery.definition import BATTERIES, Battery
 from appliance.gate.battery.verdict import BatteryResult, judge, word
-from appliance.gate.receipt_model import Receipt
+from appliance.gate.receipt_model import Check, Receipt
 
 
 def _build(r: Receipt) -> tuple[str | None, ...]:
     return r.provenance.lock_digest, r.engine_version, r.profile.name
 
 
-def merge(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[dict[str, Any]], dict[str, str]]:
+def merge(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[Check], dict[str, str]]:
     """(battery, every line of every arm, {arm: label}); ApplianceError when the receipts are not one battery run."""
     if not receipts:
         raise ApplianceError("no receipt given", fix="give the receipt of each arm of the battery")
@@ -40,7 +38,7 @@ def merge(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[dict[str, 
                              fix="gate every arm of the battery on the same build and profile",
                              reason="the harness: 'One script, one result set, one SHA'")
     arms: dict[str, str] = {}
-    lines: list[dict[str, Any]] = []
+    lines: list[Check] = []
     for label, r in receipts:
         assert r.battery is not None  # refused above
         arm = r.battery.arm
@@ -49,9 +47,9 @@ def merge(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[dict[str, 
                                  fix="give one receipt per arm (the newest of each)")
         arms[arm] = label
         if not r.complete:
-            lines.append({"name": f"{arm}-incomplete", "status": "interrupted",
-                          "summary": f"{label} was interrupted before its checks finished"})
-        lines += [c.model_dump() for c in r.checks]  # the lines as written, extras (seconds, details) kept
+            lines.append(Check(name=f"{arm}-incomplete", status="interrupted",
+                               summary=f"{label} was interrupted before its checks finished"))
+        lines += r.checks
     return battery, lines, arms
 
 
@@ -60,15 +58,15 @@ def check_line(check_id: str, title: str, verdict: str, evidence: str) -> str:
     return f"CHECK {f'{check_id} {title}':<52} :: {verdict:<7} :: {evidence}"
 
 
-def render(battery: Battery, lines: list[dict[str, Any]], result: BatteryResult, expect: str | None = None) -> str:
-    by_id = {line["name"]: line for line in lines}
+def render(battery: Battery, lines: list[Check], result: BatteryResult, expect: str | None = None) -> str:
+    by_id = {line.name: line for line in lines}
     out = []
     for c in battery.checks:
         line = by_id.get(c.id)
         if line is None:
             out.append(check_line(c.id, c.title, "MISSING", f"not measured: run the {c.arm} arm's serve"))
         else:
-            out.append(check_line(c.id, c.title, word(str(line["status"])), str(line.get("summary", ""))))
+            out.append(check_line(c.id, c.title, word(line.status), line.summary))
     out += [check_line(o.id, o.title, "NOT RUN", f"outside the appliance: {o.why}") for o in battery.outside]
     out += ["", f"RESULT: {result.passed}/{result.recorded} PASS (the appliance runs {len(battery.checks)} of the "
                 f"harness's {len(battery.checks) + len(battery.outside)} checks; the others are NOT RUN above)"]
@@ -81,7 +79,7 @@ def render(battery: Battery, lines: list[dict[str, Any]], result: BatteryResult,
     return "\n".join(out)
 
 
-def judge_receipts(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[dict[str, Any]],
+def judge_receipts(receipts: list[tuple[str, Receipt]]) -> tuple[Battery, list[Check],
                                                                          BatteryResult]:
     battery, lines, _ = merge(receipts)
     return battery, lines, judge(lines, battery)

@@ -66,8 +66,8 @@ def check_arm(profile: Profile, arm: str) -> Arm:
     return arm  # type: ignore[return-value]
 
 
-def check_same_serve(status: dict[str, Any] | None, digest: str) -> None:
-    served = ((status or {}).get("profile") or {}).get("digest")
+def check_same_serve(served: str | None, digest: str) -> None:
+    """`served`: the serve's profile digest (provenance.served_digest), `digest` the one the gate loaded."""
     if served and served != digest:
         raise ApplianceError(
             f"the serve runs profile digest {served[:12]}, the gate loaded {digest[:12]}", field="--set",
@@ -75,21 +75,25 @@ def check_same_serve(status: dict[str, Any] | None, digest: str) -> None:
             reason="a battery line credits a setting (runner, guard) to the serve it was measured on")
 
 
-def _bench_rows(receipt: Path) -> list[tuple[str | None, float | None]]:
-    """(test, t/s) of a receipt's measured rows: the standard gate's `bench` line is typed, a battery's C10 line
-    keeps llama-benchy's rows as written."""
+def _bench_rows(receipt: Path) -> list[tuple[str, float | None]]:
+    """(test, t/s) of a receipt's measured rows: the standard gate's `bench` line is typed; a battery's C10 line keeps
+    llama-benchy's rows as its check wrote them, read here as the bench line's metrics (none when they are not)."""
+    from pydantic import ValidationError
+
     from appliance.gate.receipt import load
     from appliance.gate.receipt_model import BenchMetrics
 
     data = load(receipt)
-    rows: list[tuple[str | None, float | None]] = []
+    rows: list[tuple[str, float | None]] = []
     for name in ("C10", "bench"):
         metrics = getattr(data.check(name), "metrics", None)
+        if isinstance(metrics, dict):
+            try:
+                metrics = BenchMetrics.model_validate(metrics)
+            except ValidationError:
+                metrics = None
         if isinstance(metrics, BenchMetrics):
             rows += [(r.test, r.t_s) for r in metrics.rows]
-        elif isinstance(metrics, dict):
-            rows += [(r.get("test"), r.get("t_s")) for r in metrics.get("rows") or [] if isinstance(r, dict)
-                     and isinstance(r.get("t_s"), int | float)]
     return rows
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from appliance.gate.sizing import BenchParams, Gsm8kParams
+from appliance.gate.sizing import BenchParams, Gsm8kParams, Size, bench_for, size_for
 
 if TYPE_CHECKING:
     from appliance.profile.model import Profile
@@ -52,7 +52,7 @@ class InstructionParams:
 
 @dataclass(frozen=True)
 class BatteryParams:
-    size: str
+    size: Size
     arthur_c12: CoherenceParams
     arthur_c1: CoherenceParams
     instruction: InstructionParams
@@ -107,6 +107,6 @@ def _smoke(max_len: int) -> BatteryParams:
 
 
 def battery_params_for(profile: Profile) -> BatteryParams:
-    params = _smoke(profile.limits.max_model_len) if profile.hardware.gpu == "cpu" else _standard()
-    bench = replace(params.bench, prefix_caching=profile.cache.prefix_caching)
-    return replace(params, bench=bench)
+    """The battery's column of the gate's sizing (`size_for`), llama-benchy as the profile serves (`bench_for`)."""
+    params = _smoke(profile.limits.max_model_len) if size_for(profile) == "smoke" else _standard()
+    return replace(params, bench=bench_for(params.bench, profile))

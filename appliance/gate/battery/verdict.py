@@ -3,10 +3,12 @@ minimum count. Anything but PASS is a blocker: FAIL, TIMEOUT, and any word a lat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.gate.battery.definition import Battery
+from appliance.gate.receipt_model import Check
 
 
 def word(status: str) -> str:
@@ -44,29 +46,29 @@ class BatteryResult:
                 "blockers": self.blockers, "missing": self.missing, "why": self.why}
 
 
-def judge(lines: list[dict[str, Any]], battery: Battery) -> BatteryResult:
-    """`lines`: receipt check entries (`name` = check id, `status`, `summary` = evidence)."""
+def judge(lines: Sequence[Check], battery: Battery) -> BatteryResult:
+    """`lines`: receipt check lines (`name` = check id, `status`, `summary` = evidence)."""
     defined = {c.id for c in battery.checks}
     seen: dict[str, int] = {}
     blockers: list[str] = []
     for line in lines:
-        name, status = str(line.get("name")), str(line.get("status"))
+        name, status = line.name, line.status
         seen[name] = seen.get(name, 0) + 1
         if name not in defined:
-            said = str(line.get("summary", "")) or f"not a check of the {battery.name} battery"
+            said = line.summary or f"not a check of the {battery.name} battery"
             blockers.append(f"{name} {word(status)}: {said[:240]}")
         elif seen[name] > 1:
             blockers.append(f"{name}: recorded {seen[name]} times (one line each)")
         elif word(status) != "PASS":
-            blockers.append(f"{name} {word(status)}: {str(line.get('summary', ''))[:240]}")
+            blockers.append(f"{name} {word(status)}: {line.summary[:240]}")
     recorded = len([n for n in seen if n in defined])
-    passed = sum(1 for line in lines if line.get("name") in defined and word(str(line.get("status"))) == "PASS")
+    passed = sum(1 for line in lines if line.name in defined and word(line.status) == "PASS")
     missing = [c.id for c in battery.checks if c.id not in seen]
     accepted = not blockers and not missing and recorded >= battery.min_checks
     return BatteryResult(accepted, passed, recorded, battery.min_checks, blockers, missing)
 
 
-def receipt_verdict(lines: list[dict[str, Any]], battery: Battery) -> str:
+def receipt_verdict(lines: Sequence[Check], battery: Battery) -> str:
     """A battery receipt's verdict: pass = accepted; fail = a recorded check is not PASS; inconclusive = what was
     recorded passed but checks are missing (another arm's serve, merged by `gate battery`)."""
     result = judge(lines, battery)
