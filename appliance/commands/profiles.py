@@ -40,7 +40,15 @@ def run(args: argparse.Namespace) -> int:
     if args.host:
         from appliance.doctor.fit import host_report
 
-        return host_report(args.json)
+        rc = host_report(args.json)
+        if not args.json:  # the fabric a multi-node profile would use here, and the .env lines for it (K39)
+            from appliance.multinode.netident import Tables, host_lines
+            from appliance.settings import load_settings
+            from appliance.table import line
+
+            print()
+            print("\n".join(line(text) for text in host_lines(Tables(procfs=load_settings().procfs))))
+        return rc
     if args.names:
         print("\n".join(list_profiles()))
         return 0
