@@ -190,7 +190,7 @@ def test_profiles_host_names_device_netdev_address_link_and_the_env_lines(host: 
     assert "  rocep1s0f1 [1:DOWN:Ethernet] -> enp1s0f1np1 -> no address, link down" in lines
     assert any(f"APPLIANCE_NODE_RANK=0 APPLIANCE_MASTER_ADDR={WORKER_IP} APPLIANCE_FABRIC_IFNAME={FABRIC}" in line
                for line in lines)
-    assert any(line.strip().startswith("worker: APPLIANCE_NODE_RANK=1") for line in lines)
+    assert f"  worker: APPLIANCE_NODE_RANK=1 APPLIANCE_MASTER_ADDR={WORKER_IP}" in lines
     shutil.rmtree(host.sysfs / "class" / "infiniband")
     assert [line for line in host_lines(host) if "none" in line]
 
@@ -353,3 +353,39 @@ def test_one_environment_serves_both_ranks_each_resolving_its_own_in_run_dry_run
         assert f"# network VLLM_HOST_IP={address}" in out
         assert f"# placement fabric_ifname: {dev} derived:" not in out  # shown with its origin in parentheses
         assert f"# placement fabric_ifname: {dev} ({origin[1:-1]})" in out
+
+
+def test_config_shows_each_network_variable_with_its_origin_from_the_host_roots(
+        host: Tables, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """APPLIANCE_PROCFS / APPLIANCE_SYSFS point `appliance config` at the fake trees; the interface's IPv4 address
+    is asked of this kernel, which has no such interface, so its IPv6 address (if_inet6) is taken."""
+    for name, value in {"APPLIANCE_PROCFS": str(host.procfs), "APPLIANCE_SYSFS": str(host.sysfs),
+                        "APPLIANCE_NODE_RANK": "1", "APPLIANCE_MASTER_ADDR": HEAD_IP}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["config", "gb10-tp2", "--json"]) == 0
+    network = json.loads(capsys.readouterr().out)["network"]
+    assert network["GLOO_SOCKET_IFNAME"]["value"] == FABRIC
+    assert "route to master_addr 192.168.100.10" in network["GLOO_SOCKET_IFNAME"]["origin"]
+    assert network["VLLM_HOST_IP"] == {"value": "fd00::11", "origin": f"derived:address of {FABRIC}"}
+    assert network["NCCL_IB_HCA"]["value"] == "rocep1s0f0"
+    monkeypatch.setenv("APPLIANCE_MASTER_ADDR", "127.0.0.1")
+    (host.procfs / "net" / "route").write_text("\n".join([ROUTE_HEADER, _route("lo", "127.0.0.0", "255.0.0.0")]))
+    shutil.rmtree(host.sysfs / "class" / "infiniband")
+    assert main(["config", "gb10-tp2", "--json"]) == 0  # config shows it; `run` is what refuses
+    unresolved = json.loads(capsys.readouterr().out)["network"]
+    assert list(unresolved) == ["unresolved"]
+    assert "loopback" in unresolved["unresolved"]["value"]
+    assert unresolved["unresolved"]["origin"] == "refused (APPLIANCE_FABRIC_IFNAME)"
+    assert main(["config", "gb10-tp2"]) == 0
+    assert "network.unresolved" in capsys.readouterr().out
+
+
+def test_profiles_host_prints_the_fabric_of_the_host_roots_it_is_given(
+        host: Tables, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("APPLIANCE_SYSFS", str(host.sysfs))
+    monkeypatch.setenv("APPLIANCE_PROCFS", str(host.procfs))
+    assert main(["profiles", "--host"]) == 0
+    out = capsys.readouterr().out
+    # this kernel has no such interface: its address is the if_inet6 one of the fake procfs
+    assert f"rocep1s0f0 [1:ACTIVE:Ethernet] -> {FABRIC} -> fd00::11, link up" in out
+    assert f"APPLIANCE_MASTER_ADDR=fd00::11 APPLIANCE_FABRIC_IFNAME={FABRIC}" in out

@@ -69,17 +69,48 @@ def run(args: argparse.Namespace) -> int:
         for finding in REGISTRY["X5"](context_for(loaded.profile)):
             print(finding.render(), file=sys.stderr)
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
+    network = network_rows(loaded.profile)
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,
-                          "secrets": secrets}, indent=2))
+                          "secrets": secrets, **({"network": network} if network else {})}, indent=2))
         return 0
     from appliance.table import line, render
 
     print(line(f"# {loaded.profile.name} (from {loaded.source}, digest {loaded.digest[:12]})"))
     table = [[path, shown(row["value"]), str(row["origin"])] for path, row in rows.items()]
     table += [[f"env.{name}", state, "env"] for name, state in secrets.items()]
+    table += [[f"network.{name}", shown(row["value"]), row["origin"]] for name, row in network.items()]
     print(render(["path", "value", "origin"], table))
     return 0
+
+
+def network_rows(profile: Any) -> dict[str, dict[str, Any]]:
+    """A multi-node GPU rank's network variables as this host resolves them (APPLIANCE_NODE_RANK, _MASTER_ADDR,
+    _FABRIC_IFNAME, _HOST_IP read as `appliance run` reads them; K39), each with its origin; `unresolved` with the
+    reason where `appliance run` would refuse. Empty for a single node and the CPU rehearsal."""
+    from appliance.cliargs import placement_from_args
+    from appliance.errors import ApplianceError
+    from appliance.multinode.netident import Tables, needs_identity, with_identity
+    from appliance.placement import resolve_placement
+    from appliance.render.plan import fabric_env_origins
+    from appliance.settings import load_settings
+
+    if profile.hardware.nodes < 2 or profile.hardware.gpu == "cpu":
+        return {}
+    try:
+        settings = load_settings()
+        place = resolve_placement(profile, placement_from_args(argparse.Namespace(), settings))
+        if not needs_identity(profile, place.role):
+            return {}
+        # A view: no name lookup (a master given by host name is resolved by `run`, on the node)
+        place = with_identity(profile, place, Tables(procfs=settings.procfs, sysfs=settings.sysfs,
+                                                     lookup_host=lambda _name: []))
+    except ApplianceError as exc:
+        rows = {"unresolved": {"value": f"{exc.message}; fix: {exc.fix}", "origin": f"refused ({exc.field})"}}
+    else:
+        rows = {name: {"value": value, "origin": origin}
+                for name, (value, origin) in fabric_env_origins(profile, place).items()}
+    return redact_tree(rows)  # a value given with a secret pasted in is shown masked, as everywhere in config
 
 
 def shown(value: object) -> str:

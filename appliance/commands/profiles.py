@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
             from appliance.table import line
 
             print()
-            print("\n".join(line(text) for text in host_lines(Tables(procfs=load_settings().procfs))))
+            settings = load_settings()
+            print("\n".join(line(text) for text in host_lines(Tables(procfs=settings.procfs, sysfs=settings.sysfs))))
         return rc
     if args.names:
         print("\n".join(list_profiles()))

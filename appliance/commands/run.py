@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     model_dir = check_profile(loaded, given, _stderr)
     from appliance.multinode.netident import Tables
 
-    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs))
+    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs))
     if not args.skip_doctor:
         failed = preflight_host(loaded.profile, place, settings, print)
         if failed:

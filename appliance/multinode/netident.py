@@ -3,9 +3,11 @@ vLLM use on this node, resolved from the kernel's own tables before the engine s
 
 Without them torch's Gloo binds what gethostname() resolves to, which /etc/hosts often maps to loopback (127.0.1.1;
 a host-network pod's carries only 127.0.0.1), and its full mesh fails there (aws-samples/aws-do-eks#69; #51 found
-that GLOO_SOCKET_IFNAME takes one concrete name, so it is resolved per rank, not written as a pattern). The peers name the interface on every node instead (NVIDIA dgx-spark-playbooks nvidia/vllm/README.md:
-VLLM_HOST_IP, UCX_NET_DEVICES, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME; the seed's harness
-scripts/dgx_spark_start_mp_serve.sh adds NCCL_IB_HCA); here each rank finds its own, so one manifest serves every node.
+that GLOO_SOCKET_IFNAME takes one concrete name, so it is resolved per rank, not written as a pattern). The peers
+name the interface on every node by hand (NVIDIA dgx-spark-playbooks nvidia/vllm/README.md: VLLM_HOST_IP,
+UCX_NET_DEVICES, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME; the seed's harness
+scripts/dgx_spark_start_mp_serve.sh requires NCCL_IB_HCA too); here each rank finds its own, so one manifest serves
+every node.
 
 The order, for an interface:
   1. given (APPLIANCE_FABRIC_IFNAME / --fabric-ifname): it wins;
@@ -152,9 +154,10 @@ def link_state(ifname: str, sysfs: Path = SYSFS) -> str:
 def roce_v2_gid_index(device: RdmaDevice, ifname: str, address: str | None, sysfs: Path = SYSFS) -> int | None:
     """The GID index of the RoCE v2 entry on `ifname` whose GID is the rank's address (IPv4-mapped for IPv4);
     None where the device has none."""
-    if address is None:
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:  # none, or a host name given as APPLIANCE_HOST_IP: NCCL chooses
         return None
-    ip = ipaddress.ip_address(address)
     want = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed) if ip.version == 4 else ip
     for port in _children(sysfs / "class" / "infiniband" / device.name / "ports"):
         for gid in _children(port / "gids"):
@@ -290,8 +293,9 @@ def check_identity(ident: NetIdentity, place: ResolvedPlacement) -> None:
     """Refuse (K39) a multi-node rank without a concrete, non-loopback interface and address."""
     if not ident.ifname:
         raise ApplianceError(
-            f"rank {place.node_rank} cannot find its fabric interface: no route to master_addr "
-            f"{place.master_addr!r} and no RDMA netdev with an address",
+            f"rank {place.node_rank} cannot find its fabric interface: "
+            + (f"no route to master_addr {place.master_addr}" if place.master_addr else "no APPLIANCE_MASTER_ADDR")
+            + " and no RDMA netdev with an address",
             field="APPLIANCE_FABRIC_IFNAME", value=None,
             fix="set APPLIANCE_FABRIC_IFNAME (or --fabric-ifname) to this node's fabric interface, and "
                 "APPLIANCE_MASTER_ADDR to the head's address on it (`appliance profiles --host` lists them)",
@@ -307,7 +311,7 @@ def check_identity(ident: NetIdentity, place: ResolvedPlacement) -> None:
             f"rank {place.node_rank}'s fabric interface {ident.ifname} has no address",
             field="APPLIANCE_HOST_IP", value=None,
             fix=f"give {ident.ifname} an address on the fabric, or set APPLIANCE_HOST_IP", reason=REASON)
-    if ipaddress.ip_address(ident.host_ip).is_loopback:
+    if _is_loopback(ident.host_ip):
         raise ApplianceError(
             f"rank {place.node_rank}'s address {ident.host_ip} is a loopback address ({ident.origins['host_ip']})",
             field="APPLIANCE_HOST_IP", value=ident.host_ip,
@@ -373,10 +377,19 @@ def host_lines(tables: Tables | None = None) -> Iterator[str]:
         yield "  no active RDMA port with an addressed netdev: cable and address the fabric first"
         return
     dev, ifname, address = first
-    yield "suggested .env (the head's; a worker's is the same with its own rank and address):"
+    yield "suggested .env lines, with this host as the head:"
     yield f"  head:   APPLIANCE_NODE_RANK=0 APPLIANCE_MASTER_ADDR={address} APPLIANCE_FABRIC_IFNAME={ifname}"
-    yield f"  worker: APPLIANCE_NODE_RANK=1 APPLIANCE_MASTER_ADDR={address} APPLIANCE_FABRIC_IFNAME={ifname}"
-    yield f"  (NCCL_IB_HCA={dev} and each rank's own address are resolved at start: `appliance run` names them)"
+    yield f"  worker: APPLIANCE_NODE_RANK=1 APPLIANCE_MASTER_ADDR={address}"
+    yield (f"  (each rank resolves its own interface, address and RDMA device at start, here {dev}; "
+           "APPLIANCE_FABRIC_IFNAME set on a rank wins)")
+
+
+def _is_loopback(host: str) -> bool:
+    """127.0.0.0/8 or ::1; a host name (APPLIANCE_HOST_IP may be one) is judged where it is resolved, by the engine."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _lines(path: Path) -> list[str]:

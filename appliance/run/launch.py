@@ -442,6 +442,6 @@ def resolve_relaunch(loaded: LoadedProfile, launch_path: Path, settings: Applian
     if was.model_dir is not None:  # the same checkpoint folder as the serve started on, however it was found
         given = replace(given, model_dir=was.model_dir, origins={**given.origins, "model_dir": was.origin("model_dir")})
     model_dir = check_profile(loaded, given, report)
-    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs))
+    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs))
     return resolve_launch(loaded, place, settings, run_files(launch_path.parent), home, report,
                           measure_fabric=False, cli_overrides=cli_overrides)
