@@ -389,3 +389,14 @@ def test_profiles_host_prints_the_fabric_of_the_host_roots_it_is_given(
     # this kernel has no such interface: its address is the if_inet6 one of the fake procfs
     assert f"rocep1s0f0 [1:ACTIVE:Ethernet] -> {FABRIC} -> fd00::11, link up" in out
     assert f"APPLIANCE_MASTER_ADDR=fd00::11 APPLIANCE_FABRIC_IFNAME={FABRIC}" in out
+
+
+def test_the_heads_address_is_its_interfaces_not_a_master_host_name(host: Tables) -> None:
+    """On Kubernetes the master address is the LWS leader's DNS name; resolve_placement derives the head's address
+    from it, which is no address to bind: the head takes its interface's own."""
+    profile = load_profile("gb10-tp2").profile
+    place = resolve_placement(profile, Placement(node_rank=0, master_addr="leader.appliance.svc"))
+    assert place.host_ip == "leader.appliance.svc"  # what the placement alone says
+    at = with_identity(profile, place, host)  # type: ignore[arg-type]
+    assert (at.fabric_ifname, at.host_ip) == (FABRIC, WORKER_IP)  # the fixture host's RDMA netdev and address
+    assert at.origin("host_ip") == f"derived:address of {FABRIC}"

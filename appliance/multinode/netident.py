@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from appliance.errors import ApplianceError
+from appliance.placement import RESOLVED_KINDS
 from appliance.profile.topology import ib_devices
 
 if TYPE_CHECKING:
@@ -237,7 +238,10 @@ def resolve_identity(profile: Profile, place: ResolvedPlacement, tables: Tables 
         origins["ifname"] = place.origin("fabric_ifname")
     else:
         ifname, origins["ifname"] = _pick_ifname(devices, via, master, t)
-    host_ip = place.host_ip
+    # A value derived by resolve_placement (the head's master address, which may be a host name such as the LWS
+    # leader's) is not the user's: the interface's own address says it here.
+    given_ip = not place.origin("host_ip").startswith(RESOLVED_KINDS)
+    host_ip = place.host_ip if given_ip else None
     if host_ip:
         origins["host_ip"] = place.origin("host_ip")
     elif ifname:
