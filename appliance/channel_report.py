@@ -17,7 +17,7 @@ def summary(ch: ChannelLock, lock: Lock) -> dict[str, Any]:
     facts = load_facts(ch.name)
     caps = capabilities_of(facts)
     return {
-        "name": ch.name, "default": ch.name in (lock.default_channel, lock.default_cpu_channel),
+        "name": ch.name, "default": ch.name == lock.default_for(ch.target),
         "target": ch.target, "engine": ch.engine.label, "status": ch.status, "provenance": ch.provenance.source,
         "lock_digest": ch.digest, "image_target": ch.image.get("target"), "pins": ch.key_pins(),
         "facts": {"engine": facts.label, **facts.counts(),

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from appliance import lockfile
 from appliance.errors import ApplianceError
-from appliance.lockfile import canonical_digest, channel_digest, engine_record_problems
+from appliance.lockfile import engine_record_problems
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]
@@ -188,31 +189,25 @@ class Lock(_Strict):
         return self.channels[name]
 
     def default_for(self, target: Target) -> str:
-        return self.default_cpu_channel if target == "cpu" else self.default_channel
-
-
-MAX_LOCK_BYTES = 4 << 20
-"""versions.json is a few KiB."""
+        return str(getattr(self, lockfile.default_key(target)))
 
 
 @cache
-def _read(path: Path) -> tuple[Lock, str]:
-    from appliance.jsonstrict import load_file
-
-    # Read strictly and bounded: every command reads the lock, so a FIFO, a huge or a deeply nested file under the
-    # data root is exit 2 naming it, never a hang or a traceback in all of them.
-    original = data = load_file(path, "versions.json", MAX_LOCK_BYTES, "version lock")
-    if not isinstance(data, dict):
-        raise ApplianceError(f"{path}: a version lock is a JSON object, not a {type(data).__name__}", value=str(path))
+def _read(path: Path) -> tuple[Lock, str, str]:
+    # The stdlib reader's strict, bounded read (lockfile.load: the image build's), typed here: every command reads
+    # the lock, so a FIFO, a huge or a deeply nested file under the data root is exit 2 naming it, never a hang or a
+    # traceback in all of them. One reader, so the typed lock and the build's dict are the same document.
+    original = data = lockfile.load(path)
     try:
         for name, ch in (data.get("channels") or {}).items():
             if isinstance(ch, dict):  # the name and digest are the key's and the content's, never written twice
-                ch = {**ch, "name": name, "digest": channel_digest(data, name)}
+                ch = {**ch, "name": name, "digest": lockfile.channel_digest(data, name)}
                 data = {**data, "channels": {**data["channels"], name: ch}}
         lock = Lock.model_validate(data)
     except (ValidationError, KeyError, TypeError) as exc:
         raise ApplianceError(f"{path}: malformed version lock: {exc}", value=str(path)) from None
-    return lock, canonical_digest(original)  # the image labels use the same function
+    # the document as text, so no caller can change what the cache holds; the image labels use the same digest
+    return lock, lockfile.canonical_digest(original), json.dumps(original)
 
 
 def load_lock(path: Path | None = None) -> Lock:
@@ -222,6 +217,17 @@ def load_lock(path: Path | None = None) -> Lock:
 def lock_digest(path: Path | None = None) -> str:
     """sha256 of the canonical JSON of the whole versions.json (every channel)."""
     return _read(path or versions_path())[1]
+
+
+def lock_document(path: Path | None = None) -> dict[str, Any]:
+    """The lock as the stdlib reader returns it (a fresh copy), for the lockfile helpers the image build shares
+    (image_tag, channel_digest, gate_requirement): read and validated once, by the same reader as load_lock."""
+    return json.loads(_read(path or versions_path())[2])
+
+
+def image_tag(channel: str, path: Path | None = None) -> str:
+    """appliance:<channel>-<its lock digest 12> (lockfile.image_tag) of a channel of the lock."""
+    return lockfile.image_tag(lock_document(path), channel)
 
 
 def channel_lock(name: str | None = None, target: Target = "gpu", path: Path | None = None) -> ChannelLock:

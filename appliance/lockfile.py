@@ -23,21 +23,40 @@ from appliance.errors import ApplianceError
 HERE = Path(__file__).resolve().parent
 
 
+VERSIONS_ENV = "APPLIANCE_VERSIONS"
+ROOT_ENV = "APPLIANCE_ROOT"
+
+
 def find_versions(start: Path = HERE) -> Path:
-    """versions.json of the repository (or $APPLIANCE_VERSIONS, or $APPLIANCE_ROOT/versions.json, or the copy an
-    installed wheel carries in appliance/_data/ when no checkout holds the package)."""
-    if os.environ.get("APPLIANCE_VERSIONS"):
-        return Path(os.environ["APPLIANCE_VERSIONS"])
-    if os.environ.get("APPLIANCE_ROOT"):
-        return Path(os.environ["APPLIANCE_ROOT"]) / "versions.json"
+    """The version lock, by the one precedence every reader follows (paths.versions_path and the image build's tools
+    both call this): $APPLIANCE_VERSIONS, else $APPLIANCE_ROOT/versions.json, else versions.json of the checkout
+    above `start`, else the copy an installed wheel carries in appliance/_data/ when no checkout holds the package."""
+    if os.environ.get(VERSIONS_ENV):
+        return Path(os.environ[VERSIONS_ENV])
+    if os.environ.get(ROOT_ENV):
+        return Path(os.environ[ROOT_ENV]) / "versions.json"
     for parent in [start, *start.parents]:
         if (parent / "versions.json").is_file():
             return parent / "versions.json"
         if parent == HERE.parent and (HERE / "_data" / "versions.json").is_file():
             return HERE / "_data" / "versions.json"  # no checkout around the package: an installed wheel's copy
-    raise ApplianceError(f"versions.json not found in {start} or any folder above it", field="APPLIANCE_VERSIONS",
-                         fix="set APPLIANCE_VERSIONS to the lock file (or APPLIANCE_ROOT to the folder holding it)",
+    raise ApplianceError(f"versions.json not found in {start} or any folder above it", field=VERSIONS_ENV,
+                         fix=f"set {VERSIONS_ENV} to the lock file (or {ROOT_ENV} to the folder holding it)",
                          reason="every version the appliance installs or checks is read from that one file")
+
+
+def named_by(path: Path, flag: str | None = None) -> tuple[str, str]:
+    """(field, fix) for a lock at `path` that cannot be read: what chose it (a tool's `flag`, $APPLIANCE_VERSIONS,
+    $APPLIANCE_ROOT, else the checkout's or the wheel's own copy), so the message names only what really applies."""
+    if flag:
+        return flag, f"point {flag} at a readable versions.json (the repository's)"
+    if os.environ.get(VERSIONS_ENV) and Path(os.environ[VERSIONS_ENV]) == path:
+        return VERSIONS_ENV, f"point {VERSIONS_ENV} at a readable versions.json (the repository's), or unset it"
+    if os.environ.get(ROOT_ENV) and Path(os.environ[ROOT_ENV]) / "versions.json" == path:
+        return ROOT_ENV, (f"set {ROOT_ENV} to a folder holding a readable versions.json (or {VERSIONS_ENV} to the "
+                          "file itself)")
+    return "versions.json", (f"restore {path} (in a checkout: git checkout -- versions.json), or set {VERSIONS_ENV} "
+                             "to a readable lock")
 
 
 MAX_LOCK_BYTES = 4 << 20
@@ -56,16 +75,18 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is no JSON number")
 
 
-def load(path: Path) -> dict:
+def load(path: Path, *, flag: str | None = None) -> dict:
     """versions.json, read strictly with the standard library only (the image build runs this before anything is
     installed, from the few files the Dockerfile copies): a regular file only (a FIFO would block), at most 4 MiB, no
     duplicate key, no NaN, no number past 4,300 digits, bounded nesting. A lock that cannot be read is an
-    ApplianceError naming it (exit 2 in the CLI, the build tools' message)."""
+    ApplianceError naming it and what chose it (`flag`: the tool's option that named `path`; see named_by): exit 2
+    in the CLI, the build tools' message. appliance.lock's typed reader reads through this one."""
     import stat
 
+    field, fix = named_by(path, flag)
+
     def refuse(problem: str) -> ApplianceError:
-        return ApplianceError(f"the version lock {path} {problem}", field="APPLIANCE_VERSIONS", value=str(path),
-                              fix="point APPLIANCE_VERSIONS (or --versions) at the repository's versions.json",
+        return ApplianceError(f"the version lock {path} {problem}", field=field, value=str(path), fix=fix,
                               reason="every version the appliance installs or checks is read from it")
 
     try:
@@ -102,9 +123,15 @@ def channel_names(lock: dict) -> list[str]:
     return sorted(lock["channels"])
 
 
+def default_key(target: str = "gpu") -> str:
+    """The key of versions.json naming the channel a profile of this target (gpu | cpu) runs when it names none: the
+    one rule, read by default_channel here and by appliance.lock's Lock.default_for."""
+    return "default_cpu_channel" if target == "cpu" else "default_channel"
+
+
 def default_channel(lock: dict, target: str = "gpu") -> str:
     """The channel a profile of this target (gpu | cpu) runs when it names none."""
-    return str(lock["default_cpu_channel"] if target == "cpu" else lock["default_channel"])
+    return str(lock[default_key(target)])
 
 
 def channel(lock: dict, name: str) -> dict:

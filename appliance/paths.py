@@ -34,7 +34,16 @@ def data_root() -> Path:
 
 
 def versions_path() -> Path:
-    return data_root() / "versions.json"
+    """The version lock, by lockfile.find_versions' one precedence ($APPLIANCE_VERSIONS, $APPLIANCE_ROOT, the checkout,
+    the wheel's copy: the image build's tools find it the same way); none anywhere: data_root's, which its reader
+    names as missing."""
+    from appliance.errors import ApplianceError
+    from appliance.lockfile import find_versions
+
+    try:
+        return find_versions(PACKAGE)
+    except ApplianceError:
+        return data_root() / "versions.json"
 
 
 def profiles_dir() -> Path:

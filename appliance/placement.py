@@ -155,6 +155,13 @@ def engine_api_url(role: Role, port: int, master_addr: str | None) -> str | None
     return http_url("127.0.0.1", port)
 
 
+def api_port_of(profile: Profile) -> int:
+    """The port a serve of this profile answers its API on: server.port, read here alone (no given value overrides
+    it). The argv's --port, the exporter's engine URL, the doctor, the manifests and the upgrade's probe all read
+    it from here, through a resolved placement's api_port where they hold one."""
+    return profile.server.port
+
+
 def resolve_placement(profile: Profile, given: Placement | None = None, *,
                       interface_ip: Callable[[str], str] | None = None) -> ResolvedPlacement:
     """Given values over the profile's: the one place that precedence is written. `interface_ip` reads the fabric
@@ -176,7 +183,7 @@ def resolve_placement(profile: Profile, given: Placement | None = None, *,
     role = role_for(profile, node_rank)
     origins["role"] = "derived:node_rank, hardware.nodes"
     master_port = pick("master_port", g.master_port, profile.distributed.master_port, "profile:distributed.master_port")
-    api_port = pick("api_port", None, profile.server.port, "profile:server.port")
+    api_port = pick("api_port", None, api_port_of(profile), "profile:server.port")
     health_port = pick("health_port", g.health_port, profile.server.health_port, "profile:server.health_port")
     if role != "worker":  # a headless worker serves no API of its own
         check_health_port(_source(origins["health_port"]), health_port, api_port)

@@ -26,6 +26,12 @@ from collections.abc import Mapping
 from typing import Any
 
 SECRET_ENV = ("HF_TOKEN", "VLLM_API_KEY", "APPLIANCE_SYNC_SECRET")
+LIBRARY_SECRET_ENV = ("HUGGING_FACE_HUB_TOKEN", "HF_OIDC_ID_TOKEN", "OAUTH_CLIENT_SECRET", "OPENAI_API_KEY")
+"""The other credentials the stack reads from its environment: huggingface_hub's utils/_auth.py reads
+HUGGING_FACE_HUB_TOKEN (HF_TOKEN's older name, line 149) and HF_OIDC_ID_TOKEN (line 200), its constants.py
+OAUTH_CLIENT_SECRET (line 325); vLLM's entrypoints/cli/openai.py OPENAI_API_KEY (line 34). Each value is masked
+like SECRET_ENV's and none may be passed through a profile (render/managed.py); the Kubernetes Secret carries
+SECRET_ENV only (the serve needs none of these)."""
 MASK = "***"
 MIN_SECRET = 4
 """Env values shorter than this are not searched for: masking every `1` in a text hides nothing and garbles all."""
@@ -47,7 +53,7 @@ _BARE_STOP = frozenset(" \t\r\n\"',;&)]}>")
 
 def _env_secrets(env: Mapping[str, str] | None) -> list[str]:
     env = os.environ if env is None else env
-    values = {env.get(name, "") for name in SECRET_ENV}
+    values = {env.get(name, "") for name in (*SECRET_ENV, *LIBRARY_SECRET_ENV)}
     forms = set()
     for v in values:
         if len(v) >= MIN_SECRET:

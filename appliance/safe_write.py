@@ -227,3 +227,74 @@ def open_for_writing(path: Path, *, field: str, binary: bool = False) -> IO[Any]
         os.close(fd)
         raise
     return os.fdopen(fd, "wb" if binary else "w")
+
+
+def copy_file(src: Path, dst: Path, *, field: str, sha256: str | None = None, mode: int | None = None) -> int:
+    """Copy the regular file `src` to `dst` the way write_file writes: `src` opened without following a link or
+    blocking on a FIFO, `dst` refused unless a regular file or nothing, the copy staged beside it and renamed over
+    it. With `sha256`, the bytes are hashed on the way and a copy with another digest is refused (what was checked
+    is what lands). On any failure the temporary file is removed and the error names the file that failed (the
+    source that could not be read, or the target that could not be written). Returns the bytes copied."""
+    import hashlib
+
+    src, dst = Path(src), Path(dst)
+    existing = check_target(dst, field)
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _error(src, field, f"cannot be read: {exc.strerror}", "give the bundle (or the source) again, whole"
+                     ) from None
+    try:
+        kind = kind_of(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise _error(src, field, f"is {kind}, not a regular file", "give a folder of regular files", _WHY)
+        os.set_blocking(fd, True)
+        reader = os.fdopen(fd, "rb")
+        fd = -1
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    try:
+        tfd, name = tempfile.mkstemp(prefix=f".{dst.name[:80]}.", suffix=".tmp", dir=dst.parent)
+    except OSError as exc:
+        reader.close()
+        raise _error(dst, field, f"cannot be written: {exc.strerror}",
+                     f"give {field} a path in a folder this user may write") from None
+    tmp = Path(name)
+    digest = hashlib.sha256()
+    copied = 0
+    try:
+        with reader:
+            try:
+                while True:
+                    try:
+                        chunk = reader.read(1 << 20)
+                    except OSError as exc:
+                        raise _error(src, field, f"cannot be read: {exc.strerror}", "give the source again, whole"
+                                     ) from None
+                    if not chunk:
+                        break
+                    digest.update(chunk)
+                    view = memoryview(chunk)
+                    while view:  # unbuffered: a failed write is seen here, not lost in a later close
+                        try:
+                            view = view[os.write(tfd, view):]
+                        except OSError as exc:
+                            raise _error(dst, field, f"cannot be written: {exc.strerror}",
+                                         "free space on that file system, or give another path") from None
+                    copied += len(chunk)
+                try:
+                    os.fsync(tfd)
+                except OSError as exc:
+                    raise _error(dst, field, f"cannot be written: {exc.strerror}",
+                                 "free space on that file system, or give another path") from None
+            finally:
+                os.close(tfd)
+        if sha256 is not None and digest.hexdigest() != sha256:
+            raise _error(src, field, f"changed while it was copied (sha256 {digest.hexdigest()[:12]}, "
+                         f"{sha256[:12]} expected)", "verify the source again and copy it whole")
+        os.chmod(tmp, _mode_for(existing, mode))
+        _put(tmp, dst, field)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return copied

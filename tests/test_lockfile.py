@@ -3,6 +3,7 @@ path with only the files the Dockerfile copies before anything is installed, say
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -52,3 +53,66 @@ def test_the_lock_command_runs_from_what_the_dockerfile_copies_and_exits_2_on_an
     bad = subprocess.run([*run, "no-such-package"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "pins no no-such-package" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _finders_agree(monkeypatch: pytest.MonkeyPatch, **env: str) -> Path:
+    from appliance.paths import versions_path
+
+    for name in (lockfile.VERSIONS_ENV, lockfile.ROOT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    found = lockfile.find_versions()
+    assert versions_path() == found
+    return found
+
+
+def test_the_cli_and_the_image_build_find_the_lock_by_one_precedence(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """$APPLIANCE_VERSIONS over $APPLIANCE_ROOT over the checkout, for paths.versions_path as for the build's tools."""
+    given = tmp_path / "given.json"
+    assert _finders_agree(monkeypatch) == ROOT / "versions.json"
+    assert _finders_agree(monkeypatch, APPLIANCE_ROOT=str(tmp_path)) == tmp_path / "versions.json"
+    assert _finders_agree(monkeypatch, APPLIANCE_ROOT=str(tmp_path), APPLIANCE_VERSIONS=str(given)) == given
+
+
+def test_the_typed_lock_is_the_document_the_stdlib_reader_reads(tmp_path: Path) -> None:
+    """appliance.lock reads through lockfile.load: one document, one digest, one refusal for both."""
+    from appliance.lock import load_lock, lock_digest, lock_document
+
+    path = tmp_path / "versions.json"
+    shutil.copy(ROOT / "versions.json", path)
+    assert lock_document(path) == lockfile.load(path)
+    assert lock_digest(path) == lockfile.canonical_digest(lockfile.load(path))
+    typed = load_lock(path)
+    assert {name: ch.digest for name, ch in typed.channels.items()} == {
+        name: lockfile.channel_digest(LOCK, name) for name in lockfile.channel_names(LOCK)}
+    assert typed.default_for("cpu") == lockfile.default_channel(LOCK, "cpu")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": 2, "schema": 2}')
+    with pytest.raises(ApplianceError) as typed_err:
+        load_lock(broken)
+    with pytest.raises(ApplianceError) as stdlib_err:
+        lockfile.load(broken)
+    assert str(typed_err.value) == str(stdlib_err.value) and "given twice" in str(typed_err.value)
+
+
+@pytest.mark.parametrize("chosen_by", ["APPLIANCE_ROOT", "APPLIANCE_VERSIONS"])
+def test_a_broken_lock_in_validate_names_what_chose_it_and_no_flag_validate_lacks(tmp_path: Path,
+                                                                                  chosen_by: str) -> None:
+    """validate has no --versions; the fix names the variable that chose the broken file (APPLIANCE_VERSIONS is
+    honoured by the CLI too: a good lock under APPLIANCE_ROOT does not hide it)."""
+    for name in ("profiles", "healthchecks", "channels"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / "versions.json", tmp_path / "versions.json")
+    broken = tmp_path / ("versions.json" if chosen_by == "APPLIANCE_ROOT" else "other.json")
+    broken.write_text("{")
+    env = {k: v for k, v in os.environ.items() if k not in ("APPLIANCE_ROOT", "APPLIANCE_VERSIONS")}
+    env["APPLIANCE_ROOT"] = str(tmp_path)
+    if chosen_by == "APPLIANCE_VERSIONS":
+        env[chosen_by] = str(broken)
+    r = subprocess.run([sys.executable, "-m", "appliance", "validate", "cpu-smoke"], capture_output=True, text=True,
+                       timeout=60, env=env, cwd=ROOT, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"the version lock {broken} is not readable JSON" in r.stderr, r.stderr
+    assert chosen_by in r.stderr and "--versions" not in r.stderr, r.stderr

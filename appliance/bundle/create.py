@@ -31,6 +31,7 @@ from appliance.paths import appliance_home, data_root, make_dir, versions_path
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.run.caches import cache_dir, cache_key
 from appliance.run.model_location import Located, locate
+from appliance.safe_write import write_json
 from appliance.weights.hub import repo_folder
 from appliance.weights.pins import revision_for
 from appliance.weights.stamps import stamp_root
@@ -49,9 +50,9 @@ class Sources:
 
 def default_image(channel: str) -> str:
     """The tag the image build gives the channel's image (appliance:<channel>-<its lock digest 12>)."""
-    from appliance.container.buildargs import image_tag
+    from appliance.lock import image_tag
 
-    return image_tag(json.loads(versions_path().read_text()), channel)
+    return image_tag(channel)
 
 
 def default_wheelhouse(target: str) -> Path | None:
@@ -174,7 +175,7 @@ def _write(loaded: LoadedProfile, out: Path, found: Located, revision: str | Non
     report(f"bundle: checkpoint {found.check.summary()}")
     ckpt, paths, known = _model(found, profile.model.checkpoint, revision, out)
     shutil.copy2(versions_path(), out / "versions.json")
-    (out / "profile.json").write_text(json.dumps(profile.model_dump(mode="json"), indent=1) + "\n")
+    write_json(out / "profile.json", profile.model_dump(mode="json"), field="--out")
     paths += ["versions.json", "profile.json"]
     key = cache_key(digest, engine)
     caches_src = cache_dir(digest, engine, appliance_home() / "cache")
@@ -215,5 +216,5 @@ def _write(loaded: LoadedProfile, out: Path, found: Located, revision: str | Non
         if sources.wheelhouse is not None else None,
         "caches": Component(path=f"caches/{key}", files=len(cache_paths), bytes=size("caches/"), note=note),
         "files": files, "total_bytes": sum(f.size for f in files if f.link is None)})
-    (out / MANIFEST).write_text(json.dumps(as_json(manifest), indent=1) + "\n")
+    write_json(out / MANIFEST, as_json(manifest), field="--out")
     return manifest

@@ -82,12 +82,12 @@ def channel_capabilities(channel: str) -> Capabilities:
 
 
 def profile_channel(profile: Profile) -> str:
-    """The profile's channel: the loader fills it; a Profile built directly gets the lock's default."""
+    """The profile's channel: the loader fills it; a Profile built directly gets the loader's default."""
     if profile.engine.channel:
         return profile.engine.channel
-    from appliance.lock import load_lock
+    from appliance.profile.loader import default_channel
 
-    return load_lock().default_for(profile.hardware.target)
+    return default_channel(profile.hardware.target)[0]
 
 
 def profile_capabilities(profile: Profile) -> Capabilities:

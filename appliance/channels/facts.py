@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -29,7 +30,18 @@ def facts_dir(root: Path | None = None) -> Path:
     return (root or data_root()) / "channels"
 
 
+CHANNEL_NAME = re.compile(r"^[a-z0-9][a-z0-9.+-]{0,99}$")
+"""A channel's name (versions.json `channels`, profile key engine.channel): one path component, never `..`."""
+
+
 def facts_path(channel: str, root: Path | None = None) -> Path:
+    if not isinstance(channel, str) or not CHANNEL_NAME.match(channel):
+        from appliance.bounds import show
+
+        raise ApplianceError(f"{show(channel)} is not a channel name", field="engine.channel", value=show(channel),
+                             fix="give a channel of versions.json (appliance channels lists them)",
+                             reason="the name becomes the path of the channel's facts file: one that is no name "
+                                    "could read another file")
     return facts_dir(root) / "facts" / f"{channel}.json"
 
 
@@ -118,8 +130,40 @@ def _load(path: Path) -> EngineFacts:
 
 
 def load_facts(channel: str, root: Path | None = None) -> EngineFacts:
-    """The committed facts of one channel (cached per file)."""
-    return _load(facts_path(channel, root))
+    """The committed facts of one channel (cached per file), refused when they are another channel's or another
+    engine's than the lock's (a file copied over another would describe an engine this channel does not run)."""
+    path = facts_path(channel, root)
+    facts = _load(path)
+    _belongs(facts, channel, path)
+    return facts
+
+
+def _locked_engine(channel: str) -> tuple[str, str] | None:
+    """(distribution, version) the lock gives the channel's engine (a fork: its base release, whose facts stand for
+    it); None when the lock has no such channel (the extractor writing a new one)."""
+    from appliance.lock import load_lock
+
+    try:
+        engine = load_lock().channel(channel).engine
+    except (ApplianceError, LookupError):
+        return None
+    if engine.source == "fork":
+        return (engine.base.name, engine.base.version) if engine.base is not None else None
+    return (engine.name or "", engine.version or "")
+
+
+def _belongs(facts: EngineFacts, channel: str, path: Path) -> None:
+    fix = (f"re-extract them: python -m tooling.channel_facts extract --channel {channel} --python VENV/bin/python "
+           "--write (or restore the committed file)")
+    why = "a channel's facts decide which flags and variables pass and which log lines are read back"
+    if facts.channel != channel:
+        raise ApplianceError(f"the engine facts {path} are channel {facts.channel[:100]!r}'s, not {channel}'s",
+                             field="engine.channel", value=channel, fix=fix, reason=why)
+    locked = _locked_engine(channel)
+    found = (str(facts.engine.get("distribution")), str(facts.engine.get("version")))
+    if locked is not None and found != locked:
+        raise ApplianceError(f"the engine facts {path} describe {found[0]} {found[1][:40]}; the lock's {channel} runs "
+                             f"{locked[0]} {locked[1]}", field="engine.channel", value=channel, fix=fix, reason=why)
 
 
 # --- the overlay of a fork, and what the extractor looks for --------------------------------------

@@ -30,6 +30,7 @@ def _is_passthrough(path: str) -> bool:
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
     parser.add_argument("--json", action="store_true", help="as JSON: {path: {value, origin}}")
+    parser.add_argument("-o", "--output", choices=["wide"], help="wide: every cell whole, whatever the terminal")
     parser.add_argument("--run-dir", type=Path, help="a serve's run dir: include the step-down rung its canary took "
                         "(canary.json), i.e. the settings the engine runs with now")
 
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         for finding in REGISTRY["X5"](context_for(loaded.profile)):
             print(finding.render(), file=sys.stderr)
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
-    network = network_rows(loaded.profile)
+    network = network_rows(loaded)
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,
                           "secrets": secrets, **({"network": network} if network else {})}, indent=2))
@@ -80,31 +81,30 @@ def run(args: argparse.Namespace) -> int:
     table = [[path, shown(row["value"]), str(row["origin"])] for path, row in rows.items()]
     table += [[f"env.{name}", state, "env"] for name, state in secrets.items()]
     table += [[f"network.{name}", shown(row["value"]), row["origin"]] for name, row in network.items()]
-    print(render(["path", "value", "origin"], table))
+    print(render(["path", "value", "origin"], table, wide=args.output == "wide"))
     return 0
 
 
-def network_rows(profile: Any) -> dict[str, dict[str, Any]]:
+def network_rows(loaded: Any) -> dict[str, dict[str, Any]]:
     """A multi-node GPU rank's network variables as this host resolves them (APPLIANCE_NODE_RANK, _MASTER_ADDR,
-    _FABRIC_IFNAME, _HOST_IP read as `appliance run` reads them; K39), each with its origin; `unresolved` with the
-    reason where `appliance run` would refuse. Empty for a single node and the CPU rehearsal."""
+    _FABRIC_IFNAME, _HOST_IP read as `appliance run` reads them, through its resolve_place; K39), each with its
+    origin; `unresolved` with the refusal where `appliance run` would refuse. Empty for a single node and the CPU
+    rehearsal."""
     from appliance.cliargs import placement_from_args
     from appliance.errors import ApplianceError
-    from appliance.multinode.netident import Tables, needs_identity, with_identity
-    from appliance.placement import resolve_placement
+    from appliance.multinode.netident import Tables
     from appliance.render.plan import fabric_env_origins
+    from appliance.run.launch import resolve_place
     from appliance.settings import load_settings
 
+    profile = loaded.profile
     if profile.hardware.nodes < 2 or profile.hardware.gpu == "cpu":
         return {}
     try:
         settings = load_settings()
-        place = resolve_placement(profile, placement_from_args(argparse.Namespace(), settings))
-        if not needs_identity(profile, place.role):
-            return {}
         # A view: no name lookup (a master given by host name is resolved by `run`, on the node)
-        place = with_identity(profile, place, Tables(procfs=settings.procfs, sysfs=settings.sysfs,
-                                                     lookup_host=lambda _name: []))
+        place = resolve_place(loaded, placement_from_args(argparse.Namespace(), settings), None,
+                              tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs, lookup_host=lambda _: []))
     except ApplianceError as exc:
         rows = {"unresolved": {"value": f"{exc.message}; fix: {exc.fix}", "origin": f"refused ({exc.field})"}}
     else:

@@ -21,8 +21,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.container.buildargs import image_tag
-    from appliance.lockfile import channel_digest, load
-    from appliance.paths import versions_path
+    from appliance.lock import lock_document
+    from appliance.lockfile import channel_digest
     from appliance.render.k8s import K8sOptions, dump, render_manifests, storage_of
     from appliance.render.k8s_names import check_options
     from appliance.rules import context_for, require_valid
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     loaded = load_from_args(args, settings)
     require_valid(context_for(loaded.profile), "no manifests rendered")
-    lock = load(versions_path())
+    lock = lock_document()
     from appliance.doctor.report import uses_rdma
     from appliance.render.k8s import DEFAULT_RDMA_RESOURCE
 

@@ -1,4 +1,4 @@
-"""`appliance profiles`: the table of serve profiles."""
+"""`appliance profiles`: the table of serve profiles (`show NAME`: one of them; `path [NAME]`: where they live)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,21 @@ if TYPE_CHECKING:
     from appliance.profile.model import Measured
 
 
+NARROW = ("name", "hardware", "nodes_x_gpus", "quant", "speculative", "channel", "provenance")
+"""The columns of the list; `-o wide` adds the checkpoint and what the seed measured (as kubectl's wide does)."""
+SHOWN = {"hardware": "gpu", "nodes_x_gpus": "nodes", "speculative": "spec"}
+"""Headers shorter than the JSON keys, so the list fits 80 columns with every name whole."""
+HEAD_PLACEHOLDER = "head-fabric-address"
+"""What `profiles show` puts where a multi-node command needs the head's address (a host name, so it renders)."""
+
+
 def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", metavar="show|path",
+                        help="show NAME: one profile (what it serves, on what, its provenance and caveats, its "
+                             "command); path [NAME]: the folder profiles are read from, or NAME's file")
+    parser.add_argument("name", nargs="?", help="the profile for show / path")
+    parser.add_argument("--all", action="store_true", help="list the test profiles (the CPU ones) too")
+    parser.add_argument("-o", "--output", choices=["wide"], help="wide: every cell whole, whatever the terminal")
     parser.add_argument("--json", action="store_true", help="machine-readable list")
     parser.add_argument("--names", action="store_true", help="the names alone, one a line (shell completion asks)")
     parser.add_argument("--host", action="store_true",
@@ -35,7 +49,7 @@ def measured_cell(m: Measured | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from appliance.errors import ApplianceError
-    from appliance.profile import list_profiles, load_profile
+    from appliance.profile.names import list_profiles
 
     if args.host:
         from appliance.doctor.fit import host_report
@@ -50,16 +64,33 @@ def run(args: argparse.Namespace) -> int:
             settings = load_settings()
             print("\n".join(line(text) for text in host_lines(Tables(procfs=settings.procfs, sysfs=settings.sysfs))))
         return rc
-    if args.names:
+    if args.names:  # asked on every TAB: the folder's names alone, no model imported
         print("\n".join(list_profiles()))
         return 0
+    from appliance.profile import load_profile
+
+    if args.action == "path":
+        return _path(args.name)
+    if args.action == "show":
+        if not args.name:
+            raise ApplianceError("profiles show: which profile?", field="NAME",
+                                 fix="name one: appliance profiles show gb10-tp2 (appliance profiles lists them)")
+        return _show(args.name)
+    if args.action is not None:
+        raise ApplianceError(f"profiles: unknown action {args.action!r}", field="ACTION", value=args.action,
+                             fix=f"appliance profiles show {args.action} (or: appliance profiles path)",
+                             reason="the list takes no name; one profile is shown by `profiles show NAME`")
     rows, details = [], []
     invalid: list[dict[str, str]] = []
+    hidden = 0
     for name in list_profiles():
         try:
             p = load_profile(name).profile
         except ApplianceError as exc:  # one broken file must not hide the others: it is listed as invalid
             invalid.append({"name": name, "invalid": str(exc).splitlines()[0][:200]})
+            continue
+        if p.provenance.status == "test" and not (args.all or args.json):
+            hidden += 1  # the CPU profiles exist for the tests and the demo: listed with --all
             continue
         spec = f"{p.speculative.method}:{p.speculative.num_tokens}" if p.speculative else "off"
         rows.append({
@@ -75,10 +106,75 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from appliance.table import render
 
-    headers = list(rows[0]) if rows else []
+    wide = args.output == "wide"
+    headers = [h for h in (rows[0] if rows else []) if wide or h in NARROW]
     if rows:
-        print(render(headers, [[r[h] for h in headers] for r in rows]))
+        print(render([SHOWN.get(h, h) for h in headers], [[r[h] for h in headers] for r in rows], wide=wide))
     for r in invalid:
         print(f"{r['name']}  INVALID: {r['invalid']}  (appliance validate {r['name']} says more)")
+    if hidden:
+        print(f"({hidden} test profiles not shown: --all lists them)")
     return 0
+
+
+def _path(name: str | None) -> int:
+    from appliance.paths import profiles_dir
+    from appliance.profile.loader import resolve_path
+
+    print(resolve_path(name) if name else profiles_dir())
+    return 0
+
+
+def _show(name: str) -> int:
+    """One profile as a person reads it: what it serves, on what, how far it is proven, its caveats and command."""
+    import shlex
+    import sys
+
+    from appliance.placement import Placement
+    from appliance.profile import load_profile
+    from appliance.render import build_plan
+    from appliance.rules import context_for, evaluate
+
+    loaded = load_profile(name)
+    p = loaded.profile
+    spec = (f"{p.speculative.method}, {p.speculative.num_tokens} draft tokens" if p.speculative else
+            "no speculative decoding")
+    prov = p.provenance
+    print(f"{p.name}: {p.description}" if p.description else p.name)
+    print(f"  serves      {p.model.checkpoint} ({p.model.quantization}), {spec}, max_model_len "
+          f"{p.limits.max_model_len}")
+    print(f"  on          {p.hardware.gpu}: {p.hardware.nodes} node(s) x {p.hardware.gpus_per_node} GPU, TP "
+          f"{p.parallel.tensor}, channel {p.engine.channel}")
+    proven = "; ".join(x for x in (prov.status, prov.hardware, prov.source, str(prov.date or "")) if x)
+    print(f"  provenance  {proven}")
+    if prov.measured is not None:
+        print(f"  measured    {measured_cell(prov.measured)}")
+    findings = evaluate(context_for(p))
+    for f in findings:
+        print(f"  {f.severity:<11} {f.rule} {f.path}: {f.message.split(': ')[0]}")
+    plan = build_plan(p, Placement(node_rank=0, master_addr=HEAD_PLACEHOLDER) if p.hardware.nodes > 1 else None)
+    from appliance.redact import redact
+    from appliance.render.passthrough import masked_argv
+
+    where = f"the head; {HEAD_PLACEHOLDER} stands for its fabric address" if plan.role != "single" else plan.role
+    print(f"  command     ({where}; `appliance render {p.name}` prints it for this node)")
+    for key, value in plan.env.items():
+        print(f"    export {key}={shlex.quote(redact(value))}")
+    argv = masked_argv(plan.argv)
+    print("    " + " \\\n      ".join(_flag_lines(argv)))
+    sys.stdout.flush()
+    return 0
+
+
+def _flag_lines(argv: list[str]) -> list[str]:
+    """The command one flag a line: a flag with its value stays on one line."""
+    import shlex
+
+    lines: list[str] = []
+    for word in argv:
+        if lines and not word.startswith("--"):
+            lines[-1] += " " + shlex.quote(word)
+        else:
+            lines.append(shlex.quote(word))
+    return lines
 

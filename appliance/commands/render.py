@@ -40,11 +40,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"appliance render: {loaded.profile.name} is invalid; nothing rendered", file=sys.stderr)
         return 2
     from appliance.multinode.netident import check_rendered
-    from appliance.placement import resolve_placement
 
-    place = resolve_placement(loaded.profile, placement_from_args(args))
-    plan = build_plan(loaded.profile, place)
-    warning = check_rendered(loaded.profile, place)  # K39: never a rank whose Gloo would bind loopback
+    given = placement_from_args(args)
+    plan = build_plan(loaded.profile, given)  # resolved against the profile there
+    warning = check_rendered(loaded.profile, given, plan.role)  # K39: never a rank whose Gloo would bind loopback
     if warning:
         print(warning, file=sys.stderr)
     from appliance.redact import redact

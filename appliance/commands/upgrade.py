@@ -59,6 +59,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("plan", help="what moving this profile's serve to another channel changes")
     _common(p, run_dir=False)
     p.add_argument("--mode", choices=MODES, default="auto", help="the qualification mode to plan for")
+    p.add_argument("--save", action="store_true", help="keep the plan in the profile's upgrade history (`upgrade "
+                   "status` lists it); without it a plan writes nothing")
     q = sub.add_parser("qualify", help="serve the candidate, gate it, judge it against the incumbent's receipt")
     _common(q)
     q.add_argument("--mode", choices=MODES, default="auto",
@@ -142,10 +144,15 @@ def _plan(args: argparse.Namespace) -> int:
     req = _request(args)
     pair = pair_for(req)
     plan = make_plan(pair, procfs=load_settings().procfs, mode=args.mode)
-    folder = new_record(pair.name, "plan", pair.to_channel.name)
-    write_record(folder, {"kind": "plan", "profile": pair.name, "at": utc_now(), "plan": plan})
-    print(json.dumps(plan | {"record": str(folder)}, indent=2) if args.json else render_plan(plan)
-          + f"\nrecord: {folder}")
+    # A plan is a question: it leaves a record only when asked to (--save), so it can be run from anywhere
+    # without growing the history that status, qualify and rollback read.
+    folder = None
+    if args.save:
+        folder = new_record(pair.name, "plan", pair.to_channel.name)
+        write_record(folder, {"kind": "plan", "profile": pair.name, "at": utc_now(), "plan": plan})
+    recorded = {"record": str(folder) if folder else None}
+    print(json.dumps(plan | recorded, indent=2) if args.json else render_plan(plan)
+          + (f"\nrecord: {folder}" if folder else "\nrecord: none (--save keeps the plan in the history)"))
     return 0 if plan["renderable"] else 2
 
 
@@ -188,13 +195,17 @@ def _promote(args: argparse.Namespace, action: str) -> int:
         from appliance.bounds import check_http_url
 
         check_http_url("--exporter", args.exporter)
-    if args.compose_env or args.k8s_out:
-        record = _media(args, req, action)
-    else:
-        opts = PromoteOptions(run_dir=_run_dir(args, req), budget_s=args.budget_s,
-                              canary_rounds=getattr(args, "canary_rounds", 0), force=getattr(args, "force", False),
-                              procfs=settings.procfs)
-        record = (promote if action == "promote" else rollback)(req, opts, _say)
+    from appliance.profile import load_profile
+    from appliance.upgrade.exclusive import one_switch
+
+    with one_switch(load_profile(req.profile, active=False).profile.name, action):
+        if args.compose_env or args.k8s_out:
+            record = _media(args, req, action)
+        else:
+            opts = PromoteOptions(run_dir=_run_dir(args, req), budget_s=args.budget_s,
+                                  canary_rounds=getattr(args, "canary_rounds", 0),
+                                  force=getattr(args, "force", False), procfs=settings.procfs)
+            record = (promote if action == "promote" else rollback)(req, opts, _say)
     if args.json:
         print(json.dumps(record, indent=2, default=str))
     else:

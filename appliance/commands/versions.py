@@ -9,6 +9,7 @@ import sys
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true", help="compare installed distributions with the channel's lock")
+    parser.add_argument("-o", "--output", choices=["wide"], help="wide: every cell whole, whatever the terminal")
     parser.add_argument("--channel", help="which channel (default: $APPLIANCE_CHANNEL, else the one whose engine is "
                                           "installed here, else the default of --target)")
     parser.add_argument("--target", choices=["gpu", "cpu"], help="which stack's default channel (default: detected)")
@@ -45,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         print(line(f"# channel {ch.name} ({how})  lock {ch.digest[:12]}  {ch.target}  {ch.status}  engine "
                    f"{ch.engine.label}"))
-        print(render(["package", "rule", "why"], [[p.requirement(), p.rule or "", p.reason] for p in ch.pins()]))
+        print(render(["package", "rule", "why"], [[p.requirement(), p.rule or "", p.reason] for p in ch.pins()],
+                     wide=args.output == "wide"))
         return 0
     platform = host_platform()
     skipped = read_skipped(image_record(SKIPPED_RECORD), platform) if ch.target == "gpu" else {}
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             if got is None and pin.name in skipped and platform in pin.optional_on:
                 mark = "skip"
             rows.append([mark, pin.name, pin.version, got or "-"])
-        print(render(["state", "package", "locked", "installed"], rows))
+        print(render(["state", "package", "locked", "installed"], rows, wide=args.output == "wide"))
         for name, why in skipped.items():
             print(line(f"skipped {name} on {platform}: {why}"))
         for d in drifts:

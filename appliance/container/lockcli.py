@@ -77,7 +77,7 @@ def lock_channel(args: argparse.Namespace, target: str = "gpu") -> LockChannel:
     """The lock --versions names, read strictly (lockfile.load), and its channel --channel names, else the
     target's default: ApplianceError for a lock that cannot be read, UnknownChannel for a name it does not hold."""
     path = args.versions or find_versions()
-    lock = load(path)
+    lock = load(path, flag="--versions" if args.versions else None)
     name = args.channel or default_channel(lock, target)
     return LockChannel(path, lock, name, channel(lock, name))
 

@@ -14,6 +14,7 @@ from appliance.doctor.gpu import GpuProbe, probe_gpus
 from appliance.doctor.host import memlock_limit, port_in_use, running_engines
 from appliance.hostmem.admission import admit, nvml_free_gib
 from appliance.hostmem.sources import kernel_hits, kernel_log_this_boot, load_kernel_checks, mem_available_gib
+from appliance.placement import api_port_of
 from appliance.profile.model import Profile
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
     """`port_busy` None: this rank serves no API (a headless worker), so the port is not its to check."""
     out = []
     if port_busy:
-        out.append(Check("engine.port", "fail", f"port {profile.server.port} is already in use; stop what holds "
+        out.append(Check("engine.port", "fail", f"port {api_port_of(profile)} is already in use; stop what holds "
                          f"it or set server.port", PORT_FREE))
     if engines:
         pid, cmd = engines[0]
@@ -271,10 +272,9 @@ def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -
                    + f" (each one: --json, or `appliance versions --check --channel {ch.name}`)")
     fix = missing.fix
     if ch.target == "gpu" and not env.get(CHANNEL_ENV):
-        from appliance import lockfile
-        from appliance.paths import versions_path
+        from appliance.lock import image_tag
 
-        tag = lockfile.image_tag(lockfile.load(versions_path()), ch.name)
+        tag = image_tag(ch.name)
         fix = (f"this is a host, not the image: run the doctor inside the image, `docker run --rm --gpus all "
                f"--entrypoint appliance {tag} doctor {profile.name}` (compose: `docker compose run --rm "
                f"--entrypoint appliance SERVICE doctor`); {missing.fix}")
@@ -285,7 +285,7 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
                kmsg: Path | None = None) -> list[Check]:
     """`procfs`/`kmsg`: APPLIANCE_PROCFS / APPLIANCE_KMSG (settings); defaults /proc and this boot's kernel log."""
     target = load_catalogue().gpus[profile.hardware.gpu]
-    port_busy = None if role == "worker" else port_in_use(profile.server.port)
+    port_busy = None if role == "worker" else port_in_use(api_port_of(profile))
     procfs = procfs or Path("/proc")
     kernel_log = kernel_log_this_boot(kmsg)[0] if target.arch != "cpu" else None
     device_free = None if target.arch == "cpu" or target.unified_memory else nvml_free_gib()

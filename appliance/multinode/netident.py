@@ -38,7 +38,7 @@ from appliance.placement import RESOLVED_KINDS
 from appliance.profile.topology import ib_devices
 
 if TYPE_CHECKING:
-    from appliance.placement import ResolvedPlacement
+    from appliance.placement import Placement, ResolvedPlacement
     from appliance.profile.model import Profile
 
 RULE = "K39"
@@ -293,12 +293,12 @@ def _pick_ifname(devices: list[RdmaDevice], via: str | None, master: str | None,
     return None, "default"
 
 
-def check_identity(ident: NetIdentity, place: ResolvedPlacement) -> None:
+def check_identity(ident: NetIdentity, rank: int, master: str | None) -> None:
     """Refuse (K39) a multi-node rank without a concrete, non-loopback interface and address."""
     if not ident.ifname:
         raise ApplianceError(
-            f"rank {place.node_rank} cannot find its fabric interface: "
-            + (f"no route to master_addr {place.master_addr}" if place.master_addr else "no APPLIANCE_MASTER_ADDR")
+            f"rank {rank} cannot find its fabric interface: "
+            + (f"no route to master_addr {master}" if master else "no APPLIANCE_MASTER_ADDR")
             + " and no RDMA netdev with an address",
             field="APPLIANCE_FABRIC_IFNAME", value=None,
             fix="set APPLIANCE_FABRIC_IFNAME (or --fabric-ifname) to this node's fabric interface, and "
@@ -306,18 +306,18 @@ def check_identity(ident: NetIdentity, place: ResolvedPlacement) -> None:
             reason=REASON)
     if ident.ifname == "lo":
         raise ApplianceError(
-            f"rank {place.node_rank}'s fabric interface is the loopback ({ident.origins['ifname']})",
+            f"rank {rank}'s fabric interface is the loopback ({ident.origins['ifname']})",
             field="APPLIANCE_FABRIC_IFNAME", value=ident.ifname,
             fix="set APPLIANCE_MASTER_ADDR to the head's address on the fabric (not 127.0.0.1), or "
                 "APPLIANCE_FABRIC_IFNAME to the fabric interface", reason=REASON)
     if not ident.host_ip:
         raise ApplianceError(
-            f"rank {place.node_rank}'s fabric interface {ident.ifname} has no address",
+            f"rank {rank}'s fabric interface {ident.ifname} has no address",
             field="APPLIANCE_HOST_IP", value=None,
             fix=f"give {ident.ifname} an address on the fabric, or set APPLIANCE_HOST_IP", reason=REASON)
     if _is_loopback(ident.host_ip):
         raise ApplianceError(
-            f"rank {place.node_rank}'s address {ident.host_ip} is a loopback address ({ident.origins['host_ip']})",
+            f"rank {rank}'s address {ident.host_ip} is a loopback address ({ident.origins['host_ip']})",
             field="APPLIANCE_HOST_IP", value=ident.host_ip,
             fix="set APPLIANCE_HOST_IP to this node's address on the fabric, or unset it to take "
                 f"{ident.ifname}'s", reason=REASON)
@@ -328,28 +328,32 @@ def with_identity(profile: Profile, place: ResolvedPlacement, tables: Tables | N
     if not needs_identity(profile, place.role):
         return place
     ident = resolve_identity(profile, place, tables)
-    check_identity(ident, place)
+    check_identity(ident, place.node_rank, place.master_addr)
     origins = {**place.origins, "fabric_ifname": ident.origins["ifname"], "host_ip": ident.origins["host_ip"],
                "rdma_device": ident.origins["rdma_device"], "gid_index": ident.origins["gid_index"]}
     return replace(place, fabric_ifname=ident.ifname, host_ip=ident.host_ip, rdma_device=ident.rdma_device,
                    gid_index=ident.gid_index, origins=origins)
 
 
-def check_rendered(profile: Profile, place: ResolvedPlacement) -> str | None:
+def check_rendered(profile: Profile, given: Placement, role: str) -> str | None:
     """`appliance render` for a multi-node rank, which may run on another host than the rank's, so it reads no
     host table: a worker without a given interface is refused (K39: its Gloo would bind loopback); a head without
-    one gets a warning line (its address is the master address; `appliance run` resolves its interface at start)."""
-    if not needs_identity(profile, place.role):
+    one gets a warning line (its address is the master address; `appliance run` resolves its interface at start).
+    A given interface or address (the head's: its master address) that is loopback is refused."""
+    if not needs_identity(profile, role):
         return None
-    if place.fabric_ifname or place.host_ip:
-        check_identity(NetIdentity(place.fabric_ifname or "?", place.host_ip or "0.0.0.0", None, None,
-                                   {"ifname": place.origin("fabric_ifname"), "host_ip": place.origin("host_ip")}),
-                       place)
-    if place.fabric_ifname:
+    rank = given.node_rank or 0
+    address = given.host_ip or (given.master_addr if role == "head" else None)
+    if given.fabric_ifname == "lo" or (address and _is_loopback(address)):
+        origins = {"ifname": given.origin("fabric_ifname"),
+                   "host_ip": given.origin("host_ip") if given.host_ip else given.origin("master_addr")}
+        check_identity(NetIdentity(given.fabric_ifname or "?", address or "0.0.0.0", None, None, origins),
+                       rank, given.master_addr)
+    if given.fabric_ifname:
         return None
-    if place.role == "worker":
+    if role == "worker":
         raise ApplianceError(
-            f"rank {place.node_rank} of {profile.name} is rendered without its fabric interface",
+            f"rank {rank} of {profile.name} is rendered without its fabric interface",
             field="--fabric-ifname", value=None,
             fix="give --fabric-ifname (or APPLIANCE_FABRIC_IFNAME) for this rank, or start it with `appliance run` "
                 "on the node, which resolves its interface, address and RDMA device there",

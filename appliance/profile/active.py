@@ -13,7 +13,6 @@ Standard library only (the loader reads it for every profile).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,8 @@ CHANNEL_ENV = "APPLIANCE_UPGRADE_CHANNEL"
 SET_ENV = "APPLIANCE_UPGRADE_SET"
 ACTIVE_FILE = "active.json"
 SCHEMA = 1
+MAX_ACTIVE_BYTES = 1024 * 1024
+"""An active record is a few hundred bytes (its `previous` chain grows by one record a promotion)."""
 
 
 def upgrades_dir(home: Path | None = None) -> Path:
@@ -69,12 +70,25 @@ class Active:
 
     @classmethod
     def from_json(cls, data: Any, origin: str) -> Active:
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("channel"), str) \
-                or not isinstance(data.get("profile"), str) or not isinstance(data.get("set", []), list):
-            raise ValueError(f"{origin}: not an active-channel record this appliance wrote")
-        prev = data.get("previous")
-        return cls(data["profile"], data["channel"], [str(s) for s in data.get("set", [])], data.get("decision"),
-                   data.get("since"), prev if isinstance(prev, dict) else None, origin)
+        """The record as this appliance wrote it, each field of its type (a list of strings is no list of objects
+        turned into text); ValueError naming the field otherwise."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ValueError(f"{origin}: not an active-channel record this appliance wrote (no schema {SCHEMA})")
+        types = {"profile": (str,), "channel": (str,), "decision": (str, type(None)), "since": (str, type(None)),
+                 "previous": (dict, type(None)), "set": (list,)}
+        for key, allowed in types.items():
+            missing = key in ("profile", "channel") and key not in data
+            if missing or (key in data and not isinstance(data[key], allowed)):
+                raise ValueError(f"{origin}: field {key!r} is {type(data.get(key)).__name__}, not "
+                                 f"{' or '.join('null' if t is type(None) else t.__name__ for t in allowed)}")
+        sets = data.get("set", [])
+        if not all(isinstance(s, str) for s in sets):
+            raise ValueError(f"{origin}: field 'set' holds something other than `a.b=v` strings")
+        previous = data.get("previous")
+        if previous is not None:  # the rollback target: held to the same shape now, not when a rollback reads it
+            cls.from_json(previous, f"{origin} (previous)")
+        return cls(data["profile"], data["channel"], list(sets), data.get("decision"), data.get("since"),
+                   previous, origin)
 
 
 class ActiveError(ValueError):
@@ -99,15 +113,26 @@ def read_active(profile: str, home: Path | None = None) -> Active | None:
         return found
     path = active_path(profile, home)
     try:
-        text = path.read_text()
+        os.lstat(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ActiveError(f"{path}: {exc.strerror}") from None
-    try:
-        return Active.from_json(json.loads(text), f"upgrade:{path}")
-    except ValueError as exc:
+    from appliance.errors import ApplianceError
+    from appliance.jsonstrict import JsonError, loads
+    from appliance.paths import read_capped
+
+    try:  # without blocking: a FIFO or a device here would hang every command that loads the profile
+        raw = read_capped(path, "active.json", MAX_ACTIVE_BYTES, "active-channel record")
+        found = Active.from_json(loads(raw, str(path)), f"upgrade:{path}")
+    except ApplianceError as exc:
+        raise ActiveError(exc.message) from None
+    except (JsonError, ValueError) as exc:
         raise ActiveError(str(exc)) from None
+    if found.profile != profile:
+        raise ActiveError(f"{path}: field 'profile' is {found.profile[:100]!r}, not {profile!r}: another profile's "
+                          "record")
+    return found
 
 
 def write_active(active: Active | None, profile: str, home: Path | None = None) -> Path:
@@ -117,7 +142,7 @@ def write_active(active: Active | None, profile: str, home: Path | None = None) 
     if active is None:
         path.unlink(missing_ok=True)
         return path
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(active.to_json(), indent=1) + "\n")
-    os.replace(tmp, path)
+    from appliance.safe_write import write_json
+
+    write_json(path, active.to_json(), field="active.json")
     return path

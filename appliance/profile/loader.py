@@ -21,6 +21,7 @@ from appliance.errors import ApplianceError
 from appliance.lockfile import canonical_digest
 from appliance.paths import profiles_dir
 from appliance.profile.model import Profile
+from appliance.profile.names import list_profiles
 from appliance.yamlstrict import load_file, parse_scalar
 
 if TYPE_CHECKING:
@@ -52,18 +53,6 @@ _NOT_ENGINE = {"name", "description", "provenance", "server", "distributed", "me
 def engine_digest(profile: Profile) -> str:
     """Digest of what shapes compiled kernels and graphs; keys the compile caches so a port change reuses them."""
     return canonical_digest(profile.model_dump(mode="json", exclude=_NOT_ENGINE))
-
-
-def list_profiles(root: Path | None = None) -> list[str]:
-    """Names of the serve profiles (bases/ and the catalogue are not profiles)."""
-    root = root or profiles_dir()
-    names = sorted(p.stem for p in root.glob("*.yaml") if p.stem != "catalogue")
-    if not names:  # an install without its data would otherwise list nothing and say `known profiles:` and no name
-        raise ApplianceError(f"no serve profile in {show(str(root), 512)}", field="APPLIANCE_ROOT", value=str(root),
-                             fix="set APPLIANCE_ROOT to the folder holding versions.json and profiles/ (a checkout, "
-                             "or /opt/appliance in the image), or install the wheel built from a full checkout",
-                             reason="the profiles, the lock and the log checks ship as data beside the code")
-    return names
 
 
 def resolve_path(name_or_path: str, root: Path | None = None) -> Path:
@@ -349,19 +338,23 @@ def _append_passthrough(merged: dict[str, Any], words: list[str], origins: dict[
     origins["engine.extra_args"] = f"{before}+cli:--" if given and before else "cli:--"
 
 
+def default_channel(target: str) -> tuple[str, str]:
+    """The channel a profile of `target` runs when it names none, and its origin: the one place a profile's channel
+    is filled (here for a loaded profile, through channels.capabilities for a Profile built directly)."""
+    from appliance.lock import load_lock
+    from appliance.lockfile import default_key
+
+    return load_lock().default_for("cpu" if target == "cpu" else "gpu"), f"lock:{default_key(target)}"
+
+
 def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:
     """engine.channel: the profile's (its bases', an override's), else the lock's default for its target; an
     unknown name is refused here, naming the nearest channel, so no command ever renders for a channel that is
     not locked."""
-    from appliance.lockfile import UnknownChannel, channel, default_channel, load
-    from appliance.paths import versions_path
+    from appliance.lock import lock_document
+    from appliance.lockfile import UnknownChannel, channel
 
-    try:
-        lock = load(versions_path())  # a hostile lock is the reader's exit 2, naming the version lock
-    except (OSError, ValueError) as exc:
-        raise ApplianceError(f"cannot read the version lock {versions_path()}: {exc}", field="engine.channel",
-                             value=str(versions_path()), fix="set APPLIANCE_ROOT to a folder holding versions.json",
-                             reason="a profile's engine channel is a channel of versions.json") from None
+    lock = lock_document()  # a hostile lock is the reader's exit 2, naming the version lock and what chose it
     engine = merged.get("engine")
     if engine is not None and not isinstance(engine, dict):
         return  # the model's own error names it
@@ -370,8 +363,7 @@ def _default_channel(merged: dict[str, Any], origins: dict[str, str]) -> None:
     if name is None:
         hardware = merged.get("hardware")
         target = "cpu" if isinstance(hardware, dict) and hardware.get("gpu") == "cpu" else "gpu"
-        engine["channel"] = default_channel(lock, target)
-        origins["engine.channel"] = "lock:default_cpu_channel" if target == "cpu" else "lock:default_channel"
+        engine["channel"], origins["engine.channel"] = default_channel(target)
         return
     if not isinstance(name, str):
         return

@@ -343,7 +343,7 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
     gpu = profile.hardware.gpu != "cpu"
     ports = [{"name": "metrics", "containerPort": profile.server.health_port, "protocol": "TCP"}]
     if plan.role != "worker":
-        ports.insert(0, {"name": "http", "containerPort": profile.server.port, "protocol": "TCP"})
+        ports.insert(0, {"name": "http", "containerPort": place.api_port, "protocol": "TCP"})
     if plan.role == "head":
         ports += [{"name": "dist-master", "containerPort": place.master_port, "protocol": "TCP"},
                   {"name": "rendezvous", "containerPort": place.rendezvous_port, "protocol": "TCP"}]
@@ -430,7 +430,7 @@ def _metadata(name: str, opts: K8sOptions, labels: dict[str, str]) -> dict[str, 
     return meta
 
 
-def _service(profile: Profile, opts: K8sOptions, labels: dict[str, str], role: Role) -> Manifest:
+def _service(profile: Profile, opts: K8sOptions, labels: dict[str, str], place: ResolvedPlacement) -> Manifest:
     name = resource_name(profile, opts)
     # "-api": an LWS already owns a headless Service named after itself (the pods' DNS).
     return {
@@ -438,8 +438,8 @@ def _service(profile: Profile, opts: K8sOptions, labels: dict[str, str], role: R
         "metadata": _metadata(f"{name}-api", opts, labels),
         "spec": {
             "type": "ClusterIP",
-            "selector": {"app.kubernetes.io/instance": name, "appliance/role": role},
-            "ports": [{"name": "http", "port": profile.server.port, "targetPort": "http", "protocol": "TCP"},
+            "selector": {"app.kubernetes.io/instance": name, "appliance/role": place.role},
+            "ports": [{"name": "http", "port": place.api_port, "targetPort": "http", "protocol": "TCP"},
                       {"name": "metrics", "port": profile.server.health_port, "targetPort": "metrics",
                        "protocol": "TCP"}],
         },
@@ -448,12 +448,11 @@ def _service(profile: Profile, opts: K8sOptions, labels: dict[str, str], role: R
 
 def placements_for(profile: Profile) -> dict[Role, ResolvedPlacement]:
     """Where the pods stand: single, or head + a worker (workers differ only in rank), at the leader's address."""
-    if profile.hardware.nodes == 1:
-        return {"single": resolve_placement(profile)}
-    ranks: tuple[tuple[Role, int], ...] = (("head", 0), ("worker", 1))
     leader = {"master_addr": "k8s:LWS_LEADER_ADDRESS"}
-    return {role: resolve_placement(profile, Placement(node_rank=rank, master_addr=LEADER_ADDRESS, origins=leader))
-            for role, rank in ranks}
+    given: dict[Role, Placement] = ({"single": Placement()} if profile.hardware.nodes == 1 else {
+        role: Placement(node_rank=rank, master_addr=LEADER_ADDRESS, origins=leader)
+        for role, rank in (("head", 0), ("worker", 1))})
+    return {role: resolve_placement(profile, at) for role, at in given.items()}
 
 
 def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
@@ -488,7 +487,7 @@ def _workload(profile: Profile, opts: K8sOptions, lock_digest: str, profile_dige
                    "metadata": _metadata(_single_claim(profile, opts, name), opts, labels),
                    "spec": _claim_spec(profile, opts, name)}
                   for name in CACHES if storage_of(profile, opts) == "per-rank" and not _claim(opts, name)]
-        return [deployment, _service(profile, opts, labels, "single"), *claims]
+        return [deployment, _service(profile, opts, labels, places["single"]), *claims]
     lws = {
         "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
         "metadata": _metadata(name, opts, labels),
@@ -510,7 +509,7 @@ def _workload(profile: Profile, opts: K8sOptions, lock_digest: str, profile_dige
         # Kept when the group is recreated or the LWS deleted: the weights are the expensive part (delete the
         # claims by hand to free the space).
         lwt["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Retain", "whenScaled": "Retain"}
-    return [lws, _service(profile, opts, labels, "head")]
+    return [lws, _service(profile, opts, labels, places["head"])]
 
 
 def dump(manifests: list[Manifest], fmt: Literal["yaml", "json"]) -> str:

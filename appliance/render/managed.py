@@ -14,8 +14,11 @@ from appliance.channels.capabilities import (
     ENV_SM120_DECODE,
     ENV_SM120_PREFILL,
 )
+from appliance.redact import LIBRARY_SECRET_ENV
 
 _SECRET = "{} (kept in the environment or the Kubernetes Secret, never in a profile)"
+_LIBRARY_SECRET = "{} (a credential huggingface_hub or vLLM reads: kept in the caller's environment, never in a " \
+                  "profile)"
 
 FLAG_OWNERS: dict[str, str] = {
     "--model": "model.checkpoint",  # rendered as the positional model tag; the flag is the same setting
@@ -59,6 +62,10 @@ FLAG_OWNERS: dict[str, str] = {
     # Secrets never go on a command line (it is shown by ps, logged and rendered): the environment carries them.
     "--api-key": _SECRET.format("VLLM_API_KEY"),
     "--hf-token": _SECRET.format("HF_TOKEN"),
+    # vLLM's parser reads more flags from this YAML file (utils/argparse_utils.py: `if "--config" in args`): one
+    # passed word would carry any managed flag past X2, and no rule reads the file.
+    "--config": "nothing: vLLM reads further flags from that file, unchecked (set each as its profile key or pass "
+                "it as its own flag)",
 }
 
 ENGINE_ENV_OWNERS: dict[str, str] = {
@@ -91,6 +98,7 @@ ENV_OWNERS: dict[str, str] = {
     "HF_HOME": "the caller's environment (the Hugging Face cache the model was fetched into)",
     "VLLM_API_KEY": _SECRET.format("VLLM_API_KEY"),
     "HF_TOKEN": _SECRET.format("HF_TOKEN"),
+    **{name: _LIBRARY_SECRET.format(name) for name in LIBRARY_SECRET_ENV},
 }
 
 

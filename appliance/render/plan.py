@@ -47,8 +47,9 @@ def _compact(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> list[str]:
-    """`vllm serve …` for the profile, in the seed's reference order, without launcher flags."""
+def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts, api_port: int) -> list[str]:
+    """`vllm serve …` for the profile, in the seed's reference order, without launcher flags; `api_port`: the
+    resolved placement's (server.port has one reader, placement.api_port_of)."""
     p = profile
     argv = ["vllm", "serve", str(model_dir) if model_dir else p.model.checkpoint]
     served = p.server.served_model_name or (p.model.checkpoint if model_dir else None)
@@ -104,8 +105,8 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts) -> l
         _flag(argv, "--kv-offloading-size", p.engine.kv_offload_gib)
     _flag(argv, "--attention-backend", _sm120_backend(p, facts))
     _flag(argv, "--host", p.server.host)
-    if p.server.port != DEFAULT_PORT:
-        _flag(argv, "--port", p.server.port)
+    if api_port != DEFAULT_PORT:
+        _flag(argv, "--port", api_port)
     return argv
 
 
@@ -210,7 +211,7 @@ def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = N
     `facts`: the catalogue's and the channel's facts the plan depends on (default: `plan_facts(profile)`)."""
     at = place if isinstance(place, ResolvedPlacement) else resolve_placement(profile, place)
     facts = facts or plan_facts(profile)
-    argv = engine_argv(profile, at.model_dir, facts)
+    argv = engine_argv(profile, at.model_dir, facts, at.api_port)
     env = engine_env(profile, facts)
     if at.role == "single":
         return _with_passthrough(profile, ServePlan(argv, env, at.role))

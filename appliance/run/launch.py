@@ -49,7 +49,7 @@ from appliance.render.supervisord import RunFiles, render_conf
 from appliance.rules import context_for, require_valid
 from appliance.run.caches import cache_env
 from appliance.run.exposure import exporter_bind
-from appliance.run.launchfile import ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
+from appliance.run.launchfile import LAUNCH_MODE, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.safe_write import write_files
 from appliance.settings import ApplianceSettings
@@ -354,7 +354,8 @@ def write_launch(launch: Launch) -> str:
     conf = supervisord_conf(launch)
     files: dict[Path, str] = {launch.launch_file: launch_file(launch).text(), launch.files.conf: conf}
     planned = launch.supervised() | {"logtail": None, "crashguard": None}
-    write_files(files, field="--run-dir",
+    # Both its owner's only (LAUNCH_MODE): launch.json holds each program's environment.
+    write_files(files, field="--run-dir", mode=LAUNCH_MODE,
                 verify=lambda staged: verify_conf(staged[launch.files.conf], planned, launch.files))
     return conf
 

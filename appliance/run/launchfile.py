@@ -67,13 +67,16 @@ class ExporterSection:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ExporterSection:
-        port = data["port"]
-        if not isinstance(port, int) or isinstance(port, bool):
-            raise TypeError(f"exporter.port is {port!r}, not a number")
+        port, host = data["port"], data["host"]
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise ValueError(f"exporter.port is {str(port)[:40]!r}, not a port (1-65535)")
+        if not isinstance(host, str) or not host.strip():
+            # "" would bind every interface: the launch names the address it binds, always
+            raise ValueError(f"exporter.host is {str(host)[:80]!r}, not an address to bind")
         canary, fabric, role = data.get("canary_state"), data.get("fabric"), data["role"]
         if role not in ROLES:
             raise ValueError(f"exporter.role is {role!r}, not one of {', '.join(ROLES)}")
-        return cls(log=Path(data["log"]), port=port, host=str(data["host"]), role=role,
+        return cls(log=Path(data["log"]), port=port, host=host, role=role,
                    engine_url=data["engine_url"], peers={int(r): str(u) for r, u in data.get("peers", {}).items()},
                    canary_state=None if canary is None else Path(canary),
                    fabric=None if fabric is None else FabricReport.from_json(fabric))
@@ -119,7 +122,11 @@ class LaunchFile:
         """launch.json alone, through the one writer (`appliance run` writes it with its supervisord.conf)."""
         from appliance.safe_write import write_file
 
-        write_file(path, self.text(), field="launch.json")
+        write_file(path, self.text(), field="launch.json", mode=LAUNCH_MODE)
+
+
+LAUNCH_MODE = 0o600
+"""launch.json holds each program's environment (a passed variable, a token the caller set): its owner's only."""
 
 
 class LaunchFileError(ValueError):

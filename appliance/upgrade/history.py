@@ -9,11 +9,15 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from appliance.errors import ApplianceError
 from appliance.paths import write_json_atomic
 from appliance.profile.active import profile_dir, upgrades_dir
 
@@ -64,16 +68,79 @@ def write_record(folder: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _Side(_Open):
+    channel: str | None = None
+    profile_digest: str | None = None
+    lock_digest: str | None = None
+    decision: str | None = None
+    sets: list[str] | None = None
+
+
+class _Plan(_Open):
+    from_: _Side | None = Field(None, alias="from")
+    to: _Side | None = None
+    renderable: bool | None = None
+
+
+class _Window(_Open):
+    seconds: float | int | None = None
+
+
+class RecordShape(_Open):
+    """The fields the readers of a record take (status, promote, rollback), each of its type; other fields are
+    carried as written."""
+
+    schema_: Literal["appliance-upgrade-record/1"] = Field(alias="schema")
+    kind: str | None = None
+    started_at: str | None = None
+    at: str | None = None
+    plan: _Plan | None = None
+    from_: _Side | None = Field(None, alias="from")
+    to: _Side | None = None
+    candidate: _Side | None = None
+    verdict: str | None = None
+    outcome: str | None = None
+    why: str | None = None
+    reasons: list[str] | None = None
+    receipts: dict[str, str] | None = None
+    seconds: float | int | None = None
+    window: _Window | None = None
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """One record.json through the strict reader (a regular file, bounded, no lone surrogate or deep nesting) and
+    held to RecordShape; ApplianceError naming the file and the field otherwise."""
+    from appliance.jsonstrict import load_file
+
+    data = load_file(path, "record.json", MAX_RECORD_BYTES, "upgrade record")
+    try:
+        RecordShape.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the top"
+        raise ApplianceError(f"upgrade record {path}: field {where}: {first['msg'][:200]}",
+                             field=f"record.json {where}",
+                             value=str(path), fix=f"move {path.parent} aside (it is no record this appliance wrote); "
+                                                  "the rest of the history stays readable",
+                             reason="a record of the wrong shape would be misread as a decision") from None
+    return data
+
+
 def records(profile: str, home: Path | None = None) -> list[Record]:
-    """Oldest first; a folder without a readable record (an upgrade interrupted before it wrote one) is skipped."""
+    """Oldest first; a folder without a record (an upgrade interrupted before it wrote one) is skipped; a record
+    that is there but unreadable is exit 2 naming it (read_record)."""
     out = []
     for folder in sorted(p for p in profile_dir(profile, home).glob("*") if p.is_dir()):
-        try:
-            data = json.loads((folder / RECORD).read_text())
-        except (OSError, ValueError):
+        if not os.path.lexists(folder / RECORD):
             continue
-        if isinstance(data, dict) and data.get("schema") == SCHEMA:
-            out.append(Record(folder, data))
+        out.append(Record(folder, read_record(folder / RECORD)))
     return out
 
 

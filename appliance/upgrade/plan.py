@@ -175,11 +175,9 @@ def disk(from_ch: ChannelLock, to_ch: ChannelLock) -> dict[str, Any]:
     """The candidate's engine on this host: there (its size), or what installing it would take (estimated by the
     incumbent's engine of the same target) against the free space where it would go."""
     if to_ch.target == "gpu":
-        from appliance.container.buildargs import image_tag
-        from appliance.lockfile import load
-        from appliance.paths import versions_path
+        from appliance.lock import image_tag
 
-        return {"kind": "image", "image": image_tag(load(versions_path()), to_ch.name),
+        return {"kind": "image", "image": image_tag(to_ch.name),
                 "note": "a GPU channel comes as its image (docker buildx bake / docker pull); its size is the "
                         "registry's"}
     found = find_engine(to_ch)

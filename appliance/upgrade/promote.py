@@ -17,6 +17,7 @@ was `promote`; `--force` goes without one and the record says so. A multi-node s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -256,8 +257,18 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
     began = time.monotonic()
     sw.switch(active, pair.candidate.digest)
     report(f"switched {pair.name} to channel {pair.to_channel.name} (active.json, launch.json)")
-    proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds,
-                                 calibration_of(qual))
+    try:
+        proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds,
+                                     calibration_of(qual))
+    except Exception as exc:  # after the switch every failure rolls back: the candidate is unproven
+        proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began)
+    except BaseException:  # interrupted: the files go back to the incumbent, the record says so, then it stops
+        with contextlib.suppress(Exception):
+            sw.switch(previous, pair.incumbent.digest)
+        record.update(outcome="interrupted", why="interrupted after the switch; active.json and launch.json put "
+                      "back on the incumbent (its engine was not restarted)", finished_at=utc_now())
+        write_record(folder, record)
+        raise
     record["proof"] = proof.to_json()
     if proof.ok:
         record.update(outcome="promoted", finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
@@ -282,7 +293,14 @@ def _switch_back(sw: NativeSwitch, previous: Active | None, incumbent: LoadedPro
         sw.switch(previous, incumbent.digest)
     except ApplianceError as exc:
         return Proof(False, f"could not switch back: {exc.message}")
-    return sw.restart_and_prove(incumbent, channel, budget, 0, None)
+    try:
+        return sw.restart_and_prove(incumbent, channel, budget, 0, None)
+    except Exception as exc:  # the files are back; the record says the engine did not
+        return Proof(False, f"switched back, but the engine restart failed: {_said(exc)}")
+
+
+def _said(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, ApplianceError) else f"{type(exc).__name__}: {exc}"[:400]
 
 
 def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:

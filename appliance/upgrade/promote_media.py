@@ -19,10 +19,9 @@ from typing import Any
 
 import httpx
 
-from appliance.container.buildargs import image_tag
 from appliance.errors import ApplianceError
-from appliance.lockfile import load
-from appliance.paths import versions_path
+from appliance.lock import image_tag
+from appliance.placement import api_port_of
 from appliance.profile.active import Active
 from appliance.profile.loader import LoadedProfile
 from appliance.render.serveplan import http_url
@@ -136,7 +135,7 @@ def _compose_prove(opts: MediaOptions, loaded: LoadedProfile, channel: str, budg
     ready = wait_ready(look, Expect(channel, loaded.digest), budget, report=report)
     if not ready.ok:
         return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began)
-    api = http_url("127.0.0.1", loaded.profile.server.port)
+    api = http_url("127.0.0.1", api_port_of(loaded.profile))
     rows = canary_rounds(api, loaded, rounds, calibration, report) if rounds else []
     bad = next((r for r in rows if not r["healthy"]), None)
     took = time.monotonic() - began
@@ -157,7 +156,7 @@ def promote_compose(req: Request, opts: MediaOptions, report: Report) -> dict[st
     record["compose_env"] = str(opts.compose_env)
     if agreement:
         record["ranks"] = agreement
-    image = opts.image or image_tag(load(versions_path()), pair.to_channel.name)
+    image = opts.image or image_tag(pair.to_channel.name)
     env = ComposeEnv(image, image_var(pair.to_channel.target), Active(pair.name, pair.to_channel.name,
                                                                       list(pair.sets)), folder.name)
     write_compose_env(opts.compose_env, env)

@@ -69,8 +69,11 @@ def _one(profile: str) -> dict[str, Any]:
 
 
 def status(profile: str | None) -> list[dict[str, Any]]:
+    from appliance.redact import redact_tree
+
     names = [history_name(profile)] if profile else profiles_with_history()
-    return [_one(n) for n in names]
+    # A record's text (an engine's error, a path) comes from outside: no secret leaves in it, as text or JSON.
+    return redact_tree([_one(n) for n in names])
 
 
 def render_status(rows: list[dict[str, Any]]) -> str:
@@ -89,4 +92,6 @@ def render_status(rows: list[dict[str, Any]]) -> str:
             lines.append(f"  {h['id']}: {h['kind']} {h.get('from')} -> {h.get('to')}: {h['result']}{extra}")
             lines += [f"      {why}" for why in h.get("why") or [] if why]
             lines += [f"      receipt ({side}): {path}" for side, path in (h.get("receipts") or {}).items()]
-    return "\n".join(lines)
+    from appliance.redact import printable, redact
+
+    return "\n".join(printable(redact(line)) for line in lines)  # no raw terminal code reaches the screen

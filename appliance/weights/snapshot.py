@@ -13,14 +13,18 @@ Hashing 160 GB takes minutes, so a file hashed once is vouched for by a stamp (w
 
 from __future__ import annotations
 
-import json
+import os
+import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonError, loads
+from appliance.paths import read_capped
+from appliance.safe_write import kind_of
 from appliance.weights.hub import hf_hub_cache, repo_folder
 from appliance.weights.stamps import StampBook
 
@@ -128,41 +132,104 @@ def hub_listing(tree_folder: Path, revision: str) -> tuple[Expected, ...] | None
     return tuple(Expected(path, e.lfs_size if e.lfs_size is not None else e.size, e.lfs_sha256,
                           None if e.lfs_sha256 else e.blob_id) for path, e in sorted(entries.items()))
 
-def safetensors_size(path: Path) -> int | None:
-    """The length a safetensors file must have: 8 + its header + the end of its last tensor; None if unreadable."""
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+_SHARD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
+"""A shard the index names: a file beside it (one path component, never `.`, `..` or a folder)."""
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """`path` (a link is followed: a hub snapshot's files are links to blobs) opened for reading without blocking
+    on a FIFO; OSError naming what it is when no regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        with path.open("rb") as fh:
+        kind = kind_of(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise OSError(f"is {kind}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def safetensors_header(path: Path) -> tuple[int | None, str]:
+    """(the length the file must have: 8 + its header + the end of its last tensor, "") or (None, why not): the
+    header is read through the strict JSON reader and each tensor's data_offsets held to two ordered integers."""
+    try:
+        with _open_regular(path) as fh:
             head = fh.read(8)
             if len(head) != 8:
-                return None
+                return None, f"{len(head)} bytes: too short for a safetensors header"
             (n,) = struct.unpack("<Q", head)
-            if n > 100 * 1024 * 1024:
-                return None
-            header = json.loads(fh.read(n))
-    except (OSError, ValueError):
-        return None
-    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
-    return 8 + n + max(ends, default=0)
+            if n > MAX_HEADER_BYTES:
+                return None, f"a header of {n:,} bytes declared (at most {MAX_HEADER_BYTES:,})"
+            raw = fh.read(n)
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    try:
+        header = loads(raw, "safetensors header")
+    except JsonError as exc:
+        return None, f"the header is no JSON this reader takes: {exc.problem}"
+    if not isinstance(header, dict):
+        return None, f"the header is a JSON {type(header).__name__}, not an object"
+    ends = []
+    for key, value in header.items():
+        if key == "__metadata__":
+            continue
+        offsets = value.get("data_offsets") if isinstance(value, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            return None, f"tensor {key[:60]!r}: data_offsets is not two ordered byte offsets"
+        ends.append(offsets[1])
+    return 8 + n + max(ends, default=0), ""
+
+
+def safetensors_size(path: Path) -> int | None:
+    """The length a safetensors file must have; None if its header is unreadable (safetensors_header says why)."""
+    return safetensors_header(path)[0]
+
+
+def _index_shards(index: Path) -> list[str]:
+    """The shards the index names, each a file beside it; ValueError saying why not."""
+    try:
+        raw = read_capped(index, "model.safetensors.index.json", MAX_HEADER_BYTES, "weight index")
+    except ApplianceError as exc:
+        raise ValueError(exc.message) from None
+    data = loads(raw, index.name)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ValueError("its weight_map is no object of tensor -> shard")
+    names = set(weight_map.values())
+    bad = sorted(repr(v)[:80] for v in names if not (isinstance(v, str) and _SHARD_NAME.match(v)))
+    if bad:
+        raise ValueError(f"weight_map names {bad[0]}, no shard file beside the index")
+    return sorted(names)
+
 
 def folder_listing(folder: Path) -> tuple[tuple[Expected, ...], list[FileProblem]]:
     """Without a recorded listing: config.json, every shard the safetensors index names (or the single
     model.safetensors), each with the size its header declares, and its sha256 where the hub cache named the blob
-    after it. An index that does not parse is a problem of its own: its shards cannot be named."""
+    after it. An index that does not parse is a problem of its own: its shards cannot be named; so is a shard
+    whose header cannot be read (a 2-byte file is no complete shard)."""
     names = ["config.json"]
     problems = []
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
+    if os.path.lexists(index):
         names.append(index.name)
         try:
-            names += sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            problems.append(FileProblem(index.name, "unreadable", f"no shard list in it ({type(exc).__name__})"))
+            names += _index_shards(index)
+        except ValueError as exc:
+            problems.append(FileProblem(index.name, "unreadable", f"no shard list in it: {str(exc)[:300]}"))
     else:
         names += sorted(p.name for p in folder.glob("*.safetensors"))
     out = []
     for name in names:
         path = folder / name
-        size = safetensors_size(path) if name.endswith(".safetensors") and path.exists() else None
+        size = None
+        if name.endswith(".safetensors") and path.is_file():  # a FIFO or device: check_files says so, unopened
+            size, why = safetensors_header(path)
+            if size is None:
+                problems.append(FileProblem(name, "unreadable", why))
         blob = path.resolve().name if path.is_symlink() else ""
         sha = blob if len(blob) == 64 and all(c in "0123456789abcdef" for c in blob) else None
         out.append(Expected(name, size, sha))
@@ -173,7 +240,7 @@ def folder_listing(folder: Path) -> tuple[tuple[Expected, ...], list[FileProblem
 def _hash(path: Path, algorithm: str) -> str:
     from huggingface_hub.utils.sha import git_hash, sha_fileobj
 
-    with path.open("rb") as fh:
+    with _open_regular(path) as fh:
         return sha_fileobj(fh).hex() if algorithm == "sha256" else git_hash(fh.read())
 
 def _interrupted(blobs: Path | None, item: Expected) -> FileProblem | None:
@@ -202,10 +269,15 @@ def check_files(folder: Path, expected: tuple[Expected, ...], *, deep: bool, sta
             problems.append(_interrupted(blobs, item) or FileProblem(item.path, "missing", "not on disk"))
             continue
         try:
-            size = path.stat().st_size
+            st = path.stat()
         except OSError as exc:
             problems.append(FileProblem(item.path, "unreadable", exc.strerror or str(exc)))
             continue
+        kind = kind_of(st.st_mode)
+        if kind is not None:  # a FIFO or device named as a shard: never opened (it would block the check)
+            problems.append(FileProblem(item.path, "unreadable", f"is {kind}, not a regular file"))
+            continue
+        size = st.st_size
         if item.size is not None and size != item.size:
             how = "truncated" if size < item.size else "longer than listed"
             problems.append(FileProblem(item.path, "size", f"{size:,} bytes on disk, {item.size:,} expected ({how})"))
