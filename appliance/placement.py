@@ -76,6 +76,10 @@ class ResolvedPlacement:
     health_port: int
     engine_url: str | None
     """The vLLM API this node's exporter asks: its own, or on a headless worker the head's (K22)."""
+    rdma_device: str | None = None
+    """The RDMA device NCCL uses on this node (NCCL_IB_HCA), and below its RoCE v2 GID index: resolved at run time
+    on a multi-node rank (multinode/netident.py, K39), None elsewhere."""
+    gid_index: int | None = None
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -121,9 +125,14 @@ class ResolvedPlacement:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ResolvedPlacement:
         """Raises KeyError / TypeError / ValueError on a shape this appliance did not write."""
+        # rdma_device and gid_index are newer than the other fields: a launch.json without them read as unresolved
+        data = {"rdma_device": {"value": None, "origin": DEFAULT}, "gid_index": {"value": None, "origin": DEFAULT},
+                **data}
         values = {f.name: data[f.name]["value"] for f in fields(cls) if f.name != "origins"}
         origins = {f.name: str(data[f.name]["origin"]) for f in fields(cls) if f.name != "origins"}
-        for name in ("node_rank", "master_port", "api_port", "health_port"):
+        for name in ("node_rank", "master_port", "api_port", "health_port", "gid_index"):
+            if name == "gid_index" and values[name] is None:
+                continue
             if not isinstance(values[name], int) or isinstance(values[name], bool):
                 raise TypeError(f"placement.{name} is {values[name]!r}, not a number")
         if values["role"] not in ROLES:
@@ -192,6 +201,7 @@ def resolve_placement(profile: Profile, given: Placement | None = None, *,
                       else "derived:server.port on loopback")
     for name in ("master_addr", "fabric_ifname", "model_dir"):
         pick(name, getattr(g, name), None, DEFAULT)
+    origins["rdma_device"] = origins["gid_index"] = DEFAULT  # a run-time rank's are resolved in multinode/netident
     return ResolvedPlacement(node_rank=node_rank, role=role, master_addr=g.master_addr, master_port=master_port,
                              host_ip=host_ip, fabric_ifname=g.fabric_ifname, model_dir=g.model_dir,
                              api_port=api_port, health_port=health_port, engine_url=engine_url, origins=origins)

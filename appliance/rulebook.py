@@ -59,6 +59,17 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
             "MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#259); the cause found is Kexec HandOver on by default "
             "in those kernels (NVIDIA/NV-Kernels#591)",
             "boot 6.17.0-1032-nvidia, or add kho=off to the kernel command line"),
+    "K39": ("each rank of a multi-node serve names its own fabric interface, address and RDMA device",
+            "without a concrete interface torch's Gloo binds what gethostname() resolves to, which a host's "
+            "/etc/hosts often maps to loopback (127.0.1.1; a host-network pod's carries only 127.0.0.1), and its "
+            "full mesh fails there (aws-samples/aws-do-eks#69; #51: GLOO_SOCKET_IFNAME takes one concrete name, not "
+            "NCCL's exclusion list); NCCL's out-of-band sockets and VLLM_HOST_IP "
+            "then miss the fabric. NVIDIA's dgx-spark-playbooks set VLLM_HOST_IP, NCCL_SOCKET_IFNAME, "
+            "GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME and UCX_NET_DEVICES on both nodes",
+            "set APPLIANCE_FABRIC_IFNAME (or --fabric-ifname) and APPLIANCE_MASTER_ADDR to the head's fabric "
+            "address; `appliance run` otherwise resolves the interface on the node (the route to the master "
+            "address, or the RDMA device's netdev) and refuses one that is missing or loopback; `appliance "
+            "profiles --host` lists RDMA device -> netdev -> address"),
     "K22": ("a worker rank notices that its head is gone",
             "observed on the CPU build: the headless worker kept running after the head died and ignored "
             "SIGTERM", "stop a rank with a group kill and a SIGKILL fallback; worker readiness follows its head"),
@@ -199,6 +210,11 @@ def build() -> list[RuleEntry]:
                                                        "release (and kho=off) against the known-bad releases"))
     entry("K25").enforced.append(Enforcement("run", "appliance run: NCCL library hash, HCAs and MTU compared at the "
                                                     "rendezvous; bandwidth and latency to the head against the floor"))
+    entry("K39").enforced.append(Enforcement("run", "appliance run on a multi-node GPU rank, before the "
+                                                    "rendezvous: the interface, address and RDMA device resolved from "
+                                                    "this host's routes and /sys, refused when missing or loopback"))
+    entry("K39").enforced.append(Enforcement("render", "appliance render: a worker rank without --fabric-ifname is "
+                                                       "refused; the head's is warned"))
     entry("K16").enforced.append(Enforcement("lock", "compose, bake, Dockerfile args generated from versions.json"))
     entry("K16").enforced.append(Enforcement("lock", "versions --check / doctor: the image's engine-source.json names "
                                                      "the pinned commit"))

@@ -50,6 +50,9 @@ class ApplianceSettings(BaseSettings):
     procfs: Path = Path("/proc")
     """Root of the host's procfs (meminfo, pressure/memory), as node_exporter's --path.procfs: a container that
     mounts the host's /proc elsewhere sets it, so doctor and the memory watchdog read the host, not the cgroup."""
+    sysfs: Path = Path("/sys")
+    """Root of the host's sysfs (class/infiniband, class/net): where a multi-node rank finds its RDMA device's netdev
+    and GID (multinode/netident.py, K39)."""
     kmsg: Path | None = None
     """A kernel-log file to read (NVRM NV_ERR_NO_MEMORY, Xid lines); unset = this boot's kernel log
     (/dev/kmsg, else `journalctl -k -b` / `dmesg`)."""
@@ -80,7 +83,7 @@ class ApplianceSettings(BaseSettings):
     def _ifname(cls, value: str | None) -> str | None:
         return value if value is None else check_fabric_ifnames("APPLIANCE_FABRIC_IFNAME", value)
 
-    @field_validator("model_dir", "log_dir", "procfs", "kmsg")
+    @field_validator("model_dir", "log_dir", "procfs", "sysfs", "kmsg")
     @classmethod
     def _expand_home(cls, value: Path | None) -> Path | None:
         # A compose .env or a shell rc often says `~/models/...`; no shell expands it on the way in.

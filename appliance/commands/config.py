@@ -75,19 +75,50 @@ def run(args: argparse.Namespace) -> int:
 
     # Log expectations this profile's channel cannot prove on a DeepSeek-V4 serve: said here as on /status.
     unprovable = profile_unprovable(load_table(), loaded.profile)
+    network = network_rows(loaded)
     if args.json:
         print(json.dumps({"profile": loaded.profile.name, "digest": loaded.digest, "values": rows,
-                          "secrets": secrets, "not_provable": [n.to_json() for n in unprovable]}, indent=2))
+                          "secrets": secrets, "not_provable": [n.to_json() for n in unprovable],
+                          **({"network": network} if network else {})}, indent=2))
         return 0
     from appliance.table import line, render
 
     print(line(f"# {loaded.profile.name} (from {loaded.source}, digest {loaded.digest[:12]})"))
     table = [[path, shown(row["value"]), str(row["origin"])] for path, row in rows.items()]
     table += [[f"env.{name}", state, "env"] for name, state in secrets.items()]
+    table += [[f"network.{name}", shown(row["value"]), row["origin"]] for name, row in network.items()]
     print(render(["path", "value", "origin"], table, wide=args.output == "wide"))
     for n in unprovable:
         print(line(f"# {n.rule} {n.expectation}: {n.detail}"))
     return 0
+
+
+def network_rows(loaded: Any) -> dict[str, dict[str, Any]]:
+    """A multi-node GPU rank's network variables as this host resolves them (APPLIANCE_NODE_RANK, _MASTER_ADDR,
+    _FABRIC_IFNAME, _HOST_IP read as `appliance run` reads them, through its resolve_place; K39), each with its
+    origin; `unresolved` with the refusal where `appliance run` would refuse. Empty for a single node and the CPU
+    rehearsal."""
+    from appliance.cliargs import placement_from_args
+    from appliance.errors import ApplianceError
+    from appliance.multinode.netident import Tables
+    from appliance.render.plan import fabric_env_origins
+    from appliance.run.launch import resolve_place
+    from appliance.settings import load_settings
+
+    profile = loaded.profile
+    if profile.hardware.nodes < 2 or profile.hardware.gpu == "cpu":
+        return {}
+    try:
+        settings = load_settings()
+        # A view: no name lookup (a master given by host name is resolved by `run`, on the node)
+        place = resolve_place(loaded, placement_from_args(argparse.Namespace(), settings), None,
+                              tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs, lookup_host=lambda _: []))
+    except ApplianceError as exc:
+        rows = {"unresolved": {"value": f"{exc.message}; fix: {exc.fix}", "origin": f"refused ({exc.field})"}}
+    else:
+        rows = {name: {"value": value, "origin": origin}
+                for name, (value, origin) in fabric_env_origins(profile, place).items()}
+    return redact_tree(rows)  # a value given with a secret pasted in is shown masked, as everywhere in config
 
 
 def shown(value: object) -> str:

@@ -54,7 +54,16 @@ def run(args: argparse.Namespace) -> int:
     if args.host:
         from appliance.doctor.fit import host_report
 
-        return host_report(args.json)
+        rc = host_report(args.json)
+        if not args.json:  # the fabric a multi-node profile would use here, and the .env lines for it (K39)
+            from appliance.multinode.netident import Tables, host_lines
+            from appliance.settings import load_settings
+            from appliance.table import line
+
+            print()
+            settings = load_settings()
+            print("\n".join(line(text) for text in host_lines(Tables(procfs=settings.procfs, sysfs=settings.sysfs))))
+        return rc
     if args.names:  # asked on every TAB: the folder's names alone, no model imported
         print("\n".join(list_profiles()))
         return 0

@@ -39,7 +39,13 @@ def run(args: argparse.Namespace) -> int:
     if has_errors(findings) and not args.force:
         print(f"appliance render: {loaded.profile.name} is invalid; nothing rendered", file=sys.stderr)
         return 2
-    plan = build_plan(loaded.profile, placement_from_args(args))  # resolved against the profile there
+    from appliance.multinode.netident import check_rendered
+
+    given = placement_from_args(args)
+    plan = build_plan(loaded.profile, given)  # resolved against the profile there
+    warning = check_rendered(loaded.profile, given, plan.role)  # K39: never a rank whose Gloo would bind loopback
+    if warning:
+        print(warning, file=sys.stderr)
     from appliance.redact import redact
     from appliance.render.passthrough import masked_argv
 

@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     given = placement_from_args(args, settings)
     sync_from_head(loaded, given, settings, _stderr)  # distributed.sync_model: a worker's copy comes from the head
     model_dir = check_profile(loaded, given, _stderr)
-    place = resolve_place(loaded, given, model_dir)
+    from appliance.multinode.netident import Tables
+
+    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs))
     if not args.skip_doctor:
         failed = preflight_host(loaded.profile, place, settings, print)
         if failed:

@@ -32,7 +32,8 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 # Per-node values: `appliance run` derives them in each pod (pod IP, fabric interface).
-PER_NODE_ENV = frozenset({"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"})
+PER_NODE_ENV = frozenset({"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
+                          "UCX_NET_DEVICES"})
 HF_HOME = "/var/cache/huggingface"
 APPLIANCE_HOME = "/var/cache/appliance"  # compile/JIT caches (keyed by lock + engine digest) live under it
 CONTAINER = "appliance"
@@ -155,8 +156,13 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
         ]
         # A named fabric gives each rank its address there (run-time, in the pod); without one, the pod's IP.
         # Never both: a given host IP wins, and VLLM_HOST_IP would then miss the fabric NCCL uses.
-        env.append(_value("APPLIANCE_FABRIC_IFNAME", opts.fabric_ifname) if opts.fabric_ifname else
-                   {"name": "APPLIANCE_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        # On the host network (RDMA) the pod's IP is the node's InternalIP, often the management network: there
+        # each pod resolves its own interface, address and RDMA device at start (`appliance run`, K39), so one
+        # manifest serves every node.
+        if opts.fabric_ifname:
+            env.append(_value("APPLIANCE_FABRIC_IFNAME", opts.fabric_ifname))
+        elif not (opts.rdma_resource and profile.hardware.gpu != "cpu"):  # a GPU rank: netident.needs_identity
+            env.append({"name": "APPLIANCE_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     env += [_value(k, v) for k, v in sorted(plan.env.items()) if k not in PER_NODE_ENV]
     env += [_value("HF_HOME", HF_HOME), _value("APPLIANCE_HOME", APPLIANCE_HOME),
             _value("APPLIANCE_HEALTH_PORT", str(profile.server.health_port)),  # where the probe asks

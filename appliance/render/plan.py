@@ -94,18 +94,32 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
     return env
 
 
-def fabric_env(profile: Profile, place: ResolvedPlacement) -> dict[str, str]:
-    env: dict[str, str] = {}
+SOCKET_IFNAME_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES")
+"""Each takes the rank's fabric interface by name: NCCL's out-of-band sockets, Gloo's mesh (without it Gloo binds
+what the host name resolves to: loopback on Ubuntu, K39), torch's TensorPipe and UCX; NVIDIA's dgx-spark-playbooks
+(nvidia/vllm/README.md) set all four on both nodes."""
+
+
+def fabric_env_origins(profile: Profile, place: ResolvedPlacement) -> dict[str, tuple[str, str]]:
+    """The rank's own network variables, each with the origin of its value (`run --dry-run` shows them): from its
+    placement, whose values were given or resolved on the node (multinode/netident.py, K39)."""
+    out: dict[str, tuple[str, str]] = {}
     if place.host_ip:
-        env["VLLM_HOST_IP"] = place.host_ip
+        out["VLLM_HOST_IP"] = (place.host_ip, place.origin("host_ip"))
     if place.fabric_ifname:
-        env["NCCL_SOCKET_IFNAME"] = place.fabric_ifname
-        env["GLOO_SOCKET_IFNAME"] = place.fabric_ifname
+        out |= {name: (place.fabric_ifname, place.origin("fabric_ifname")) for name in SOCKET_IFNAME_ENV}
+    d = profile.distributed
+    if profile.hardware.gpu != "cpu" and (d.nccl_ib_hca or place.rdma_device):
+        out["NCCL_IB_HCA"] = ((d.nccl_ib_hca, "profile:distributed.nccl_ib_hca") if d.nccl_ib_hca
+                              else (str(place.rdma_device), place.origin("rdma_device")))
+    return out
+
+
+def fabric_env(profile: Profile, place: ResolvedPlacement) -> dict[str, str]:
+    env = {name: value for name, (value, _) in fabric_env_origins(profile, place).items()}
     if profile.hardware.gpu != "cpu":
         env["NCCL_IB_DISABLE"] = "1" if profile.distributed.nccl_ib_disable else "0"
         d = profile.distributed
-        if d.nccl_ib_hca:
-            env["NCCL_IB_HCA"] = d.nccl_ib_hca
         merge = d.nccl_ib_merge_nics
         if merge is None and len(ib_devices(d.nccl_ib_hca)) > 1:
             merge = True  # two HCAs named: NCCL merges them into one NIC only when told (K36)
@@ -152,5 +166,6 @@ def _unowned(name: str) -> None:
 
 
 __all__ = ["ENGINE_ENV_KEYS", "Placement", "PlanFacts", "ResolvedPlacement", "Role", "ServePlan", "build_plan",
-           "engine_api_url", "engine_argv", "engine_env", "fabric_env", "http_url", "plan_facts", "resolve_placement",
+           "engine_api_url", "engine_argv", "engine_env", "fabric_env", "fabric_env_origins", "http_url", "plan_facts",
+           "resolve_placement",
            "role_for"]

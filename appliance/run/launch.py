@@ -36,6 +36,7 @@ from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
 from appliance.lock import channel_lock
 from appliance.multinode.fabric_report import FabricReport
+from appliance.multinode.netident import Tables, with_identity
 from appliance.multinode.netif import ipv4_of
 from appliance.multinode.rendezvous import Peer, preflight
 from appliance.paths import appliance_home, make_dir, venv_executable
@@ -205,10 +206,12 @@ def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Pa
     return model_dir
 
 
-def resolve_place(loaded: LoadedProfile, given: Placement, model_dir: Path | None) -> ResolvedPlacement:
-    """This node's placement, once: given over the profile, the fabric interface's address read here, and the
-    checkpoint folder `check_profile` located."""
-    place = resolve_placement(loaded.profile, given, interface_ip=ipv4_of)
+def resolve_place(loaded: LoadedProfile, given: Placement, model_dir: Path | None, *,
+                  tables: Tables | None = None) -> ResolvedPlacement:
+    """This node's placement, once: given over the profile, the fabric interface's address read here, a multi-node
+    rank's network identity resolved from this host's tables and checked (K39: before the rendezvous, so before
+    NCCL), and the checkpoint folder `check_profile` located."""
+    place = with_identity(loaded.profile, resolve_placement(loaded.profile, given, interface_ip=ipv4_of), tables)
     return place if model_dir is None else place.with_model_dir(model_dir, "derived:the checkpoint located on disk")
 
 
@@ -408,6 +411,10 @@ def describe(launch: Launch) -> str:
                  f"{ex.role}, engine {ex.engine_url or '-'}, peers {peers}, canary {ex.canary_state or '-'}, "
                  f"fabric {ex.fabric.verdict if ex.fabric else '-'}")
     lines += [f"# placement {name}: {v['value']} ({v['origin']})" for name, v in launch.place.to_json().items()]
+    from appliance.render.plan import fabric_env_origins
+
+    lines += [f"# network {name}={value} ({origin})"
+              for name, (value, origin) in fabric_env_origins(launch.loaded.profile, launch.place).items()]
     lines.append(f"# exporter bind: {launch.exporter_host} ({launch.exporter_host_origin})")
     # One line per program whatever a value holds: a newline inside one is shown, never printed raw.
     return "\n".join(line.replace("\r", "\\r").replace("\n", "\\n") for line in lines)
@@ -436,6 +443,6 @@ def resolve_relaunch(loaded: LoadedProfile, launch_path: Path, settings: Applian
     if was.model_dir is not None:  # the same checkpoint folder as the serve started on, however it was found
         given = replace(given, model_dir=was.model_dir, origins={**given.origins, "model_dir": was.origin("model_dir")})
     model_dir = check_profile(loaded, given, report)
-    place = resolve_place(loaded, given, model_dir)
+    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs))
     return resolve_launch(loaded, place, settings, run_files(launch_path.parent), home, report,
                           measure_fabric=False, cli_overrides=cli_overrides)
