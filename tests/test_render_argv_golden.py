@@ -20,6 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "tests" / "fixtures" / "render" / "argv"
 MASTER = "10.1.0.1"  # a string in the rendered command only; nothing connects to it
+FABRIC = "enp1s0f1np1"
+"""A multi-node rank's fabric interface as the user names it (K39: a worker that cannot resolve its own refuses)."""
 
 
 def _cases() -> list[tuple[str, int]]:
@@ -48,7 +50,8 @@ def render(name: str, rank: int, home: Path) -> str:
 
     out = io.StringIO()
     with _clean_env(home), contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["render", name, "--format", "json", "--master-addr", MASTER, "--node-rank", str(rank)])
+        code = main(["render", name, "--format", "json", "--master-addr", MASTER, "--node-rank", str(rank),
+                     "--fabric-ifname", FABRIC])
     assert code == 0, (name, rank)
     return out.getvalue()
 
