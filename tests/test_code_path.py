@@ -183,7 +183,10 @@ def test_config_and_doctor_say_which_expectations_the_channel_cannot_prove(capsy
         "channel"] == UPSTREAM
     assert main(["config", "--profile", "gb10-tp2-upstream"]) == 0
     assert "# K7 sm120-backend-engaged: not provable on channel vllm-0.32.0" in capsys.readouterr().out
-    (check,) = check_provable(load_profile("gb10-tp2-upstream").profile)
+    from appliance.health.provable import profile_unprovable
+    from appliance.health.table import load_table
+
+    (check,) = check_provable(profile_unprovable(load_table(), load_profile("gb10-tp2-upstream").profile))
     assert check.status == "warn" and check.rule == "K7" and "sm120-backend-engaged (K7)" in check.detail
     assert {p.rule for p in check.parts} == {"K7", "K12"}
     assert main(["config", "--profile", "cpu-smoke", "--json"]) == 0

@@ -55,8 +55,12 @@ def every_check(monkeypatch: pytest.MonkeyPatch) -> list[Check]:
 
     monkeypatch.setattr(channel_engines, "engine_versions", lambda _install, names: dict.fromkeys(names, "0.0.0"))
     out += doctor.check_versions(cpu, {})
-    out += doctor.check_provable(load_profile("gb10-tp2-upstream").profile)  # K7's engagement line: off its path
-    assert doctor.check_provable(cpu) == []  # a CPU channel records no DeepSeek-V4 path
+    from appliance.health.provable import profile_unprovable
+    from appliance.health.table import load_table
+
+    upstream = profile_unprovable(load_table(), load_profile("gb10-tp2-upstream").profile)
+    out += doctor.check_provable(upstream)  # K7's engagement line: off its path
+    assert profile_unprovable(load_table(), cpu) == []  # a CPU channel records no DeepSeek-V4 path
     return out
 
 

@@ -87,7 +87,7 @@ def engine_site_packages(python: Path) -> Path:
 
 def code_path_section(name: str, python: Path, root: Path = ROOT) -> dict[str, Any] | None:
     """The channel's DeepSeek-V4 code path (tooling/code_path.py), read from the engine venv's sources; None for a
-    channel without a channels/code_path/ file (it serves no DeepSeek-V4)."""
+    channel without a tooling/code_paths/ file (it serves no DeepSeek-V4)."""
     from tooling.code_path import PathError, code_path, spec_path
 
     spec = spec_path(name, root)

@@ -161,7 +161,7 @@ def _facts_key(lock: dict, name: str) -> str:
 
     parts = [channel_digest(lock, name).encode(), facts_path(name, ROOT).read_bytes()]
     parts += [(ROOT / rel).read_bytes() for rel in FACTS_INPUTS]
-    for extra in (ROOT / "channels" / "overlays" / f"{name}.yaml", ROOT / "channels" / "code_path" / f"{name}.yaml"):
+    for extra in (ROOT / "channels" / "overlays" / f"{name}.yaml", ROOT / "tooling" / "code_paths" / f"{name}.yaml"):
         if extra.is_file():
             parts.append(extra.read_bytes())
     return _sha(*parts)

@@ -7,7 +7,7 @@ A log fact counts as printed on a channel only when a call site that prints it i
 model takes: a format string somewhere in the engine proves nothing (upstream 0.32.0 has `Using %s backend.` in
 vllm/platforms/cuda.py, but DeepSeek-V4 picks its attention class itself and never calls that selector).
 
-channels/code_path/<channel>.yaml holds the chains: each hop names a file, a function in it (Class.method) and the
+tooling/code_paths/<channel>.yaml holds the chains: each hop names a file, a function in it (Class.method) and the
 name that function calls (or hands on: a callback, a `collective_rpc("name")`). Every hop is checked here against
 the source; the call site is the chain's last function, which must hold the logging call. The result is the
 `code_path` section of channels/facts/<channel>.json: for every log fact an expectation or readiness needs, its call
@@ -154,7 +154,7 @@ def call_sites(sources: Sources, files: list[str], spec: dict[str, Any]) -> list
 
 
 def spec_path(channel: str, root: Path = ROOT) -> Path:
-    return root / "channels" / "code_path" / f"{channel}.yaml"
+    return root / "tooling" / "code_paths" / f"{channel}.yaml"
 
 
 def load_spec(path: Path) -> dict[str, Any]:
@@ -168,7 +168,7 @@ def expand(spec: dict[str, Any], name: str, seen: tuple[str, ...] = ()) -> list[
     if name in seen:
         raise PathError(f"chain {name} includes itself ({' -> '.join(seen)})")
     if name not in spec["chains"]:
-        raise PathError(f"no chain {name} in the channel's channels/code_path/ file")
+        raise PathError(f"no chain {name} in the channel's tooling/code_paths/ file")
     hops: list[Hop] = []
     for h in spec["chains"][name]:
         hops += expand(spec, h["chain"], (*seen, name)) if "chain" in h else [Hop(**h)]
@@ -239,7 +239,7 @@ def code_path(roots: list[Path], spec: Path, root: Path = ROOT) -> dict[str, dic
         else:
             why = data.get("unreached", {}).get(pid)
             entry.update(reached=False, why=why or ("no call site prints it in this engine" if not sites else
-                                                    "no chain in channels/code_path/ shows a call site reached"))
+                                                    "no chain in tooling/code_paths/ shows a call site reached"))
         out[pid] = entry
     return dict(sorted(out.items()))
 

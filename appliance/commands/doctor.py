@@ -24,7 +24,12 @@ def run(args: argparse.Namespace) -> int:
         return host_report(args.json)
     settings = load_settings()
     loaded = load_from_args(args, settings)
+    from appliance.doctor.report import check_provable
+    from appliance.health.provable import profile_unprovable
+    from appliance.health.table import load_table
+
     checks = run_doctor(loaded.profile, procfs=settings.procfs, kmsg=settings.kmsg)
+    checks += check_provable(profile_unprovable(load_table(), loaded.profile))
     text = checks_text(checks, args.json, loaded.profile.name)
     if text:
         print(text)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from appliance.catalogue import GpuFacts, load_catalogue
 from appliance.doctor.gpu import GpuProbe, probe_gpus
@@ -281,13 +281,10 @@ def _engine_missing(profile: Profile, ch: ChannelLock, env: Mapping[str, str]) -
     return Check("versions", "fail", detail, STACK_AS_LOCKED, fix=fix, parts=parts)
 
 
-def check_provable(profile: Profile) -> list[Check]:
-    """Log expectations the profile's channel cannot prove on a DeepSeek-V4 serve (its engine's code path prints
-    no line they need: appliance/health/provable.py): said, since the serve's /status will never judge them."""
-    from appliance.health.provable import profile_unprovable
-    from appliance.health.table import load_table
-
-    found = profile_unprovable(load_table(), profile)
+def check_provable(found: Sequence[Any]) -> list[Check]:
+    """Log expectations the profile's channel cannot prove on a DeepSeek-V4 serve (`found`: what
+    appliance/health/provable.py's profile_unprovable gives; the command that runs the doctor asks it, since the
+    preflight and the health readers never import each other): said, since /status will never wait for them."""
     if not found:
         return []
     names = ", ".join(f"{n.expectation} ({n.rule})" for n in found)
@@ -312,5 +309,4 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
         *check_memlock(profile, target, memlock_limit()),
         *check_kernel(profile, target, *kernel_release(procfs)),
         *check_versions(profile),
-        *check_provable(profile),
     ]

@@ -123,8 +123,13 @@ class Judge:
     def evaluate(self, facts: Facts) -> Evaluation:
         ready = self.log_ready(facts)
         results = [self._judge(e, facts, ready) for e in self.expectations]
-        results += [Result(np.rule, np.expectation, "unknown", e.severity, np.detail, provable=False)
-                    for e in self.table.expectations if (np := self.not_provable.get(e.id)) is not None]
+        for e in self.table.expectations:
+            if (np := self.not_provable.get(e.id)) is None:
+                continue
+            if all(name in facts for name in e.required()):  # the line appeared after all: judged as printed
+                results.append(self._judge(e, facts, ready))
+            else:
+                results.append(Result(np.rule, np.expectation, "unknown", e.severity, np.detail, provable=False))
         return Evaluation(ready, results, sorted(facts.fatal.values(), key=lambda h: h.line))
 
     def _operand(self, o: Operand, facts: Facts) -> Any:

@@ -9,15 +9,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from appliance.channels.capabilities import DSV4_FLASHINFER, DSV4_FLASHMLA
 from appliance.profile.graph_sizes import profile_capture_sizes
 from appliance.profile.model import DEFAULT_CUDAGRAPH_MODE, DEFAULT_PORT, Profile
+from appliance.render.planfacts import PlanFacts
 from appliance.weights.pins import revision_for
-
-if TYPE_CHECKING:
-    from appliance.render.plan import PlanFacts
 
 Words = Callable[[Profile, "Path | None", "PlanFacts", int], list[str]]
 """(profile, the local model folder or None, the plan's facts, the resolved placement's API port) -> the words of

@@ -4,12 +4,11 @@ Role, role_for, Placement, ServePlan and the URL helpers are re-exported: caller
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.catalogue import GpuFacts, load_catalogue
+from appliance.catalogue import load_catalogue
 from appliance.channels import capabilities as engine_vars
-from appliance.channels.capabilities import Capabilities, profile_capabilities
+from appliance.channels.capabilities import profile_capabilities
 from appliance.errors import ApplianceError
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role, ib_devices, role_for
@@ -17,6 +16,7 @@ from appliance.render.flags import ENGINE_FLAGS, serve_flags
 from appliance.render.launcher import launcher_plan
 from appliance.render.managed import ENGINE_ENV_OWNERS, flag_owner, managed_env_owner
 from appliance.render.passthrough import passthrough_argv, passthrough_env
+from appliance.render.planfacts import PlanFacts
 from appliance.render.serveplan import (
     Placement,
     ResolvedPlacement,
@@ -41,17 +41,6 @@ def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts, api_
         if word in MANAGED_SPELLINGS:
             flag_owner(word)  # every flag rendered has an owner a passthrough is refused in favour of
     return ["vllm", "serve", str(model_dir) if model_dir else profile.model.checkpoint, *words]
-
-
-@dataclass(frozen=True)
-class PlanFacts:
-    """What a plan reads beyond the profile, passed in (no hidden read below `plan_facts`): the catalogue's facts of
-    the profile's GPU and checkpoint family, and the capabilities of the profile's engine channel."""
-
-    gpu: GpuFacts
-    family: str | None
-    """The checkpoint's family in the catalogue (deepseek-v4, ...); None for a checkpoint it does not list."""
-    caps: Capabilities
 
 
 def plan_facts(profile: Profile) -> PlanFacts:

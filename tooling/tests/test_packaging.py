@@ -133,7 +133,7 @@ def test_the_installed_wheel_works_from_a_folder_with_no_checkout(wheel: Path, t
     data = site / "appliance" / "_data"
     assert where == [str(site / "appliance" / "paths.py"), str(data), str(data / "versions.json")]
 
-    listed = appliance("profiles")
+    listed = appliance("profiles", "--all")
     names = list_profiles()
     assert names and all(name in listed for name in names)
 
