@@ -32,15 +32,16 @@ def seconds_up_to(high: float) -> Callable[[str], float]:
     return seconds
 
 
+PROFILE_HELP = "profile name (appliance profiles lists them) or a YAML file's path; default $APPLIANCE_PROFILE"
+
+
 def add_profile_args(parser: argparse.ArgumentParser, *, positional: bool = True) -> None:
     """PROFILE (positional, and as --profile; else $APPLIANCE_PROFILE) and --set; `positional=False` where the
     positionals are other things (logscan's logs)."""
     if positional:
-        parser.add_argument("profile", nargs="?",
-                            help="profile name (profiles/NAME.yaml) or path; default $APPLIANCE_PROFILE")
+        parser.add_argument("profile", nargs="?", help=PROFILE_HELP)
     parser.add_argument("--profile", dest="profile_option" if positional else "profile", metavar="PROFILE",
-                        help="same as PROFILE" if positional else
-                        "profile name (profiles/NAME.yaml) or path; default $APPLIANCE_PROFILE")
+                        help="same as PROFILE" if positional else PROFILE_HELP)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="a.b=VALUE",
                         help="override one field (repeatable; applied after APPLIANCE_SET)")
 

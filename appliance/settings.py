@@ -23,7 +23,7 @@ class ApplianceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="APPLIANCE_", extra="ignore", use_attribute_docstrings=True)
 
     profile: str | None = None
-    """Serve profile name (profiles/NAME.yaml) or path."""
+    """Serve profile name (`appliance profiles` lists them) or a YAML file's path."""
     set: str = ""
     """Semicolon-separated `a.b=value` overrides, applied after the profile and before --set."""
     node_rank: int = Field(0, ge=0, le=15)

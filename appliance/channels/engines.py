@@ -136,9 +136,7 @@ def missing_engine(ch: ChannelLock, why: str = "") -> ApplianceError:
         fix = (f"run the image of channel {ch.name} (`appliance channels` names its bake target; docker buildx bake "
                f"or docker pull it), e.g. through `appliance upgrade promote --compose-env` or `--k8s-out`")
     else:
-        fix = (f"obtain it: `appliance upgrade qualify PROFILE --to {ch.name}` installs it into "
-               f"{store_dir(ch)}/venv (or run scripts/install-engine.sh with APPLIANCE_CHANNEL={ch.name} "
-               f"APPLIANCE_VENV=<that venv> APPLIANCE_INSTALL_TOOLS=0)")
+        fix = f"install it: `appliance engine install {ch.name}` (into {store_dir(ch)}/venv)"
     return ApplianceError(f"the engine of channel {ch.name} ({ch.engine.label}) is not on this host ({env})"
                           + (f": {why}" if why else ""), field="engine.channel", value=ch.name, fix=fix,
                           reason="a serve runs exactly the engine its channel locks; another one would serve a "
@@ -178,14 +176,31 @@ def obtain_engine(ch: ChannelLock, report: Report = print) -> tuple[EngineInstal
     began = time.monotonic()
     env = os.environ | {"APPLIANCE_CHANNEL": ch.name, "APPLIANCE_VENV": str(venv), "APPLIANCE_INSTALL_TOOLS": "0"}
     env.pop("VIRTUAL_ENV", None)
-    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
+    code, tail = _install_with_progress(["bash", str(script)], env, report, began)
     took = time.monotonic() - began
-    if done.returncode != 0 or not _venv_holds(venv, ch):
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
-        raise ApplianceError(f"installing the engine of channel {ch.name} failed (exit {done.returncode}) after "
-                             f"{took:.0f} s:\n{tail}", field="engine.channel", value=ch.name,
+    if code != 0 or not _venv_holds(venv, ch):
+        raise ApplianceError(f"installing the engine of channel {ch.name} failed (exit {code}) after "
+                             f"{took:.0f} s:\n" + "\n".join(tail), field="engine.channel", value=ch.name,
                              fix=f"read the output above; the venv is {venv} (remove it to start over)")
     return EngineInstall(ch.name, venv, str(venv)), took
+
+
+def _install_with_progress(argv: list[str], env: Mapping[str, str], report: Report,
+                           began: float) -> tuple[int, list[str]]:
+    """Run the install script, reporting each of its steps as it starts and ends (`==> install torch==…`, `done in
+    42s`) with the seconds since the start; pip's own lines are kept back and only the last 12 shown on failure."""
+    from collections import deque
+
+    tail: deque[str] = deque(maxlen=12)
+    with subprocess.Popen(argv, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            tail.append(line)
+            if line.startswith("==> ") or line.strip().startswith("done in "):
+                report(f"  [{time.monotonic() - began:5.0f} s] {line.strip()}")
+    return proc.returncode, list(tail)
 
 
 def prune_stale(root: Path, name: str, keep: Path) -> None:

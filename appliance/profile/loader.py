@@ -407,5 +407,6 @@ def _explain(exc: ValidationError, merged: dict[str, Any], origins: dict[str, st
     return ApplianceError(
         f"profile {path.stem}: {len(lines)} invalid field(s)\n    " + "\n    ".join(lines),
         field=lines[0].split(":")[0] if lines else None,
-        fix="correct the fields named above (see profiles/*.yaml for examples)",
+        fix="correct the fields named above (`appliance profiles show NAME` shows a shipped profile; "
+            "`appliance profiles path` names their folder)",
     )
