@@ -113,6 +113,7 @@ def _cpu_engine_0320() -> Path:
     return Path(spec.origin).parent.parent
 
 
+@pytest.mark.usefixtures("vllm_engine")  # reads the installed CPU engine's 0.32.0 source
 def test_the_committed_upstream_path_is_what_the_0_32_0_source_gives() -> None:
     """Every hop and call site, re-read from the vLLM 0.32.0 source installed here (the CPU build: its Python files
     are the CUDA wheel's but for three this path never names, tests/test_fixture_sources.py CPU_BUILD_ONLY)."""

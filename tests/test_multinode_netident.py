@@ -221,7 +221,9 @@ def _pod_envs(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[dict[
 
 def test_k8s_rdma_pods_resolve_their_own_identity_at_start_from_one_manifest(
         capsys: pytest.CaptureFixture[str]) -> None:
-    for env in _pod_envs(["--rdma"], capsys):
+    envs = _pod_envs(["--rdma"], capsys)
+    assert len(envs) == 2  # the leader's and the worker's template
+    for env in envs:
         # no pod IP (the node's InternalIP on the host network) and no per-node value: `appliance run` resolves them
         assert not env.keys() & {"APPLIANCE_HOST_IP", "VLLM_HOST_IP", "NCCL_IB_HCA", *SOCKET_IFNAME_ENV}
         assert env["APPLIANCE_MASTER_ADDR"] == "$(LWS_LEADER_ADDRESS)"

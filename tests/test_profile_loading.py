@@ -96,13 +96,18 @@ def test_catalogue_ships_at_least_eleven_deepseek_profiles_and_the_named_ones() 
 
 
 def test_every_profile_states_provenance_and_only_seed_runs_claim_validated() -> None:
-    assert any(load_profile(n).profile.provenance.status == "validated" for n in list_profiles()), \
-        "no validated profile: the claim is not exercised"
-    for name in list_profiles():
+    names = list_profiles()
+    assert names
+    statuses = set()
+    for name in names:
         prov = load_profile(name).profile.provenance
         assert prov.source
+        statuses.add(prov.status)
         if prov.status == "validated":
             assert "seed" in prov.source and prov.date is not None and prov.measured is not None, name
+        if prov.status == "partial":  # the seed's runs that did not pass every check at the shipped shape
+            assert "seed" in prov.source and prov.measured is not None and prov.blockers, name
+    assert "partial" in statuses  # the seed's measured runs are claimed, each with its blockers
 
 
 def test_profiles_json_shows_no_validated_profile_off_its_measured_shape_or_with_a_non_pass(

@@ -105,7 +105,7 @@ Size = Literal["smoke", "standard"]
 
 def size_for(profile: Profile) -> Size:
     """The column every gate setup picks, the checks' (`params_for`) and the battery's (battery/sizing.py): smoke on
-    the CPU build (seconds-long, for the tiny model), the seed's standard on a GPU."""
+    the CPU build (seconds-long, for the tiny model), the benchmark standard on a GPU."""
     return "smoke" if profile.hardware.gpu == "cpu" else "standard"
 
 
@@ -115,7 +115,8 @@ def bench_for(bench: BenchParams, profile: Profile) -> BenchParams:
 
 
 STANDARD_BENCH = BenchParams(pp=(2048,), tg=(128,), depth=(0, 8192, 16384, 32768), runs=3, corpus="default")
-"""The seed's llama-benchy standard: the gate's bench check and the battery's C10 both run it."""
+"""The llama-benchy benchmark standard (KNOWLEDGE.md, with depth 0) of the classic gate's bench check; the battery's
+C10 runs the harness's own shape instead (gate/battery/sizing.py)."""
 SMOKE_PASS_LINE = 6 / 8
 SMOKE_POISONED_CEILING = 3 / 8
 

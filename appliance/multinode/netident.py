@@ -5,7 +5,7 @@ Without them torch's Gloo binds what gethostname() resolves to, which /etc/hosts
 a host-network pod's carries only 127.0.0.1), and its full mesh fails there (aws-samples/aws-do-eks#69; #51 found
 that GLOO_SOCKET_IFNAME takes one concrete name, so it is resolved per rank, not written as a pattern). The peers
 name the interface on every node by hand (NVIDIA dgx-spark-playbooks nvidia/vllm/README.md: VLLM_HOST_IP,
-UCX_NET_DEVICES, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME; the seed's harness
+UCX_NET_DEVICES, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME; jasl/vllm-ds4-sm120-harness
 scripts/dgx_spark_start_mp_serve.sh requires NCCL_IB_HCA too); here each rank finds its own, so one manifest serves
 every node.
 

@@ -1,6 +1,6 @@
 """Every engine flag the appliance manages, declared once: the profile key that owns it, each spelling it may take,
-and the words it renders. `vllm serve`'s argv (render/plan.py) is these entries' words in this order (the seed's
-reference order), and render/managed.py's FLAG_OWNERS, which a passthrough naming one is refused against (X2), is
+and the words it renders. `vllm serve`'s argv (render/plan.py) is these entries' words in this order (the reference
+command's order), and render/managed.py's FLAG_OWNERS, which a passthrough naming one is refused against (X2), is
 derived from the same entries: the renderer and the list of what it manages cannot drift apart (issue 31 item 5)."""
 
 from __future__ import annotations
