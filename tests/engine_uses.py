@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.assert_paths import Place as Use
+
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_TIERS = frozenset({"rehearsal", "gpu_stack_install", "docker"})
 """Hand-kept markers of the tiers --quick leaves out too: a test carrying one does not run without its tools."""
@@ -20,15 +22,6 @@ ENGINE_CALLS = frozenset({"start_serve", "parse_serve_argv", "prepare_smoke_mode
 Func = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-@dataclass(frozen=True)
-class Use:
-    path: str
-    name: str
-    line: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.path}::{self.name}"
 
 
 def _callee(call: ast.Call) -> str:
