@@ -561,3 +561,16 @@ def test_the_upgrade_rules_are_listed_with_where_they_are_enforced() -> None:
         assert any(x.where == "upgrade" for x in entries[rule_id].enforced)
     assert any(x.where == "run" for x in entries["U5"].enforced)
     assert "## U4:" in (Path(__file__).resolve().parents[1] / "docs" / "rules.md").read_text()
+
+
+def test_a_qualification_record_with_its_per_step_seconds_reads_back(home: Path) -> None:
+    # What qualify writes (upgrade/qualify.py: seconds per step); the strict reader refused it, so every promote
+    # after a real qualification stopped at exit 2 (seen in the upgrade story on the merged main).
+    from appliance.upgrade.history import new_record, records, write_record
+
+    folder = new_record("cpu-smoke", "qualify", NEW)
+    write_record(folder, {"kind": "qualify", "profile": "cpu-smoke", "verdict": "promote", "mode": "side-by-side",
+                          "seconds": {"incumbent_gate": 131.9, "obtain": 0.0, "candidate_start": 175.2,
+                                      "total": 456.3}})
+    (rec,) = records("cpu-smoke")
+    assert rec.kind == "qualify" and rec.data["seconds"]["total"] == 456.3

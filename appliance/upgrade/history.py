@@ -109,7 +109,8 @@ class RecordShape(_Open):
     why: str | None = None
     reasons: list[str] | None = None
     receipts: dict[str, str] | None = None
-    seconds: float | int | None = None
+    seconds: float | int | dict[str, float | int] | None = None
+    """A decision's seconds; a qualification's, per step (incumbent_gate, candidate_start, ..., total)."""
     window: _Window | None = None
 
 
