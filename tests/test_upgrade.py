@@ -103,7 +103,7 @@ def test_a_channel_is_served_from_this_environment_or_its_own_engine_venv(home: 
                                                                                        "vllm")
     with pytest.raises(ApplianceError) as err:
         require_engine(channel_lock(OLD, "cpu"))
-    assert "is not on this host" in err.value.message and "appliance upgrade qualify" in str(err.value.fix)
+    assert "is not on this host" in err.value.message and f"appliance engine install {OLD}" in str(err.value.fix)
     venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
     found = find_engine(channel_lock(OLD, "cpu"))
     assert found is not None and found.venv == venv and found.executable("vllm") == str(venv / "bin" / "vllm")
