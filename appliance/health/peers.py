@@ -21,7 +21,7 @@ from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.health.expect import ExpectationStatus, show_value
 from appliance.health.table import LogTable
-from appliance.profile.model import Profile
+from appliance.profile.model import DEFAULT_HEALTH_PORT, Profile
 from appliance.profile.topology import rank_view
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def parse_peer(text: str) -> tuple[int, str]:
     rank, sep, url = text.partition("=")
     if not sep or not rank.strip().isdigit() or int(rank) < 1 or not url.startswith(("http://", "https://")):
         raise ApplianceError(f"cannot read --peer {show(text)}", field="--peer", value=text,
-                             fix="write RANK=URL with a worker rank >= 1, e.g. --peer 1=http://10.0.0.2:8470",
+                             fix=f"write RANK=URL with a worker rank >= 1, e.g. --peer 1=http://10.0.0.2:{DEFAULT_HEALTH_PORT}",
                              reason="the head compares what each rank loaded with the workers' exporters (K15)")
     return int(rank), url.rstrip("/")
 
