@@ -189,3 +189,35 @@ def k8s_options(args: argparse.Namespace, prefix: str = "") -> dict[str, object]
             "storage": "ephemeral" if get("ephemeral-cache") else None, "storage_class": get("storage-class"),
             "host_cache": get("host-cache"), "prestaged": get("prestaged"), "download_mbps": get("download-mbps"),
             "tolerations": tuple(get("toleration") or ()), "runtime_class": get("runtime-class")}  # type: ignore[arg-type]
+
+
+def k8s_manifests(loaded: Any, options: dict[str, object], *, image: str | None, overrides: tuple[str, ...],
+                  no_rdma: bool = False, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The manifests `appliance k8s` prints and `upgrade promote --k8s-out` writes, one way for both: the profile
+    checked, RDMA mode on by default where K10 wants NCCL on IB (a multi-node GPU serve that keeps IB), the image
+    tag the build gives its channel, and the options checked against the storage they imply, before any output."""
+    from appliance.doctor.report import uses_rdma
+    from appliance.errors import ApplianceError
+    from appliance.lock import lock_document
+    from appliance.lockfile import channel_digest, image_tag
+    from appliance.render.k8s import DEFAULT_RDMA_RESOURCE, K8sOptions, render_manifests, storage_of
+    from appliance.render.k8s_names import check_options
+    from appliance.rules import context_for, require_valid
+    from appliance.rules.caveats import to_show
+
+    profile = loaded.profile
+    shown, caveats = to_show(require_valid(context_for(profile), "no manifests rendered"), profile)
+    if warn is not None:  # what validate and render say, said here too
+        for line in [*(f.render() for f in shown), *([caveats] if caveats else [])]:
+            warn(line)
+    given = options.get("rdma_resource")
+    if given and no_rdma:
+        raise ApplianceError("--no-rdma: not allowed with --rdma", field="--no-rdma", value=given,
+                             fix="pass one of them", reason="RDMA mode is on or off")
+    rdma = given or (DEFAULT_RDMA_RESOURCE if uses_rdma(profile) and not no_rdma else None)
+    lock = lock_document()
+    channel = str(profile.engine.channel)
+    opts = K8sOptions(image=image or image_tag(lock, channel), overrides=overrides,
+                      **(options | {"rdma_resource": rdma}))  # type: ignore[arg-type]
+    check_options(opts, profile.name, multi_node=profile.hardware.nodes > 1, storage=storage_of(profile, opts))
+    return render_manifests(profile, opts, channel_digest(lock, channel), loaded.digest)

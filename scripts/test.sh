@@ -9,6 +9,9 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
+# Two pytest-xdist workers, a test file per work unit, the slow files first (tests/scheduling.py says why and how);
+# APPLIANCE_TEST_WORKERS=0 runs in one process.
+workers=(-n "${APPLIANCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 
 if [[ "${1:-}" == "--quick" ]]; then
   # Needs only `pip install -e '.[test]'` in $VENV: installs nothing, starts nothing. The `engine` marker is derived
@@ -16,7 +19,7 @@ if [[ "${1:-}" == "--quick" ]]; then
   shift
   "$VENV/bin/ruff" check appliance tests benchmarks tooling
   quick=(-m "not engine and not docker and not rehearsal and not gpu_stack_install")
-  exec "$VENV/bin/python" -m pytest -ra "${quick[@]}" "$@"
+  exec "$VENV/bin/python" -m pytest -ra "${workers[@]}" "${quick[@]}" "$@"
 fi
 
 # Free disk, checked first: the offline bundle test writes ~9 GB (the bundle, docker save's scratch, what apply
@@ -89,4 +92,4 @@ if ((${#leave_out[@]})); then
   for marker in "${leave_out[@]:1}"; do expr+=" and not $marker"; done
   set -- -m "$expr" "$@"
 fi
-"$VENV/bin/python" -m pytest -ra "$@"
+"$VENV/bin/python" -m pytest -ra "${workers[@]}" "$@"

@@ -5,11 +5,13 @@ empty (and nothing asserts it is not) or behind an `if` whose other branch check
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
+
 TEST_DIRS = (ROOT / "tests", ROOT / "tooling" / "tests")
 
 
@@ -25,10 +27,6 @@ class Place:
     @property
     def key(self) -> str:
         return f"{self.path}::{self.name}"
-
-
-Weak = Place
-"""A test function none of whose paths surely reaches a check."""
 
 
 def _is_raises(expr: ast.expr) -> bool:
@@ -71,22 +69,90 @@ def _non_empty_literal(node: ast.expr) -> bool:
     return False
 
 
-def _iterated(node: ast.expr) -> set[str]:
-    """What an assert may name to say a loop's input is not empty: the input, or what `range(n)`, `x.items()`,
-    `enumerate(x)`, `sorted(x)` or `list(x)` walks."""
-    names = {ast.unparse(node)}
-    if isinstance(node, ast.Call):
-        func = node.func
-        if isinstance(func, ast.Name) and func.id in {"range", "enumerate", "sorted", "list", "reversed"} \
-                and len(node.args) == 1:
-            names.add(ast.unparse(node.args[0]))
-        if isinstance(func, ast.Attribute) and func.attr in {"items", "keys", "values"} and not node.args:
-            names.add(ast.unparse(func.value))
-    return names
+_WRAPPERS = frozenset({"len", "list", "sorted", "set", "tuple", "reversed", "enumerate"})
+"""Calls of one argument that are empty (or zero) exactly when their argument is."""
+
+
+def _subject(node: ast.expr) -> str:
+    """The expression whose emptiness `node` shows: `x` for `x`, `len(x)`, `sorted(x)`, `x.items()`,
+    `[f(e) for e in x]`."""
+    while True:
+        if isinstance(node, ast.Call) and not node.keywords and len(node.args) == 1 and \
+                isinstance(node.func, ast.Name) and node.func.id in _WRAPPERS:
+            node = node.args[0]
+        elif isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in {"items", "keys", "values"}:
+            node = node.func.value
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp) and len(node.generators) == 1 and \
+                not node.generators[0].ifs:
+            node = node.generators[0].iter  # `[r.x for r in rows]` is empty exactly when `rows` is
+        else:
+            return ast.unparse(node)
+
+
+def _iterated(node: ast.expr) -> str:
+    """What an assert must show is not empty for a loop over `node` to run: the input itself, what `enumerate(x)`,
+    `sorted(x)`, `list(x)` or `x.items()` walks, or the count `n` of `range(n)`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" and \
+            len(node.args) == 1:
+        return _subject(node.args[0])
+    return _subject(node)
+
+
+def _empty_literal(node: ast.expr) -> bool:
+    return (isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict) and not _elements(node)) or \
+        (isinstance(node, ast.Constant) and node.value in ("", b"", 0))
+
+
+def _elements(node: ast.List | ast.Tuple | ast.Set | ast.Dict) -> list[ast.expr | None]:
+    return list(node.keys) if isinstance(node, ast.Dict) else list(node.elts)
+
+
+def _filled_literal(node: ast.expr) -> bool:
+    """A literal that is not empty whatever its starred parts hold: `[1, *rest]`, `{"a": 1}`, `"text"`."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict):
+        return any(e is not None and not isinstance(e, ast.Starred) for e in _elements(node))
+    return isinstance(node, ast.Constant) and isinstance(node.value, str | bytes) and bool(node.value)
+
+
+_FLIPPED = {ast.Gt: ast.Lt, ast.GtE: ast.LtE, ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Eq: ast.Eq, ast.NotEq: ast.NotEq}
+
+
+def _shows_filled(op: ast.cmpop, other: ast.expr) -> bool:
+    """Whether `x <op> other` holding means `x` (a collection or a count) is not empty (not zero)."""
+    if isinstance(op, ast.Eq) and _filled_literal(other):
+        return True
+    if isinstance(op, ast.NotEq) and _empty_literal(other):
+        return True
+    if not (isinstance(other, ast.Constant) and type(other.value) is int):
+        return False
+    n = other.value
+    return (isinstance(op, ast.Gt) and n >= 0) or (isinstance(op, ast.GtE | ast.Eq) and n >= 1)
+
+
+def _non_empty(test: ast.expr) -> set[str]:
+    """The expressions an assert of `test` shows are not empty: `assert x`, `assert len(x) > 0` (or `>= n`, `== n`,
+    n > 0), `assert x == [a, b]`, `assert x != []`, each part of an `and`. A mere mention (`assert "ok" in x`,
+    `assert isinstance(x, list)`) shows nothing."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return set().union(*(_non_empty(v) for v in test.values))
+    if isinstance(test, ast.Compare):
+        if len(test.ops) != 1:
+            return set()
+        left, op, right = test.left, test.ops[0], test.comparators[0]
+        shown = set()
+        if _shows_filled(op, right):
+            shown.add(_subject(left))
+        if type(op) in _FLIPPED and _shows_filled(_FLIPPED[type(op)](), left):
+            shown.add(_subject(right))
+        return shown
+    if isinstance(test, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+        return {_subject(test)}
+    return set()
 
 
 class _Paths:
-    """Whether running a block surely reaches a check, given what the block's earlier asserts already named."""
+    """Whether running a block surely reaches a check, given what the block's earlier asserts showed is not empty."""
 
     def __init__(self, checkers: frozenset[str]) -> None:
         self.checkers = checkers
@@ -97,7 +163,7 @@ class _Paths:
             if self.stmt(stmt, asserted):
                 return True
             if isinstance(stmt, ast.Assert):
-                asserted.add(ast.unparse(stmt.test))
+                asserted |= _non_empty(stmt.test)
         return False
 
     def stmt(self, stmt: ast.stmt, asserted: set[str]) -> bool:
@@ -108,8 +174,7 @@ class _Paths:
         if isinstance(stmt, ast.If):
             return self.block(stmt.body, asserted) and self.block(stmt.orelse, asserted)
         if isinstance(stmt, ast.For | ast.AsyncFor):
-            known = _non_empty_literal(stmt.iter) or any(name in text for name in _iterated(stmt.iter)
-                                                         for text in asserted)
+            known = _non_empty_literal(stmt.iter) or _iterated(stmt.iter) in asserted
             return known and self.block(stmt.body, asserted)
         if isinstance(stmt, ast.Try):
             return self.block(stmt.body, asserted) or self.block(stmt.finalbody, asserted)
@@ -129,8 +194,17 @@ def _functions(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunction
             yield from (n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
 
 
-def weak_in_source(source: str, path: str) -> list[Weak]:
-    tree = ast.parse(source)
+@functools.cache
+def parsed(file: Path) -> ast.Module:
+    """One parse per file and session: this scan and tests/engine_uses.py read the same test files."""
+    return ast.parse(file.read_text(), filename=str(file))
+
+
+def weak_in_source(source: str, path: str) -> list[Place]:
+    return weak_in_tree(ast.parse(source), path)
+
+
+def weak_in_tree(tree: ast.Module, path: str) -> list[Place]:
     funcs = list(_functions(tree))
     # Helpers that check on every path count as a check where a test calls them (found to a fixed point).
     checkers: frozenset[str] = frozenset()
@@ -141,13 +215,13 @@ def weak_in_source(source: str, path: str) -> list[Weak]:
             break
         checkers = found
     paths = _Paths(checkers)
-    return [Weak(path, f.name, f.lineno) for f in funcs
+    return [Place(path, f.name, f.lineno) for f in funcs
             if f.name.startswith("test") and _has_assert(f) and not paths.block(f.body, set())]
 
 
-def weak_tests(dirs: Sequence[Path] = TEST_DIRS) -> list[Weak]:
-    found: list[Weak] = []
+def weak_tests(dirs: Sequence[Path] = TEST_DIRS) -> list[Place]:
+    found: list[Place] = []
     for folder in dirs:
         for file in sorted(folder.rglob("test_*.py")):
-            found += weak_in_source(file.read_text(), str(file.relative_to(ROOT)))
+            found += weak_in_tree(parsed(file), str(file.relative_to(ROOT)))
     return found

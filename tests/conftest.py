@@ -6,19 +6,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
-from tests import hypothesis_profiles, orphans, ports
+from tests import hypothesis_profiles, orphans, ports, scheduling
+
+if TYPE_CHECKING:
+    from xdist.workermanage import WorkerController
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -149,6 +155,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if needs_engine(item) and item.get_closest_marker("engine") is None:
             item.add_marker(pytest.mark.engine)
+    scheduling.group_and_order(items)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:  # xdist, in the controller
+    return scheduling.FileUnits(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: WorkerController) -> None:  # xdist, in the controller, once per worker
+    """Every worker gets the same folder for the serial tests' locks (tests/scheduling.py)."""
+    config = node.config
+    if not hasattr(config, "_appliance_serial_lock"):
+        config._appliance_serial_lock = tempfile.mkdtemp(prefix="appliance-test-serial-")
+    node.workerinput[scheduling.LOCK_KEY] = config._appliance_serial_lock
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "_appliance_serial_lock"):
+        shutil.rmtree(config._appliance_serial_lock, ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """A `serial` test runs with no other worker's test beside it (tests/scheduling.py)."""
+    lock = getattr(item.config, "workerinput", {}).get(scheduling.LOCK_KEY)
+    with scheduling.turn(Path(lock) if lock else None, serial=item.get_closest_marker("serial") is not None):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

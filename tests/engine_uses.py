@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.assert_paths import Place as Use
+from tests.assert_paths import Place, parsed
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 OTHER_TIERS = frozenset({"rehearsal", "gpu_stack_install", "docker"})
 """Hand-kept markers of the tiers --quick leaves out too: a test carrying one does not run without its tools."""
 ENGINE_CALLS = frozenset({"start_serve", "parse_serve_argv", "prepare_smoke_model", "channel_facts"})
@@ -29,26 +29,26 @@ def _callee(call: ast.Call) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
-def _bin(expr: ast.expr, program: str) -> bool:
-    """`BIN / program`, maybe inside `str(...)`: tests/conftest.py BIN is this environment's bin folder (other
+def _bin(node: ast.AST, program: str) -> bool:
+    """`BIN / program` (this node only): tests/conftest.py BIN is this environment's bin folder (other
     `... / "vllm"` paths are test doubles a test writes)."""
-    for node in ast.walk(expr):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Name) \
-                and node.left.id == "BIN" and isinstance(node.right, ast.Constant) and node.right.value == program:
-            return True
-    return False
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Name) \
+        and node.left.id == "BIN" and isinstance(node.right, ast.Constant) and node.right.value == program
 
 
 def _direct_use(func: Func) -> bool:
+    # Each check looks at one node (ast.walk brings every node of the function), so the scan stays linear.
     for node in ast.walk(func):
         if isinstance(node, ast.Call) and _callee(node) in ENGINE_CALLS:
             return True
         if _bin(node, "vllm"):
             return True  # tests/conftest.py BIN: this environment's engine (other `.../"vllm"` are test doubles)
         if isinstance(node, ast.List) and any(isinstance(e, ast.Constant) and e.value == "run" for e in node.elts) \
-                and any(_bin(e, "appliance") for e in node.elts) \
+                and any(_bin(n, "appliance") for e in node.elts for n in ast.walk(e)) \
                 and not any(isinstance(e, ast.Constant) and e.value == "--dry-run" for e in node.elts):
-            return True  # `appliance run` serves: supervisord starts the engine (`--dry-run` starts none)
+            # `appliance run` serves (its element may be `str(BIN / "appliance")`, hence the walk): supervisord
+            # starts the engine (`--dry-run` starts none)
+            return True
         if isinstance(node, ast.Call) and _callee(node) == "find_spec" and any(
                 isinstance(a, ast.Constant) and a.value == "vllm" for a in node.args):
             return True
@@ -100,11 +100,14 @@ class Module:
 
     @classmethod
     def parse(cls, file: Path) -> Module:
-        return cls.from_source(str(file.relative_to(ROOT)), file.read_text())
+        return cls.from_tree(str(file.relative_to(ROOT)), parsed(file))
 
     @classmethod
     def from_source(cls, path: str, source: str) -> Module:
-        tree = ast.parse(source)
+        return cls.from_tree(path, ast.parse(source))
+
+    @classmethod
+    def from_tree(cls, path: str, tree: ast.Module) -> Module:
         module = cls(path, tree)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -135,10 +138,10 @@ def _params(func: Func) -> set[str]:
     return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
 
 
-def unmarked_engine_uses(modules: list[Module], shared: list[Module], engine_fixtures: frozenset[str]) -> list[Use]:
+def unmarked_engine_uses(modules: list[Module], shared: list[Module], engine_fixtures: frozenset[str]) -> list[Place]:
     """Tests and fixtures of `modules` that reach the engine but ask for no fixture that leads to an engine fixture
     (`shared`: the conftests whose fixtures those modules see)."""
-    found: list[Use] = []
+    found: list[Place] = []
     for module in modules:
         visible = {name: f for m in shared for name, f in m.fixtures().items()} | module.fixtures()
         engine = set(engine_fixtures)
@@ -161,7 +164,7 @@ def unmarked_engine_uses(modules: list[Module], shared: list[Module], engine_fix
             asks = _params(func) | module_wide | _usefixtures(func.decorator_list) \
                 | _usefixtures(module.classes.get(func.name, []))
             if not asks & engine:
-                found.append(Use(module.path, func.name, func.lineno))
+                found.append(Place(module.path, func.name, func.lineno))
     return found
 
 

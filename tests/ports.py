@@ -80,7 +80,12 @@ def _lock(port: int) -> IO[str] | None:
     return f
 
 
-def _bindable(port: int) -> bool:
+def handed_out(port: int) -> bool:
+    """Whether this process has handed the port out already (it never will again, even once released)."""
+    return port in _handed
+
+
+def bindable(port: int) -> bool:
     """Nothing bound to the port on any IPv4 address (no SO_REUSEADDR: a TIME_WAIT remnant counts too)."""
     with socket.socket() as s:
         try:
@@ -101,7 +106,7 @@ def reserve(span: int = 1, candidates: Iterable[int] | None = None) -> int:
         files: list[IO[str]] = []
         for port in block:
             f = _lock(port)
-            if f is None or not _bindable(port):
+            if f is None or not bindable(port):
                 if f is not None:
                     f.close()
                 break

@@ -3,9 +3,10 @@ loop over an input nothing says is not empty, or behind an `if` today's data hap
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
-from tests.assert_paths import weak_in_source, weak_tests
+from tests.assert_paths import _iterated, _non_empty, weak_in_source, weak_tests
 
 ALLOWED = {
     "tooling/tests/test_channel_rehearsal.py::test_the_channel_installs_matches_its_committed_facts_parses_its_profiles"
@@ -83,3 +84,18 @@ def test_the_scan_tells_a_checked_loop_from_an_unchecked_one() -> None:
             x.run()
     ''')
     assert [w.name for w in weak_in_source(source, "probe.py")] == ["test_loop_over_maybe_empty", "test_if_only"]
+
+
+def test_only_an_assert_that_the_input_is_filled_vouches_for_a_loop_not_one_that_mentions_it() -> None:
+    def vouches(check: str, loop_input: str) -> bool:
+        return _iterated(ast.parse(loop_input, mode="eval").body) in _non_empty(ast.parse(check, mode="eval").body)
+
+    mentions = [('"ok" in output_text', "out"), ("isinstance(items, list)", "items"), ("not items", "items"),
+                ("len(items) >= 0", "items"), ("rows.ok", "rows"), ("items == []", "items"),
+                ("len(items) == len(other)", "items"), ("ok or rows", "rows"), ("n >= 0", "range(n)")]
+    assert [pair for pair in mentions if vouches(*pair)] == []
+    fills = [("items", "items"), ("len(items) >= 1", "sorted(items)"), ("0 < len(items)", "items"),
+             ('sorted(d) == ["a", "b"]', "d.items()"), ("ok and rows", "enumerate(rows)"),
+             ('[r.verdict for r in reports] == ["pass"]', "reports"), ("self.rows != []", "self.rows"),
+             ("n >= 1", "range(n)"), ("len(xs) == 2", "range(len(xs))")]
+    assert [pair for pair in fills if not vouches(*pair)] == []

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.canary.checks import Finding, RoundResult
-from appliance.canary.ladder import RungPlan, rung, validate_rung
+from appliance.canary.ladder import RungPlan, last_index, rung, validate_rung
 from appliance.canary.traffic import QUIET_LOOK_S, Look, Traffic
 from appliance.canary.watch import Ladder, Watch
 from appliance.errors import ApplianceError
@@ -169,16 +169,34 @@ def test_the_state_survives_a_restart_of_the_watch(tmp_path: Path) -> None:
 
 
 def test_a_rung_is_validated_by_the_profile_model_and_the_rules() -> None:
-    ok = validate_rung("cpu-smoke-canary", [], [], RungPlan(1, "no-prefix-caching", ["cache.prefix_caching=false"]))
+    base = load_profile("cpu-smoke-canary")
+    ok = validate_rung(base, RungPlan(1, "no-prefix-caching", ["cache.prefix_caching=false"]))
     assert ok == {"cache.prefix_caching": "false"}
     with pytest.raises(ApplianceError, match="max_num_seqs"):
-        validate_rung("cpu-smoke-canary", [], [], RungPlan(1, "bad", ["limits.max_num_seqs=0"]))
+        validate_rung(base, RungPlan(1, "bad", ["limits.max_num_seqs=0"]))
 
 
 def test_a_rung_outweighed_by_a_command_line_set_is_not_taken() -> None:
     with pytest.raises(ApplianceError, match="pinned by --set on the command line"):
-        validate_rung("cpu-smoke-canary", [], ["cache.prefix_caching=true"],
+        validate_rung(load_profile("cpu-smoke-canary", cli_overrides=["cache.prefix_caching=true"]),
                       RungPlan(1, "no-prefix-caching", ["cache.prefix_caching=false"]))
+
+
+def test_a_rung_goes_on_the_profile_the_serve_runs_and_comes_out_the_same_on_an_earlier_rung() -> None:
+    """The ladder loads no YAML: the rung's sets go on top of launch.json's profile (here, as loaded). They are
+    cumulative assignments, so rung 2 on rung 1's profile is rung 2 on rung 0's, origins and digest alike."""
+    from appliance.canary.ladder import load_rung
+
+    base = load_profile("cpu-smoke-canary", env_overrides=["limits.max_num_seqs=3"])
+    canary = base.profile.canary
+    assert canary is not None and last_index(canary) >= 1
+    first = load_rung(base, rung(canary, 1))
+    assert first.profile != base.profile and first.profile.limits.max_num_seqs == 3
+    assert first.origin("limits.max_num_seqs") == "env:APPLIANCE_SET"
+    key = rung(canary, 1).sets[0].partition("=")[0]
+    assert first.origin(key) == f"canary:step_down.{rung(canary, 1).name}"
+    top = last_index(canary)
+    assert load_rung(first, rung(canary, top)).digest == load_rung(base, rung(canary, top)).digest
 
 
 def test_a_rung_may_only_change_engine_safety_sections() -> None:
@@ -194,7 +212,7 @@ def test_every_shipped_ladder_rung_passes_the_rules() -> None:
     for name in list_profiles():
         canary = load_profile(name).profile.canary
         for index in range(1, last_index(canary) + 1 if canary else 1):
-            validate_rung(name, [], [], rung(canary, index))
+            validate_rung(load_profile(name), rung(canary, index))
             checked += 1
     assert checked >= 1
 

@@ -144,9 +144,9 @@ def test_gb10_tp2_on_upstream_is_exit_2_naming_k4_until_prefix_caching_is_off(
                              "cache.prefix_caching=false")
     assert code == 0 and "K4" not in out + err
     # The named acknowledgement lets it start, said as a warning every time.
-    code, out, _ = run_cli(capsys, "validate", "gb10-tp2", "--set", f"engine.channel={UPSTREAM}", "--set",
+    code, _, err = run_cli(capsys, "validate", "gb10-tp2", "--set", f"engine.channel={UPSTREAM}", "--set",
                            "engine.accept_unguarded_prefix_cache=true")
-    assert code == 0 and "WARNING K4 cache.prefix_caching=True" in out and "acknowledgement" in out
+    assert code == 0 and "WARNING K4 cache.prefix_caching=True" in err and "acknowledgement" in err
 
 
 def test_an_explicit_guard_value_on_a_channel_without_the_guard_is_refused() -> None:

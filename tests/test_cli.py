@@ -25,7 +25,7 @@ def test_validate_invalid_profile_exits_2_listing_every_finding_with_rule_ids() 
 
 def test_validate_with_warnings_only_exits_0() -> None:
     r = run("validate", "gb10-tp2", "--set", "cache.guard=0")
-    assert r.returncode == 0 and "WARNING K4" in r.stdout
+    assert r.returncode == 0 and "WARNING K4" in r.stderr
 
 
 @pytest.mark.parametrize("args,needle", [

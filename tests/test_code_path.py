@@ -16,7 +16,7 @@ from appliance.health.context import HealthContext, lock_versions
 from appliance.health.engine import EngineSample
 from appliance.health.expect import Judge
 from appliance.health.predicates import holds
-from appliance.health.provable import unprovable_fact
+from appliance.health.provable import unprovable_fact, unprovable_on
 from appliance.health.scan import scan_file
 from appliance.health.state import StateMachine
 from appliance.health.table import Expectation, LogTable, load_table
@@ -34,9 +34,10 @@ OUTSIDE = {o.pattern for o in load_sources().printed_outside}
 
 def waits_on_unprinted(expectations: list[Expectation], table: LogTable, facts: EngineFacts) -> list[str]:
     """The path check: every expectation given that waits for a fact no line on the channel's DeepSeek-V4 path
-    sets (each fact read through every pattern that produces it)."""
-    return [f"{facts.channel}: {e.id} waits for {name}" for e in expectations for name in dict.fromkeys(e.required())
-            if unprovable_fact(table, facts, name, OUTSIDE)]
+    sets (each fact read through every pattern that produces it; of `present_any`, when none of its alternatives
+    is set), through the judge's own check (appliance/health/provable.py)."""
+    return [f"{facts.channel}: {e.id} waits for {np.fact}" for e in expectations
+            if (np := unprovable_on(e, table, facts, OUTSIDE))]
 
 
 def deepseek_profiles_by_channel() -> dict[str, list[str]]:
@@ -90,6 +91,30 @@ def test_the_check_fails_an_expectation_that_waits_for_an_unreached_line() -> No
     data["code_path"]["runner-v2"] = {"reached": False, "sites": [], "why": "a double: no worker prints it"}
     doctored = EngineFacts.from_json(data)
     assert waits_on_unprinted([by_id["runner-v2"]], TABLE, doctored) == [f"{UPSTREAM}: runner-v2 waits for runner_v2"]
+
+
+def test_one_reached_alternative_of_present_any_is_enough_and_the_judge_takes_it_when_printed() -> None:
+    """`model-loaded` wants model_load_seconds OR weights_load_seconds: with one alternative off the path it is still
+    provable (and judged passed once the other line is there); only with both off is it not provable."""
+    by_id = {e.id: e for e in TABLE.expectations}
+    loaded = by_id["model-loaded"]
+    assert len(loaded.present_any) == 2 and not loaded.needed_each()
+    data = json.loads(facts_path(UPSTREAM).read_text())
+
+    def off(*facts: str) -> EngineFacts:
+        doctored = json.loads(json.dumps(data))
+        producers = [p.id for p in TABLE.facts if set(p.produces()) & set(facts)]
+        assert producers
+        for pid in producers:
+            doctored["code_path"][pid] = {"reached": False, "sites": [], "why": "a double: off the path"}
+        return EngineFacts.from_json(doctored)
+
+    first, second = loaded.present_any
+    assert unprovable_on(loaded, TABLE, off(first), OUTSIDE) is None
+    assert waits_on_unprinted([loaded], TABLE, off(first)) == []
+    both = unprovable_on(loaded, TABLE, off(first, second), OUTSIDE)
+    assert both is not None and both.fact == first and both.expectation == "model-loaded"
+    assert loaded.seen_in({second}) and loaded.seen_in({first}) and not loaded.seen_in(set())
 
 
 def test_the_upstream_path_reaches_the_runner_kv_and_readiness_lines_and_not_the_selector() -> None:
@@ -194,6 +219,7 @@ def test_config_and_doctor_say_which_expectations_the_channel_cannot_prove(capsy
     assert json.loads(capsys.readouterr().out)["not_provable"] == []
 
 
+@pytest.mark.usefixtures("vllm_engine")  # overlay-check reads the installed engine's site-packages
 def test_the_image_builds_overlay_check_rechecks_each_fork_hop_against_the_engine_it_is_given() -> None:
     """overlay-check's code_path step, run here against the 0.32.0 source (standing in for a fork build): the hops
     that exist there hold, the fork's own SM120 decode file does not, and the check names it."""

@@ -4,12 +4,31 @@ tests prove the other half: nothing reaches the engine around those fixtures, so
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
 
 from tests import engine_uses
-from tests.conftest import ENGINE_FIXTURES, needs_engine
+from tests.conftest import ENGINE_FIXTURES, ROOT, needs_engine
+
+pytest_plugins = ["pytester"]
+
+
+def _quick_markexpr() -> str:
+    """The `-m` expression scripts/test.sh --quick runs pytest with."""
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    found = re.findall(r'^\s*quick=\(-m "([^"]*)"\)$', script, re.MULTILINE)
+    assert len(found) == 1, f"scripts/test.sh should set quick=(-m \"...\") once; found {found}"
+    return found[0]
+
+
+def test_the_quick_tier_leaves_out_exactly_the_engine_and_the_other_tiers_the_scan_skips() -> None:
+    """engine_uses.OTHER_TIERS is what the engine-use scan lets pass as left out of --quick anyway; a tier added to
+    one of the two but not the other would let an engine use through, or run a tier --quick means to skip."""
+    words = _quick_markexpr().split(" and ")
+    assert all(re.fullmatch(r"not \w+", w) for w in words), f"--quick's -m is not a plain `not a and not b`: {words}"
+    assert {w.removeprefix("not ") for w in words} == {"engine"} | engine_uses.OTHER_TIERS
 
 
 def test_no_test_or_fixture_reaches_the_engine_without_an_engine_fixture() -> None:
@@ -26,7 +45,7 @@ def test_no_test_or_fixture_reaches_the_engine_without_an_engine_fixture() -> No
 
 def _scan(source: str) -> list[str]:
     module = engine_uses.Module.from_source("tests/probe.py", textwrap.dedent(source))
-    conftest = engine_uses.Module.parse(engine_uses.ROOT / "tests" / "conftest.py")
+    conftest = engine_uses.Module.parse(ROOT / "tests" / "conftest.py")
     return [u.name for u in engine_uses.unmarked_engine_uses([module], [conftest], ENGINE_FIXTURES)]
 
 
@@ -84,6 +103,52 @@ def test_the_scan_finds_each_way_of_reaching_the_engine_and_accepts_each_way_of_
 def test_the_hook_marks_a_test_whose_fixture_closure_holds_an_engine_fixture(request: pytest.FixtureRequest) -> None:
     assert not needs_engine(request.node)
     assert request.node.get_closest_marker("engine") is None
+    # Sees engine tests only in a session that collected and kept them (the full suite); under `-m "not engine"`
+    # they are already deselected, which the test below covers with a suite of its own.
     engine_tests = [item for item in request.session.items if needs_engine(item)]
     assert all(item.get_closest_marker("engine") for item in engine_tests)
     assert {"vllm_engine"} == ENGINE_FIXTURES
+
+
+def test_not_engine_deselects_every_test_whose_fixtures_lead_to_the_engine(pytester: pytest.Pytester) -> None:
+    """The real hook and engine fixtures on a small suite, collected with scripts/test.sh --quick's `-m`: what it
+    deselects is exactly the tests that ask for the engine (directly, through a fixture, or with usefixtures), each
+    marked."""
+    pytester.makeconftest("from tests.conftest import pytest_collection_modifyitems, smoke_model_dir, vllm_engine"
+                          "  # noqa: F401")
+    pytester.makepyfile(test_probe='''
+        import pytest
+
+        @pytest.fixture
+        def a_serve(smoke_model_dir):
+            return smoke_model_dir
+
+        def test_asks_directly(vllm_engine):
+            pass
+
+        def test_asks_through_the_smoke_model(smoke_model_dir):
+            pass
+
+        def test_asks_through_a_fixture_of_its_module(a_serve):
+            pass
+
+        @pytest.mark.usefixtures("vllm_engine")
+        def test_asks_with_usefixtures():
+            pass
+
+        class TestInAClass:
+            def test_asks_in_a_class(self, vllm_engine):
+                pass
+
+        def test_needs_no_engine(tmp_path):
+            pass
+    ''')
+    engine = ["test_asks_directly", "test_asks_through_the_smoke_model", "test_asks_through_a_fixture_of_its_module",
+              "test_asks_with_usefixtures", "test_asks_in_a_class"]
+    quick = pytester.inline_run("--collect-only", "-p", "no:cacheprovider", "-m", _quick_markexpr())
+    deselected = [item for call in quick.getcalls("pytest_deselected") for item in call.items]
+    assert [item.name for item in deselected] == engine
+    assert all(item.get_closest_marker("engine") for item in deselected)
+    kept = quick.getcall("pytest_collection_finish").session.items
+    assert [item.name for item in kept] == ["test_needs_no_engine"]
+    assert kept[0].get_closest_marker("engine") is None

@@ -163,6 +163,21 @@ def test_without_a_profile_the_gate_asks_the_serves_exporter_which_one_it_runs(r
     assert r["selected"] == ["structured"] and r["verdict"] == "pass"
 
 
+def test_checks_of_which_none_applies_measure_nothing_and_say_so_never_pass(ready: Serve, tmp_path: Path):
+    """cpu-smoke names no reasoning parser: `--checks reasoning` runs nothing, which used to be written "pass"."""
+    out = tmp_path / "receipt"
+    done = subprocess.run(gate_cmd(ready, out, "--checks", "reasoning"), env=ready.env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "NOTHING MEASURED" in done.stdout and "pass" not in done.stdout.lower().split("receipt")[0]
+    assert "--checks reasoning: none of them applies to profile cpu-smoke" in done.stderr
+    assert "fix: choose checks that apply" in done.stderr and "Traceback" not in done.stderr
+    r = load(out / "receipt.json")
+    assert r["verdict"] == "nothing_measured" and r["complete"]
+    assert [(c["name"], c["status"]) for c in r["checks"]] == [("reasoning", "not_applicable")]
+    assert "NOTHING MEASURED" in (out / "summary.md").read_text()
+
+
 def test_llama_benchy_gets_the_api_key_from_the_environment_never_a_command_line(smoke_model_dir: Path,
                                                                                 tmp_path: Path) -> None:
     """The real llama-benchy, started as the gate starts it, against a recorder standing in for a keyed serve:

@@ -208,6 +208,18 @@ def test_failed_checks_or_a_failing_serve_log_fail_the_verdict_and_interruption_
     assert verdict([ok], True, Engagement(available=True, verdict="pass", fatal=[FatalHit(id="engine-dead")])) == "fail"
 
 
+def test_a_gate_whose_checks_all_do_not_apply_measured_nothing_and_is_no_pass(tmp_path):
+    na = Check(name="reasoning", status="not_applicable", summary="no parser")
+    assert verdict([na], True) == "nothing_measured" and verdict([], True) == "nothing_measured"
+    assert verdict([na, Check(name="structured", status="pass", summary="")], True) == "pass"
+    assert verdict([na], True, Engagement(available=True, verdict="fail", fatal=[])) == "fail"  # the log still fails
+    assert verdict([na], False) == "incomplete"
+    r = finalize(with_check(_receipt(), CheckResult("reasoning", "not_applicable", "no parser")), complete=True,
+                 finished_at="t2", duration_s=1.0)
+    assert load(write(r, tmp_path)).verdict == "nothing_measured"  # the typed reader takes it back
+    assert "— NOTHING MEASURED" in (tmp_path / "summary.md").read_text()
+
+
 def test_loading_something_that_is_not_a_receipt_is_bad_input(tmp_path):
     (tmp_path / "x.json").write_text("[1]")
     with pytest.raises(ApplianceError, match="not a gate receipt"):

@@ -151,6 +151,25 @@ def test_the_gate_clients_end_a_trickling_endless_or_huge_reply_at_their_deadlin
     assert time.monotonic() - began < 5
 
 
+def test_a_trickle_slower_than_the_read_timeout_is_the_same_bounded_failure(serve: HostileServer) -> None:
+    """A byte every 0.2 s against a 0.1 s read timeout: httpx's ReadTimeout fires before the deadline check, which
+    on a loaded machine is what happens at 0.5 s too (the CI failure "ReadTimeout: timed out"); one message."""
+    from appliance.health.engine import EngineProbe
+    from appliance.health.peers import PeerWatch
+
+    serve.modes = {"/health": "trickle", "/status": "trickle"}
+    with time_limit(LIMIT_S):
+        sample = EngineProbe(serve.url, timeout=0.1).sample()
+    assert not sample.healthy and "no complete reply within 0.1 s" in (sample.error or ""), sample.error
+    watch = PeerWatch({1: serve.url}, {"nccl_version": "K15"}, clock=time.monotonic, timeout=0.1)
+    try:
+        with time_limit(LIMIT_S):
+            view = watch.check({}).peers[0]
+    finally:
+        watch.close()
+    assert view.error and "no complete reply within 0.1 s" in view.error, view.error
+
+
 def test_the_exporters_engine_probe_and_peer_watch_end_a_trickle_at_their_timeout(serve: HostileServer) -> None:
     from appliance.health.engine import EngineProbe
     from appliance.health.peers import PeerWatch

@@ -55,6 +55,7 @@ def events(url: str) -> list[dict]:
     return list(memory.get("events") or [])
 
 
+@pytest.mark.serial  # its thresholds are MemAvailable read at the start: a serve starting beside it would move them
 def test_a_memory_hog_stops_the_engine_before_its_bound_and_the_serve_returns_when_it_exits(
         smoke_model_dir: Path, tmp_path: Path) -> None:
     base = mem_available_gib(Path("/proc"))

@@ -211,8 +211,9 @@ def step_down(profile: str, run_dir: Path, home: Path, *sets: str) -> Launch:
     """What the canary's ladder does to take a rung: the launch resolved again in this process, with the rung."""
     from appliance.canary.ladder import RungPlan, load_rung
     from appliance.run.launch import relaunch
+    from appliance.run.launch_profile import serving_profile
 
-    loaded = load_rung(profile, [], [], RungPlan(1, "rung", list(sets)))
+    loaded = load_rung(serving_profile(run_dir / "launch.json")[0], RungPlan(1, "rung", list(sets)))
     return relaunch(loaded, run_dir / "launch.json", load_settings(), home, lambda line: None)
 
 
@@ -250,6 +251,7 @@ def test_the_ladder_takes_a_rung_without_re_entering_the_cli(tmp_path: Path, mon
     supervisorctl here is a stand-in (this unit test starts no supervisord; tests/test_canary_ladder_engine.py takes
     a rung under the real one). Against the old ladder it sees `python -m appliance run --dry-run` first."""
     from appliance.canary.ladder import RungPlan, restart_with
+    from appliance.run.launch_profile import serving_profile
 
     run, home = tmp_path / "run", tmp_path / "home"
     monkeypatch.setenv("APPLIANCE_HOME", str(home))
@@ -261,8 +263,8 @@ def test_the_ladder_takes_a_rung_without_re_entering_the_cli(tmp_path: Path, mon
         return subprocess.CompletedProcess(argv, 0, "vllm: stopped\nvllm: started\n", "")
 
     monkeypatch.setattr(subprocess, "run", supervisorctl_stand_in)
-    out = restart_with(RungPlan(1, "no-prefix-caching", ["cache.prefix_caching=false"]), source="cpu-smoke",
-                       run_dir=run, env_overrides=[], cli_overrides=[])
+    base = serving_profile(run / "launch.json")[0]
+    out = restart_with(RungPlan(1, "no-prefix-caching", ["cache.prefix_caching=false"]), base=base, run_dir=run)
     monkeypatch.undo()
     assert [c[1:] for c in commands] == [["-c", str(run / "supervisord.conf"), "restart", "vllm"]]
     assert Path(commands[0][0]).name == "supervisorctl" and out.endswith("vllm: started")
@@ -346,3 +348,31 @@ def test_what_counts_as_loopback(host: str | None, loopback: bool) -> None:
     from appliance.run.exposure import is_loopback
 
     assert is_loopback(host) is loopback
+
+
+def test_the_canary_watch_is_told_only_the_run_folder_and_reads_profile_origins_and_url_from_launch_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 31: no program of a running serve loads the YAML. The watch's command names the run folder alone; the
+    profile, the origin of each value (a --set pin the ladder must respect) and the engine's URL come from
+    launch.json, and a run folder without one is a clean exit 2."""
+    from appliance.canary import watch
+    from appliance.run.launch_profile import serving_profile
+
+    run, home = tmp_path / "run", tmp_path / "home"
+    dry_run("cpu-smoke-canary", run, home, "--set", "cache.prefix_caching=true")
+    launch = read_launch(run / "launch.json")
+    argv = launch.programs["canary"].argv
+    assert argv[1:] == ["-m", "appliance.canary.watch", "--run-dir", str(run)]
+    assert launch.profile_origins["cache.prefix_caching"] == "cli:--set"
+    loaded, url = serving_profile(run / "launch.json")
+    assert loaded.origin("cache.prefix_caching") == "cli:--set" and loaded.digest == launch.profile_digest
+    assert url == launch.placement.engine_url and url is not None
+    assert json.loads((run / "launch.json").read_text())["profile"]["origins"] == launch.profile_origins
+
+    assert watch.main(["--run-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "launch.json" in err and "Traceback" not in err
+    plain = tmp_path / "plain"
+    dry_run("cpu-smoke", plain, home)
+    assert watch.main(["--run-dir", str(plain)]) == 0
+    assert "no enabled canary section" in capsys.readouterr().out

@@ -35,6 +35,16 @@ def locked_elsewhere(port: int) -> bool:
         return False
 
 
+def claimable(candidates: range, count: int) -> list[int]:
+    """`count` ports of `candidates` that reserve could hand out now: one process runs the whole suite, so the
+    ports earlier tests were handed stay refused to it, and a server an earlier test stopped can leave its port in
+    TIME_WAIT; a test that picked its ports blind failed on that (a CI run: "no 1 free consecutive port(s) in
+    28920-28921")."""
+    found = [p for p in candidates if not ports.handed_out(p) and not locked_elsewhere(p) and ports.bindable(p)]
+    assert len(found) >= count, f"fewer than {count} claimable ports in {candidates}: {found}"
+    return found[:count]
+
+
 def test_ports_lie_below_the_kernels_ephemeral_range_where_no_connection_takes_its_source_port():
     low, _ = ports.ephemeral_range()
     master = master_port()
@@ -53,8 +63,9 @@ def test_a_master_port_comes_with_its_rendezvous_fabric_and_model_sync_ports_res
 
 def test_a_port_another_test_process_holds_is_never_handed_out_until_that_process_ends():
     """Without the cross-process lock, both processes would hand out the same ports (each sees them free)."""
-    low = ports.candidate_range().stop - 40
-    child = subprocess.Popen([sys.executable, "-c", HOLD_ALL, str(ROOT), str(low), str(low + 8)],
+    top = ports.candidate_range().stop
+    low = claimable(range(top - 200, top - 100), 1)[0]
+    child = subprocess.Popen([sys.executable, "-c", HOLD_ALL, str(ROOT), str(low), str(low + 1)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdin is not None
     held = [int(p) for p in child.stdout.readline().split()]
@@ -70,8 +81,7 @@ def test_a_port_another_test_process_holds_is_never_handed_out_until_that_proces
 
 def test_a_port_something_listens_on_is_skipped_and_none_is_handed_out_twice():
     top = ports.candidate_range().stop
-    candidates = [p for p in range(top - 80, top - 60) if not locked_elsewhere(p)][:2]
-    busy, free = candidates
+    busy, free = claimable(range(top - 80, top - 60), 2)
     with socket.socket() as s:
         s.bind(("127.0.0.1", busy))
         s.listen()

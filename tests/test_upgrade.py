@@ -377,6 +377,23 @@ def test_a_crash_loop_a_fatal_engine_or_a_failed_exporter_is_decided_before_the_
     assert not r.ok and "failed because" in r.why
 
 
+def test_a_crash_loop_whose_runs_the_polls_missed_is_counted_from_the_log() -> None:
+    """One pid seen the whole time (each start died between two slow polls), but the exporter read three engine
+    starts in the log since the restart: a crash loop, decided while the serve is still up (its own crash guard
+    stops supervisord at five exits)."""
+    from appliance.upgrade.serve import CRASHES_TO_GIVE_UP, Expect, wait_ready
+
+    clock = Clock()
+    loop = looks(*[(st("starting", runs=4 + i), "STARTING", 200) for i in range(10)])
+    r = wait_ready(loop, Expect(NEW, "d", after_runs=4), 600, clock=clock, sleep=clock.sleep)
+    assert not r.ok and "crash loop" in r.why and r.restarts == CRASHES_TO_GIVE_UP and clock.t < 10
+    # One start since the restart, still loading: no crash loop, whatever the pids.
+    clock = Clock()
+    r = wait_ready(looks((st("loading", runs=5), "STARTING", 200)), Expect(NEW, "d", after_runs=4), 30,
+                   clock=clock, sleep=clock.sleep)
+    assert not r.ok and "not ready within 30 s" in r.why and r.restarts == 0
+
+
 def test_a_serve_that_hangs_is_decided_at_the_budget() -> None:
     from appliance.upgrade.serve import Expect, wait_ready
 
@@ -574,3 +591,134 @@ def test_a_qualification_record_with_its_per_step_seconds_reads_back(home: Path)
                                       "total": 456.3}})
     (rec,) = records("cpu-smoke")
     assert rec.kind == "qualify" and rec.data["seconds"]["total"] == 456.3
+
+
+def test_a_file_where_the_switch_locks_go_is_exit_2_naming_appliance_home(tmp_path: Path) -> None:
+    """The locks folder is made through the one folder maker: a file in its place is a clean refusal, no traceback."""
+    from appliance.upgrade.exclusive import one_switch
+
+    (tmp_path / "locks").write_text("not a folder")
+    with pytest.raises(ApplianceError, match="is not a directory") as caught, \
+            one_switch("cpu-smoke", "promote", home=tmp_path):
+        raise AssertionError("the body ran without its lock")
+    assert caught.value.field == "APPLIANCE_HOME" and "locks" in str(caught.value.value)
+
+
+def _promoted(profile: str, channel: str, sets: list[str]) -> Active:
+    """An active record as a finished promote leaves it: its decision's record says what it carried."""
+    from appliance.upgrade.history import new_record, write_record
+
+    folder = new_record(profile, "promote", channel)
+    write_record(folder, {"kind": "promote", "profile": profile, "outcome": "promoted",
+                          "to": {"channel": channel, "sets": sets}})
+    return Active(profile, channel, sets, folder.name, "t")
+
+
+def test_a_rollback_applies_only_what_the_promote_it_returns_to_carried(home: Path, tmp_path: Path) -> None:
+    """A tampered `previous` (here: an override added to it) was restarted on by rollback, with nothing tying it
+    to a promote that was qualified; the check runs before anything is switched (here: no serve runs at all)."""
+    first = _promoted("cpu-smoke", OLD, ["limits.max_num_seqs=4"])
+    second = _promoted("cpu-smoke", NEW, [])
+    run_dir = tmp_path / "run"
+    cases = {
+        "honest": first.to_json(),
+        "override added": {**first.to_json(), "set": ["limits.max_num_seqs=4", "model.trust_remote_code=true"]},
+        "channel changed": {**first.to_json(), "channel": NEW},
+        "decision unknown": {**first.to_json(), "decision": "../../elsewhere"},
+        "decision of another kind": {**first.to_json(), "decision": _qualified_folder()},
+    }
+    said = {}
+    for case, previous in cases.items():
+        write_active(Active("cpu-smoke", NEW, [], second.decision, "t", previous), "cpu-smoke")
+        before = (home / "upgrades" / "cpu-smoke" / "active.json").read_bytes()
+        out = cli("upgrade", "rollback", "cpu-smoke", "--run-dir", str(run_dir))
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (case, out.stderr)
+        assert (home / "upgrades" / "cpu-smoke" / "active.json").read_bytes() == before, case  # nothing switched
+        said[case] = out.stderr
+    assert "no serve runs in" in said["honest"]  # vouched for: it got as far as the serve
+    assert "is not what its promote" in said["override added"] and "model.trust_remote_code=true" in \
+        said["override added"]
+    assert "is not what its promote" in said["channel changed"]
+    assert "no record of that name" in said["decision unknown"]
+    assert "a qualify record" in said["decision of another kind"]
+    for case in ("override added", "channel changed", "decision unknown", "decision of another kind"):
+        assert "fix: put back the record" in said[case] and "no serve runs in" not in said[case], case
+
+
+def _qualified_folder() -> str:
+    from appliance.upgrade.history import new_record, write_record
+
+    folder = new_record("cpu-smoke", "qualify", OLD)
+    write_record(folder, {"kind": "qualify", "profile": "cpu-smoke", "verdict": "promote"})
+    return folder.name
+
+
+def test_a_hundred_promotions_leave_an_active_record_every_command_still_reads(home: Path) -> None:
+    """Each promotion nests `previous` one level deeper: uncut, the strict reader's depth bound refused the file
+    after about 60 promotions, and with it every command that loads the profile."""
+    from appliance.profile.active import ROLLBACK_DEPTH
+
+    active: Active | None = None
+    for n in range(100):
+        active = Active("cpu-smoke", (OLD, NEW)[n % 2], [f"limits.max_num_seqs={n % 8 + 1}"], f"d{n}", "t",
+                        active.to_json() if active else None)
+        write_active(active, "cpu-smoke")
+    read = read_active("cpu-smoke")
+    assert read is not None and read.decision == "d99" and load_profile("cpu-smoke").profile.engine.channel == NEW
+    chain, walked = read.previous, []
+    while chain:  # what rollback walks, newest first
+        walked.append(chain["decision"])
+        chain = chain["previous"]
+    assert walked == [f"d{n}" for n in range(98, 98 - ROLLBACK_DEPTH, -1)]
+
+
+def test_switching_back_that_fails_on_the_file_system_is_a_recorded_failure_not_a_traceback(home: Path,
+                                                                                          tmp_path: Path) -> None:
+    """promote's and rollback's switch back caught only bad input: an OSError-born refusal (here: APPLIANCE_HOME's
+    upgrades folder is a file) escaped as a traceback past the record that should say the rollback failed."""
+    from appliance.upgrade.candidate import Request
+    from appliance.upgrade.promote import NativeSwitch, _switch_back
+
+    home.mkdir(parents=True)
+    (home / "upgrades").write_text("not a folder")
+    incumbent = load_profile("cpu-smoke", active=False)
+    said: list[str] = []
+    proof = _switch_back(NativeSwitch(Request("cpu-smoke"), "cpu-smoke", tmp_path / "run", said.append), None,
+                         incumbent, NEW, 60, said.append)
+    assert not proof.ok and proof.why.startswith("could not switch back: ") and "upgrades" in proof.why, proof.why
+
+
+def test_a_kubernetes_promote_state_that_is_edited_or_unreadable_stops_rollback_naming_it(home: Path,
+                                                                                         tmp_path: Path) -> None:
+    """It was read with a bare json.loads and any failure taken as "no state": rollback then restored the manifests
+    while believing it went back to the profile's own channel."""
+    out_dir = tmp_path / "k8s"
+    first = cli("upgrade", "promote", "cpu-smoke", "--to", OLD, "--k8s-out", str(out_dir), "--force")
+    assert first.returncode == 0, first.stderr
+    state = out_dir / "cpu-smoke.upgrade.json"
+    assert json.loads(state.read_text())["channel"] == OLD
+    manifests = (out_dir / "cpu-smoke.yaml").read_bytes()
+    for text, said in (("{not json", "is not readable JSON"), (json.dumps({"channel": 3}), "field channel"),
+                       (json.dumps({"channel": OLD, "previous": {"channel": NEW, "sudo": 1}}),
+                        "field previous.sudo")):
+        state.write_text(text)
+        back = cli("upgrade", "rollback", "cpu-smoke", "--k8s-out", str(out_dir))
+        assert back.returncode == 2 and said in back.stderr and "Traceback" not in back.stderr, back.stderr
+        assert "upgrade.json" in back.stderr and (out_dir / "cpu-smoke.yaml").read_bytes() == manifests
+
+
+def test_a_kubernetes_promote_writes_what_appliance_k8s_prints_for_the_candidate(home: Path, tmp_path: Path) -> None:
+    """One renderer for both: promote's own copy had drifted (no RDMA mode by default on a multi-node profile that
+    keeps IB, options unchecked against their storage), so a promoted LeaderWorkerSet lost its RDMA devices."""
+    out_dir = tmp_path / "k8s"
+    moved = cli("upgrade", "promote", "gb10-tp2", "--to", "vllm-0.32.0", "--with", "cache.prefix_caching=false",
+                "--k8s-out", str(out_dir), "--force")
+    assert moved.returncode == 0, moved.stderr
+    direct = cli("k8s", "gb10-tp2", "--set", "engine.channel=vllm-0.32.0", "--set", "cache.prefix_caching=false")
+    assert direct.returncode == 0, direct.stderr
+    written = (out_dir / "gb10-tp2.yaml").read_text()
+    assert written == direct.stdout and "rdma/rdma_shared_device_a" in written
+    refused = cli("upgrade", "promote", "gb10-tp2", "--to", "vllm-0.32.0", "--with", "cache.prefix_caching=false",
+                  "--k8s-out", str(tmp_path / "k8s2"), "--force", "--k8s-rdma", "--k8s-no-rdma")
+    assert refused.returncode == 2 and "--no-rdma: not allowed with --rdma" in refused.stderr
+    assert not (tmp_path / "k8s2").exists()

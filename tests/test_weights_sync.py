@@ -158,6 +158,45 @@ def test_a_folder_peer_is_another_ranks_volume(source: Path, tmp_path: Path) -> 
     assert stats.files_sent == 6 and check_hub_snapshot(REPO, REV, volume).complete
 
 
+def test_a_copy_whose_receiver_was_killed_leaves_no_temp_file_and_resumes_from_it(source: Path,
+                                                                                 tmp_path: Path) -> None:
+    """SIGKILL gives rsync's receiver no time to move its temporary `.<blob>.XXXXXX` aside: it stayed in blobs/ for
+    good. The next copy into that volume makes it the partial basis it resumes from."""
+    volume = tmp_path / "rank1" / "hub"
+    blobs = volume / "models--org--tiny" / "blobs"
+    running: list[subprocess.Popen[str]] = []
+    failed: list[BaseException] = []
+
+    def slow() -> None:
+        try:
+            push(REPO, REV, [parse_peer(str(volume), 0, MODULE_HUB)], cache=source, bwlimit_kib=1024,
+                 report=lambda _: None, on_start=running.append)
+        except ApplianceError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    assert wait_for(lambda: sum(p.stat().st_size for p in blobs.glob(".*") if p.is_file()) > 1_000_000, 60, 0.1)
+    tree, grown = [running[0].pid], True
+    while grown:  # rsync's local copy forks its receiver, which forks its generator
+        found = {int(c) for parent in tree for c in subprocess.run(["pgrep", "-P", str(parent)], capture_output=True,
+                                                                   text=True, check=False).stdout.split()}
+        grown = bool(found - set(tree))
+        tree += sorted(found - set(tree))
+    for pid in reversed(tree):  # every process at once, the receiver included: none gets to clean up
+        os.kill(pid, 9)
+    thread.join(30)
+    assert failed, "the killed copy must fail, not report success"
+    left = [p for p in blobs.iterdir() if p.name.startswith(".") and p.is_file()]
+    assert left and left[0].stat().st_size > 1_000_000, list(blobs.iterdir())  # what SIGKILL left, as it was
+    said: list[str] = []
+    (stats,) = push(REPO, REV, [parse_peer(str(volume), 0, MODULE_HUB)], cache=source, report=said.append).values()
+    assert not [p for p in blobs.iterdir() if p.is_file() and p.name.startswith(".")]
+    assert any("cut by a killed copy; it resumes from what arrived" in line for line in said), said
+    assert stats.matched_bytes > 500_000  # the leftover was the basis: its blocks did not cross again
+    assert check_hub_snapshot(REPO, REV, volume).complete
+
+
 def test_an_incomplete_copy_is_never_sent(source: Path, tmp_path: Path) -> None:
     damaged = tmp_path / "hub"
     shutil.copytree(source, damaged, symlinks=True)

@@ -2,7 +2,10 @@
 restarted with it through supervisord.
 
 Rung 0 is the profile as written; rung k adds the `set` of the profile's `canary.step_down[k-1]` to
-those of the rungs before it. A rung is taken only if the profile with its overrides loads and passes
+those of the rungs before it. The rung's overrides go on top of the profile the serve runs now, as launch.json
+holds it (resolved, with each value's origin): no program of a running serve loads the YAML again, and a channel
+that `appliance upgrade promote` switched to meanwhile stays. The sets are cumulative assignments, so the same rung
+comes out on rung 0's profile or on an earlier rung's. A rung is taken only if the profile with its overrides passes
 the rules (K*), and only if no command-line --set outweighs one of its keys. The engine is restarted
 by resolving the launch again in this process (run/launch.py `relaunch`: the same steps `appliance run` takes,
 from the placement the serve was started with, with the rung's profile) — launch.json changes, supervisord.conf
@@ -49,36 +52,38 @@ def last_index(canary: Canary) -> int:
     return len(canary.step_down)
 
 
-def load_rung(source: str, env_overrides: list[str], cli_overrides: list[str], plan: RungPlan) -> LoadedProfile:
-    """The profile with the rung's overrides after APPLIANCE_SET's and before the command line's (as `appliance run`
-    would load it with the rung in APPLIANCE_SET)."""
-    from appliance.profile.loader import load_profile
-
-    return load_profile(source, env_overrides=[*env_overrides, *plan.sets], cli_overrides=cli_overrides)
+RUNG_ORIGIN = "canary:step_down"
+"""The origin a rung's values carry in launch.json (`appliance config` style)."""
 
 
-def validate_rung(source: str, env_overrides: list[str], cli_overrides: list[str], plan: RungPlan) -> dict[str, str]:
-    """Load the profile with the rung and run the rules; the rung's keys and their values as loaded.
-    Raises ApplianceError naming why the rung cannot be taken."""
-    from appliance.rules import context_for, require_valid
+def load_rung(base: LoadedProfile, plan: RungPlan) -> LoadedProfile:
+    """`base` (the profile the serve runs, from launch.json) with the rung's overrides. A key a command-line --set
+    pinned is refused: `appliance run`'s --set outweighs every layer below it, the ladder included."""
+    from appliance.profile.loader import with_overrides
 
-    loaded = load_rung(source, env_overrides, cli_overrides, plan)
-    require_valid(context_for(loaded.profile), f"rung {plan.name} not taken")
-    effective: dict[str, str] = {}
     for item in plan.sets:
         key = item.partition("=")[0].strip()
-        origin = loaded.origin(key)
+        origin = base.origin(key)
         if origin.startswith("cli"):
             raise ApplianceError(f"rung {plan.name}: {key} is pinned by --set on the command line ({origin})",
                                  field=f"canary.step_down.{plan.name}", value=item,
                                  fix=f"drop --set {key}=… from `appliance run`, or this rung from the ladder",
                                  reason="the rung would be outweighed: a restart that changes nothing")
-        effective[key] = item.partition("=")[2].strip() or "null"
-    return effective
+    return with_overrides(base, plan.sets, f"{RUNG_ORIGIN}.{plan.name}")
 
 
-def restart_with(plan: RungPlan, *, source: str, run_dir: Path, env_overrides: list[str], cli_overrides: list[str],
-                 report: Callable[[str], None] = print, timeout: float = 120) -> str:
+def validate_rung(base: LoadedProfile, plan: RungPlan) -> dict[str, str]:
+    """The rung on `base`, through the rules; the rung's keys and their values as given.
+    Raises ApplianceError naming why the rung cannot be taken."""
+    from appliance.rules import context_for, require_valid
+
+    loaded = load_rung(base, plan)
+    require_valid(context_for(loaded.profile), f"rung {plan.name} not taken")
+    return {item.partition("=")[0].strip(): item.partition("=")[2].strip() or "null" for item in plan.sets}
+
+
+def restart_with(plan: RungPlan, *, base: LoadedProfile, run_dir: Path, report: Callable[[str], None] = print,
+                 timeout: float = 120) -> str:
     """Resolve the launch again with the rung (launch.json; supervisord.conf names only that file, so it does not
     change) and restart the engine program, which reads it again; supervisorctl's output. `report`: the launch's
     own notes (warnings the rung's profile draws)."""
@@ -87,10 +92,9 @@ def restart_with(plan: RungPlan, *, source: str, run_dir: Path, env_overrides: l
     from appliance.run.launch import LAUNCH_FILE, relaunch
     from appliance.settings import load_settings
 
-    loaded = load_rung(source, env_overrides, cli_overrides, plan)
+    loaded = load_rung(base, plan)
     try:
-        relaunch(loaded, run_dir / LAUNCH_FILE, load_settings(), appliance_home(), report,
-                 cli_overrides=tuple(cli_overrides))
+        relaunch(loaded, run_dir / LAUNCH_FILE, load_settings(), appliance_home(), report)
     except ApplianceError as exc:
         raise ApplianceError(f"rung {plan.name}: resolving the serve again failed: {exc.message}",
                              field=exc.field or f"canary.step_down.{plan.name}", value=plan.sets,

@@ -227,39 +227,42 @@ class Watch:
 def main(argv: list[str] | None = None) -> int:
     from appliance.canary.calibration import load_calibration
     from appliance.canary.ladder import restart_with, validate_rung
-    from appliance.profile.loader import load_profile
-    from appliance.settings import load_settings
+    from appliance.run.launch import LAUNCH_FILE
+    from appliance.run.launch_profile import serving_profile
 
     parser = argparse.ArgumentParser(prog="python -m appliance.canary.watch", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", required=True, help="the profile's file (as `appliance run` loaded it)")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--url", required=True, help="the engine's API")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="`appliance run`'s --set items")
+    parser.add_argument("--run-dir", type=Path, required=True,
+                        help="the serve's run folder: its launch.json names the profile, its origins and the engine")
     args = parser.parse_args(argv)
+    launch_path = args.run_dir / LAUNCH_FILE
 
     def log(line: str) -> None:  # lines quote the serve (errors, evidence): through the one redaction
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} appliance canary: {clip(line, 4000)}", flush=True)
 
     try:
-        settings = load_settings()
-        env_sets = settings.overrides()
-        loaded = load_profile(args.profile, env_overrides=env_sets, cli_overrides=args.overrides)
+        loaded, url = serving_profile(launch_path)
         canary = loaded.profile.canary
         if canary is None or not canary.enabled:
             log("no enabled canary section in the profile; nothing to do")
             return 0
+        if url is None:
+            raise ApplianceError(f"{launch_path}: this node serves no API (no engine URL): there is nothing to watch",
+                                 field="--run-dir", value=str(args.run_dir),
+                                 fix="run the canary on the head or single node")
         calibration = None
         if canary.calibration:
             calibration = load_calibration(loaded.source.parent / canary.calibration)  # an absolute path stays itself
     except ApplianceError as exc:
         print(f"appliance canary: error: {redact(str(exc))}", file=sys.stderr)
         return 2
+    # Each rung goes on top of the profile the serve runs when it is taken (launch.json as it is then: a promote may
+    # have switched the channel since this watch started).
     ladder = Ladder(
-        validate=lambda plan: validate_rung(args.profile, env_sets, args.overrides, plan),
-        restart=lambda plan: restart_with(plan, source=args.profile, run_dir=args.run_dir, env_overrides=env_sets,
-                                          cli_overrides=args.overrides, report=log))
-    engine = EngineProbe(args.url, timeout=3.0)
-    watch = Watch(canary, url=args.url, model=loaded.profile.server.served_model_name,
+        validate=lambda plan: validate_rung(serving_profile(launch_path)[0], plan),
+        restart=lambda plan: restart_with(plan, base=serving_profile(launch_path)[0], run_dir=args.run_dir,
+                                          report=log))
+    engine = EngineProbe(url, timeout=3.0)
+    watch = Watch(canary, url=url, model=loaded.profile.server.served_model_name,
                   state_path=args.run_dir / STATE_FILE, ladder=ladder, probe=engine.sample,
                   plan=plan_for(canary, loaded.profile.server.reasoning_parser),
                   calibration=calibration, log=log)
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    log(f"watching {args.url} every {canary.interval_s:g} s; confirm after {canary.confirm_after}; "
+    log(f"watching {url} every {canary.interval_s:g} s; confirm after {canary.confirm_after}; "
         f"ladder: {', '.join(r.name for r in canary.step_down) or '(none)'}; "
         f"calibration: {canary.calibration or 'none (model-agnostic checks)'}")
     try:

@@ -249,7 +249,13 @@ class Sources(_Strict):
 
 
 def load_sources(root: Path | None = None) -> Sources:
-    return load_data_table(facts_dir(root) / "sources.yaml", Sources, "engine-facts sources")
+    """channels/sources.yaml, read once per file (a profile check asks for it once per log expectation)."""
+    return _sources(facts_dir(root) / "sources.yaml")
+
+
+@cache
+def _sources(path: Path) -> Sources:
+    return load_data_table(path, Sources, "engine-facts sources")
 
 
 # --- differences ----------------------------------------------------------------------------------

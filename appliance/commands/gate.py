@@ -179,7 +179,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
-"""`gate` and `gate serves`: inconclusive (recall between its bands) is neither a pass nor a failure."""
+"""`gate` and `gate serves`: inconclusive (recall between its bands) is neither a pass nor a failure (nothing
+measured is a bad --checks: exit 2)."""
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -210,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         return _report(args)
     from appliance.gate.prepare import TUNABLE, GateRequest, prepare
     from appliance.gate.progress import Progress
+    from appliance.gate.receipt_model import verdict_word
     from appliance.gate.runner import run_gate
     from appliance.redact import clip
     from appliance.settings import load_settings
@@ -226,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt.size} sizing): {', '.join(selected)}; "
                   f"receipt in {ctx.out_dir}")
     receipt = run_gate(ctx, selected, receipt)
-    print(f"{receipt.verdict.upper()}: {ctx.out_dir / 'receipt.json'}")
+    print(f"{verdict_word(receipt.verdict)}: {ctx.out_dir / 'receipt.json'}")
     if receipt.battery:
         from appliance.gate.battery.merge import check_line
         from appliance.gate.battery.verdict import word
@@ -246,4 +248,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {c.name:<10} {c.status:<14} {clip(c.summary, 500)}")  # a summary quotes the serve
     if not receipt.complete:
         return 130
+    if receipt.verdict == "nothing_measured":  # the receipt stays: it records what was asked and why nothing ran
+        from appliance.errors import ApplianceError
+
+        raise ApplianceError(f"--checks {','.join(selected)}: none of them applies to profile {ctx.profile.name}, "
+                             "so the gate measured nothing", field="--checks", value=",".join(selected),
+                             fix=f"choose checks that apply to this profile (from {','.join(CHECKS)}), or leave "
+                                 "--checks out for the default set", reason="a gate that measured nothing is no pass")
     return EXIT.get(receipt.verdict, 1)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from appliance.cliargs import add_k8s_options, add_profile_args, k8s_options, load_from_args
+from appliance.cliargs import add_k8s_options, add_profile_args, k8s_manifests, k8s_options, load_from_args
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -20,35 +21,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.container.buildargs import image_tag
-    from appliance.lock import lock_document
-    from appliance.lockfile import channel_digest
-    from appliance.render.k8s import K8sOptions, dump, render_manifests, storage_of
-    from appliance.render.k8s_names import check_options
-    from appliance.rules import context_for, require_valid
+    from appliance.render.k8s import dump
     from appliance.settings import load_settings
 
     settings = load_settings()
     loaded = load_from_args(args, settings)
-    require_valid(context_for(loaded.profile), "no manifests rendered")
-    lock = lock_document()
-    from appliance.doctor.report import uses_rdma
-    from appliance.render.k8s import DEFAULT_RDMA_RESOURCE
-
-    # RDMA by default where the profile's K10 expectation wants NCCL on IB anyway (multi-node, IB not disabled).
-    if args.rdma and args.no_rdma:
-        from appliance.errors import ApplianceError
-
-        raise ApplianceError("--no-rdma: not allowed with --rdma", field="--no-rdma", value=args.rdma,
-                             fix="pass one of them", reason="RDMA mode is on or off")
-    rdma = args.rdma or (DEFAULT_RDMA_RESOURCE if uses_rdma(loaded.profile) and not args.no_rdma else None)
-    opts = K8sOptions(
-        image=args.image or image_tag(lock, str(loaded.profile.engine.channel)),  # the tag the image build gives
-        overrides=(*settings.overrides(), *args.overrides),
-        **(k8s_options(args) | {"rdma_resource": rdma}),  # type: ignore[arg-type]
-    )
-    check_options(opts, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1,
-                  storage=storage_of(loaded.profile, opts))  # before any output
-    digest = channel_digest(lock, str(loaded.profile.engine.channel))
-    print(dump(render_manifests(loaded.profile, opts, digest, loaded.digest), args.format), end="")
+    manifests = k8s_manifests(loaded, k8s_options(args), image=args.image,
+                              overrides=(*settings.overrides(), *args.overrides), no_rdma=args.no_rdma,
+                              warn=lambda line: print(line, file=sys.stderr))
+    print(dump(manifests, args.format), end="")
     return 0

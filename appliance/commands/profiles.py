@@ -134,6 +134,7 @@ def _show(name: str) -> int:
     from appliance.profile import load_profile
     from appliance.render import build_plan
     from appliance.rules import context_for, evaluate
+    from appliance.rules.caveats import accepted
 
     loaded = load_profile(name)
     p = loaded.profile
@@ -151,7 +152,10 @@ def _show(name: str) -> int:
         print(f"  measured    {measured_cell(prov.measured)}")
     findings = evaluate(context_for(p))
     for f in findings:
-        print(f"  {f.severity:<11} {f.rule} {f.path}: {f.message.split(': ')[0]}")
+        why = accepted(f, p)
+        print(f"  {'accepted' if why else f.severity:<11} {f.rule} {f.path}: {f.message.split(': ')[0]}")
+        if why:
+            print(f"  {'':<11} accepted because {why}")
     plan = build_plan(p, Placement(node_rank=0, master_addr=HEAD_PLACEHOLDER) if p.hardware.nodes > 1 else None)
     from appliance.redact import redact
     from appliance.render.passthrough import masked_argv

@@ -31,11 +31,15 @@ def run(args: argparse.Namespace) -> int:
 
     from appliance.render import ServePlan, build_plan
     from appliance.rules import context_for, evaluate, has_errors
+    from appliance.rules.caveats import to_show
 
     loaded = load_from_args(args)
     findings = evaluate(context_for(loaded.profile))
-    for f in findings:
+    shown, caveats = to_show(findings, loaded.profile)
+    for f in shown:
         print(f.render(), file=sys.stderr)
+    if caveats:
+        print(caveats, file=sys.stderr)
     if has_errors(findings) and not args.force:
         print(f"appliance render: {loaded.profile.name} is invalid; nothing rendered", file=sys.stderr)
         return 2

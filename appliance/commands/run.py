@@ -61,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
     # Before the rendezvous: a bad run folder must not keep the other nodes waiting.
     files = run_files(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir
                       else "APPLIANCE_HOME")
-    launch = resolve_launch(loaded, place, settings, files, home, measure_fabric=not args.dry_run,
-                            cli_overrides=tuple(args.overrides))
+    launch = resolve_launch(loaded, place, settings, files, home, measure_fabric=not args.dry_run)
     conf = write_launch(launch)
     from appliance.run.exposure import exposure_warnings
 

@@ -94,12 +94,14 @@ def receive(checkpoint: str, revision: str, listen: str, port: int, allow: list[
     import time
 
     from appliance.paths import appliance_home, make_dir
-    from appliance.weights.hub import hf_hub_cache
+    from appliance.weights.hub import hf_hub_cache, repo_folder
     from appliance.weights.rsync import MODULE_HUB, daemon
     from appliance.weights.snapshot import check_hub_snapshot
     from appliance.weights.stamps import stamp_root
+    from appliance.weights.sync import adopt_killed_copies
 
     cache = make_dir(hf_hub_cache(), "HF_HOME")
+    adopt_killed_copies(repo_folder(checkpoint, cache), print)
     stop = {"now": False}
 
     def _stop(signum: int, frame: object) -> None:

@@ -234,7 +234,8 @@ def _media(args: argparse.Namespace, req: Any, action: str) -> dict[str, Any]:
         raise ApplianceError("--compose-file without --compose-env", field="--compose-file",
                              fix="name the env file the compose project reads the active channel from")
     opts = pm.MediaOptions(compose_env=args.compose_env, compose_file=args.compose_file, env_files=args.env_files,
-                           k8s_out=args.k8s_out, k8s=k8s_options(args, "k8s-"), image=args.image,
+                           k8s_out=args.k8s_out, k8s=k8s_options(args, "k8s-"),
+                           no_rdma=bool(getattr(args, "k8s_no_rdma", False)), image=args.image,
                            exporter=args.exporter,
                            budget_s=args.budget_s, canary_rounds=getattr(args, "canary_rounds", 0),
                            force=getattr(args, "force", False))

@@ -54,14 +54,19 @@ def with_check(receipt: Receipt, result: CheckResult) -> Receipt:
 
 
 def verdict(checks: Sequence[Check], complete: bool, engagement: Engagement | None = None) -> str:
-    """pass = every check passed (or does not apply) AND the serve log's own expectations did not fail;
-    inconclusive = nothing failed but a check could not decide (recall between its bands: run more serves)."""
+    """pass = every check passed (or does not apply), at least one measured something, AND the serve log's own
+    expectations did not fail; inconclusive = nothing failed but a check could not decide (recall between its
+    bands: run more serves); nothing_measured = no check applied (`--checks reasoning` on a profile without a
+    reasoning parser), which must not read as a pass."""
     if not complete:
         return "incomplete"
     log_failed = bool(engagement and (engagement.verdict == "fail" or engagement.fatal))
     if log_failed or any(c.status not in (*OK_STATUSES, "inconclusive") for c in checks):
         return "fail"
+    if all(c.status == "not_applicable" for c in checks):
+        return "nothing_measured"
     return "inconclusive" if any(c.status == "inconclusive" for c in checks) else "pass"
+
 
 
 def finalize(receipt: Receipt, *, complete: bool, finished_at: str, duration_s: float) -> Receipt:

@@ -36,6 +36,11 @@ Guard = Annotated[str, Field(pattern=r"^[0-9]{1,6}/[0-9]{1,6}$")]
 """The guard's `active/total` KV managers (K4), as the gate writes it."""
 
 
+
+def verdict_word(verdict: str) -> str:
+    """How a receipt's verdict is printed: PASS, FAIL, NOTHING MEASURED."""
+    return verdict.replace("_", " ").upper()
+
 class _Part(BaseModel):
     # a receipt read back is evidence: read-only
     model_config = ConfigDict(extra="allow", strict=True, frozen=True, str_max_length=MAX_TEXT)
@@ -313,7 +318,7 @@ class BatteryRef(_Part):
 class Receipt(_Part):
     schema_: Literal["appliance-gate-receipt/1"] = Field(alias="schema")
     complete: bool
-    verdict: Literal["pass", "fail", "inconclusive", "incomplete"]
+    verdict: Literal["pass", "fail", "inconclusive", "incomplete", "nothing_measured"]
     started_at: str
     finished_at: str | None = None
     selected: list[str] = []

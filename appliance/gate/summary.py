@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from appliance.gate.bench import table
-from appliance.gate.receipt_model import BatteryRef, BenchCheck, Check, Engagement, Hardware, Receipt, Target
+from appliance.gate.receipt_model import (
+    BatteryRef,
+    BenchCheck,
+    Check,
+    Engagement,
+    Hardware,
+    Receipt,
+    Target,
+    verdict_word,
+)
 
 
 def _short(digest: str | None) -> str:
@@ -14,7 +23,7 @@ def render(r: Receipt) -> str:
     prov, eng, target = r.provenance, r.engagement, r.target or Target()
     profile = r.profile
     state = "complete" if r.complete else "INCOMPLETE (interrupted; the checks below ran)"
-    lines = [f"# Gate receipt: {profile.name or '?'} — {r.verdict.upper()}", "",
+    lines = [f"# Gate receipt: {profile.name or '?'} — {verdict_word(r.verdict)}", "",
              f"- run: {r.started_at} → {r.finished_at or '…'} ({state})",
              f"- serve: {target.url} model `{target.model}` ({target.checkpoint})",
              f"- engine: vLLM {r.engine_version}; channel {prov.channel}, lock {_short(prov.lock_digest)}",

@@ -126,7 +126,7 @@ class Judge:
         for e in self.table.expectations:
             if (np := self.not_provable.get(e.id)) is None:
                 continue
-            if all(name in facts for name in e.required()):  # the line appeared after all: judged as printed
+            if e.seen_in(facts):  # the line appeared after all: judged as printed
                 results.append(self._judge(e, facts, ready))
             else:
                 results.append(Result(np.rule, np.expectation, "unknown", e.severity, np.detail, provable=False))

@@ -76,8 +76,10 @@ def peer(text: str) -> str:
     head, sep, url = _text(text).partition("=")
     if not sep or not head.isascii() or not head.isdigit() or len(head) > 2 \
             or not 1 <= int(head) < MAX_NODES:
+        from appliance.profile.model import DEFAULT_HEALTH_PORT  # its one owner; only on this error path (pydantic)
+
         raise argparse.ArgumentTypeError(f"{show(text)} is not RANK=URL with a worker rank 1-{MAX_NODES - 1}, "
-                                         f"e.g. 1=http://10.0.0.2:8470")
+                                         f"e.g. 1=http://10.0.0.2:{DEFAULT_HEALTH_PORT}")
     http_url(url)
     return text
 

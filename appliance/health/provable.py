@@ -54,11 +54,21 @@ def unprovable(e: Expectation, table: LogTable, profile: Profile) -> NotProvable
     facts = load_facts(profile_channel(profile))
     if not facts.code_path:
         return None
-    outside = {o.pattern for o in load_sources().printed_outside}
-    for name in e.required():
+    return unprovable_on(e, table, facts, {o.pattern for o in load_sources().printed_outside})
+
+
+def unprovable_on(e: Expectation, table: LogTable, facts: EngineFacts, outside: set[str]) -> NotProvable | None:
+    """Why `e` cannot be proven with `facts`' code path: a fact it needs each of, or every alternative of its
+    `present_any`, set by no line the path reaches."""
+    for name in e.needed_each():
         found = unprovable_fact(table, facts, name, outside)
         if found:
             return NotProvable(e.id, e.rule, facts.channel, name, found[0], found[1])
+    # One reachable alternative of present_any is enough: not provable only when none of them is.
+    off_path = [(name, found) for name in e.present_any if (found := unprovable_fact(table, facts, name, outside))]
+    if e.present_any and len(off_path) == len(e.present_any):
+        name, (pattern, why) = off_path[0]
+        return NotProvable(e.id, e.rule, facts.channel, name, pattern, why)
     return None
 
 

@@ -107,9 +107,12 @@ class _Guarded(socketserver.ThreadingMixIn):
         self._lock = threading.Lock()
         self.evicted = 0
         self.refused = 0
+        self.accepted = 0
+        """Connections taken off the listen backlog so far (a client's connect returns before this)."""
 
     def process_request(self, request: Any, client_address: Any) -> None:
         conn = _Connection(request)
+        self.accepted += 1  # only the serving thread accepts: no lock needed
         victim: _Connection | None = None
         with self._lock:
             if len(self._open) >= self.policy.max_connections:

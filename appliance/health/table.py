@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -276,6 +276,16 @@ class Expectation(_Strict):
     def required(self) -> list[str]:
         """The facts this expectation needs to see (an `absent` fact is judged wherever it could appear)."""
         return [*self.present, *self.present_any, *(n for c in self.comparisons for n in c.facts())]
+
+    def needed_each(self) -> list[str]:
+        """The facts it needs every one of: `present` and what its checks compare (`present_any` wants one of its
+        alternatives, not all)."""
+        return [*self.present, *(n for c in self.comparisons for n in c.facts())]
+
+    def seen_in(self, facts: Container[str]) -> bool:
+        """Every fact it needs each of, and one alternative of `present_any` (where it has one), are in `facts`."""
+        return all(n in facts for n in self.needed_each()) and (
+            not self.present_any or any(n in facts for n in self.present_any))
 
 
 class StartupPhase(_Strict):

@@ -24,6 +24,10 @@ ACTIVE_FILE = "active.json"
 SCHEMA = 1
 MAX_ACTIVE_BYTES = 1024 * 1024
 """An active record is a few hundred bytes (its `previous` chain grows by one record a promotion)."""
+ROLLBACK_DEPTH = 32
+"""How many promotions back rollback can walk. Each one nests `previous` a level deeper, and the strict JSON reader
+refuses past 64 levels, so an uncut chain would make every command that loads the profile exit 2 after about 60
+promotions; below the oldest kept record the profile's own channel runs (as before the first promotion)."""
 
 
 def upgrades_dir(home: Path | None = None) -> Path:
@@ -66,7 +70,7 @@ class Active:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "profile": self.profile, "channel": self.channel, "set": self.sets,
-                "decision": self.decision, "since": self.since, "previous": self.previous}
+                "decision": self.decision, "since": self.since, "previous": cut_chain(self.previous)}
 
     @classmethod
     def from_json(cls, data: Any, origin: str) -> Active:
@@ -89,6 +93,21 @@ class Active:
             cls.from_json(previous, f"{origin} (previous)")
         return cls(data["profile"], data["channel"], list(sets), data.get("decision"), data.get("since"),
                    previous, origin)
+
+
+def cut_chain(chain: dict[str, Any] | None, keep: int = ROLLBACK_DEPTH) -> dict[str, Any] | None:
+    """The `previous` chain with at most `keep` records (the newest), copied; iterative, as deep as it comes."""
+    if chain is None:
+        return None
+    top = dict(chain)
+    node, kept = top, 1
+    while isinstance(node.get("previous"), dict):
+        if kept == keep:
+            node["previous"] = None
+            break
+        node["previous"] = dict(node["previous"])
+        node, kept = node["previous"], kept + 1
+    return top
 
 
 class ActiveError(ValueError):

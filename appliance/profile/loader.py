@@ -43,11 +43,15 @@ class LoadedProfile:
 
 
 def profile_digest(profile: Profile) -> str:
-    return canonical_digest(profile.model_dump(mode="json"))
+    dump = profile.model_dump(mode="json")
+    if not dump["caveats"]:  # a profile that accepts no caveat keeps the digest it had before the field existed
+        del dump["caveats"]
+    return canonical_digest(dump)
 
 
-# What does not change the engine's compiled artefacts: names, ports, parsers, rendezvous, the memory watchdog.
-_NOT_ENGINE = {"name", "description", "provenance", "server", "distributed", "memory"}
+# What does not change the engine's compiled artefacts: names, ports, parsers, rendezvous, the memory watchdog,
+# and the warnings a profile accepts.
+_NOT_ENGINE = {"name", "description", "provenance", "server", "distributed", "memory", "caveats"}
 
 
 def engine_digest(profile: Profile) -> str:
@@ -304,6 +308,22 @@ def load_profile(
     except ValidationError as exc:
         raise _explain(exc, merged, origins, path) from None
     return LoadedProfile(profile, path, origins)
+
+
+def with_overrides(base: LoadedProfile, items: list[str], origin: str) -> LoadedProfile:
+    """`base` (a resolved profile, e.g. the one launch.json holds) with more overrides on top, validated as
+    `load_profile` validates, each new value with `origin`: for a program of a running serve (the canary's ladder),
+    which must not load the YAML again."""
+    origins = dict(base.origins)
+    merged = base.profile.model_dump()
+    for item in items:
+        _override(merged, item, origin, origins)
+    check_tree(merged, origins)
+    try:
+        profile = Profile.model_validate(merged)
+    except ValidationError as exc:
+        raise _explain(exc, merged, origins, base.source) from None
+    return LoadedProfile(profile, base.source, origins)
 
 
 def _upgrade_layer(merged: dict[str, Any], origins: dict[str, str], given: Active | None) -> None:

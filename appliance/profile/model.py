@@ -12,6 +12,7 @@ Conventions every section keeps (a new field follows them):
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -350,6 +351,20 @@ class Profile(Section):
     canary: Canary | None = None
     """The correctness canary while serving (appliance/canary); null = off."""
     provenance: Provenance
+    caveats: dict[str, str] = {}
+    """Warnings this profile accepts, each with why: `"RULE field": reason` (e.g. `"K38 engine.runner": ...`).
+    Shown by `appliance profiles show` and `appliance config`, not on every command (appliance/rules/caveats.py)."""
+
+    @field_validator("caveats")
+    @classmethod
+    def _caveats_name_a_rule_and_a_field_and_say_why(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, why in value.items():
+            if not re.fullmatch(r"[A-Z]{1,3}[0-9]{1,3} [a-z_][a-z0-9_.]*", key):
+                raise ValueError(f"caveat {key[:80]!r} is not `RULE field` (e.g. `K38 engine.runner`): a caveat "
+                                 "accepts one rule's warning on one field")
+            if not why.strip() or len(why) > 1000:
+                raise ValueError(f"caveat {key!r} needs its reason (1 to 1000 characters): why it is accepted")
+        return value
 
     @model_validator(mode="after")
     def _validated_means_every_check_passed_at_this_shape(self) -> Profile:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from appliance.gate.receipt_model import verdict_word
 from appliance.report import charts
 from appliance.report.evidence import ReceiptView
 
@@ -17,7 +18,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 .card{border:1px solid #e2e8f0;border-radius:6px;padding:8px;background:#fff}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #e2e8f0;padding:4px 8px;text-align:left;
 vertical-align:top}th{background:#f7fafc}.pass{background:#c6f6d5}.fail{background:#fed7d7}
-.inconclusive,.incomplete{background:#fefcbf}.skipped,.not_applicable,.unavailable{background:#edf2f7;color:#4a5568}
+.inconclusive,.incomplete,.nothing_measured{background:#fefcbf}.skipped,.not_applicable,.unavailable{background:#edf2f7;color:#4a5568}
 .error,.interrupted{background:#feebc8}.verdict{font-weight:600;text-transform:uppercase}
 svg .title{font-weight:600;font-size:13px}svg .tick{font-size:11px;fill:#4a5568}svg .axis{font-size:11px;fill:#4a5568}
 svg .grid{stroke:#edf2f7}svg .axisline{stroke:#a0aec0}svg .note{font-size:11px}svg .legend{font-size:11px;fill:#2d3748}
@@ -34,7 +35,7 @@ def receipts_table(views: Sequence[ReceiptView]) -> str:
     head = "<tr><th>receipt</th><th>verdict</th><th>profile</th><th>engine</th><th>lock</th><th>stack</th>" \
            "<th>started</th><th>host</th><th>engagement (read back from the serve log)</th></tr>"
     rows = [f"<tr><td>{escape(v.label)}<br><small>{escape(v.source)}</small></td>"
-            f"{_cell(v.verdict, v.verdict.upper())}<td>{escape(v.profile)}</td><td>{escape(v.engine)}</td>"
+            f"{_cell(v.verdict, verdict_word(v.verdict))}<td>{escape(v.profile)}</td><td>{escape(v.engine)}</td>"
             f"<td>{escape(v.lock)}</td><td>{escape(v.stack)}</td><td>{escape(v.started_at)}</td>"
             f"<td>{escape(v.host)}</td><td>{escape(v.engagement)}</td></tr>" for v in views]
     return f"<table>{head}{''.join(rows)}</table>"

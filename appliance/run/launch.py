@@ -47,6 +47,7 @@ from appliance.render.plan import build_plan
 from appliance.render.serveplan import ServePlan
 from appliance.render.supervisord import RunFiles, render_conf
 from appliance.rules import context_for, require_valid
+from appliance.rules.caveats import to_show
 from appliance.run.caches import cache_env
 from appliance.run.exposure import exporter_bind
 from appliance.run.launchfile import LAUNCH_MODE, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
@@ -195,8 +196,11 @@ def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Pa
     ctx = context_for(profile)
     if model_dir is not None:
         ctx = context_for(profile, read_facts(model_dir, ctx.checkpoint))
-    for finding in require_valid(ctx, "nothing started"):
+    shown, caveats = to_show(require_valid(ctx, "nothing started"), profile)
+    for finding in shown:
         report(finding.render())
+    if caveats:
+        report(f"appliance run: {caveats}")
     if model_dir is None and hf_offline():
         raise ApplianceError(
             f"checkpoint {profile.model.checkpoint} is not on disk and HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']}",
@@ -289,8 +293,7 @@ def check_run_dir(run_dir: Path, field: str = "--run-dir") -> None:
 
 
 def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: ApplianceSettings, files: RunFiles,
-                   home: Path, report: Report = print, *, measure_fabric: bool = True,
-                   cli_overrides: tuple[str, ...] = ()) -> Launch:
+                   home: Path, report: Report = print, *, measure_fabric: bool = True) -> Launch:
     """`measure_fabric=False` (a dry run, a step-down): the fabric qualification is skipped and said so; it needs
     every rank to measure at once, so one rank's dry run would wait for peers that never come."""
     profile = loaded.profile
@@ -314,22 +317,18 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
         env.setdefault("HF_HUB_OFFLINE", "1")
     bind = exporter_bind(place.role, place.host_ip, settings.exporter_host)
     return Launch(loaded, place, plan, env, files, peers, fabric,
-                  canary_watch(loaded, plan, files.run_dir, place.engine_url, cli_overrides),
+                  canary_watch(loaded, plan, files.run_dir, place.engine_url),
                   exporter_host=bind.host, exporter_host_origin=bind.origin)
 
 
-def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None,
-                 cli_overrides: tuple[str, ...]) -> list[str] | None:
-    """The canary's watch command, where the profile runs one and this node serves the API. It carries no rung:
-    a step-down rewrites launch.json with the rung in APPLIANCE_SET and restarts only the engine."""
+def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None) -> list[str] | None:
+    """The canary's watch command, where the profile runs one and this node serves the API. It names only the run
+    folder: the watch reads the profile, its origins and the engine's URL from launch.json, as the exporter does, and
+    a step-down rewrites launch.json with the rung and restarts only the engine."""
     c = loaded.profile.canary
     if c is None or not c.enabled or plan.role == "worker" or not engine_url:
         return None
-    argv = [sys.executable, "-m", "appliance.canary.watch", "--profile", loaded.source.as_posix(),
-            "--run-dir", str(run_dir), "--url", engine_url]
-    for item in cli_overrides:
-        argv += ["--set", item]
-    return argv
+    return [sys.executable, "-m", "appliance.canary.watch", "--run-dir", str(run_dir)]
 
 
 def launch_file(launch: Launch) -> LaunchFile:
@@ -337,7 +336,7 @@ def launch_file(launch: Launch) -> LaunchFile:
     return LaunchFile(
         profile_name=loaded.profile.name, profile_digest=loaded.digest, profile_source=loaded.source.as_posix(),
         profile=loaded.profile.model_dump(mode="json"), placement=launch.place, programs=launch.programs(),
-        exporter=launch.exporter())
+        exporter=launch.exporter(), profile_origins=dict(loaded.origins))
 
 
 def supervisord_conf(launch: Launch) -> str:
@@ -421,17 +420,17 @@ def describe(launch: Launch) -> str:
 
 
 def relaunch(loaded: LoadedProfile, launch_path: Path, settings: ApplianceSettings, home: Path,
-             report: Report = print, *, cli_overrides: tuple[str, ...] = ()) -> Launch:
+             report: Report = print) -> Launch:
     """The launch at `launch_path` again, with `loaded` (a canary rung's profile): the same node, told the same
     (its placement's given values), resolved against the new profile, its checkpoint re-checked; launch.json
     rewritten (supervisord.conf names only that file, so it stays). The caller restarts the engine."""
-    launch = resolve_relaunch(loaded, launch_path, settings, home, report, cli_overrides=cli_overrides)
+    launch = resolve_relaunch(loaded, launch_path, settings, home, report)
     write_launch(launch)
     return launch
 
 
 def resolve_relaunch(loaded: LoadedProfile, launch_path: Path, settings: ApplianceSettings, home: Path,
-                     report: Report = print, *, cli_overrides: tuple[str, ...] = ()) -> Launch:
+                     report: Report = print) -> Launch:
     """`relaunch` without the write: for a caller that checks the new launch first (an upgrade's promote)."""
     try:
         previous = read_launch(launch_path)
@@ -445,4 +444,4 @@ def resolve_relaunch(loaded: LoadedProfile, launch_path: Path, settings: Applian
     model_dir = check_profile(loaded, given, report)
     place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs))
     return resolve_launch(loaded, place, settings, run_files(launch_path.parent), home, report,
-                          measure_fabric=False, cli_overrides=cli_overrides)
+                          measure_fabric=False)

@@ -22,12 +22,22 @@ def loaded_from_launch(launch: LaunchFile, path: Path) -> LoadedProfile:
         raise ApplianceError(f"{path}: the stored profile is not valid: {exc.errors()[0]['msg']} at "
                              f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}", field="--launch", value=str(path),
                              fix="run `appliance run` again to rewrite it") from None
-    loaded = LoadedProfile(profile, Path(launch.profile_source))
+    loaded = LoadedProfile(profile, Path(launch.profile_source), dict(launch.profile_origins))
     if loaded.digest != launch.profile_digest:
         raise ApplianceError(f"{path}: the stored profile's digest is {loaded.digest[:12]}, the file says "
                              f"{launch.profile_digest[:12]}", field="--launch", value=str(path),
                              fix="run `appliance run` again to rewrite it")
     return loaded
+
+
+def serving_profile(path: Path) -> tuple[LoadedProfile, str | None]:
+    """The profile a serve runs and its engine's API URL, from its launch.json as it is now (None: a worker's)."""
+    try:
+        launch = read_launch(path)
+    except LaunchFileError as exc:
+        raise ApplianceError(str(exc), field="launch.json", value=str(path),
+                             fix="restart the serve (`appliance run`): it rewrites the launch") from None
+    return loaded_from_launch(launch, path), launch.placement.engine_url
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

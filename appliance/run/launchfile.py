@@ -94,6 +94,9 @@ class LaunchFile:
     programs: dict[str, Program]
     """supervisord program name -> what `appliance exec` runs: the engine and any setup step."""
     exporter: ExporterSection
+    profile_origins: dict[str, str] = field(default_factory=dict)
+    """Where each value of `profile` came from (`LoadedProfile.origins`): the canary's ladder reads the keys a
+    command-line --set pins from here, so no program of the serve loads the YAML again."""
 
     @property
     def role(self) -> Role:
@@ -107,7 +110,7 @@ class LaunchFile:
         return {
             "schema": SCHEMA,
             "profile": {"name": self.profile_name, "digest": self.profile_digest, "source": self.profile_source,
-                        "resolved": self.profile},
+                        "resolved": self.profile, "origins": self.profile_origins},
             "placement": self.placement.to_json(),
             "programs": {name: {"argv": p.argv, "env": p.env} for name, p in self.programs.items()},
             "exporter": self.exporter.to_json(),
@@ -147,6 +150,13 @@ def _program(name: str, p: Any) -> Program:
     return Program(list(argv), dict(env))
 
 
+def _origins(data: Any) -> dict[str, str]:
+    """profile.origins: dotted path -> origin, text only (absent in a launch.json written before it was kept)."""
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise LaunchFileError("profile.origins must map dotted paths to their origin, as text")
+    return dict(data)
+
+
 def read_launch(path: Path) -> LaunchFile:
     from appliance.errors import ApplianceError
     from appliance.jsonstrict import load_file
@@ -166,7 +176,7 @@ def read_launch(path: Path) -> LaunchFile:
             profile_name=prof["name"], profile_digest=prof["digest"], profile_source=prof["source"],
             profile=prof["resolved"], placement=ResolvedPlacement.from_json(data["placement"]),
             programs={name: _program(name, p) for name, p in data["programs"].items()},
-            exporter=ExporterSection.from_json(data["exporter"]))
+            exporter=ExporterSection.from_json(data["exporter"]), profile_origins=_origins(prof.get("origins", {})))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, LaunchFileError):
             raise

@@ -40,11 +40,11 @@ def _holder(fd: int) -> str:
 @contextlib.contextmanager
 def one_switch(profile: str, action: str, home: Path | None = None) -> Iterator[None]:
     """Hold the profile's switch lock while the body runs; a second holder is exit 2 naming the first."""
-    from appliance.paths import appliance_home
+    from appliance.paths import appliance_home, make_dir
     from appliance.upgrade.history import utc_now
 
-    base = (home or appliance_home()) / "locks"
-    base.mkdir(parents=True, exist_ok=True)
+    # A file in the way or a read-only APPLIANCE_HOME is exit 2 naming it, never a traceback.
+    base = make_dir((home or appliance_home()) / "locks", "APPLIANCE_HOME")
     path = base / f"upgrade-{profile}.lock"
     try:  # O_NOFOLLOW: a link planted at the lock's name is refused, never followed to truncate its target
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.profile.active import CHANNEL_ENV, SET_ENV, Active
@@ -184,20 +183,3 @@ def restore_manifests(out: Path, profile: str) -> Path:
         shutil.copy2(current, previous)
     os.replace(swap, current)
     return current
-
-
-def render_k8s(loaded: Any, overrides: list[str], image: str | None, opts: dict[str, Any]) -> str:
-    """The manifests `appliance k8s` renders for `loaded` (its channel's image unless `image`)."""
-    from appliance.container.buildargs import image_tag
-    from appliance.lock import lock_document
-    from appliance.lockfile import channel_digest
-    from appliance.render.k8s import K8sOptions, dump, render_manifests
-    from appliance.render.k8s_names import check_options
-    from appliance.rules import context_for, require_valid
-
-    require_valid(context_for(loaded.profile), "no manifests rendered")
-    lock = lock_document()
-    channel = str(loaded.profile.engine.channel)
-    k8s = K8sOptions(image=image or image_tag(lock, channel), overrides=tuple(overrides), **opts)
-    check_options(k8s, loaded.profile.name, multi_node=loaded.profile.hardware.nodes > 1)
-    return dump(render_manifests(loaded.profile, k8s, channel_digest(lock, channel), loaded.digest), "yaml")

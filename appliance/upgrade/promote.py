@@ -17,7 +17,6 @@ was `promote`; `--force` goes without one and the record says so. A multi-node s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,8 +150,7 @@ class NativeSwitch:
                                  f"{expect_digest[:12]} planned", field="engine.channel", value=loaded.digest[:12],
                                  fix="an override outweighs the active channel: `appliance config` shows the origins")
         # The same node, told the same as `appliance run` was (launch.json's placement), on the switched profile.
-        launch = resolve_relaunch(loaded, self.run_dir / "launch.json", load_settings(), appliance_home(), self.report,
-                                  cli_overrides=tuple(self.req.cli_overrides))
+        launch = resolve_relaunch(loaded, self.run_dir / "launch.json", load_settings(), appliance_home(), self.report)
         changed = exporter_change(before.exporter, launch.exporter())
         if changed:
             raise ApplianceError(f"the relaunch would change the running exporter's inputs: {changed}",
@@ -176,7 +174,7 @@ class NativeSwitch:
     def restart_and_prove(self, loaded: LoadedProfile, channel: str, budget_s: float, rounds: int,
                           calibration: Path | None) -> Proof:
         serve = self.serve
-        runs = int(((serve.look().status or {}).get("log") or {}).get("runs") or 0)
+        runs = serve.look().runs
         began = time.monotonic()
         self.report(f"restarting the engine on channel {channel} (budget {budget_s:g} s)")
         serve.engine("restart")
@@ -262,11 +260,14 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
                                      calibration_of(qual))
     except Exception as exc:  # after the switch every failure rolls back: the candidate is unproven
         proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began)
-    except BaseException:  # interrupted: the files go back to the incumbent, the record says so, then it stops
-        with contextlib.suppress(Exception):
+    except BaseException:  # interrupted: the files go back to the incumbent, the record says whether they did
+        try:
             sw.switch(previous, pair.incumbent.digest)
-        record.update(outcome="interrupted", why="interrupted after the switch; active.json and launch.json put "
-                      "back on the incumbent (its engine was not restarted)", finished_at=utc_now())
+            put_back = "active.json and launch.json put back on the incumbent (its engine was not restarted)"
+        except Exception as exc:
+            put_back = (f"putting active.json and launch.json back FAILED ({_said(exc)}): they still name the "
+                        f"candidate; run `appliance upgrade rollback {pair.name} --run-dir {opts.run_dir}`")
+        record.update(outcome="interrupted", why=f"interrupted after the switch; {put_back}", finished_at=utc_now())
         write_record(folder, record)
         raise
     record["proof"] = proof.to_json()
@@ -291,8 +292,8 @@ def _switch_back(sw: NativeSwitch, previous: Active | None, incumbent: LoadedPro
     """The previous active record (or none: the profile's own channel) put back, and the serve restarted on it."""
     try:
         sw.switch(previous, incumbent.digest)
-    except ApplianceError as exc:
-        return Proof(False, f"could not switch back: {exc.message}")
+    except Exception as exc:  # an OSError too (a full disk): the caller records it, never a traceback
+        return Proof(False, f"could not switch back: {_said(exc)}")
     try:
         return sw.restart_and_prove(incumbent, channel, budget, 0, None)
     except Exception as exc:  # the files are back; the record says the engine did not
@@ -313,10 +314,12 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
                              (f" here (it comes from {active.origin})" if active else ""), field="profile", value=name,
                              fix="`appliance upgrade status` shows the history; in a container, roll back with "
                                  "--compose-env or --k8s-out")
+    previous = Active.from_json(active.previous, f"upgrade:{active_path(name)}") if active.previous else None
+    if previous is not None:
+        vouch(previous)
     serve = sw.serve
     current = load_incumbent(req)
     check_same_serve(current, serve.launch, opts.run_dir)
-    previous = Active.from_json(active.previous, f"upgrade:{active_path(name)}") if active.previous else None
     target = load_previous(req, previous)
     folder = new_record(name, "rollback", target.profile.engine.channel or "profile")
     budget = opts.budget_s or default_budget(target.profile)
@@ -335,6 +338,40 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
     report(("ROLLED BACK" if proof.ok else "ROLLBACK FAILED") + f" {name} to {target.profile.engine.channel}: "
            f"{proof.why}")
     return record | {"record": str(folder)}
+
+
+def settings_digest(channel: str | None, sets: list[str] | None) -> str:
+    """What a promote switched a serve to, as one digest: its channel and its overrides, in order."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps({"channel": channel, "set": list(sets or [])}).encode()).hexdigest()
+
+
+def vouch(target: Active) -> None:
+    """A rollback target applies only what the promote that made it active carried: the channel and overrides
+    in active.json's `previous` must match, by digest, the `to` of the record it names, which promoted."""
+    from appliance.upgrade.history import records
+
+    where = f"{active_path(target.profile)} (previous)"
+    found = next((r for r in records(target.profile) if r.id == target.decision), None)  # never a path from the file
+    fix = (f"put back the record `appliance upgrade status {target.profile}` shows, or remove "
+           f"{active_path(target.profile)} to serve the profile's own channel")
+    why = "a rollback restarts the serve on these overrides: an edited record could carry any of them " \
+          "(model.trust_remote_code=true) past every qualification"
+    if found is None or found.kind != "promote" or found.data.get("outcome") != "promoted":
+        state = "no record of that name" if found is None else \
+            f"a {found.kind} record, outcome {found.data.get('outcome')}"
+        raise ApplianceError(f"{where}: the rollback target names decision {str(target.decision)[:120]!r}, {state}, "
+                             "not a promote that finished", field="active.json previous.decision",
+                             value=target.decision, fix=fix, reason=why)
+    to = found.data.get("to") or {}
+    if settings_digest(target.channel, target.sets) != settings_digest(to.get("channel"), to.get("sets")):
+        carried = f"channel {to.get('channel')}, set {to.get('sets') or []}"
+        raise ApplianceError(f"{where}: the rollback target (channel {target.channel}, set {target.sets}) is not what "
+                             f"its promote {found.id} carried ({carried})",
+                             field="active.json previous", value=f"{target.channel} {target.sets}", fix=fix,
+                             reason=why)
 
 
 def load_previous(req: Request, previous: Active | None) -> LoadedProfile:

@@ -10,7 +10,6 @@ printed; proving it is then the platform's (the readiness probe, `kubectl rollou
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from appliance.errors import ApplianceError
 from appliance.lock import image_tag
 from appliance.placement import api_port_of
-from appliance.profile.active import Active
+from appliance.profile.active import Active, cut_chain
 from appliance.profile.loader import LoadedProfile
 from appliance.render.serveplan import http_url
 from appliance.upgrade.candidate import Pair, Request, pair_for, require_renderable
@@ -33,7 +33,6 @@ from appliance.upgrade.media import (
     compose_up,
     image_var,
     read_compose_env,
-    render_k8s,
     restore_compose_env,
     restore_manifests,
     write_compose_env,
@@ -55,6 +54,7 @@ class MediaOptions:
     """The deployment's own env files, read before the upgrade's (compose reads `.env` only without --env-file)."""
     k8s_out: Path | None = None
     k8s: dict[str, Any] = field(default_factory=dict)
+    no_rdma: bool = False
     image: str | None = None
     exporter: str | None = None
     budget_s: float | None = None
@@ -214,11 +214,41 @@ def rollback_compose(req: Request, opts: MediaOptions, report: Report) -> dict[s
 
 # --- Kubernetes --------------------------------------------------------------------------------------------------
 
+class _K8sState(BaseModel):
+    """What `promote --k8s-out` writes beside the manifests: the channel it switched to, and the state it replaced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    channel: str
+    set: list[str] = []
+    decision: str | None = None
+    previous: _K8sState | None = None
+
+
+MAX_K8S_STATE_BYTES = 1024 * 1024
+
+
 def _k8s_state(out: Path, profile: str) -> dict[str, Any] | None:
-    try:
-        return json.loads((out / f"{profile}.{K8S_STATE}").read_text())
-    except (OSError, ValueError):
+    """The state a promote left (None: none yet), through the strict reader: an unreadable or edited one was taken
+    as "none", so a rollback restored the manifests without knowing what it rolled back to."""
+    import os
+
+    from appliance.jsonstrict import load_file
+
+    path = out / f"{profile}.{K8S_STATE}"
+    if not os.path.lexists(path):
         return None
+    data = load_file(path, K8S_STATE, MAX_K8S_STATE_BYTES, "Kubernetes promote state")
+    try:
+        _K8sState.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "the top"
+        raise ApplianceError(f"Kubernetes promote state {path}: field {where}: {first['msg'][:200]}",
+                             field=f"{K8S_STATE} {where}", value=str(path),
+                             fix=f"put back the {K8S_STATE} that `appliance upgrade promote --k8s-out` wrote (or "
+                                 "remove it and the manifests' .previous to start the history again)",
+                             reason="a rollback switches to what this file says") from None
+    return data
 
 
 def promote_k8s(req: Request, opts: MediaOptions, report: Report) -> dict[str, Any]:
@@ -237,11 +267,15 @@ def promote_k8s(req: Request, opts: MediaOptions, report: Report) -> dict[str, A
     folder, record = _record(pair, "kubernetes", qual, None)
     overrides = [*load_settings().overrides(), *req.cli_overrides, f"engine.channel={pair.to_channel.name}",
                  *pair.sets]
-    text = render_k8s(pair.candidate, overrides, opts.image, opts.k8s)
+    from appliance.cliargs import k8s_manifests
+    from appliance.render.k8s import dump
+
+    text = dump(k8s_manifests(pair.candidate, opts.k8s, image=opts.image, overrides=tuple(overrides),
+                              no_rdma=opts.no_rdma, warn=report), "yaml")
     current, previous = write_manifests(opts.k8s_out, plain.name, text)
     write_json_atomic(opts.k8s_out / f"{plain.name}.{K8S_STATE}",
                       {"channel": pair.to_channel.name, "set": list(pair.sets), "decision": folder.name,
-                       "previous": state})
+                       "previous": cut_chain(state)})
     record.update(outcome="switched", manifests=str(current), previous=str(previous) if previous.exists() else None,
                   finished_at=utc_now(), apply=f"kubectl apply -f {current}",
                   ranks=agreement or ("one LeaderWorkerSet template for every rank" if plain.hardware.nodes > 1

@@ -273,7 +273,7 @@ class Qualification:
 
     def _window(self, pair: Pair, serve: RunningServe, folder: Path, ports: tuple[int, int],
                 record: dict[str, Any], inc_receipt: Receipt) -> Judgement:
-        runs = int(((serve.look().status or {}).get("log") or {}).get("runs") or 0)
+        runs = serve.look().runs
         self.report(f"window: stopping the incumbent's engine in {serve.run_dir}")
         began = time.monotonic()
         restored: Ready | None = None

@@ -97,6 +97,37 @@ def transfer_args(*, checksum: bool, bwlimit_kib: int | None = None) -> list[str
     return args
 
 
+CUT_FILE = re.compile(r"^\.(?P<name>[0-9a-f]{40,64})\.[A-Za-z0-9]{6}$")
+"""The receiver's temporary copy of a blob while it arrives (`.<name>.XXXXXX` beside it): rsync renames it into
+place when it is verified, or into the partial folder when the link drops; a receiver killed outright (SIGKILL,
+the OOM killer, a node that loses power) leaves it in blobs/."""
+
+
+def adopt_cut_files(repo: Path) -> list[str]:
+    """Blobs a killed receiver left as temporary files in `repo`/blobs, moved into the partial folder where the
+    next copy resumes from them (a partial one already there, as long, is kept and the leftover removed).
+    Their names, for the caller to report; nothing when there is no such folder."""
+    blobs = repo / "blobs"
+    try:
+        names = sorted(os.listdir(blobs))
+    except OSError:
+        return []
+    adopted = []
+    for entry in names:
+        cut = CUT_FILE.match(entry)
+        path = blobs / entry
+        if cut is None or path.is_symlink() or not path.is_file():
+            continue
+        partial = blobs / PARTIAL_DIR / cut["name"]
+        partial.parent.mkdir(exist_ok=True)
+        if partial.is_file() and not partial.is_symlink() and partial.stat().st_size >= path.stat().st_size:
+            path.unlink()
+        else:
+            os.replace(path, partial)  # one folder, one file system: a rename
+        adopted.append(cut["name"])
+    return adopted
+
+
 def run_rsync(args: list[str], *, what: str, secret: str | None = None, timeout_s: float | None = None,
               on_start: Callable[[subprocess.Popen[str]], None] | None = None) -> RsyncStats:
     """rsync with `args`; its figures, or ApplianceError naming rsync's own complaint."""

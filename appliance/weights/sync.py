@@ -30,7 +30,15 @@ from appliance.bounds import check_host, check_port
 from appliance.errors import ApplianceError
 from appliance.paths import make_dir
 from appliance.weights.hub import repo_folder
-from appliance.weights.rsync import AUTH_USER, MODULE_HUB, MODULE_MODEL, RsyncStats, run_rsync, transfer_args
+from appliance.weights.rsync import (
+    AUTH_USER,
+    MODULE_HUB,
+    MODULE_MODEL,
+    RsyncStats,
+    adopt_cut_files,
+    run_rsync,
+    transfer_args,
+)
 from appliance.weights.snapshot import SnapshotCheck, check_hub_snapshot
 
 Report = Callable[[str], None]
@@ -118,6 +126,8 @@ def push(checkpoint: str, revision: str, peers: list[Peer], *, cache: Path | Non
     with tempfile.TemporaryDirectory(prefix="appliance-sync-") as tmp:
         listing = _list_file(transfer_list(check, storage), Path(tmp))
         for peer in peers:
+            if not peer.is_daemon:  # another rank's volume: this process is its receiver
+                adopt_killed_copies(Path(peer.url) / storage.name, report)
             dest = f"{peer.url}{storage.name}/"
             stats = run_rsync([*transfer_args(checksum=checksum, bwlimit_kib=bwlimit_kib), f"--files-from={listing}",
                                f"{storage}/", dest], what=f"sync of {checkpoint}@{revision} to {peer.spec}",
@@ -125,6 +135,12 @@ def push(checkpoint: str, revision: str, peers: list[Peer], *, cache: Path | Non
             report(f"sync-model: {peer.spec}: {stats.render()}")
             out[peer.spec] = stats
     return out
+
+
+def adopt_killed_copies(repo: Path, report: Report) -> None:
+    """What a receiver killed in an earlier copy left in `repo`, made the basis of this one (rsync.adopt_cut_files)."""
+    for name in adopt_cut_files(repo):
+        report(f"sync-model: {repo.name}: blob {name[:12]} was cut by a killed copy; it resumes from what arrived")
 
 
 def wait_for_daemon(host: str, port: int, timeout_s: float) -> None:
@@ -151,6 +167,7 @@ def pull(checkpoint: str, revision: str, source: Peer, *, cache: Path | None = N
     hub cache: first the listing and the snapshot's links, then the blobs those links name. Returns the figures of
     both steps together; the caller verifies the result (the arrival check)."""
     storage = make_dir(repo_folder(checkpoint, cache), "HF_HOME")
+    adopt_killed_copies(storage, report)
     what = f"sync of {checkpoint}@{revision} from {source.spec}"
     args = transfer_args(checksum=checksum)
     with tempfile.TemporaryDirectory(prefix="appliance-sync-") as tmp:
@@ -172,5 +189,5 @@ def pull(checkpoint: str, revision: str, source: Peer, *, cache: Path | None = N
     return total
 
 
-__all__ = ["MODULE_HUB", "MODULE_MODEL", "Peer", "daemon_peer", "parse_peer", "pull", "push", "transfer_list",
-           "wait_for_daemon"]
+__all__ = ["MODULE_HUB", "MODULE_MODEL", "Peer", "adopt_killed_copies", "daemon_peer", "parse_peer", "pull", "push",
+           "transfer_list", "wait_for_daemon"]

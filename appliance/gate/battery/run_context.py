@@ -20,8 +20,8 @@ class BatteryRun:
     """C10's reference t/s at params.bench_row; None = none known for this hardware."""
     reference_source: str
     unguarded_channel: str | None = None
+    """The noguard arm on a channel whose engine has no same-step guard: that channel's name (D2 says why it
+    cannot pass); None elsewhere."""
     arm_sets: tuple[str, ...] = ()
     """The default arm only: engine switches this serve renders that the harness's default arm leaves unset
     (VAR=value); the receipt names them. Empty = nothing set, as the harness runs it."""
-    """The noguard arm on a channel whose engine has no same-step guard: that channel's name (D2 says why it
-    cannot pass); None elsewhere."""
