@@ -17,6 +17,9 @@ from typing import Any
 from appliance.errors import ApplianceError
 from appliance.redact import redact
 
+CHANNEL_PATTERN = r"^[a-z0-9][a-z0-9.+-]*$"
+CHANNEL_MAX_CHARS = 100
+"""An engine channel's name, wherever it enters (profile engine.channel, a bundle's manifest, channels/facts.py)."""
 MAX_ARG_BYTES = 128 * 1024
 """The kernel's MAX_ARG_STRLEN (32 pages): exec refuses an argv word of this many bytes or more."""
 SHOW_CHARS = 60

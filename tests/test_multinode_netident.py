@@ -25,7 +25,8 @@ from appliance.errors import ApplianceError
 from appliance.multinode.netident import Tables, host_lines, route_ifname, routes, with_identity
 from appliance.placement import Placement, ResolvedPlacement, resolve_placement
 from appliance.profile import load_profile
-from appliance.render.plan import SOCKET_IFNAME_ENV, build_plan, fabric_env_origins
+from appliance.render.managed import SOCKET_IFNAME_ENV
+from appliance.render.plan import build_plan, fabric_env_origins
 
 ROOT = Path(__file__).resolve().parents[1]
 FABRIC, MGMT = "enp1s0f0np0", "enP7s7"

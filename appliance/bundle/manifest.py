@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from appliance.bounds import CHANNEL_MAX_CHARS, CHANNEL_PATTERN
 from appliance.errors import ApplianceError
 from appliance.paths import read_capped
 from appliance.safe_write import kind_of
@@ -121,7 +122,7 @@ class Manifest(_Strict):
     engine_digest: Digest
     lock_digest: Digest
     """The digest of the profile's channel (appliance.lock.ChannelLock.digest): the caches' key, the image's."""
-    channel: str = Field(pattern=r"^[a-z0-9][a-z0-9.+-]*$", max_length=100)
+    channel: str = Field(pattern=CHANNEL_PATTERN, max_length=CHANNEL_MAX_CHARS)
     """The profile's engine channel (versions.json `channels`)."""
     target: Literal["gpu", "cpu"]
     checkpoint: Checkpoint

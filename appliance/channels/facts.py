@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from appliance.bounds import CHANNEL_MAX_CHARS, CHANNEL_PATTERN
 from appliance.errors import ApplianceError
 from appliance.paths import data_root
 from appliance.yamlstrict import load_data_table
@@ -30,12 +31,12 @@ def facts_dir(root: Path | None = None) -> Path:
     return (root or data_root()) / "channels"
 
 
-CHANNEL_NAME = re.compile(r"^[a-z0-9][a-z0-9.+-]{0,99}$")
+CHANNEL_NAME = re.compile(CHANNEL_PATTERN)
 """A channel's name (versions.json `channels`, profile key engine.channel): one path component, never `..`."""
 
 
 def facts_path(channel: str, root: Path | None = None) -> Path:
-    if not isinstance(channel, str) or not CHANNEL_NAME.match(channel):
+    if not isinstance(channel, str) or not CHANNEL_NAME.fullmatch(channel) or len(channel) > CHANNEL_MAX_CHARS:
         from appliance.bounds import show
 
         raise ApplianceError(f"{show(channel)} is not a channel name", field="engine.channel", value=show(channel),

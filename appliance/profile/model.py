@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from appliance.bounds import MAX_MASTER_PORT, MAX_NODES, PORT_MAX, PORT_MIN, is_host
+from appliance.bounds import CHANNEL_MAX_CHARS, CHANNEL_PATTERN, MAX_MASTER_PORT, MAX_NODES, PORT_MAX, PORT_MIN, is_host
 from appliance.profile.canary import Canary
 
 GpuKind = Literal["rtx-pro-6000", "rtx-5090", "gb10", "cpu"]
@@ -118,7 +118,7 @@ class Cache(Section):
 
 
 class Engine(Section):
-    channel: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.+-]*$", max_length=100)
+    channel: str | None = Field(None, pattern=CHANNEL_PATTERN, max_length=CHANNEL_MAX_CHARS)
     """The engine line (a channel of versions.json: `appliance channels`); the loader fills the lock's default
     (default_channel, default_cpu_channel on the cpu target) when the profile names none."""
     accept_unguarded_prefix_cache: bool = False

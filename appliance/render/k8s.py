@@ -21,6 +21,7 @@ from appliance.errors import ApplianceError
 from appliance.profile.model import Profile
 from appliance.profile.topology import Role
 from appliance.redact import SECRET_ENV
+from appliance.render.managed import SOCKET_IFNAME_ENV
 from appliance.render.plan import build_plan
 from appliance.render.serveplan import Placement, ResolvedPlacement, ServePlan, resolve_placement
 
@@ -32,8 +33,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 # Per-node values: `appliance run` derives them in each pod (pod IP, fabric interface).
-PER_NODE_ENV = frozenset({"VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
-                          "UCX_NET_DEVICES"})
+PER_NODE_ENV = frozenset({"VLLM_HOST_IP", *SOCKET_IFNAME_ENV})
 HF_HOME = "/var/cache/huggingface"
 APPLIANCE_HOME = "/var/cache/appliance"  # compile/JIT caches (keyed by lock + engine digest) live under it
 CONTAINER = "appliance"

@@ -37,16 +37,19 @@ ENGINE_ENV_OWNERS: dict[str, str] = {
 }
 """The engine's own switches the renderer sets (render/plan.engine_env): the same on every rank of a serve."""
 
+SOCKET_IFNAME_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES")
+"""Each takes the rank's fabric interface by name: NCCL's out-of-band sockets, Gloo's mesh (without it Gloo binds
+what the host name resolves to: loopback on Ubuntu, K39), torch's TensorPipe and UCX; NVIDIA's dgx-spark-playbooks
+(nvidia/vllm/README.md) set all four on both nodes."""
+
+
 ENV_OWNERS: dict[str, str] = {
     **ENGINE_ENV_OWNERS,
     # INFO with INIT,NET is what the health read-back parses (K10, K15): another level hides those lines.
     "NCCL_DEBUG": "the appliance's NCCL read-back (K10, K15)",
     "NCCL_DEBUG_SUBSYS": "the appliance's NCCL read-back (K10, K15)",
     "VLLM_HOST_IP": "APPLIANCE_HOST_IP",
-    "NCCL_SOCKET_IFNAME": "APPLIANCE_FABRIC_IFNAME (--fabric-ifname)",
-    "GLOO_SOCKET_IFNAME": "APPLIANCE_FABRIC_IFNAME (--fabric-ifname)",
-    "TP_SOCKET_IFNAME": "APPLIANCE_FABRIC_IFNAME (--fabric-ifname)",
-    "UCX_NET_DEVICES": "APPLIANCE_FABRIC_IFNAME (--fabric-ifname)",
+    **dict.fromkeys(SOCKET_IFNAME_ENV, "APPLIANCE_FABRIC_IFNAME (--fabric-ifname)"),
     "NCCL_IB_DISABLE": "distributed.nccl_ib_disable",
     "NCCL_IB_HCA": "distributed.nccl_ib_hca, else the RDMA device of the rank's fabric interface (K39)",
     "NCCL_IB_MERGE_NICS": "distributed.nccl_ib_merge_nics",

@@ -14,7 +14,7 @@ from appliance.profile.model import Profile
 from appliance.profile.topology import Role, ib_devices, role_for
 from appliance.render.flags import ENGINE_FLAGS, serve_flags
 from appliance.render.launcher import launcher_plan
-from appliance.render.managed import ENGINE_ENV_OWNERS, flag_owner, managed_env_owner
+from appliance.render.managed import ENGINE_ENV_OWNERS, SOCKET_IFNAME_ENV, flag_owner, managed_env_owner
 from appliance.render.passthrough import passthrough_argv, passthrough_env
 from appliance.render.planfacts import PlanFacts
 from appliance.render.serveplan import (
@@ -81,12 +81,6 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
         env["NCCL_DEBUG"] = "INFO"
         env["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
     return env
-
-
-SOCKET_IFNAME_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES")
-"""Each takes the rank's fabric interface by name: NCCL's out-of-band sockets, Gloo's mesh (without it Gloo binds
-what the host name resolves to: loopback on Ubuntu, K39), torch's TensorPipe and UCX; NVIDIA's dgx-spark-playbooks
-(nvidia/vllm/README.md) set all four on both nodes."""
 
 
 def fabric_env_origins(profile: Profile, place: ResolvedPlacement) -> dict[str, tuple[str, str]]:
