@@ -154,6 +154,62 @@ def test_a_pin_only_another_ref_of_the_fork_holds_is_found_by_the_shallow_since_
     assert git(tmp_path / "src", "rev-parse", "--is-shallow-repository") == "false"
 
 
+@pytest.fixture
+def old_fork(tmp_path: Path) -> dict[str, object]:
+    """A fork whose release tag v0.27.0 is years older than its branch head, and a pin on another branch three
+    commits after it, the first two also older than SHALLOW_SINCE_DAYS: the --shallow-since fetch that finds the pin
+    cuts the history between the tag and the pin."""
+    repo = tmp_path / "old-fork"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "--initial-branch", "main")
+    git(repo, "config", "uploadpack.allowFilter", "true")
+    dated = {"GIT_AUTHOR_DATE": "2023-01-01T00:00:00", "GIT_COMMITTER_DATE": "2023-01-01T00:00:00"}
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in dated.items():
+            env.setenv(name, value)
+        commit(repo, "base.txt", "base\n")
+        git(repo, "tag", "v0.27.0")
+        git(repo, "checkout", "--quiet", "-b", "other")
+        commit(repo, "old-1.txt", "old\n")
+        commit(repo, "old-2.txt", "old\n")
+    pinned = commit(repo, "pinned.txt", "now\n")
+    git(repo, "checkout", "--quiet", "-b", "codex/pr", "main")
+    commit(repo, "head.txt", "the branch head, now\n")
+    return {"url": f"file://{repo}", "repo": repo, "pinned": pinned}
+
+
+def old_fetch(old_fork: dict[str, object], dest: Path) -> enginesource.EngineRecord:
+    return enginesource.fetch(str(old_fork["url"]), dest, repo="jasl/vllm", branch="codex/pr", ref="none",
+                              pin=str(old_fork["pinned"])[:10], platform="linux/arm64", arch="12.1a", base="0.27.1")
+
+
+def test_a_pin_found_by_the_cut_fetch_gets_its_version_from_the_whole_history(old_fork, tmp_path: Path) -> None:
+    record = old_fetch(old_fork, tmp_path / "src")
+    pinned = str(old_fork["pinned"])
+    assert record.commit == pinned and not record.on_branch
+    # v0.27.0 + 3 commits: counted across the cut, so the history was fetched whole again
+    assert record.version == f"0.27.1.dev3+g{pinned[:10]}", record.version_source
+    assert git(tmp_path / "src", "rev-parse", "--is-shallow-repository") == "false"
+
+
+def test_a_history_that_cannot_be_fetched_whole_stops_the_build_instead_of_a_miscounted_version(
+        old_fork, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_git = enginesource._git
+
+    def remote_gone_before_unshallow(repo: Path, *argv: str, check: bool = True):
+        # Fault injection: the remote goes away between the cut fetch and the --unshallow one (real git fails).
+        if "--unshallow" in argv:
+            Path(str(old_fork["repo"])).rename(tmp_path / "gone")
+        return real_git(repo, *argv, check=check)
+
+    monkeypatch.setattr(enginesource, "_git", remote_gone_before_unshallow)
+    with pytest.raises(enginesource.SourceError) as err:
+        old_fetch(old_fork, tmp_path / "src")
+    message = str(err.value)
+    assert str(old_fork["pinned"])[:10] in message and "full history could not be fetched" in message
+    assert "ENGINE_GIT_URL" in message and "engine.commit" in message
+
+
 def test_a_pin_on_no_public_ref_names_every_ref_tried(fork, upstream, tmp_path: Path) -> None:
     with pytest.raises(enginesource.SourceError) as err:
         enginesource.fetch(str(fork["url"]), tmp_path / "src", repo="jasl/vllm", branch="codex/pr",

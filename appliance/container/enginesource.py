@@ -182,6 +182,25 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "no answer"
 
 
+def _is_shallow(dest: Path) -> bool:
+    return _git(dest, "rev-parse", "--is-shallow-repository").stdout.strip() == "true"
+
+
+def _unshallow(dest: Path, repo: str, pin: str, specs: tuple[str, ...]) -> None:
+    """The full history again after a --shallow-since fetch found the pin: the wheel's version counts the commits
+    from the nearest release tag (engine_version), and a cut history counts them wrong without a word."""
+    if not _is_shallow(dest):  # every commit was newer than the cut: nothing is missing (and --unshallow refuses)
+        return
+    out = _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", "--unshallow", "origin", *specs,
+               check=False)
+    if out.returncode != 0 or _is_shallow(dest):
+        raise SourceError(f"{repo}: the pinned commit {pin} was found on another ref of the fork, but its full "
+                          f"history could not be fetched ({_first_line(out.stderr or out.stdout)}): the wheel's "
+                          f"version counts commits from the nearest release tag, which a cut history miscounts. "
+                          f"Fix: use a mirror that serves the whole history (ENGINE_GIT_URL), or pin a commit of "
+                          f"the channel's branch (versions.json engine.commit)")
+
+
 def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, platform: str, arch: str,
           base: str | None = None, pull: PullRequest | None = None) -> EngineRecord:
     """Fetch `branch` (and the tag `ref`) of `url` into `dest`, check out `pin`, return the record."""
@@ -231,9 +250,8 @@ def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, p
         out = _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", f"--shallow-since={since}", "origin",
                    *specs, check=False)
         commit, complaint = _resolve(dest, pin)
-        if commit is not None:  # the full history again: the version counts commits from a release tag
-            _git(dest, "fetch", "--quiet", "--filter=blob:none", "--no-tags", "--unshallow", "origin", *specs,
-                 check=False)
+        if commit is not None:
+            _unshallow(dest, repo, pin, specs)
         tried.append(f"every branch and tag of {repo} since {since} "
                      f"({'fetched' if out.returncode == 0 else 'not fetched: ' + _first_line(out.stderr)})")
     if commit is None:
