@@ -37,15 +37,39 @@ def _holder(fd: int) -> str:
     return f"{action} (pid {pid}, since {since})"
 
 
+def lock_path(profile: str, home: Path | None = None) -> Path:
+    from appliance.paths import appliance_home
+
+    return (home or appliance_home()) / "locks" / f"upgrade-{profile}.lock"
+
+
+def holder_now(profile: str, home: Path | None = None) -> str | None:
+    """Who is switching the profile's serve now (`promote (pid 123, since …)`), or None: nobody holds its lock.
+    Creates nothing; the shared lock it tries is dropped at once (a switch starting in that instant is refused
+    and says to run again)."""
+    try:
+        fd = os.open(lock_path(profile, home), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:  # no lock file (never switched), or something we never made there: no switch holds it
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
 @contextlib.contextmanager
 def one_switch(profile: str, action: str, home: Path | None = None) -> Iterator[None]:
     """Hold the profile's switch lock while the body runs; a second holder is exit 2 naming the first."""
-    from appliance.paths import appliance_home, make_dir
+    from appliance.paths import make_dir
     from appliance.upgrade.history import utc_now
 
-    # A file in the way or a read-only APPLIANCE_HOME is exit 2 naming it, never a traceback.
-    base = make_dir((home or appliance_home()) / "locks", "APPLIANCE_HOME")
-    path = base / f"upgrade-{profile}.lock"
+    path = lock_path(profile, home)
+    make_dir(path.parent, "APPLIANCE_HOME")  # a file in the way, a read-only home: exit 2 naming it
     try:  # O_NOFOLLOW: a link planted at the lock's name is refused, never followed to truncate its target
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except OSError as exc:

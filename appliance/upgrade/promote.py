@@ -40,6 +40,7 @@ from appliance.upgrade.candidate import (
 from appliance.upgrade.history import Record, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
 from appliance.upgrade.serve import Expect, Ready, RunningServe, exporter_change, wait_ready
+from appliance.upgrade.unfinished import close_killed, either_side, refuse_stacking, switched_and_unfinished
 
 Report = Callable[[str], None]
 
@@ -216,8 +217,9 @@ def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
 
 
 def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:
-    pair = pair_for(req)
     sw = _native(req, opts, report)
+    refuse_stacking(sw.name, read_active(sw.name), opts.run_dir)  # first: the active channel is not the incumbent
+    pair = pair_for(req)
     serve = sw.serve
     check_same_serve(pair.incumbent, serve.launch, opts.run_dir)
     require_renderable(pair.candidate, "nothing was switched")
@@ -317,9 +319,11 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
     previous = Active.from_json(active.previous, f"upgrade:{active_path(name)}") if active.previous else None
     if previous is not None:
         vouch(previous)
+    stuck = switched_and_unfinished(name, active)  # a killed promote: this rollback is what finishes it
     serve = sw.serve
     current = load_incumbent(req)
-    check_same_serve(current, serve.launch, opts.run_dir)
+    if stuck is None or serve.launch.profile_digest not in either_side(stuck):  # killed between its two writes
+        check_same_serve(current, serve.launch, opts.run_dir)
     target = load_previous(req, previous)
     folder = new_record(name, "rollback", target.profile.engine.channel or "profile")
     budget = opts.budget_s or default_budget(target.profile)
@@ -334,7 +338,11 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
     proof = _switch_back(sw, previous, target, str(target.profile.engine.channel), budget, report)
     record.update(outcome="rolled back" if proof.ok else "rollback failed", proof=proof.to_json(),
                   finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
+    if stuck is not None:
+        record["cleared"] = stuck.id
     write_record(folder, record)
+    if stuck is not None:
+        close_killed(stuck, folder.name, proof.ok)
     report(("ROLLED BACK" if proof.ok else "ROLLBACK FAILED") + f" {name} to {target.profile.engine.channel}: "
            f"{proof.why}")
     return record | {"record": str(folder)}

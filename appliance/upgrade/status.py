@@ -7,8 +7,10 @@ import re
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.profile.active import ActiveError, read_active
-from appliance.upgrade.history import profiles_with_history, records
+from appliance.profile.active import Active, ActiveError, read_active
+from appliance.upgrade.exclusive import holder_now
+from appliance.upgrade.history import Record, profiles_with_history, records
+from appliance.upgrade.unfinished import switched_and_unfinished
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 """A profile's name as the history keys it (its file's stem): one path component, never `.` or `..`."""
@@ -38,6 +40,18 @@ def history_name(given: str) -> str:
     return stem
 
 
+def _unfinished(profile: str, rec: Record, active: Active | None, holder: str | None) -> str:
+    """A record without an outcome: still running (its switch lock is held), or stopped for good; a stopped promote
+    whose candidate is still the active channel needs a rollback (upgrade/unfinished.py)."""
+    if holder is not None:
+        return f"unfinished: {holder} is running now"
+    stuck = switched_and_unfinished(profile, active)
+    if stuck is not None and stuck.id == rec.id:
+        return (f"unfinished: stopped after switching to its candidate, which is still active; `appliance upgrade "
+                f"rollback {profile} --run-dir {rec.data.get('run_dir') or 'RUN_DIR'}` returns to the incumbent")
+    return "unfinished: stopped without an outcome (no process is finishing it)"
+
+
 def _one(profile: str) -> dict[str, Any]:
     try:
         active = read_active(profile)
@@ -45,6 +59,7 @@ def _one(profile: str) -> dict[str, Any]:
     except ActiveError as exc:
         active, error = None, str(exc)
     history = []
+    holder = holder_now(profile)
     for rec in records(profile):
         d = rec.data
         row: dict[str, Any] = {"id": rec.id, "kind": d.get("kind"), "at": d.get("started_at") or d.get("at"),
@@ -56,7 +71,7 @@ def _one(profile: str) -> dict[str, Any]:
         else:
             to = d.get("candidate") or d.get("to") or {}
             row |= {"from": (d.get("from") or {}).get("channel"), "to": to.get("channel"),
-                    "result": d.get("verdict") or d.get("outcome") or "unfinished",
+                    "result": d.get("verdict") or d.get("outcome") or _unfinished(profile, rec, active, holder),
                     "why": (d.get("reasons") or [d.get("why")] if d.get("why") else d.get("reasons") or [])[:3],
                     "receipts": d.get("receipts") or {}, "seconds": d.get("seconds")}
             if d.get("window"):
