@@ -46,6 +46,23 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ[orphans.TOKEN_ENV] = token
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_stranded_serves() -> Iterator[None]:
+    """After each module (its fixtures torn down first: autouse runs outermost), a process of this session left
+    behind by a killed command is stopped and named as a warning (tests/orphans.py `stranded`), so one test's
+    timeout does not slow every later one."""
+    yield
+    token = os.environ.get(orphans.TOKEN_ENV)
+    left = orphans.stranded(token) if token else []
+    if left:
+        import warnings
+
+        names = [orphans.command(pid) for pid in left]
+        orphans.reap(token, found=left)
+        warnings.warn(f"stopped {len(left)} process(es) this module left running after their starter died: {names}",
+                      stacklevel=1)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> object:
     """Ports a fixture reserves stay reserved until that fixture is torn down (tests/ports.py). Registered
@@ -181,7 +198,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
     """A `serial` test runs with no other worker's test beside it (tests/scheduling.py)."""
     lock = getattr(item.config, "workerinput", {}).get(scheduling.LOCK_KEY)
-    with scheduling.turn(Path(lock) if lock else None, serial=item.get_closest_marker("serial") is not None):
+    with scheduling.turn(Path(lock) if lock else None, serial=scheduling.runs_alone(item)):
         return (yield)
 
 

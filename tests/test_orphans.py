@@ -2,6 +2,7 @@
 session runs is not."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -48,3 +49,35 @@ def test_a_reused_pid_is_not_taken_for_the_session_that_once_had_it() -> None:
     assert orphans._alive(f"{pid}-{start}")
     assert not orphans._alive(f"{pid}-{int(start) + 1}")
     assert not orphans._alive("not-a-token")
+
+
+def test_a_process_of_this_session_whose_starter_died_is_stranded_and_one_still_parented_is_not() -> None:
+    """`appliance upgrade qualify` SIGKILLed by a test's timeout leaves its candidate's supervisord reparented to
+    init; a serve a test still holds is its child. Only the first is a leak at the module's end."""
+    token = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, orphans.TOKEN_ENV: token}
+    # The starter forks a grandchild that outlives it (as supervisord outlives the killed qualify), then exits.
+    fork = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
+            "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)")
+    starter = subprocess.run([sys.executable, "-c", fork],
+                             env=env, capture_output=True, text=True, timeout=60, check=True)
+    left = int(starter.stdout.strip())
+    held = _sleeper(token)
+    try:
+        _wait_listed(held.pid)
+        for _ in range(100):
+            if orphans._parent(left) == 1:
+                break
+            time.sleep(0.05)
+        assert orphans.stranded(token) == [left]  # the reparented one only; never the held child
+        assert orphans.reap(token, grace_s=5, found=[left]) == [left]
+        for _ in range(200):
+            if not os.path.exists(f"/proc/{left}") or orphans._zombie(left):
+                break
+            time.sleep(0.05)
+        assert orphans.stranded(token) == [] and held.poll() is None
+    finally:
+        held.kill()
+        held.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, 9)
