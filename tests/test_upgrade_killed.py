@@ -22,9 +22,11 @@ from appliance.upgrade.exclusive import one_switch
 from appliance.upgrade.history import records
 from appliance.upgrade.status import status
 from appliance.upgrade.unfinished import KILLED
+from tests import test_upgrade
 from tests.test_upgrade import OLD, cli, fake_engine_venv
 
 PROFILE = "cpu-smoke"
+home = test_upgrade.home  # the same APPLIANCE_HOME and engine store, as a fixture of this module too
 
 KILL_AFTER = r"""
 import os, signal, sys
@@ -59,15 +61,6 @@ raise SystemExit(main(sys.argv[2:]))
 """
 SWITCHED = ("active", "launch", "restart")
 """The steps after which the serve's files name the candidate (active.json, then launch.json too)."""
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("APPLIANCE_ENGINES", str(tmp_path / "engines"))
-    for var in ("APPLIANCE_UPGRADE_CHANNEL", "APPLIANCE_UPGRADE_SET", "APPLIANCE_SET", "APPLIANCE_CHANNEL"):
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path / "home"
 
 
 @pytest.fixture

@@ -120,16 +120,20 @@ def read_record(path: Path) -> dict[str, Any]:
     from appliance.jsonstrict import load_file
 
     data = load_file(path, "record.json", MAX_RECORD_BYTES, "upgrade record")
+    return shaped(data, RecordShape, path, "upgrade record", "record.json",
+                  fix=f"move {path.parent} aside (it is no record this appliance wrote); the rest of the history "
+                      "stays readable", reason="a record of the wrong shape would be misread as a decision")
+
+
+def shaped(data: Any, model: type[BaseModel], path: Path, what: str, field: str, fix: str, reason: str) -> Any:
+    """`data` as read, once it holds to `model`; ApplianceError naming the file and its first field that does not."""
     try:
-        RecordShape.model_validate(data)
+        model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the top"
-        raise ApplianceError(f"upgrade record {path}: field {where}: {first['msg'][:200]}",
-                             field=f"record.json {where}",
-                             value=str(path), fix=f"move {path.parent} aside (it is no record this appliance wrote); "
-                                                  "the rest of the history stays readable",
-                             reason="a record of the wrong shape would be misread as a decision") from None
+        raise ApplianceError(f"{what} {path}: field {where}: {first['msg'][:200]}", field=f"{field} {where}",
+                             value=str(path), fix=fix, reason=reason) from None
     return data
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from appliance.errors import ApplianceError
 from appliance.lock import image_tag
@@ -26,7 +26,7 @@ from appliance.profile.active import Active, cut_chain
 from appliance.profile.loader import LoadedProfile
 from appliance.render.serveplan import http_url
 from appliance.upgrade.candidate import Pair, Request, pair_for, require_renderable
-from appliance.upgrade.history import new_record, utc_now, write_record
+from appliance.upgrade.history import new_record, shaped, utc_now, write_record
 from appliance.upgrade.media import (
     ComposeEnv,
     compose_service,
@@ -238,17 +238,10 @@ def _k8s_state(out: Path, profile: str) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     data = load_file(path, K8S_STATE, MAX_K8S_STATE_BYTES, "Kubernetes promote state")
-    try:
-        _K8sState.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "the top"
-        raise ApplianceError(f"Kubernetes promote state {path}: field {where}: {first['msg'][:200]}",
-                             field=f"{K8S_STATE} {where}", value=str(path),
-                             fix=f"put back the {K8S_STATE} that `appliance upgrade promote --k8s-out` wrote (or "
-                                 "remove it and the manifests' .previous to start the history again)",
-                             reason="a rollback switches to what this file says") from None
-    return data
+    return shaped(data, _K8sState, path, "Kubernetes promote state", K8S_STATE,
+                  fix=f"put back the {K8S_STATE} that `appliance upgrade promote --k8s-out` wrote (or remove it and "
+                      "the manifests' .previous to start the history again)",
+                  reason="a rollback switches to what this file says")
 
 
 def promote_k8s(req: Request, opts: MediaOptions, report: Report) -> dict[str, Any]:
