@@ -12,10 +12,12 @@ the second core idle and the run past CI's 90 minutes.
 - The longest files go first (SECONDS, then the slow kinds by RANKS), so a long engine file never starts last
   while the other worker idles; the unit tests, many and short, come last and fill in. Both are hints: a wrong one
   costs balance, never a test.
-- A test marked `serial` or `docker` runs alone (ALONE says why): a serial test measures the host (MemAvailable),
-  and another worker's serve starting beside it would move what it measures. It holds an exclusive flock that
-  every other test holds shared for its setup, call and teardown; a turnstile lock taken first makes the serial
-  test wait only for the test in flight, never for a stream of them.
+- A test marked `serial` runs alone: it measures the host (MemAvailable), and another worker's serve starting
+  beside it would move what it measures. Not the Docker tests: the other worker's module serves (and the upgrade
+  story's steady client) keep running while its test waits, so a Docker test gains nothing and the run loses a
+  worker for the Docker unit's length (tried 2026-12-03: 20 minutes of one worker waiting). A serial test holds
+  an exclusive flock that every other test holds shared for its setup, call and teardown; a turnstile lock taken
+  first makes the serial test wait only for the test in flight, never for a stream of them.
 """
 
 from __future__ import annotations
@@ -45,15 +47,8 @@ LOCK_KEY = "appliance_serial_lock"
 """The workerinput key the controller hands every worker: the folder of this run's two lock files."""
 
 
-ALONE = ("serial", "docker")
-"""Markers whose tests run with no other worker's test beside them. `serial`: the test measures the host. `docker`:
-the image build and the container's engine start are the heaviest CPU phases of the suite, and beside another
-worker's engine tests on 2 cores they pushed both past their time limits (a cold run of 2026-12-03: the compose
-stack not healthy within 300 s, and a qualification beside it past its 1,500 s)."""
-
-
 def runs_alone(item: pytest.Item) -> bool:
-    return any(item.get_closest_marker(name) for name in ALONE)
+    return item.get_closest_marker("serial") is not None
 
 
 def _rank(item: pytest.Item) -> int:

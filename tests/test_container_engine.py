@@ -30,7 +30,9 @@ SERVICE = "cpu-smoke"
 HF_TOKEN = "hf_fAkEtOkEn0123456789appliancetest"
 API_KEY = "sk-appliance-test-7f3c9e1b2d"
 BUILD_TIMEOUT_S = 3600
-HEALTHY_TIMEOUT_S = 300
+HEALTHY_TIMEOUT_S = 900
+"""What the test claims is that the stack turns healthy, not how fast (benchmarks/ time it): beside the other
+xdist worker's engine tests on 2 cores the container's start took past 300 s (a cold run, 2026-12-03)."""
 
 
 @pytest.fixture(scope="session")
