@@ -61,6 +61,9 @@ class ApplianceSettings(BaseSettings):
     the head's exporter asks it), resolved by run/exposure.exporter_bind; compose and the Kubernetes manifests set
     0.0.0.0 (Prometheus scrapes from another node or the pod network). `run` warns while /status and /metrics listen
     beyond loopback on a single node. The probe asks over its own socket, so it works either way."""
+    tether_pid: int | None = Field(None, ge=1)
+    """Set by `appliance upgrade qualify` for the candidate it starts: `run` ties the serve to that process, so that
+    the serve stops when its starter dies, even by SIGKILL (run/tether.py)."""
     log_format: Literal["text", "json"] = "text"
     """How the exporter says state changes and start-up progress in the container's output: text lines, or one
     JSON object per line for a log pipeline."""

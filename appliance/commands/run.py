@@ -41,9 +41,11 @@ def run(args: argparse.Namespace) -> int:
         sync_from_head,
         write_launch,
     )
+    from appliance.run.tether import tether_to
     from appliance.settings import load_settings
 
     settings = load_settings()
+    tether_to(settings.tether_pid)  # first: a starter killed from here on takes this serve with it
     loaded = load_from_args(args, settings)
     given = placement_from_args(args, settings)
     sync_from_head(loaded, given, settings, _stderr)  # distributed.sync_model: a worker's copy comes from the head

@@ -3,11 +3,9 @@ with a receipt marked `complete: false` that holds every check finished so far."
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 from appliance.gate import bench, canary, gsm8k, reasoning, recall, structured
 from appliance.gate.battery import checks as battery_checks
@@ -15,6 +13,7 @@ from appliance.gate.context import GateContext
 from appliance.gate.receipt import finalize, with_check, write
 from appliance.gate.receipt_model import Receipt
 from appliance.gate.result import CheckInterrupted, CheckResult, utc_now
+from appliance.interrupts import sigterm_as_interrupt
 
 CHECK_RUNNERS: dict[str, Callable[[GateContext], CheckResult]] = {
     "bench": bench.run,
@@ -43,19 +42,6 @@ def run_check(name: str, ctx: GateContext) -> CheckResult:
     except Exception as exc:  # one check's crash is that check's error; the gate goes on to the next
         return CheckResult(name, "error", f"{type(exc).__name__}: {exc}", started_at=started,
                            seconds=time.monotonic() - began)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """`docker stop`/`kill` end the gate like Ctrl-C does: with a partial receipt."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run_gate(ctx: GateContext, selected: list[str], receipt: Receipt) -> Receipt:

@@ -26,6 +26,7 @@ from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
 from appliance.gate.receipt import load as load_receipt
 from appliance.gate.receipt_model import Receipt
+from appliance.interrupts import sigterm_as_interrupt
 from appliance.profile.active import CHANNEL_ENV, SET_ENV
 from appliance.profile.loader import LoadedProfile
 from appliance.upgrade.candidate import (
@@ -303,7 +304,10 @@ class Qualification:
 
 
 def qualify(req: Request, opts: QualifyOptions, report: Report = print) -> dict[str, Any]:
-    return Qualification(req, opts, report).run()
+    """SIGTERM (a `kill`, a timeout, systemd) unwinds like Ctrl-C: the candidate serve is stopped, a window's
+    incumbent started again and the record marked `error`. SIGKILL unwinds nothing; the tether stops the candidate."""
+    with sigterm_as_interrupt():
+        return Qualification(req, opts, report).run()
 
 
 def render_result(record: dict[str, Any]) -> str:

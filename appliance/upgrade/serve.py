@@ -3,7 +3,8 @@
 - `RunningServe`: an `appliance run` already serving from its run folder (the incumbent): its launch.json, its
   supervisord (stop / start / restart the engine program through supervisorctl) and its exporter's /status;
 - `StartedServe`: an `appliance run` this upgrade starts for the candidate, in its own run folder on its own ports,
-  and stops again (TERM, then KILL of its process group);
+  and stops again (TERM, then KILL of its process group); tied to this process, so that it stops too when this
+  process is killed before it could stop it (run/tether.py);
 - `wait_ready`: until the exporter says ready on the expected channel and profile, a budget runs out, or the serve
   shows it cannot come up (the engine restarting again and again, the exporter's `failed`, supervisord gone).
 """
@@ -28,6 +29,7 @@ from appliance.paths import venv_executable
 from appliance.render.serveplan import http_url
 from appliance.render.supervisord import CONF_FILE
 from appliance.run.launchfile import ExporterSection, LaunchFile
+from appliance.run.tether import tether_env
 
 Report = Callable[[str], None]
 POLL_S = 1.0
@@ -176,7 +178,10 @@ def start_serve(profile: str, run_dir: Path, overrides: list[str], env: dict[str
     for item in overrides:
         argv += ["--set", item]
     with output.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # Tethered (run/tether.py): a starter killed outright takes the candidate with it. From this thread: Linux
+        # signals the child when the thread that forked it ends.
+        proc = subprocess.Popen(argv, env=env | tether_env(), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     deadline = time.monotonic() + wait_launch_s
     launch_path = run_dir / "launch.json"
     while time.monotonic() < deadline:
