@@ -6,6 +6,7 @@ kills its starter, as a test timeout or the OOM killer would kill a qualify."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -67,6 +68,26 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def of_session(sid: int) -> list[int]:
+    """Every running process of session `sid` (a serve: supervisord made each program a group of its own there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+def kill_session(sid: int) -> None:
+    for pid in of_session(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("tethered", [True, False])
 def test_a_tethered_child_ends_with_its_killed_starter_and_an_untethered_one_does_not(tethered: bool) -> None:
     starter, child = start(STARTER, "tethered" if tethered else "untethered", CHILD)
@@ -117,10 +138,20 @@ def test_the_candidate_serve_of_a_killed_starter_stops_with_its_engine(smoke_mod
             timeout=30).stdout, 120), "the candidate's engine program never ran"
         engine = int(subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "pid", "vllm"], capture_output=True,
                                     text=True, timeout=30).stdout.strip())
+        # Killed while the EngineCore is being built: its handler is armed (vllm 0.32.0 v1/engine/core.py
+        # run_engine_core, line 1469) before EngineCore.__init__ logs this (line 133), and from then on a SIGTERM
+        # is only noted while the build goes on (a minute here, many on a GPU), so only the crash guard's reap
+        # of the engine's group stops it in time.
+        log = run_dir / "vllm.log"
+        assert wait_for(lambda: "Initializing a V1 LLM engine" in log.read_text(errors="replace"), 180, 0.2), \
+            "the candidate's EngineCore never started"
         assert running(supervisord) and running(engine)
         starter.send_signal(signal.SIGKILL)
         starter.wait(10)
         assert wait_for(lambda: not running(supervisord), 120, 0.5), "the candidate's supervisord outlived its starter"
         assert not running(engine), "supervisord ended and left the candidate's engine running"
+        wait_for(lambda: not of_session(supervisord), 5, 0.2)  # killed, not a build that ends on its own later
+        left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:60] for pid in of_session(supervisord)}
+        assert not left, f"the candidate's serve left processes behind: {left}"
     finally:
-        kill_group(supervisord)
+        kill_session(supervisord)

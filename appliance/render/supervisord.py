@@ -124,7 +124,8 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
         "crashguard", [sys.executable, "-m", "appliance.run.crashguard", "--program", "vllm", "--limit",
                        str(CRASH_LIMIT), "--window", str(CRASH_WINDOW_S), "--log", log,
                        "--pidfile", str(files.pidfile)],
-        {}, kind="eventlistener", events="PROCESS_STATE_EXITED,PROCESS_STATE_FATAL", autorestart=True,
+        {}, kind="eventlistener", events="PROCESS_STATE_EXITED,PROCESS_STATE_STOPPED,PROCESS_STATE_FATAL",
+        autorestart=True,
         stdout_logfile="NONE", stderr_logfile="/dev/stderr", stderr_logfile_maxbytes=0,
     ))
     return "\n\n".join(sections) + "\n"

@@ -2,8 +2,12 @@
 the engine cannot stay up.
 
 When the API server dies (SIGKILL, OOM killer) its EngineCore child is orphaned and keeps the
-GPU memory the restarted engine needs; supervisor only kills the group when *it* stops a
-program. So on every exit of the engine this listener kills what is left of its group.
+GPU memory the restarted engine needs. A stop does not cover it either: supervisor escalates to
+the group's SIGKILL only while the API server outlives its stop timeout, and the API server
+exits at once on SIGTERM, while an EngineCore still being built only notes the signal and builds
+on (vLLM 0.32 `run_engine_core`: "Record the request first so it survives the construction
+window"); one stopped that way was found still running, orphaned, 10 minutes later. So on every
+exit and every stop of the engine this listener kills what is left of its group.
 
 Supervisor's own start-retry limit only counts deaths within `startsecs`; an engine that dies
 later while loading (a bad checkpoint, an OOM at KV allocation) would be restarted forever.
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         fields, _ = childutils.eventdata(payload + "\n")
         if fields.get("processname") == args.program:
             event = headers.get("eventname")
-            if event == "PROCESS_STATE_EXITED":
+            if event in ("PROCESS_STATE_EXITED", "PROCESS_STATE_STOPPED"):
                 reap_group(int(fields.get("pid", "0")))
             if event == "PROCESS_STATE_FATAL":
                 give_up(f"{args.program} kept dying within seconds of starting (its start retries are spent)",
