@@ -3,7 +3,9 @@ when piped."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +127,20 @@ def test_profiles_show_names_what_a_profile_serves_on_what_its_provenance_and_it
         done = subprocess.run([sys.executable, "-m", "appliance", *bad], capture_output=True, text=True,
                               timeout=120, check=False)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_render_on_a_terminal_puts_one_flag_a_line_and_pastes_as_the_piped_command() -> None:
+    term = _on_a_terminal(["render", "rtx-pro-6000-tp2"], 100)
+    piped = _piped(["render", "rtx-pro-6000-tp2"])
+    argv = json.loads("\n".join(_piped(["render", "rtx-pro-6000-tp2", "--json"])))["argv"]
+    head = [line for line in term if line.startswith(("#", "export "))]
+    command = term[len(head):]
+    assert head == piped[:-1] and len(piped) == len(head) + 1  # the exports as piped; piped, one command line
+    assert command[0].startswith("vllm serve ") and len(command) > 10
+    assert all(line.startswith("  --") for line in command[1:]), command
+    assert all(line.endswith(" \\") for line in command[:-1]) and not command[-1].endswith("\\")
+    pasted = shlex.split(" ".join(line.removesuffix("\\") for line in command))
+    assert pasted == argv == shlex.split(piped[-1])  # the same words, whichever way it is printed
 
 
 def test_profiles_path_names_the_folder_and_a_profiles_file() -> None:

@@ -159,26 +159,13 @@ def _show(name: str) -> int:
     plan = build_plan(p, Placement(node_rank=0, master_addr=HEAD_PLACEHOLDER) if p.hardware.nodes > 1 else None)
     from appliance.redact import redact
     from appliance.render.passthrough import masked_argv
+    from appliance.render.shell_text import command_text
 
     where = f"the head; {HEAD_PLACEHOLDER} stands for its fabric address" if plan.role != "single" else plan.role
     print(f"  command     ({where}; `appliance render {p.name}` prints it for this node)")
     for key, value in plan.env.items():
         print(f"    export {key}={shlex.quote(redact(value))}")
-    argv = masked_argv(plan.argv)
-    print("    " + " \\\n      ".join(_flag_lines(argv)))
+    print(command_text(masked_argv(plan.argv), one_line=False, indent="    "))
     sys.stdout.flush()
     return 0
-
-
-def _flag_lines(argv: list[str]) -> list[str]:
-    """The command one flag a line: a flag with its value stays on one line."""
-    import shlex
-
-    lines: list[str] = []
-    for word in argv:
-        if lines and not word.startswith("--"):
-            lines[-1] += " " + shlex.quote(word)
-        else:
-            lines.append(shlex.quote(word))
-    return lines
 

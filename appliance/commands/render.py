@@ -1,4 +1,5 @@
-"""`appliance render PROFILE`: the serve command from the ServePlan, as shell or JSON."""
+"""`appliance render PROFILE`: the serve command from the ServePlan, as shell or JSON. Shell on a terminal: the
+command one flag a line; piped: one line (render/shell_text.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="the plan as JSON (the spelling every command takes)")
     parser.add_argument("--format", choices=["shell", "json"],
-                        help="shell (default) or json; `--format json` is the old spelling of --json, kept for a "
-                             "release")
+                        help="shell (default: on a terminal the command one flag a line, piped one line) or "
+                             "json; `--format json` is the old spelling of --json, kept for a release")
     parser.set_defaults(format="shell")  # two actions share the dest: argparse would keep --json's None
     parser.add_argument("--force", action="store_true", help="render even when the profile has rule errors")
 
@@ -59,10 +60,14 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(plan.to_json(), indent=2))
         return 0
+    from appliance.render.shell_text import command_text
+    from appliance.table import width
+
+    one_line = width() is None  # piped: one line a command, as scripts and `eval` read it
     print(f"# {loaded.profile.name}: role {plan.role}, profile digest {loaded.digest[:12]}")
     for key, value in plan.env.items():
         print(f"export {key}={shlex.quote(value)}")
     for step in plan.setup:
-        print(shlex.join(step))
-    print(shlex.join(plan.argv))
+        print(command_text(step, one_line=one_line))
+    print(command_text(plan.argv, one_line=one_line))
     return 0
