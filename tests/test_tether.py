@@ -102,6 +102,9 @@ def test_a_tethered_child_ends_with_its_killed_starter_and_an_untethered_one_doe
             assert running(child)
     finally:
         kill_group(child)
+        if starter.poll() is None:  # a failure before the kill: the starter would sleep on for 10 minutes
+            starter.kill()
+            starter.wait(10)
 
 
 def test_a_serve_whose_starter_is_not_its_parent_is_refused_before_anything_starts(tmp_path: Path) -> None:
@@ -155,3 +158,6 @@ def test_the_candidate_serve_of_a_killed_starter_stops_with_its_engine(smoke_mod
         assert not left, f"the candidate's serve left processes behind: {left}"
     finally:
         kill_session(supervisord)
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait(10)
