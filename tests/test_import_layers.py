@@ -19,7 +19,8 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
-    {"redact", "apikey", "metricfamilies", "table"},  # leaves (metricfamilies: prometheus-client only; table: rich)
+    # leaves (metricfamilies: prometheus-client only; table: rich; interrupts: SIGTERM as Ctrl-C, stdlib only)
+    {"redact", "apikey", "metricfamilies", "table", "interrupts"},
     # the limits of every value from outside (text, ports, addresses); port_holder: who holds a port, from procfs
     # (its command line masked before it is cut)
     {"bounds", "port_holder"},
