@@ -15,14 +15,19 @@ TOKEN_ENV = "PYTEST_APPLIANCE_SESSION"  # not APPLIANCE_*: tests strip those fro
 PROC = Path("/proc")
 
 
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (field 3, the state, first), or None when it is gone."""
+    try:
+        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat): a pid and this
     together name one process, where a pid alone may have been reused."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = _stat(pid)
+    return fields[19] if fields else None
 
 
 def session_token(pid: int | None = None) -> str:
@@ -58,10 +63,8 @@ def orphans(own: str) -> list[int]:
 
 
 def _parent(pid: int) -> int | None:
-    try:
-        return int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
 
 
 def stranded(own: str) -> list[int]:
@@ -100,10 +103,20 @@ def reap(own: str, grace_s: float = 10.0, found: list[int] | None = None) -> lis
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
+    fields = _stat(pid)
+    return bool(fields) and fields[0] == "Z"
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a dead child of an init that does not reap stays in /proc as state Z)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def of_session(sid: int) -> list[int]:
+    """Every running process of session `sid` (a serve: supervisord makes each program a group of its own there)."""
+    return [int(e.name) for e in PROC.iterdir()
+            if e.name.isdigit() and (f := _stat(int(e.name))) and int(f[3]) == sid and f[0] not in ("Z", "X")]
 
 
 class _quiet:

@@ -24,6 +24,7 @@ import pytest
 from appliance.render.plan import ServePlan
 from appliance.render.supervisord import RunFiles, render_conf
 from tests.conftest import BIN, wait_for
+from tests.orphans import running
 
 LEADER = """
 import os, signal, subprocess, sys, time
@@ -35,13 +36,6 @@ os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 time.sleep(600)
 """
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 @pytest.fixture

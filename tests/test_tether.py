@@ -18,6 +18,7 @@ import pytest
 
 from appliance.run.tether import TETHER_ENV
 from tests.conftest import BIN, free_port, wait_for
+from tests.orphans import of_session, running
 
 CHILD = f"""
 import os, sys
@@ -46,15 +47,6 @@ time.sleep(600)
 """
 
 
-def running(pid: int) -> bool:
-    """Alive and not a zombie (a dead child of an init that does not reap stays in /proc as state Z)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def start(script: str, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
     starter = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE, text=True)
     assert starter.stdout is not None
@@ -66,20 +58,6 @@ def start(script: str, *args: str, env: dict[str, str] | None = None) -> tuple[s
 def kill_group(pid: int) -> None:
     if running(pid):
         os.killpg(pid, signal.SIGKILL)
-
-
-def of_session(sid: int) -> list[int]:
-    """Every running process of session `sid` (a serve: supervisord made each program a group of its own there)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-                found.append(int(entry.name))
-    return found
 
 
 def kill_session(sid: int) -> None:

@@ -13,7 +13,6 @@ Linux sends the signal when the *thread* that forked the child ends, so the star
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 from collections.abc import MutableMapping
@@ -37,6 +36,8 @@ def tether_to(starter: int | None, environ: MutableMapping[str, str] = os.enviro
     environ.pop(TETHER_ENV, None)
     if starter is None:
         return
+    import ctypes  # here: only `run` needs it, while the upgrade commands import this module for tether_env
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
         raise ApplianceError(f"this serve could not be tied to the process that started it (pid {starter}): "
