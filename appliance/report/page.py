@@ -67,8 +67,9 @@ def render(views: Sequence[ReceiptView], title: str = "Gate receipts", generated
     bench = "".join(f'<div class="card">{charts.bench_chart(t, views)}</div>' for t in cells)
     parts = [
         f"<h1>{escape(title)}</h1>",
-        f'<p class="sub">{len(views)} receipt(s){" · " + escape(generated) if generated else ""}. Bands are the '
-        "seed's: a bench difference inside the shaded band is not resolvable from single runs (blocked, paired "
+        f'<p class="sub">{len(views)} receipt(s){" · " + escape(generated) if generated else ""}. Bench bands are the '
+        "seed's (~15 % tg, ~2 % ctx_pp; this project applies the ctx_pp one to pp too): a bench difference inside "
+        "the shaded band is not resolvable from single runs (blocked, paired "
         "runs resolve it: appliance gate paired); recall between the poisoned band and the pass line is "
         "inconclusive (run more fresh serves: appliance gate serves).</p>",
         "<h2>Receipts</h2>", receipts_table(views),
