@@ -72,7 +72,7 @@ class Model(Section):
     """Hugging Face repository id of the checkpoint (its facts come from profiles/catalogue.yaml or its config.json)."""
     revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
     """Hub commit (40 lowercase hex) overriding the lock's pin (versions.json `checkpoints`); null = the lock's.
-    A branch or tag is refused: it moves (and so no revision can be dash-led). Overriding the validated pin is a
+    A branch or tag is refused: it moves (and so no revision can be dash-led). Overriding the locked pin is a
     warning (W1)."""
     quantization: Literal["mxfp4", "nvfp4", "none"]
     """Expert weight format: MXFP4 (0731 / original), NVFP4 (NVIDIA checkpoints), none (tiny test models)."""
@@ -95,7 +95,7 @@ class Speculative(Section):
     num_tokens: int = Field(ge=1, le=16)
     """num_speculative_tokens; for DSpark equal to the checkpoint's dspark_block_size."""
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None
-    """How draft tokens are sampled; the validated DSpark config uses probabilistic."""
+    """How draft tokens are sampled; the seed's Running DSpark example uses probabilistic."""
 
 
 class Cache(Section):

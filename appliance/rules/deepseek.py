@@ -238,7 +238,7 @@ def k11_kv_offload(ctx: RuleContext, r: Rule) -> list[Finding]:
     if gib <= 0:
         return []
     return [r.finding("warning", "engine.kv_offload_gib", gib,
-                      "KV offload is outside the validated configuration and had a memory-safety defect",
+                      "KV offload is outside the measured configuration and had a memory-safety defect",
                       "set engine.kv_offload_gib: 0 unless you are testing offload")]
 
 
