@@ -383,7 +383,8 @@ class Profile(Section):
 
 def validated_blockers(profile: Profile) -> list[str]:
     """What stops `profile` being `validated` in the harness's sense: its named blockers, the measurement's
-    unverified coverage, and each way its shipped shape (max_model_len, tensor size) differs from the measured one."""
+    unverified coverage, and each way its shipped shape (max_model_len, tensor size, runner, the guard switched off)
+    differs from the measured one."""
     prov, m = profile.provenance, profile.provenance.measured
     out = list(prov.blockers)
     if m is None:
@@ -393,4 +394,8 @@ def validated_blockers(profile: Profile) -> list[str]:
         out.append(f"measured at max_model_len {m.max_model_len}, ships {profile.limits.max_model_len}")
     if m.tensor is not None and m.tensor != profile.parallel.tensor:
         out.append(f"measured at tensor size {m.tensor}, ships {profile.parallel.tensor}")
+    if m.runner is not None and m.runner != profile.engine.runner:
+        out.append(f"measured with runner {m.runner}, ships {profile.engine.runner}")
+    if m.guard == "on" and profile.cache.guard == 0:
+        out.append("measured with the ghost-block guard on, ships it off (cache.guard: 0)")
     return out
