@@ -324,7 +324,7 @@ class Provenance(Section):
     source: str
     """Where the claim comes from."""
     date: dt.date | None = None
-    """When it was validated."""
+    """When it was measured: the date of the seed's update that reports it."""
     measured: Measured | None = None
     """Structured: head, runner, checks. `appliance validate` warns when the profile runs what this did not (P1)."""
     blockers: list[str] = []
