@@ -4,7 +4,7 @@
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \
 #     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
-#                                              local image store -> appliance:jasl-sm120-20260809-c8f378ee3473
+#                                              local image store -> ghcr.io/appliance-dev/appliance:jasl-sm120-20260809-c8f378ee3473
 #     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
 #     docker buildx bake gpu --push            both platforms at once, to a registry only: the default builder
 #                                              cannot load a two-platform image, and an arm64 build under QEMU
@@ -150,7 +150,7 @@ target "gpu" {
   inherits  = ["_lock_jasl_sm120_20260809"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["appliance:jasl-sm120-20260809-c8f378ee3473"]
+  tags      = ["ghcr.io/appliance-dev/appliance:jasl-sm120-20260809-c8f378ee3473"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
@@ -174,7 +174,7 @@ target "gpu-vllm-0-32-0" {
   inherits  = ["_lock_vllm_0_32_0"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["appliance:vllm-0.32.0-ef7246edfec5"]
+  tags      = ["ghcr.io/appliance-dev/appliance:vllm-0.32.0-ef7246edfec5"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
