@@ -138,6 +138,8 @@ def test_a_scaled_row_still_over_max_model_len_is_capped_and_the_cap_is_said():
     seed = {r.anchor: r for r in planned("seed", "cpu-smoke", "limits.max_model_len=512").rows}
     assert seed["pp2048 @ d32768"].test == "pp32 @ d400"  # 512 - 16 - 64 - 32
     assert "depth 512 → 400: capped by this profile's max_model_len 512" in seed["pp2048 @ d32768"].scaling
+    with pytest.raises(ApplianceError, match="over profile cpu-smoke's max_model_len 96"):  # nothing left to cap to
+        planned("seed", "cpu-smoke", "limits.max_model_len=96")
 
 
 @pytest.mark.parametrize("name", ["lil", "nepenth", "seed"])

@@ -8,6 +8,8 @@ anchor's shape, the shape run and why they differ, so no ratio is ever drawn aga
 
 from __future__ import annotations
 
+import itertools
+import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -105,11 +107,11 @@ def _smoke_shape(row: AnchorRow, p: Protocol, max_len: int) -> _Shape:
     if row.depth:
         depth, more = _scaled(row.depth, s.prompt_divisor, s.min_tokens, "depth")
         notes += more
-    room = max_len - tg - MARGIN
-    if depth and depth + pp > room:
+    room = max_len - tg - MARGIN  # a cap to nothing is no cap: the row stays over, and plan() refuses it
+    if depth and depth + pp > room and room - pp >= 1:
         notes.append(f"depth {depth} → {room - pp}: capped by this profile's max_model_len {max_len}")
         depth = room - pp
-    elif not depth and pp > room:
+    elif not depth and pp > room >= 1:
         notes.append(f"prompt {pp} → {room}: capped by this profile's max_model_len {max_len}")
         pp = room
     return _Shape(pp, tg, depth, tuple(notes))
@@ -120,21 +122,18 @@ def _anchor_name(row: AnchorRow, multi: bool, several: bool) -> str:
                     row.pp if several else None)
 
 
+def _ordered(values: list[int]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(values))
+
+
 def _step_params(step: Step, shapes: dict[AnchorRow, _Shape], runs: int, base: BenchParams) -> BenchParams:
+    """llama-benchy's lists for one step. The anchors' figures need no coherence probe: it is skipped."""
     rows = [r for r in shapes if r.step == step.id]
-    def ordered(values: list[int]) -> tuple[int, ...]:
-        return tuple(dict.fromkeys(values))
-    extra = tuple(f"{k}={_json(v)}" for k, v in step.extra_body.items())
-    return replace(base, pp=ordered([shapes[r].pp for r in rows]), tg=ordered([shapes[r].tg for r in rows]),
-                   depth=ordered([shapes[r].depth for r in rows]), concurrency=tuple(step.concurrency), runs=runs,
+    extra = tuple(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in step.extra_body.items())
+    return replace(base, pp=_ordered([shapes[r].pp for r in rows]), tg=_ordered([shapes[r].tg for r in rows]),
+                   depth=_ordered([shapes[r].depth for r in rows]), concurrency=tuple(step.concurrency), runs=runs,
                    prefix_caching=step.prefix_caching, no_cache=step.no_cache, exact_tg=step.exact_tg,
                    extra_body=extra, skip_coherence=True)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, separators=(",", ":"))
 
 
 def plan(name: str, profile: Profile, base: BenchParams, runs: int | None = None) -> ProtocolRun:
@@ -194,8 +193,6 @@ def plan(name: str, profile: Profile, base: BenchParams, runs: int | None = None
 
 def _rows_of(b: BenchParams) -> list[str]:
     """The rows llama-benchy prints for `b`, by name."""
-    import itertools
-
     multi, several = max(b.concurrency) > 1, len(b.pp) > 1
     out = []
     for depth, pp, tg, c in itertools.product(b.depth, b.pp, b.tg, b.concurrency):
