@@ -103,6 +103,7 @@ def test_gate_report_draws_the_rows_beside_the_anchor_figures_with_source_and_da
     assert text.returncode == 0, text.stderr
     assert "vs tg1024 (c1) 205.54 t/s" in text.stdout and "local-inference-lab/rtx6kpro" in text.stdout
     assert "2026-08-14; source nepenth/deepseek-v4-flash-gb10" in text.stdout
+    print(text.stdout)  # the anchor rows of a real CPU run (pytest -s), as the report prints them
 
     page = tmp_path / "report.html"
     html = subprocess.run([*run, "--html", str(page)], capture_output=True, text=True, timeout=120, check=False)
