@@ -34,6 +34,12 @@ class BenchParams:
     """`builtin` (offline filler served on loopback), `default` (llama-benchy's own book) or a text file path."""
     skip_coherence: bool = False
     timeout_s: float = 7200.0
+    no_cache: bool = False
+    """llama-benchy --no-cache: unique requests, so nothing is served from the prefix cache."""
+    exact_tg: bool = False
+    """llama-benchy --exact-tg: min_tokens and ignore_eos, so every request generates exactly tg tokens."""
+    extra_body: tuple[str, ...] = ()
+    """llama-benchy --extra-body entries (`key=JSON`), merged into every benchmark request."""
 
 
 @dataclass(frozen=True)
