@@ -64,11 +64,13 @@ def run(args: argparse.Namespace) -> int:
     passed = [path for path in rows if _is_passthrough(path) and rows[path]["value"] not in ([], {})]
     for path in passed:  # unmodelled: said as such, with the layer it came from
         rows[path]["origin"] = f"passthrough ({rows[path]['origin']})"
-    if passed:
-        from appliance.rules import REGISTRY, context_for
+    from appliance.rules import context_for, evaluate
+    from appliance.rules.caveats import to_show
 
-        for finding in REGISTRY["X5"](context_for(loaded.profile)):
-            print(finding.render(), file=sys.stderr)
+    # What validate says (X5 on the passthrough among it), on stderr as every command says it; the accepted caveats
+    # are rows below. An invalid profile is still shown: config is where one looks to see why.
+    for finding in to_show(evaluate(context_for(loaded.profile)), loaded.profile)[0]:
+        print(finding.render(), file=sys.stderr)
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
     from appliance.health.provable import profile_unprovable
     from appliance.health.table import load_table

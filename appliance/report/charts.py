@@ -51,7 +51,7 @@ def bench_chart(test: str, views: Sequence[ReceiptView]) -> str:
         chart.point(i, p.t_s, color, *spread, label=f"{views[i].label}: {p.t_s:.1f} t/s")
         for run in p.values:
             chart.dot(i, run, color)
-        chart.value_label(i, max(p.t_s, spread[1] or p.t_s), f"{p.t_s:.1f}")
+        chart.value_label(i, max((p.t_s, *p.values)), f"{p.t_s:.1f}")  # above the whisker and every run's ring
     return chart.render()
 
 
@@ -81,10 +81,11 @@ def recall_chart(views: Sequence[ReceiptView]) -> str | None:
         mean = (sum(runs) / len(runs)) / (r.needles_per_run or 1)
         color = STATUS_COLOR.get(r.status, NEUTRAL)
         chart.bar(i, mean * scale, color, 0.45, f"{views[i].label}: {r.found}/{r.total} ({r.status})")
-        chart.value_label(i, mean * scale, f"{mean * scale:.1f}" if needles else f"{mean:.0%}")
-        for run in runs:
-            chart.dot(i, run / (r.needles_per_run or 1) * scale, "#ffffff" if run / (r.needles_per_run or 1) < mean
-                      else "#1a202c", dx=0)
+        fractions = [run / (r.needles_per_run or 1) for run in runs]
+        for f in fractions:  # each run's ring on its bar
+            chart.dot(i, f * scale, "#ffffff" if f < mean else "#1a202c", dx=0)
+        # Above the bar and every ring: a ring at the top of the axis would print over the value ("7o7").
+        chart.value_label(i, max(mean, *fractions) * scale, f"{mean * scale:.1f}" if needles else f"{mean:.0%}")
     return chart.render()
 
 
@@ -94,8 +95,9 @@ def gsm8k_chart(views: Sequence[ReceiptView]) -> str | None:
     if not points:
         return None
     lows = [g.score - 1.96 * (g.stderr or 0) for _, g in points if g]
-    lines = [g.min_accuracy for _, g in points if g and g.min_accuracy is not None]
-    lo = max(0.0, min(*lows, *lines) - 0.05)
+    # A minimum of 0 is no pass line (a receipt that sets none): drawing "pass line 0%" would claim one.
+    lines = [g.min_accuracy for _, g in points if g and g.min_accuracy]
+    lo = max(0.0, min([*lows, *lines]) - 0.05)
     hi = min(1.0, max(g.score + 1.96 * (g.stderr or 0) for _, g in points if g) + 0.05)
     chart = Chart("GSM8K strict match (95 % interval)", [v.label for v in views], lo, hi, "accuracy",
                   width=440, height=250, y_format=fmt_percent)
