@@ -84,14 +84,13 @@ def test_the_api_port_is_read_from_the_profile_in_one_place() -> None:
     assert _who(_reads_server_port) == ["placement.py"]
 
 
-def test_each_program_resolves_its_placement_once() -> None:
-    """resolve_placement's callers: one per program that stands somewhere (render's plan, the launch, the exporter,
-    the rendezvous, the gate's target, sync-model's port, the manifests); a new caller is a new owner, so it fails
-    here until it takes a resolved placement instead."""
+def test_a_placement_is_resolved_by_the_resolved_serve_alone() -> None:
+    """resolve_placement's one caller outside its owner is appliance/serve/resolve.py: every program that stands
+    somewhere (render, the launch, the exporter, the rendezvous, the gate's target, sync-model's port) takes its
+    placement from there; a render of every rank on no node asks the owner's rank_placements. A new caller is a new
+    owner, so it fails here until it takes a resolved placement instead."""
     calls = {name: _calls(tree, "resolve_placement") for name, tree in TREE.items()}
-    assert {name: n for name, n in calls.items() if n and name != "placement.py"} == {
-        "commands/exporter.py": 1, "commands/sync_model.py": 1, "gate/prepare.py": 1, "multinode/__main__.py": 1,
-        "render/k8s.py": 1, "render/plan.py": 1, "run/launch.py": 2}
+    assert {name: n for name, n in calls.items() if n and name != "placement.py"} == {"serve/resolve.py": 1}
 
 
 def test_the_profile_is_loaded_by_the_loader_and_a_running_serve_reads_launch_json() -> None:

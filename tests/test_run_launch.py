@@ -16,15 +16,23 @@ from supervisor.options import ServerOptions
 from appliance.errors import ApplianceError
 from appliance.placement import Placement, resolve_placement
 from appliance.profile.loader import LoadedProfile, load_profile
-from appliance.run.launch import Launch, resolve_launch, resolve_place, run_files, verify_conf, write_launch
+from appliance.run.launch import (
+    Launch,
+    resolve_launch,
+    resolve_place,
+    resolve_serve,
+    run_files,
+    verify_conf,
+    write_launch,
+)
 from appliance.run.launchfile import ExporterSection, LaunchFile, Program, read_launch
 from appliance.settings import load_settings
 
 
 def launch_of(loaded: LoadedProfile, tmp_path: Path, given: Placement | None = None) -> Launch:
     """The launch `appliance run` resolves, in this process (no doctor, no checkpoint on disk)."""
-    return resolve_launch(loaded, resolve_place(loaded, given or Placement(), None), load_settings(),
-                          run_files(tmp_path / "run"), tmp_path / "home")
+    serve = resolve_serve(loaded, resolve_place(loaded, given or Placement()), None)
+    return resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home")
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     from appliance.canary.calibration import load_calibration
     from appliance.canary.ladder import restart_with, validate_rung
     from appliance.run.launch import LAUNCH_FILE
-    from appliance.run.launch_profile import serving_profile
+    from appliance.run.launch_profile import read_serve
 
     parser = argparse.ArgumentParser(prog="python -m appliance.canary.watch", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, required=True,
@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} appliance canary: {clip(line, 4000)}", flush=True)
 
     try:
-        loaded, url = serving_profile(launch_path)
+        serve = read_serve(launch_path)
+        loaded, url = serve.loaded, serve.place.engine_url
         canary = loaded.profile.canary
         if canary is None or not canary.enabled:
             log("no enabled canary section in the profile; nothing to do")
@@ -258,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     # Each rung goes on top of the profile the serve runs when it is taken (launch.json as it is then: a promote may
     # have switched the channel since this watch started).
     ladder = Ladder(
-        validate=lambda plan: validate_rung(serving_profile(launch_path)[0], plan),
-        restart=lambda plan: restart_with(plan, base=serving_profile(launch_path)[0], run_dir=args.run_dir,
+        validate=lambda plan: validate_rung(read_serve(launch_path).loaded, plan),
+        restart=lambda plan: restart_with(plan, base=read_serve(launch_path).loaded, run_dir=args.run_dir,
                                           report=log))
     engine = EngineProbe(url, timeout=3.0)
     watch = Watch(canary, url=url, model=loaded.profile.server.served_model_name,

@@ -132,8 +132,9 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     from appliance import __version__
     from appliance.lock import channel_lock
     from appliance.paths import appliance_home, make_dir
-    from appliance.placement import Placement, resolve_placement
+    from appliance.placement import Placement
     from appliance.profile.model import DEFAULT_HEALTH_PORT
+    from appliance.serve.resolve import placement
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -151,8 +152,8 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         battery_for(req.battery)
         check_arm(profile, req.arm)
     # This node's ports as `appliance run` resolved them (APPLIANCE_HEALTH_PORT over the profile's).
-    here = resolve_placement(profile, Placement(health_port=settings.health_port,
-                                                origins={"health_port": "env:APPLIANCE_HEALTH_PORT"}))
+    here = placement(profile, Placement(health_port=settings.health_port,
+                                        origins={"health_port": "env:APPLIANCE_HEALTH_PORT"}))
     url = (req.url or f"http://127.0.0.1:{here.api_port}").rstrip("/")
     exporter = (req.exporter or f"http://127.0.0.1:{here.health_port}").rstrip("/")
     try:

@@ -34,15 +34,15 @@ GIB = 1024**3
 
 def _rendered(profile: Profile) -> list[tuple[str, list[str], dict[str, str]]]:
     """(role, argv, env) of every rank; a profile the renderer refuses renders nothing (its rule says why)."""
-    from appliance.render import Placement, build_plan
+    from appliance.render.plan import build_plan, rank_placements
 
     out = []
-    for rank in range(profile.hardware.nodes):
+    for at in rank_placements(profile, _RENDER_HEAD):
         try:
-            plan = build_plan(profile, Placement(node_rank=rank, master_addr=_RENDER_HEAD))
+            plan = build_plan(profile, at)
         except ApplianceError:
             continue
-        out.append((role_for(profile, rank), plan.argv, plan.env))
+        out.append((at.role, plan.argv, plan.env))
     return out
 
 
