@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     serve = resolve_serve(loaded, place, check_profile(loaded, place, _stderr))
     place = serve.place
     if not args.skip_doctor:
-        failed = preflight_host(loaded.profile, place, settings, print)
+        failed = preflight_host(serve, settings, print)
         if failed:
             _stderr(f"appliance run: preflight failed ({len(failed)} check(s)); nothing started")
             return 1

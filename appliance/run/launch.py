@@ -241,11 +241,12 @@ def check_profile(loaded: LoadedProfile, given: Placement | ResolvedPlacement, r
 
 
 
-def preflight_host(profile: Profile, place: ResolvedPlacement, settings: ApplianceSettings,
-                   report: Report) -> list[Check]:
-    """doctor for this node's role (reading the host through APPLIANCE_PROCFS / APPLIANCE_KMSG); returns the
-    failed checks."""
-    checks = run_doctor(profile, place.role, procfs=settings.procfs, kmsg=settings.kmsg)
+def preflight_host(serve: ResolvedServe, settings: ApplianceSettings, report: Report) -> list[Check]:
+    """doctor for this node's role, port and channel (reading the host through APPLIANCE_PROCFS / APPLIANCE_KMSG);
+    returns the failed checks."""
+    profile = serve.profile
+    checks = run_doctor(profile, serve.role, procfs=settings.procfs, kmsg=settings.kmsg, api_port=serve.place.api_port,
+                        lock=serve.lock)
     if checks:
         report(checks_text(checks, False, profile.name))
     return [c for c in checks if c.status == "fail"]

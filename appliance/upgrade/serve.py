@@ -80,7 +80,7 @@ class RunningServe:
 
     @property
     def api_url(self) -> str:
-        return http_url("127.0.0.1", int(self.launch.profile["server"]["port"]))
+        return http_url("127.0.0.1", self.launch.placement.api_port)
 
     @property
     def exporter_url(self) -> str:
