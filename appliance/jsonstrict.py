@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+JsonValue: TypeAlias = "str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None"
+"""A JSON value: what this reader returns, and what the appliance's own documents hold once written."""
+JsonObject: TypeAlias = "dict[str, JsonValue]"
+"""A JSON object the appliance writes from a typed record (a dataclass's or a model's `to_json`): its shape is that
+record's; this type says only that nothing but JSON is in it. Data the appliance does not define (the engine's
+replies, a tool's output, a Kubernetes object) is typed where it is read, not with this."""
 
 MAX_DEPTH = 64
 """Levels of objects/arrays: our deepest document (a receipt) has about 8."""

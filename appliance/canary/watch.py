@@ -30,7 +30,7 @@ from appliance.canary.ladder import RungPlan, last_index, rung
 from appliance.canary.session import pick_model, plan_for
 from appliance.canary.traffic import QUIET_LOOK_S, Traffic
 from appliance.errors import ApplianceError
-from appliance.health.canary_state import STATE_FILE, CanaryState, read_state, write_state
+from appliance.health.canary_state import STATE_FILE, CanaryState, StepDown, read_state, write_state
 from appliance.health.engine import EngineProbe, EngineSample
 from appliance.profile.canary import Canary
 from appliance.redact import clip, redact
@@ -180,8 +180,8 @@ class Watch:
         index = int(s.rung["index"]) + 1
         while index <= last_index(self.canary):
             plan = rung(self.canary, index)
-            event = {"at_unix": self.clock(), "from": s.rung["name"], "to": plan.name, "set": plan.sets,
-                     "signatures": result.signatures, "evidence": result.findings[0].render()}
+            event: StepDown = {"at_unix": self.clock(), "from": s.rung["name"], "to": plan.name, "set": plan.sets,
+                               "signatures": result.signatures, "evidence": result.findings[0].render()}
             try:
                 effective = self.ladder.validate(plan)
                 event["supervisorctl"] = self.ladder.restart(plan)

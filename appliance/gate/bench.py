@@ -31,6 +31,7 @@ from appliance.gate.receipt_model import BenchRow
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
 from appliance.gate.tools import install_hint
+from appliance.jsonstrict import JsonObject
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing, write_file
 
@@ -85,19 +86,19 @@ def _metric(run: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and isinstance(value.get("mean"), int | float) else None
 
 
-def _row(test: str, kind: str, run: dict[str, Any], speed: str, **extra: Any) -> dict[str, Any]:
+def _row(test: str, kind: str, run: dict[str, Any], speed: str, **extra: Any) -> JsonObject:
     m = _metric(run, speed)
-    row: dict[str, Any] = {"test": test, "kind": kind, "depth": run.get("context_size", 0),
-                           "concurrency": run.get("concurrency", 1),
-                           "t_s": round(m["mean"], 2) if m else None, "t_s_std": round(m["std"], 2) if m else None,
-                           "values": [round(v, 2) for v in m["values"]] if m else []}
+    row: JsonObject = {"test": test, "kind": kind, "depth": run.get("context_size", 0),
+                       "concurrency": run.get("concurrency", 1),
+                       "t_s": round(m["mean"], 2) if m else None, "t_s_std": round(m["std"], 2) if m else None,
+                       "values": [round(v, 2) for v in m["values"]] if m else []}
     for name, key in extra.items():
         metric = _metric(run, key)
         row[name] = round(metric["mean"], 2) if metric else None
     return row
 
 
-def parse_results(data: dict[str, Any]) -> list[dict[str, Any]]:
+def parse_results(data: dict[str, Any]) -> list[JsonObject]:
     """Rows named as llama-benchy names them (`pp2048 @ d8192`, `ctx_tg @ d8192`, `tg128`) from its JSON."""
     rows = []
     multi = int(data.get("max_concurrency") or 1) > 1
@@ -191,8 +192,8 @@ def _classify(rc: int, tail: list[str]) -> tuple[GateStatus, str]:
     return "error", f"llama-benchy exited {rc}: {last.strip()[:200]}"
 
 
-def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], rows: list[dict[str, Any]],
-            about: dict[str, Any], raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
+def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], rows: list[JsonObject],
+            about: JsonObject, raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
     return CheckResult("bench", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"pp": list(p.pp), "tg": list(p.tg), "depth": list(p.depth), "runs": p.runs,
                                "concurrency": list(p.concurrency), "prefix_caching": p.prefix_caching,
@@ -203,7 +204,7 @@ def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], ro
                                 "latency_ms": (raw or {}).get("latency_ms")})
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
+def _summary(rows: list[JsonObject]) -> str:
     def first(kind: str) -> str:
         r = next((r for r in rows if r["kind"] == kind and r["t_s"] is not None), None)
         return f"{r['test']} {r['t_s']:.1f} t/s" if r else ""
