@@ -4,16 +4,17 @@ and log expectations whose verdicts change for the shipped profiles)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from appliance.channels.capabilities import capabilities_of
 from appliance.channels.facts import EngineFacts, load_facts
+from appliance.jsonstrict import JsonObject
 from appliance.lock import ChannelLock, Lock, load_lock
 from appliance.profile.topology import Role
 
 
-def summary(ch: ChannelLock, lock: Lock) -> dict[str, Any]:
+def summary(ch: ChannelLock, lock: Lock) -> JsonObject:
     facts = load_facts(ch.name)
     caps = capabilities_of(facts)
     return {
@@ -27,7 +28,7 @@ def summary(ch: ChannelLock, lock: Lock) -> dict[str, Any]:
     }
 
 
-def summaries() -> list[dict[str, Any]]:
+def summaries() -> list[JsonObject]:
     lock = load_lock()
     return [summary(ch, lock) for _, ch in sorted(lock.channels.items())]
 
@@ -45,7 +46,7 @@ class Delta:
         return bool(self.added or self.removed or self.changed)
 
 
-def _keys(a: dict[str, Any], b: dict[str, Any], show_change: bool = True) -> Delta:
+def _keys(a: Mapping[str, object], b: Mapping[str, object], show_change: bool = True) -> Delta:
     d = Delta(sorted(set(b) - set(a)), sorted(set(a) - set(b)))
     if show_change:
         d.changed = [f"{k}: {a[k]} -> {b[k]}" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
@@ -93,7 +94,7 @@ def _lines(a: EngineFacts, b: EngineFacts) -> Delta:
     return d
 
 
-def _verdicts(a: str, b: str, target: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _verdicts(a: str, b: str, target: str) -> tuple[list[JsonObject], list[JsonObject]]:
     """For each shipped profile of this target: the rule findings and the log expectations that differ between
     running it on channel a and on channel b."""
     from appliance.health.context import HealthContext
@@ -132,13 +133,13 @@ def _verdicts(a: str, b: str, target: str) -> tuple[list[dict[str, Any]], list[d
     return rules, expectations
 
 
-def diff(a: str, b: str) -> dict[str, Any]:
+def diff(a: str, b: str) -> JsonObject:
     lock = load_lock()
     la, lb = lock.channel(a), lock.channel(b)
     fa, fb = load_facts(a), load_facts(b)
     ca, cb = capabilities_of(fa).to_json(), capabilities_of(fb).to_json()
     ca.pop("channel"), cb.pop("channel")
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "from": summary(la, lock), "to": summary(lb, lock),
         "packages": _keys({p.name: p.version for p in la.pins()}, {p.name: p.version for p in lb.pins()}).to_json(),
         "flags": _flags(fa, fb).to_json(), "env": _env(fa, fb).to_json(),

@@ -36,8 +36,8 @@ class JsonError(ValueError):
         self.problem = problem or message
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _pairs(pairs: list[tuple[str, Any]]) -> JsonObject:
+    out: JsonObject = {}
     for key, value in pairs:
         if key in out:
             raise JsonError(f"duplicate key {key[:60]!r}: with duplicate keys the last one silently wins")

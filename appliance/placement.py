@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from appliance.bounds import MODEL_SYNC_PORT_OFFSET, QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET, check_health_port
+from appliance.jsonstrict import JsonObject
 
 if TYPE_CHECKING:
     from appliance.profile.model import Profile
@@ -113,9 +114,9 @@ class ResolvedPlacement:
             return self
         return replace(self, model_dir=model_dir, origins={**self.origins, "model_dir": origin})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """{field: {"value": …, "origin": …}}: what launch.json's `placement` holds."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for f in fields(self):
             if f.name == "origins":
                 continue

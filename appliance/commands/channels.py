@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+
+from appliance.jsonstrict import JsonObject
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def _yes(flag: object) -> str:
     return "yes" if flag else "no"
 
 
-def render_list(rows: list[dict[str, Any]]) -> str:
+def render_list(rows: list[JsonObject]) -> str:
     head = ["NAME", "TARGET", "ENGINE", "STATUS", "LOCK", "PINS", "FLAGS", "ENV", "BACKENDS", "GUARD", "SM120",
             "DSPARK"]
     table = [head]
@@ -47,7 +48,7 @@ def _delta(label: str, d: dict[str, list[str]]) -> list[str]:
     return out
 
 
-def render_diff(d: dict[str, Any]) -> str:
+def render_diff(d: JsonObject) -> str:
     a, b = d["from"], d["to"]
     lines = [f"channels diff {a['name']} -> {b['name']}",
              f"  from: {a['engine']} ({a['status']}, lock {a['lock_digest'][:12]}); facts {a['facts']['engine']}",

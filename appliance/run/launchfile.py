@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.jsonstrict import JsonObject
 from appliance.placement import ResolvedPlacement
 from appliance.serve.sections import ExporterSection, PlanSection, Program
 
@@ -37,7 +38,7 @@ class LaunchFile:
     profile_name: str
     profile_digest: str
     profile_source: str
-    profile: dict[str, Any]
+    profile: JsonObject
     """The resolved profile (every override applied), as JSON."""
     placement: ResolvedPlacement
     """This node's place in the serve, resolved once, each value with its origin."""
@@ -58,7 +59,7 @@ class LaunchFile:
     def node_rank(self) -> int:
         return self.placement.node_rank
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "schema": SCHEMA,
             "profile": {"name": self.profile_name, "digest": self.profile_digest, "source": self.profile_source,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.jsonstrict import JsonObject
 from appliance.multinode.fabric_report import FabricReport
 from appliance.placement import ROLES
 
@@ -49,7 +50,7 @@ class ExporterSection:
     fabric: FabricReport | None = None
     """This rank's fabric qualification (K25), for /status and the metrics."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"log": str(self.log), "port": self.port, "host": self.host, "role": self.role,
                 "engine_url": self.engine_url, "peers": {str(r): u for r, u in sorted(self.peers.items())},
                 "canary_state": None if self.canary_state is None else str(self.canary_state),
