@@ -5,8 +5,9 @@ ResolvedServe (or its launch.json) from here and resolves no piece of it again.
                    exporter run by hand), and the first step of resolve(): the one call of placement.resolve_placement
     resolve        the lock and facts of the profile's channel, the placement (+ a multi-node rank's network identity
                    from this host's tables, and the checkpoint folder located on disk), the plan
-    resolve_ranks  the serve of each role where no node stands (the manifests): its first rank, told the head's
-                   address only
+
+A render that stands on no node (the rules' check of each rank's argv, the manifests, `upgrade plan`, `appliance
+profiles`) renders every rank from the placement owner's `rank_placements` instead: no node, no serve.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from pathlib import Path
 
 from appliance.lock import channel_lock
 from appliance.multinode.netident import Tables, with_identity
-from appliance.placement import GIVEN, Placement, ResolvedPlacement, rank_placements, resolve_placement
+from appliance.placement import Placement, ResolvedPlacement, resolve_placement
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.model import Profile
-from appliance.profile.topology import Role
 from appliance.render.plan import build_plan, plan_facts
 from appliance.serve.resolved import ResolvedServe
 
@@ -53,15 +53,3 @@ def resolve(loaded: LoadedProfile, at: Placement | ResolvedPlacement | None = No
     facts = plan_facts(profile)
     return ResolvedServe(loaded, lock, facts, place, build_plan(profile, place, facts=facts))
 
-
-def resolve_ranks(loaded: LoadedProfile, head_addr: str, origin: str = GIVEN) -> dict[Role, ResolvedServe]:
-    """The serve of each role of `loaded` (single; or head and worker: workers differ only in their rank) where no
-    node stands: its first rank, told only the head's address (`origin` says where that address comes from)."""
-    profile = loaded.profile
-    lock = channel_lock(profile.engine.channel, profile.hardware.target)
-    facts = plan_facts(profile)
-    out: dict[Role, ResolvedServe] = {}
-    for place in rank_placements(profile, head_addr, origin):
-        if place.role not in out:
-            out[place.role] = ResolvedServe(loaded, lock, facts, place, build_plan(profile, place, facts=facts))
-    return out

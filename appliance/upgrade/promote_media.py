@@ -195,8 +195,7 @@ def rollback_compose(req: Request, opts: MediaOptions, report: Report) -> Record
     current = read_compose_env(opts.compose_env, plain.name, plain.hardware.target)
     restore_compose_env(opts.compose_env)
     back = read_compose_env(opts.compose_env, plain.name, plain.hardware.target)
-    channel = back.active.channel if back and back.active else str(load_profile(req.profile, active=False)
-                                                                     .profile.engine.channel)
+    channel = back.active.channel if back and back.active else str(plain.engine.channel)
     folder = new_record(plain.name, "rollback", channel)
     record: RecordJson = {"kind": "rollback", "profile": plain.name, "started_at": utc_now(), "medium": "compose",
                           "compose_env": str(opts.compose_env),

@@ -151,7 +151,7 @@ class Qualification:
         return receipt, str(folder / "incumbent" / "receipt.json")
 
     def candidate_ports(self, serve: RunningServe) -> tuple[int, int]:
-        taken = {int(serve.launch.profile["server"]["port"]), int(serve.exporter_url.rsplit(":", 1)[1])}
+        taken = {serve.launch.placement.api_port, serve.launch.exporter.port}
         api = self.opts.candidate_port or free_port(taken)
         health = self.opts.candidate_health_port or free_port(taken | {api})
         if api in taken or health in taken or api == health:
