@@ -157,7 +157,7 @@ def _from_launch(args: argparse.Namespace, settings: ApplianceSettings) -> tuple
     config = ExporterConfig(loaded=loaded, log=section.log, role=section.role, node_rank=serve.place.node_rank,
                             engine_url=None if args.no_engine else section.engine_url, peers=dict(section.peers),
                             host=section.host, port=section.port, canary_state=section.canary_state,
-                            follow=LaunchFollower(args.launch, loaded))
+                            lock=serve.lock, follow=LaunchFollower(args.launch, loaded))
     return _polling(config, args), host_side_for(loaded.profile, settings, args.engine_program, section.fabric)
 
 
