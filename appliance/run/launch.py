@@ -1,12 +1,12 @@
 """The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
 
     run_files        the run folder, checked (supervisor reads its name) and created, once
-    resolve_place    this node's placement, resolved once against the profile (+ the fabric address), every value
-                     with its origin (appliance/serve/resolve.py)
+    resolve_place    this node's placement, resolved once against the profile (+ the fabric address and a multi-node
+                     rank's network identity), every value with its origin (appliance/serve/resolve.py)
     sync_from_head   distributed.sync_model, a worker: take the head's verified snapshot first (W4)
     check_profile    locate the checkpoint and check it complete (W3); validate with its real facts (exit 2 on errors)
-    resolve_serve    the ResolvedServe (appliance/serve/): the placement with a multi-node rank's network identity
-                     and the located checkpoint, the channel's lock and facts, the plan
+    resolve_serve    the ResolvedServe (appliance/serve/): the placement with the located checkpoint, the channel's
+                     lock and facts, the plan
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
     resolve_launch   the plan's programs made absolute + the consistency exchange (multi-node; the head gets its
                      workers' exporters; with distributed.sync_model it serves its snapshot read-only meanwhile,
