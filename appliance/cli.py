@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("appliance.commands.render", "the exact serve command (shell or json)"),
     "versions": ("appliance.commands.versions", "the version lock; --check compares installed packages"),
     "channels": ("appliance.commands.channels", "engine channels: each a locked engine line and its facts; diff A B"),
+    "images": ("appliance.commands.images", "each channel's image references (per platform), from the lock"),
     "engine": ("appliance.commands.engine", "a channel's engine on this host: install CHANNEL, list"),
     "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift; --suggest a profile"),
     "run": ("appliance.commands.run", "container entrypoint: validate, doctor, render, exec supervisord"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -157,7 +158,8 @@ class Lock(_Strict):
     tools: list[PackagePin] = []
     """Installed on the test machine beside the engine, never in an image, never checked there."""
     images: dict[str, dict[str, str]] = {}
-    """Images of no engine channel: `monitoring` (Prometheus, Grafana) for compose's monitoring profile."""
+    """Images of no engine channel: `monitoring` (Prometheus, Grafana) for compose's monitoring profile; `release`,
+    where the release workflow pushes the channels of one target (repository, target) and compose and k8s pull."""
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
     checkpoints: dict[str, CheckpointPin]
@@ -170,6 +172,14 @@ class Lock(_Strict):
                 raise ValueError(f"{key} {name!r} is not a channel ({', '.join(sorted(self.channels))})")
             if self.channels[name].target != target:
                 raise ValueError(f"{key} {name!r} is a {self.channels[name].target} channel, not {target}")
+        release = self.images.get("release")
+        if release is not None:
+            repo = release.get("repository", "")
+            if not re.fullmatch(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+", repo):
+                raise ValueError(f"images.release.repository {repo!r} is no image repository (lower case: "
+                                 f"REGISTRY/OWNER/NAME)")
+            if release.get("target") not in ("gpu", "cpu"):
+                raise ValueError(f"images.release.target {release.get('target')!r}: gpu or cpu")
         for ch in self.channels.values():
             unknown = [p.index for p in ch.packages if p.index != "pypi" and p.index not in self.indexes]
             if unknown:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from appliance.errors import ApplianceError
-from appliance.lock import channel_lock
+from appliance.lock import channel_lock, image_tag
 from appliance.profile.active import Active, read_active, write_active
 from appliance.profile.loader import load_profile
 from tests.test_gate_compare import receipt
@@ -212,7 +212,8 @@ def test_plan_of_the_fork_profile_to_upstream_names_what_is_gone_and_refuses_wit
     gone = {e["name"] for e in plan["renders"]["env"]}
     assert "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE" in gone  # the fork's switch: upstream has no such variable
     assert any(f["rule"] == "K4" for f in plan["blocking"])  # prefix caching + DSpark without a guard
-    assert plan["disk"]["kind"] == "image" and plan["disk"]["image"].startswith("appliance:vllm-0.32.0-")
+    # The candidate's released image, as `appliance images` and compose name it.
+    assert plan["disk"]["kind"] == "image" and plan["disk"]["image"] == image_tag("vllm-0.32.0")
     text = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0")
     assert text.returncode == 2 and "U1 the profile cannot be rendered on the candidate" in text.stdout
     ok = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0", "--with", "cache.prefix_caching=false", "--json")

@@ -53,6 +53,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bench-reference", type=Path, metavar="RECEIPT",
                         help="battery C10: the receipt whose pp2048 @ d8192 is the reference (default: the harness's "
                              "GB10 figure, 1471.8 t/s; none elsewhere)")
+    parser.add_argument("--bench-protocol", metavar="NAME",
+                        help="run an anchor's published bench shapes: lil, nepenth or seed "
+                             "(appliance/gate/anchors.yaml), scaled (and said so) on the CPU serve; `gate report` "
+                             "draws the rows beside the "
+                             "anchor's figures. Runs the bench check alone unless --checks names more")
     parser.add_argument("--out", type=Path, help="receipt folder (default $APPLIANCE_HOME/receipts/PROFILE-TIME)")
     parser.add_argument("--tokenizer", help="local tokenizer folder for llama-benchy/lm-eval "
                                             "(default: the checkpoint on disk)")
@@ -89,9 +94,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     bat = sub.add_parser("battery", help="judge a battery over its arms' receipts (exit 0 accepted, 1 not)")
     bat.add_argument("receipts", type=Path, nargs="+", help="the receipt of each arm (default, v1, noguard)")
     bat.add_argument("--json", action="store_true", help="machine-readable verdict")
-    rep = sub.add_parser("report", help="draw receipts as one self-contained HTML page (plots, bands, verdicts)")
+    rep = sub.add_parser("report", help="draw receipts as one self-contained HTML page (plots, bands, verdicts), and "
+                                        "bench-protocol rows beside the anchors' published figures")
     rep.add_argument("receipts", type=Path, nargs="+", help="receipt.json files: builds, channels or fresh serves")
-    rep.add_argument("--html", type=Path, required=True, metavar="FILE", help="the page to write")
+    rep.add_argument("--html", type=Path, metavar="FILE", help="the page to write (without it: the anchor rows as "
+                                                             "text, or --json)")
+    rep.add_argument("--json", action="store_true", help="the anchor rows (gate --bench-protocol receipts) as JSON")
     rep.add_argument("--title", default="Gate receipts", help="the page's title")
 
 
@@ -159,22 +167,35 @@ def _report(args: argparse.Namespace) -> int:
 
     from appliance.bounds import check_text
     from appliance.errors import ApplianceError
+    from appliance.gate.receipt import load
     from appliance.paths import write_text_atomic
-    from appliance.report.from_receipts import views
+    from appliance.report import anchor_rows
+    from appliance.report.from_receipts import labels, views
     from appliance.report.page import render
 
     check_text("--title", args.title)
-    target: Path = args.html
-    if target.is_dir() or not target.parent.is_dir():
+    target: Path | None = args.html
+    if target is not None and (target.is_dir() or not target.parent.is_dir()):
         raise ApplianceError(f"--html {target}: {'a folder' if target.is_dir() else 'its folder does not exist'}",
                              field="--html", value=str(target), fix="name a file in an existing folder")
-    page = render(views(args.receipts), args.title, f"drawn {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
-    try:
-        write_text_atomic(target, page)
-    except OSError as exc:
-        raise ApplianceError(f"cannot write {target}: {exc.strerror}", field="--html", value=str(target),
-                             fix="name a file you can write") from None
-    print(f"{target}: {len(args.receipts)} receipt(s)")
+    receipts = [load(p) for p in args.receipts]
+    names = labels(args.receipts, receipts)
+    anchored = anchor_rows.compare(list(zip(names, receipts, strict=True)))
+    if target is not None:
+        page = render(views(args.receipts, receipts), args.title, f"drawn {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+                      anchor_rows.html(anchored))
+        try:
+            write_text_atomic(target, page)
+        except OSError as exc:
+            raise ApplianceError(f"cannot write {target}: {exc.strerror}", field="--html", value=str(target),
+                                 fix="name a file you can write") from None
+    if args.json:
+        print(json.dumps(anchor_rows.to_json(anchored), indent=2))
+    elif target is not None:
+        print(f"{target}: {len(args.receipts)} receipt(s)"
+              + (f", {sum(len(v.rows) for v in anchored)} anchor row(s)" if anchored else ""))
+    else:
+        print(anchor_rows.text(anchored), end="")
     return 0
 
 
@@ -193,7 +214,7 @@ def _check_flags(args: argparse.Namespace) -> None:
     if args.url:  # an OpenAI client's base URL (…/v1) is taken as the serve's
         args.url = api_base_url(args.url)
     for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out", "battery", "arm",
-                 "bench_reference"):
+                 "bench_reference", "bench_protocol"):
         if getattr(args, flag) is not None:
             check_text(f"--{flag.replace('_', '-')}", str(getattr(args, flag)))
 
@@ -222,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
     request = GateRequest(url=args.url, exporter=args.exporter, profile=args.profile or settings.profile,
                           overrides=args.overrides, env_overrides=settings.overrides(), checks=args.checks,
                           out=args.out, tokenizer=args.tokenizer, model_dir=settings.model_dir, tune=tune,
-                          battery=args.battery, arm=args.arm, bench_reference=args.bench_reference)
+                          battery=args.battery, arm=args.arm, bench_reference=args.bench_reference,
+                          bench_protocol=args.bench_protocol)
     progress = Progress()
     ctx, selected, receipt = prepare(request, progress)
     progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt.size} sizing): {', '.join(selected)}; "

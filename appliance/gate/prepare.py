@@ -44,6 +44,8 @@ class GateRequest:
     """`--battery NAME`: run that battery's checks of `arm` instead of --checks."""
     arm: str = "default"
     bench_reference: Path | None = None
+    bench_protocol: str | None = None
+    """`--bench-protocol NAME`: the bench check runs an anchor's published shapes (gate/protocol.py)."""
     active: Any = True
     """The profile's upgrade layer (profile loader's `active`): an upgrade's candidate gates with its own record."""
 
@@ -155,6 +157,12 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
 
         battery_for(req.battery)
         check_arm(profile, req.arm)
+    protocol = None
+    if req.bench_protocol:
+        from appliance.gate.protocol import for_request
+
+        selected, protocol = for_request(req.bench_protocol, req.battery, req.checks, selected, profile,
+                                         tune(params_for(profile), req.tune).bench, req.tune.get("bench_runs"))
     # This node's ports as `appliance run` resolved them (APPLIANCE_HEALTH_PORT over the profile's).
     here = placement(profile, Placement(health_port=settings.health_port,
                                         origins={"health_port": "env:APPLIANCE_HEALTH_PORT"}))
@@ -185,7 +193,7 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         selected = [c.id for c in run.battery.of_arm(run.arm)]
     ctx = GateContext(url=url, model=model, checkpoint=profile.model.checkpoint,
                       tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
-                      progress=progress, battery=run)
+                      progress=progress, battery=run, bench_protocol=protocol)
     eng = engagement(status, status_error)
     channel = channel_lock(profile.engine.channel, profile.hardware.target)
     lock = channel.digest
@@ -203,6 +211,11 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         },
         "engagement": eng, "checks": [], "warnings": warnings,
     }
+    if protocol is not None:
+        from appliance.gate.protocol import warnings as protocol_warnings
+
+        data["bench_protocol"] = protocol.section()
+        data["warnings"] += protocol_warnings(protocol, profile)
     if run is not None:
         from appliance.gate.battery.prepare import receipt_section
 

@@ -1,8 +1,9 @@
 """Non-greedy structured output: a JSON schema through `response_format`, sampled at temperature > 0.
 
-The seed's out-of-vocab sampler bug class shows only when sampling is random AND the grammar masks the
-vocabulary: greedy requests never draw the token the mask forgot. Every reply must parse and match
-the schema; one bad reply fails the check (a grammar-constrained request has no noise allowance).
+The seed's out-of-vocab sampler bug needs a row whose every candidate is masked ("which structured-output
+constraints can produce") and a batch that is not all greedy (its fused sampler "is skipped when all_greedy"):
+a grammar sampled at temperature > 0 reaches both. Every reply must parse and match the schema; one bad reply
+fails the check (a grammar-constrained request has no noise allowance).
 """
 
 from __future__ import annotations

@@ -458,11 +458,13 @@ def placements_for(profile: Profile) -> dict[Role, ResolvedPlacement]:
 def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
     docs = _workload(profile, opts, lock_digest, profile_digest)
     if opts.monitoring:
-        from appliance.render.k8s_monitoring import pod_monitor, prometheus_rule
+        from appliance.render.k8s_monitoring import dcgm_pod_monitor, pod_monitor, prometheus_rule
 
         name = resource_name(profile, opts)
         meta = _metadata(name, opts, _labels(profile, opts, lock_digest, profile_digest))
-        docs += [pod_monitor(name, meta, {"app.kubernetes.io/instance": name}), prometheus_rule(name, meta)]
+        gpus = [dcgm_pod_monitor(name, meta, namespace=opts.namespace, multi_node=profile.hardware.nodes > 1)
+                ] if profile.hardware.target == "gpu" else []
+        docs += [pod_monitor(name, meta, {"app.kubernetes.io/instance": name}), *gpus, prometheus_rule(name, meta)]
     return docs
 
 

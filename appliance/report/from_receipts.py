@@ -104,8 +104,9 @@ def labels(paths: Sequence[Path], receipts: Sequence[Receipt]) -> list[str]:
     return [f"{n} #{i + 1}" for i, n in enumerate(names)]
 
 
-def views(paths: Sequence[Path]) -> list[ReceiptView]:
+def views(paths: Sequence[Path], receipts: Sequence[Receipt] | None = None) -> list[ReceiptView]:
+    """The receipts at `paths` drawn; `receipts` when the caller has read them already."""
     from appliance.gate.receipt import load
 
-    receipts = [load(p) for p in paths]
+    receipts = receipts if receipts is not None else [load(p) for p in paths]
     return [view(r, str(p), name) for p, r, name in zip(paths, receipts, labels(paths, receipts), strict=True)]

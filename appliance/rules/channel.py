@@ -173,7 +173,8 @@ def e6_sm120(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 
 @rule("E7", "the channel's status is said",
-      "only a validated channel has passed the seed's battery; community and unvalidated ones have not",
+      "only a validated channel has had an acceptance run (the fork's: the seed's, 17 of 18 checks passing; the "
+      "CPU channel's: CI); community and unvalidated ones have not",
       lambda ctx: ctx.channel.lock.status != "validated",
       fix="run the acceptance gate on this channel (appliance gate) before users rely on it")
 def e7_status(ctx: RuleContext, r: Rule) -> list[Finding]:

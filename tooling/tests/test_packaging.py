@@ -83,6 +83,7 @@ def test_the_built_wheel_holds_every_runtime_module_and_no_build_tooling(wheel: 
     missing = sorted(runtime - names)
     assert not missing, f"add each new subpackage to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert any(n.startswith("appliance/render/schemas/") and n.endswith(".json") for n in names)
+    assert "appliance/gate/anchors.yaml" in names  # the anchors' figures `gate --bench-protocol` and `gate report` read
 
 
 def test_the_wheel_carries_every_data_file_the_cli_reads_and_no_module_of_the_root(wheel: Path) -> None:
