@@ -5,16 +5,17 @@ and log expectations whose verdicts change for the shipped profiles)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from appliance.channels.capabilities import capabilities_of
 from appliance.channels.facts import EngineFacts, load_facts
+from appliance.jsonstrict import JsonObject
 from appliance.lock import ChannelLock, Lock, load_lock
 from appliance.profile.topology import Role
 
 
-def summary(ch: ChannelLock, lock: Lock) -> dict[str, Any]:
+def summary(ch: ChannelLock, lock: Lock) -> JsonObject:
     facts = load_facts(ch.name)
     caps = capabilities_of(facts)
     return {
@@ -28,7 +29,7 @@ def summary(ch: ChannelLock, lock: Lock) -> dict[str, Any]:
     }
 
 
-def summaries() -> list[dict[str, Any]]:
+def summaries() -> list[JsonObject]:
     lock = load_lock()
     return [summary(ch, lock) for _, ch in sorted(lock.channels.items())]
 
@@ -46,7 +47,7 @@ class Delta:
         return bool(self.added or self.removed or self.changed)
 
 
-def _keys(a: dict[str, Any], b: dict[str, Any], show_change: bool = True) -> Delta:
+def _keys(a: Mapping[str, object], b: Mapping[str, object], show_change: bool = True) -> Delta:
     d = Delta(sorted(set(b) - set(a)), sorted(set(a) - set(b)))
     if show_change:
         d.changed = [f"{k}: {a[k]} -> {b[k]}" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
@@ -104,8 +105,7 @@ def _lines(a: EngineFacts, b: EngineFacts) -> Delta:
     return d
 
 
-def _verdicts(a: str, b: str, target: str, only: str | None = None) -> tuple[list[dict[str, Any]],
-                                                                              list[dict[str, Any]]]:
+def _verdicts(a: str, b: str, target: str, only: str | None = None) -> tuple[list[JsonObject], list[JsonObject]]:
     """For each shipped profile of this target (or `only` that one): the rule findings and the log expectations that
     differ between running it on channel a and on channel b."""
     from appliance.health.context import HealthContext
@@ -162,14 +162,14 @@ def _flag_values(argv: list[str]) -> dict[str, str]:
 def _command(name: str, a: str, b: str) -> dict[str, dict[str, list[str]]]:
     """What the profile's rendered command (the head's, or the single node's) sets differently on b than on a: its
     flags and its env vars, added, removed and changed."""
-    from appliance.placement import Placement
+    from appliance.placement import rank_placements
     from appliance.profile import load_profile
     from appliance.render import build_plan
 
     plans = {}
     for c in (a, b):
         p = load_profile(name, cli_overrides=[f"engine.channel={c}"]).profile
-        plans[c] = build_plan(p, Placement(node_rank=0, master_addr=HEAD_ADDRESS) if p.hardware.nodes > 1 else None)
+        plans[c] = build_plan(p, rank_placements(p, HEAD_ADDRESS)[0])
     return {"flags": _settings(_flag_values(plans[a].argv), _flag_values(plans[b].argv), " ").to_json(),
             "env": _settings(plans[a].env, plans[b].env, "=").to_json()}
 
@@ -196,7 +196,7 @@ def _profile_on(name: str, la: ChannelLock, lb: ChannelLock) -> str:
     return p.name
 
 
-def diff(a: str, b: str, profile: str | None = None) -> dict[str, Any]:
+def diff(a: str, b: str, profile: str | None = None) -> JsonObject:
     """What moving from channel a to b changes; with `profile`, only what changes for that profile: its packages,
     the capabilities, its rendered command, its rules and its log expectations (not every flag the engine knows)."""
     lock = load_lock()
@@ -204,7 +204,7 @@ def diff(a: str, b: str, profile: str | None = None) -> dict[str, Any]:
     fa, fb = load_facts(a), load_facts(b)
     ca, cb = capabilities_of(fa).to_json(), capabilities_of(fb).to_json()
     ca.pop("channel"), cb.pop("channel")
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "from": summary(la, lock), "to": summary(lb, lock),
         "packages": _keys({p.name: p.version for p in la.pins()}, {p.name: p.version for p in lb.pins()}).to_json(),
         "capabilities": [{"name": k, "from": ca[k], "to": cb[k]} for k in sorted(ca) if ca[k] != cb[k]],

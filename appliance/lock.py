@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance import lockfile
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.lockfile import engine_record_problems
 from appliance.paths import versions_path
 
@@ -229,7 +230,7 @@ def lock_digest(path: Path | None = None) -> str:
     return _read(path or versions_path())[1]
 
 
-def lock_document(path: Path | None = None) -> dict[str, Any]:
+def lock_document(path: Path | None = None) -> JsonObject:
     """The lock as the stdlib reader returns it (a fresh copy), for the lockfile helpers the image build shares
     (image_tag, channel_digest, gate_requirement): read and validated once, by the same reader as load_lock."""
     return json.loads(_read(path or versions_path())[2])

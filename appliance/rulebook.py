@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from appliance.jsonstrict import JsonObject
 from appliance.rules import REGISTRY
 from appliance.rules.upgrade import RULES as UPGRADE_RULES
 
@@ -244,7 +244,7 @@ def build() -> list[RuleEntry]:
     return sorted(entries.values(), key=lambda r: _key(r.id))
 
 
-def to_json(entries: list[RuleEntry]) -> list[dict[str, Any]]:
+def to_json(entries: list[RuleEntry]) -> list[JsonObject]:
     return [asdict(e) for e in entries]
 
 

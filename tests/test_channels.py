@@ -14,6 +14,7 @@ from appliance.channels.facts import EngineFacts, diff_entries, facts_path, load
 from appliance.cli import main
 from appliance.errors import ApplianceError
 from appliance.lock import load_lock
+from appliance.placement import resolve_placement
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, build_plan
 from appliance.rules import context_for, evaluate
@@ -245,8 +246,8 @@ def test_channels_lists_each_channel_with_engine_status_digest_pins_and_facts(
 # --- the adapter: semantic fields rendered to each engine's mechanism -----------------------------
 
 def _plan(profile: str, *overrides: str):
-    return build_plan(load_profile(profile, cli_overrides=list(overrides)).profile,
-                      Placement(node_rank=0, master_addr="192.0.2.1"))
+    p = load_profile(profile, cli_overrides=list(overrides)).profile
+    return build_plan(p, resolve_placement(p, Placement(node_rank=0, master_addr="192.0.2.1")))
 
 
 def test_sm120_decode_is_an_env_switch_on_the_fork_and_an_attention_backend_upstream() -> None:

@@ -126,16 +126,16 @@ def test_a_gpu_channel_is_obtained_as_its_image_not_installed_on_the_host(home: 
 def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home: Path, tmp_path: Path,
                                                                             vllm_engine: Path) -> None:
     from appliance.placement import Placement
-    from appliance.run.launch import engine_plan, resolve_place
+    from appliance.run.launch import engine_plan, resolve_place, resolve_serve
 
     loaded = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"])
-    profile, place = loaded.profile, resolve_place(loaded, Placement(), None)
+    serve = resolve_serve(loaded, resolve_place(loaded, Placement()), None)
     with pytest.raises(ApplianceError, match="is not on this host"):
-        engine_plan(profile, place)
-    dry = engine_plan(profile, place, engine_required=False)  # a dry run renders anyway
+        engine_plan(serve)
+    dry = engine_plan(serve, engine_required=False)  # a dry run renders anyway
     assert dry.argv[0] == str(Path(sys.executable).parent / "vllm")
     venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
-    plan = engine_plan(profile, place)
+    plan = engine_plan(serve)
     assert plan.argv[0] == str(venv / "bin" / "vllm")
 
 

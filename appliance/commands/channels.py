@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+
+from appliance.jsonstrict import JsonObject
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,7 @@ def _yes(flag: object) -> str:
     return "yes" if flag else "no"
 
 
-def render_list(rows: list[dict[str, Any]]) -> str:
+def render_list(rows: list[JsonObject]) -> str:
     head = ["NAME", "TARGET", "ENGINE", "STATUS", "LOCK", "PINS", "FLAGS", "ENV", "BACKENDS", "GUARD", "SM120",
             "DSPARK"]
     table = [head]
@@ -72,7 +73,7 @@ def _delta(label: str, d: dict[str, list[str]], fit: int | None) -> list[str]:
     return out
 
 
-def _capability(c: dict[str, Any]) -> str:
+def _capability(c: JsonObject) -> str:
     """A capability's change; a list (backends) as what it gained and lost, not both lists whole."""
     was, now = c["from"], c["to"]
     if isinstance(was, list) and isinstance(now, list):
@@ -82,7 +83,7 @@ def _capability(c: dict[str, Any]) -> str:
     return f"  ~ {c['name']}: {was} -> {now}"
 
 
-def _rules(d: dict[str, Any], one: bool, fit: int | None) -> list[str]:
+def _rules(d: JsonObject, one: bool, fit: int | None) -> list[str]:
     """Each verdict that changes, once, with the profiles it changes for (for one profile: the verdicts alone)."""
     b = d["to"]["name"]
     groups: dict[tuple[str, str, str, bool], list[str]] = {}
@@ -95,7 +96,7 @@ def _rules(d: dict[str, Any], one: bool, fit: int | None) -> list[str]:
     return out or ["  (none)"]
 
 
-def _expectations(d: dict[str, Any], one: bool, fit: int | None) -> list[str]:
+def _expectations(d: JsonObject, one: bool, fit: int | None) -> list[str]:
     """Each expectation that changes, once, with the profiles (and their roles) it changes for."""
     groups: dict[tuple[str, str, str], dict[str, list[str]]] = {}
     for e in d["expectations"]:
@@ -110,7 +111,7 @@ def _expectations(d: dict[str, Any], one: bool, fit: int | None) -> list[str]:
     return out or ["  (none)"]
 
 
-def render_diff(d: dict[str, Any], fit: int | None = None) -> str:
+def render_diff(d: JsonObject, fit: int | None = None) -> str:
     """The diff for a person: each list on one line, cut to `fit` columns (a terminal) with a count of the rest, and
     each verdict once with the profiles it changes for; every long line wrapped between words."""
     from appliance.table import line

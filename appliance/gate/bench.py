@@ -33,6 +33,7 @@ from appliance.gate.receipt_model import BenchRow
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
 from appliance.gate.tools import install_hint
+from appliance.jsonstrict import JsonObject
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing, write_file
 
@@ -93,19 +94,19 @@ def _metric(run: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and isinstance(value.get("mean"), int | float) else None
 
 
-def _row(test: str, kind: str, run: dict[str, Any], speed: str, **extra: Any) -> dict[str, Any]:
+def _row(test: str, kind: str, run: dict[str, Any], speed: str, **extra: Any) -> JsonObject:
     m = _metric(run, speed)
-    row: dict[str, Any] = {"test": test, "kind": kind, "depth": run.get("context_size", 0),
-                           "concurrency": run.get("concurrency", 1),
-                           "t_s": round(m["mean"], 2) if m else None, "t_s_std": round(m["std"], 2) if m else None,
-                           "values": [round(v, 2) for v in m["values"]] if m else []}
+    row: JsonObject = {"test": test, "kind": kind, "depth": run.get("context_size", 0),
+                       "concurrency": run.get("concurrency", 1),
+                       "t_s": round(m["mean"], 2) if m else None, "t_s_std": round(m["std"], 2) if m else None,
+                       "values": [round(v, 2) for v in m["values"]] if m else []}
     for name, key in extra.items():
         metric = _metric(run, key)
         row[name] = round(metric["mean"], 2) if metric else None
     return row
 
 
-def parse_results(data: dict[str, Any]) -> list[dict[str, Any]]:
+def parse_results(data: dict[str, Any]) -> list[JsonObject]:
     """Rows named as llama-benchy names them (`pp2048 @ d8192`, `ctx_tg @ d8192`, `tg128`) from its JSON."""
     rows = []
     multi = int(data.get("max_concurrency") or 1) > 1
@@ -160,7 +161,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def corpus(p: BenchParams) -> Iterator[tuple[str | None, dict[str, str], dict[str, Any]]]:
+def corpus(p: BenchParams) -> Iterator[tuple[str | None, dict[str, str], JsonObject]]:
     """(book URL or None for llama-benchy's own, env overrides, provenance of the corpus)."""
     if p.corpus == "default":
         yield None, {}, {"corpus": "llama-benchy default book"}
@@ -206,8 +207,8 @@ def failure(done: Invocation) -> tuple[GateStatus, str] | None:
     return _classify(done.rc, done.tail) if done.rc != 0 else ("error", "llama-benchy produced no rows")
 
 
-def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], rows: list[dict[str, Any]],
-            about: dict[str, Any], raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
+def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], rows: list[JsonObject],
+            about: JsonObject, raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
     return CheckResult("bench", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"pp": list(p.pp), "tg": list(p.tg), "depth": list(p.depth), "runs": p.runs,
                                "concurrency": list(p.concurrency), "prefix_caching": p.prefix_caching,
@@ -218,7 +219,7 @@ def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], ro
                                 "latency_ms": (raw or {}).get("latency_ms")})
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
+def _summary(rows: list[JsonObject]) -> str:
     def first(kind: str) -> str:
         r = next((r for r in rows if r["kind"] == kind and r["t_s"] is not None), None)
         return f"{r['test']} {r['t_s']:.1f} t/s" if r else ""
@@ -234,8 +235,8 @@ class Invocation:
     tail: list[str]
     interrupted: bool
     raw: Any
-    rows: list[dict[str, Any]]
-    about: dict[str, Any]
+    rows: list[JsonObject]
+    about: JsonObject
 
 
 def invoke(ctx: GateContext, p: BenchParams, exe: str, stem: str = "llama-benchy") -> Invocation:

@@ -32,6 +32,7 @@ from appliance.gate.receipt_model import (
     Receipt,
     StructuredCheck,
 )
+from appliance.jsonstrict import JsonObject
 from appliance.redact import clip
 
 TG_NOISE = 0.15
@@ -72,7 +73,7 @@ class ReceiptComparison:
     def regressions(self) -> list[ReceiptDelta]:
         return [f for f in self.findings if f.verdict == "regression"]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"regression": bool(self.regressions), "warnings": self.warnings,
                 "findings": [asdict(f) for f in self.findings]}
 

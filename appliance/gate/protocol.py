@@ -17,6 +17,7 @@ from appliance.errors import ApplianceError
 from appliance.gate.anchors import AnchorRow, Protocol, Step, anchor_rows, anchors_digest, load_anchors
 from appliance.gate.benchy_rows import row_name
 from appliance.gate.sizing import BenchParams, Size, size_for
+from appliance.jsonstrict import JsonObject
 
 if TYPE_CHECKING:
     from appliance.profile.model import Profile
@@ -60,7 +61,7 @@ class ProtocolRun:
     choices: tuple[str, ...] = field(default=())
     """What each step's anchor does not state and the appliance chose."""
 
-    def section(self) -> dict[str, Any]:
+    def section(self) -> JsonObject:
         """The receipt's `bench_protocol` (receipt_model.BenchProtocolRef)."""
         return {"name": self.name, "title": self.title, "anchor": self.anchor, "size": self.size,
                 "max_model_len": self.max_model_len, "scaled": self.scaled, "rule": self.rule,

@@ -12,10 +12,11 @@ from appliance.gate.context import GateContext
 from appliance.gate.protocol import ProtocolRun
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.tools import install_hint
+from appliance.jsonstrict import JsonObject
 from appliance.paths import venv_executable
 
 
-def _params(run: ProtocolRun, corpus: dict[str, Any]) -> dict[str, Any]:
+def _params(run: ProtocolRun, corpus: JsonObject) -> JsonObject:
     return {"protocol": run.name, "scaled": run.scaled,
             "steps": [{"id": s.id, "pp": list(s.params.pp), "tg": list(s.params.tg), "depth": list(s.params.depth),
                        "concurrency": list(s.params.concurrency), "runs": s.params.runs,
@@ -24,7 +25,7 @@ def _params(run: ProtocolRun, corpus: dict[str, Any]) -> dict[str, Any]:
             **corpus}
 
 
-def _summary(run: ProtocolRun, rows: list[dict[str, Any]]) -> str:
+def _summary(run: ProtocolRun, rows: list[JsonObject]) -> str:
     figured = {r.test for r in run.rows if r.figures}
     shown = [f"{r['test']} {r['t_s']:.1f} t/s" for r in rows if r["test"] in figured and r.get("t_s") is not None]
     scaled = " (scaled for the CPU serve)" if run.scaled else ""
@@ -35,10 +36,10 @@ def run(ctx: GateContext) -> CheckResult:
     planned = ctx.bench_protocol
     assert planned is not None  # runner.run_check routes here only for --bench-protocol
     started, began = utc_now(), time.monotonic()
-    corpus: dict[str, Any] = {}
+    corpus: JsonObject = {}
 
-    def result(status: GateStatus, summary: str, rows: list[dict[str, Any]], spec: Any,
-               steps: list[dict[str, Any]]) -> CheckResult:
+    def result(status: GateStatus, summary: str, rows: list[JsonObject], spec: Any,
+               steps: list[JsonObject]) -> CheckResult:
         return CheckResult("bench", status, summary, started_at=started, seconds=time.monotonic() - began,
                            params=_params(planned, corpus), metrics={"rows": rows, "spec_decode": spec},
                            details={"steps": steps})
@@ -48,8 +49,8 @@ def run(ctx: GateContext) -> CheckResult:
         return result("unavailable", f"llama-benchy is not installed here ({install_hint('llama-benchy')})", [], None,
                       [])
     before = engine_steps.scrape(ctx.url)
-    rows: list[dict[str, Any]] = []
-    steps: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
+    steps: list[JsonObject] = []
     problem: tuple[GateStatus, str] | None = None
     for step in planned.steps:
         ctx.progress.step(f"protocol {planned.name}: step {step.id}")

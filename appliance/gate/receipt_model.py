@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    JsonValue,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from appliance.bounds import show
 from appliance.errors import ApplianceError
@@ -118,8 +128,9 @@ class Engagement(_Part):
     kv_tokens: Count | None = None
     expectations: list[Expectation] = []
     fatal: list[FatalHit] = []
-    facts: dict[str, Any] = {}
-    """The engine log's facts as the exporter extracted them: open, each channel's engine prints its own."""
+    facts: dict[str, JsonValue] = {}
+    """The engine log's facts as the exporter extracted them: open names (each channel's engine prints its own),
+    JSON values."""
 
     @model_validator(mode="before")
     @classmethod
@@ -227,9 +238,9 @@ class Check(_Part):
     summary: str
     seconds: Finite | None = None
     started_at: str | None = None
-    params: dict[str, Any] | None = None
-    metrics: dict[str, Any] | None = None
-    details: dict[str, Any] | None = None
+    params: dict[str, JsonValue] | None = None
+    metrics: dict[str, JsonValue] | None = None
+    details: dict[str, JsonValue] | None = None
     """Every reply, argv and raw tool output of the check: evidence for people, read by no program."""
 
 

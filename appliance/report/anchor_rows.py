@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from html import escape
-from typing import Any
 
 from appliance.gate.anchors import anchors_digest, load_anchors
 from appliance.gate.receipt_model import Receipt
+from appliance.jsonstrict import JsonObject
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def _caveat(v: ProtocolView) -> str:
     return "run at the anchor's own shapes"
 
 
-def to_json(views: Sequence[ProtocolView]) -> dict[str, Any]:
+def to_json(views: Sequence[ProtocolView]) -> JsonObject:
     return {"protocols": [{**{k: v for k, v in asdict(p).items() if k != "rows"}, "caveat": _caveat(p),
                            "rows": [asdict(r) for r in p.rows]} for p in views]}
 

@@ -15,10 +15,10 @@ _RENDER_HEAD = "192.0.2.1"
 
 
 def _plans(profile: Profile) -> list[tuple[list[str], dict[str, str]]]:
-    from appliance.render import Placement, build_plan
+    from appliance.render.plan import build_plan, rank_placements
 
-    return [(plan.argv, plan.env) for plan in (build_plan(profile, Placement(node_rank=rank, master_addr=_RENDER_HEAD))
-                                               for rank in range(profile.hardware.nodes))]
+    return [(plan.argv, plan.env) for plan in (build_plan(profile, at)
+                                               for at in rank_placements(profile, _RENDER_HEAD))]
 
 
 def _options(argv: list[str]) -> list[tuple[str, str | None]]:
