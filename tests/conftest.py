@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# Every CPU engine a test starts floats over the cores on one OpenMP thread instead of vLLM's `auto` binding, which
+# pins each engine's worker to core 0 (the lowest cores, one left for the rest): two workers' engines then share core
+# 0, and on this sandbox's scheduler a process pinned beside a busy worker barely runs (measured: 2 ms of CPU a second;
+# a pinned `python -c` did not start in 20 s). That starved the offline-bundle serve beside the upgrade story's
+# incumbent in a cold run and timed CI out. One thread is what `auto` gave each engine on 2 cores. A developer's own
+# setting wins; tests/test_upgrade.py clears it where the candidate's own binding is what it tests.
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 HYPOTHESIS_PROFILE = hypothesis_profiles.load()
 """Loaded before any test module is imported, so their `budget(n)` decorators see it."""
 
