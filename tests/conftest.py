@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests import hypothesis_profiles, orphans, ports, scheduling
+from tests import debian_tools, hypothesis_profiles, orphans, ports, scheduling
 
 if TYPE_CHECKING:
     from xdist.workermanage import WorkerController
@@ -30,10 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 HYPOTHESIS_PROFILE = hypothesis_profiles.load()
 """Loaded before any test module is imported, so their `budget(n)` decorators see it."""
+HIDDEN_TOOLS = debian_tools.hide_when_asked()
+"""The Debian tools this session runs without (scripts/test.sh --quick hides them; tests/debian_tools.py)."""
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (${hypothesis_profiles.PROFILE_ENV}, or CI=true for full)"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    hidden = f"hidden from PATH: {', '.join(HIDDEN_TOOLS)}" if HIDDEN_TOOLS else "none hidden"
+    return [f"hypothesis profile: {HYPOTHESIS_PROFILE} (${hypothesis_profiles.PROFILE_ENV}, or CI=true for full)",
+            f"Debian tools: {hidden} (${debian_tools.HIDE_ENV}=1 hides them, as scripts/test.sh --quick does)"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -162,16 +166,28 @@ and theirs, `item.fixturenames`) holds one is marked `engine` at collection, so 
 hand; tests/test_engine_marker.py proves no test or fixture reaches the engine around them."""
 
 
+TOOL_FIXTURES = frozenset(f"{tool}_exe" for tool in debian_tools.TOOLS)
+"""The fixtures every use of a Debian tool (tests/debian_tools.py TOOLS) goes through; they derive the `tools`
+marker as ENGINE_FIXTURES derive `engine` (tests/test_debian_tools.py proves no test runs one around them)."""
+
+
 def needs_engine(item: pytest.Item) -> bool:
     return bool(ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+def needs_tools(item: pytest.Item) -> bool:
+    return bool(TOOL_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Runs before `-m` deselects, so `-m "not engine"` (scripts/test.sh --quick) leaves out every engine test."""
+    """Runs before `-m` deselects, so `-m "not engine and not tools"` (scripts/test.sh --quick) leaves out every test
+    that needs the engine or a Debian tool."""
     for item in items:
         if needs_engine(item) and item.get_closest_marker("engine") is None:
             item.add_marker(pytest.mark.engine)
+        if needs_tools(item) and item.get_closest_marker("tools") is None:
+            item.add_marker(pytest.mark.tools)
     scheduling.group_and_order(items)
 
 
@@ -210,6 +226,44 @@ def vllm_engine() -> Path:
     exe = BIN / "vllm"
     assert exe.exists(), "the vLLM CPU engine is not installed: run scripts/install-engine.sh"
     return exe
+
+
+def _debian_tool(name: str) -> str:
+    found = shutil.which(name)
+    package, why = debian_tools.TOOLS[name]
+    assert found, f"{name} is missing: apt-get install {package} (scripts/test.sh does); it {why}"
+    return found
+
+
+# One fixture per Debian tool (TOOL_FIXTURES): the tool's path, or a loud failure where it is missing.
+@pytest.fixture(scope="session")
+def chromium_exe() -> str:
+    return _debian_tool("chromium")
+
+
+@pytest.fixture(scope="session")
+def promtool_exe() -> str:
+    return _debian_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_exe() -> str:
+    return _debian_tool("prometheus")
+
+
+@pytest.fixture(scope="session")
+def rsync_exe() -> str:
+    return _debian_tool("rsync")
+
+
+@pytest.fixture(scope="session")
+def ip_exe() -> str:
+    return _debian_tool("ip")
+
+
+@pytest.fixture(scope="session")
+def unshare_exe() -> str:
+    return _debian_tool("unshare")
 
 
 @pytest.fixture(scope="session")

@@ -51,13 +51,11 @@ def test_the_page_draws_every_section_from_the_receipts(page: Path) -> None:
         assert not re.search(fetch, html, re.I), fetch
 
 
-def test_headless_chromium_renders_the_page_to_a_screenshot(page: Path, tmp_path: Path) -> None:
+def test_headless_chromium_renders_the_page_to_a_screenshot(page: Path, tmp_path: Path, chromium_exe: str) -> None:
     from PIL import Image
 
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is missing: apt-get install chromium (scripts/test.sh does)"
     shot = tmp_path / "report.png"
-    done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+    done = subprocess.run([chromium_exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
                            "--window-size=1440,2400", f"--screenshot={shot}", page.as_uri()],
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]

@@ -68,9 +68,9 @@ class Prometheus:
 
 
 @pytest.fixture(scope="module")
-def prometheus(watched: Watched, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    exe = shutil.which("prometheus")
-    assert exe, "prometheus is missing: apt-get install prometheus (scripts/test.sh does)"
+def prometheus(watched: Watched, tmp_path_factory: pytest.TempPathFactory, prometheus_exe: str
+               ) -> Iterator[Prometheus]:
+    exe = prometheus_exe
     home = tmp_path_factory.mktemp("prometheus")
     bundle = home / "bundle"
     shutil.copytree(BUNDLE, bundle)
