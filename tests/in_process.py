@@ -87,14 +87,17 @@ def run_main(args: Sequence[str], *, env: Mapping[str, str] | None = None, repla
     for the call."""
     out, err = io.StringIO(), io.StringIO()
     fresh_caches()
-    with environment(env or {}, replace_env), contextlib.chdir(cwd or os.getcwd()), \
-            time_limit(limit_s), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse's own refusals and --help; sys.exit(TEXT) prints TEXT, as Python does
-            if exc.code is None or isinstance(exc.code, int):
-                code = exc.code or 0
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
+    try:
+        with environment(env or {}, replace_env), contextlib.chdir(cwd or os.getcwd()), \
+                time_limit(limit_s), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's refusals and --help; sys.exit(TEXT) prints TEXT, as Python does
+                if exc.code is None or isinstance(exc.code, int):
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+    finally:
+        fresh_caches()  # what the call cached under its environment (its APPLIANCE_ROOT) leaves with it
     return CliRun(code, out.getvalue(), err.getvalue())

@@ -35,8 +35,12 @@ def test_a_run_captures_both_streams_and_restores_the_environment() -> None:
 
 def test_each_run_sees_its_environment_and_folder_as_a_fresh_process_would(tmp_path: Path) -> None:
     # data_root() is cached per process: without fresh caches the second run would name the first run's root
+    from appliance.paths import data_root
+
+    home = data_root()
     for root in (tmp_path / "a", tmp_path / "b"):
         assert run_main(["profiles", "path"], env={"APPLIANCE_ROOT": str(root)}).stdout == f"{root}/profiles\n"
+    assert data_root() == home  # and the root a call found under its environment does not outlive it
     (tmp_path / "mine.yaml").write_text("extends: [cpu-smoke]\n")
     here = run_main(["validate", "mine.yaml"], cwd=tmp_path)  # a relative path, read from `cwd`
     assert here.returncode == 0 and here.stdout.startswith("mine: ok"), here.stderr
