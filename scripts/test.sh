@@ -9,6 +9,11 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
+# Bytecode is cached (Python's default, beside each source; .gitignore keeps it out of git): the suite starts hundreds
+# of Python processes (CLI calls, xdist workers, a serve's programs), and with PYTHONDONTWRITEBYTECODE set each one
+# compiles the appliance's modules again and each worker rewrites every test module's asserts again (measured: a
+# worker's collection 33 s of CPU without the cache, 20 s with it).
+unset PYTHONDONTWRITEBYTECODE
 # Two pytest-xdist workers, a test file per work unit, the slow files first (tests/scheduling.py says why and how);
 # APPLIANCE_TEST_WORKERS=0 runs in one process.
 workers=(-n "${APPLIANCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
