@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests import debian_tools, hypothesis_profiles, orphans, ports, scheduling
+from tests.shared_serve import SharedServe
 
 if TYPE_CHECKING:
     from xdist.workermanage import WorkerController
@@ -356,6 +357,52 @@ def render_json(serve: Serve, profile: str = "cpu-smoke") -> dict[str, object]:
     out = subprocess.run([str(BIN / "appliance"), "render", profile, "--format", "json"], env=serve.env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
+
+
+@pytest.fixture(scope="session")
+def shared_serve(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServe]:
+    """One `appliance run cpu-smoke` for every test that only reads from it, ready (its exporter says so), with
+    /status as polled from its start; each such test is guarded (tests/shared_serve.py)."""
+    serve = start_serve(tmp_path_factory.mktemp("shared-serve") / "run", smoke_model_dir)
+    statuses: list[dict] = []
+
+    def ready() -> bool:
+        body = httpx.get(f"{serve.exporter}/status", timeout=5).json()
+        statuses.append(body)
+        return body["state"] == "ready"
+
+    if not wait_for(ready, timeout=600, interval=0.5):
+        serve.stop()
+        pytest.fail(f"the shared serve never turned ready:\n{serve.output.read_text()[-4000:]}")
+    shared = SharedServe(serve, statuses)
+    shared.check("when it turned ready")
+    yield shared
+    serve.stop()
+
+
+@pytest.fixture(autouse=True)
+def _shared_serve_untouched(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test whose fixtures lead to `shared_serve` finds it as the last test left it and leaves it so."""
+    if scheduling.SHARED_SERVE not in request.fixturenames:
+        yield
+        return
+    shared: SharedServe = request.getfixturevalue("shared_serve")
+    shared.check(f"before {request.node.nodeid}")
+    yield
+    shared.check(f"after {request.node.nodeid}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """The shared serve stops once the tests that read it are done (tests/scheduling.py runs them in a row), not at
+    the session's end: left idle it would hold its ~2 GB of memory through every later test on this worker, the
+    upgrade story's side-by-side choice (MemAvailable) among them. A later reader would start it again."""
+    result = yield
+    shared = scheduling.SHARED_SERVE
+    if shared in getattr(item, "fixturenames", ()) and shared not in getattr(nextitem, "fixturenames", ()):
+        for fixturedef in item._fixtureinfo.name2fixturedefs.get(shared, ()):  # type: ignore[attr-defined]
+            fixturedef.finish(item._request)  # type: ignore[attr-defined]
+    return result
 
 
 @pytest.fixture(scope="module")
