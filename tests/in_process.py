@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import logging
 import os
 import signal
 import sys
@@ -60,6 +61,19 @@ def environment(values: Mapping[str, str], replace: bool = False) -> Iterator[No
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _log_warnings_to(stream: io.StringIO) -> Iterator[None]:
+    """A log record of WARNING or above on `stream`, as a process with no logging set up prints it on stderr (logging's
+    last resort, which never fires here: pytest's own handlers sit on the root logger)."""
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
 def fresh_caches() -> int:
     """Empties every `functools.cache` of the product's loaded modules (the data root found from $APPLIANCE_ROOT, the
     lock and facts read by path), as a new process starts without them; returns how many."""
@@ -88,7 +102,7 @@ def run_main(args: Sequence[str], *, env: Mapping[str, str] | None = None, repla
     out, err = io.StringIO(), io.StringIO()
     fresh_caches()
     try:
-        with environment(env or {}, replace_env), contextlib.chdir(cwd or os.getcwd()), \
+        with environment(env or {}, replace_env), contextlib.chdir(cwd or os.getcwd()), _log_warnings_to(err), \
                 time_limit(limit_s), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(args))

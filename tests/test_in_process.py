@@ -56,3 +56,21 @@ def test_each_run_sees_its_environment_and_folder_as_a_fresh_process_would(tmp_p
             del os.environ["APPLIANCE_PROFILE"]
         else:
             os.environ["APPLIANCE_PROFILE"] = saved
+
+
+def test_a_warning_the_command_logs_is_on_its_stderr_as_a_fresh_process_prints_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from appliance.commands import profiles
+
+    def run(args: object) -> int:
+        logging.getLogger("appliance.probe").warning("rendezvous: waiting for the head")
+        logging.getLogger("appliance.probe").info("not shown: below WARNING")
+        return 0
+
+    monkeypatch.setattr(profiles, "run", run)
+    before = list(logging.getLogger().handlers)
+    done = run_main(["profiles"])
+    assert (done.returncode, done.stderr) == (0, "rendezvous: waiting for the head\n")
+    assert logging.getLogger().handlers == before  # and the handler leaves with the call
