@@ -46,7 +46,7 @@ for where in "$REPO" "${XDG_CACHE_HOME:-$HOME/.cache}" "${TMPDIR:-/tmp}"; do
 done
 
 scripts/install-engine.sh
-# The Debian tools the tests run (chromium, promtool and prometheus, rsync, ip, unshare): tests/debian_tools.py
+# The Debian tools the tests run (chromium, promtool and prometheus, rsync, ip, unshare, shellcheck): tests/debian_tools.py
 # names each with its package and the tests that need it.
 packages=$("$VENV/bin/python" -m tests.debian_tools missing)
 read -ra missing <<<"$packages"

@@ -268,6 +268,11 @@ def unshare_exe() -> str:
 
 
 @pytest.fixture(scope="session")
+def shellcheck_exe() -> str:
+    return _debian_tool("shellcheck")
+
+
+@pytest.fixture(scope="session")
 def smoke_model_dir(vllm_engine: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from appliance.run.model_location import prepared_model_dir
     from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model

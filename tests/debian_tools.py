@@ -24,6 +24,8 @@ TOOLS: dict[str, tuple[str, str]] = {
     "rsync": ("rsync", "moves weights between ranks (tests/test_weights_sync.py)"),
     "ip": ("iproute2", "makes network namespaces (tests/test_multinode_netident.py, tests/test_bundle_offline.py)"),
     "unshare": ("util-linux", "cuts the network for the offline bundle (tests/test_bundle_offline.py)"),
+    "shellcheck": ("shellcheck", "checks the release workflow's `run:` scripts under actionlint "
+                                 "(tests/test_release_workflow.py)"),
 }
 """Tool -> (its Debian package, which tests run it and why)."""
 HIDDEN_TOO = ("docker",)

@@ -182,4 +182,4 @@ def test_a_session_asked_to_hide_them_runs_without_any_and_its_children_too(tmp_
 
 def test_missing_names_each_absent_tools_package_once() -> None:
     assert debian_tools.missing({"PATH": "/nonexistent"}) == ["chromium", "prometheus", "rsync", "iproute2",
-                                                               "util-linux"]
+                                                               "util-linux", "shellcheck"]
