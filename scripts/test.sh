@@ -9,17 +9,24 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 VENV="${APPLIANCE_VENV:-$REPO/.venv}"
+# Bytecode is cached (Python's default, beside each source; .gitignore keeps it out of git): the suite starts hundreds
+# of Python processes (CLI calls, xdist workers, a serve's programs), and with PYTHONDONTWRITEBYTECODE set each one
+# compiles the appliance's modules again and each worker rewrites every test module's asserts again (measured: a
+# worker's collection 33 s of CPU without the cache, 20 s with it).
+unset PYTHONDONTWRITEBYTECODE
 # Two pytest-xdist workers, a test file per work unit, the slow files first (tests/scheduling.py says why and how);
 # APPLIANCE_TEST_WORKERS=0 runs in one process.
 workers=(-n "${APPLIANCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 
 if [[ "${1:-}" == "--quick" ]]; then
-  # Needs only `pip install -e '.[test]'` in $VENV: installs nothing, starts nothing. The `engine` marker is derived
-  # from the fixtures a test uses (tests/conftest.py), so leaving it out leaves out every test that needs vLLM.
+  # Needs only `pip install -e '.[test]'` in $VENV: installs nothing, starts nothing. The `engine` and `tools` markers
+  # are derived from the fixtures a test uses (tests/conftest.py), so leaving them out leaves out every test that
+  # needs vLLM or a Debian tool; those tools are hidden from PATH for the run (tests/debian_tools.py), so that it
+  # runs here as on a fresh clone.
   shift
   "$VENV/bin/ruff" check appliance tests benchmarks tooling
-  quick=(-m "not engine and not docker and not rehearsal and not gpu_stack_install")
-  exec "$VENV/bin/python" -m pytest -ra "${workers[@]}" "${quick[@]}" "$@"
+  quick=(-m "not engine and not tools and not docker and not rehearsal and not gpu_stack_install")
+  APPLIANCE_TEST_WITHOUT_TOOLS=1 exec "$VENV/bin/python" -m pytest -ra "${workers[@]}" "${quick[@]}" "$@"
 fi
 
 # Free disk, checked first: the offline bundle test writes ~9 GB (the bundle, docker save's scratch, what apply
@@ -39,19 +46,10 @@ for where in "$REPO" "${XDG_CACHE_HOME:-$HOME/.cache}" "${TMPDIR:-/tmp}"; do
 done
 
 scripts/install-engine.sh
-# Debian packages the tests use: promtool and the server (prometheus) lint the exporter's /metrics, test the alert
-# rules and run the monitoring bundle against the CPU serve (tests/test_health_metrics_lint.py,
-# tests/test_monitoring_*.py); chromium opens the receipt report headless for its screenshot (tests/test_gate_report.py);
-# rsync moves weights between ranks (tests/test_weights_sync.py); unshare and ip (util-linux, iproute2) cut the network
-# for the offline bundle (tests/test_bundle_offline.py); shellcheck checks the release workflow's scripts under
-# actionlint (tests/test_release_workflow.py).
-missing=()
-command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-command -v rsync >/dev/null 2>&1 || missing+=(rsync)
-command -v ip >/dev/null 2>&1 || missing+=(iproute2)
-command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
-command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+# The Debian tools the tests run (chromium, promtool and prometheus, rsync, ip, unshare, shellcheck): tests/debian_tools.py
+# names each with its package and the tests that need it.
+packages=$("$VENV/bin/python" -m tests.debian_tools missing)
+read -ra missing <<<"$packages"
 if ((${#missing[@]})); then
   sudo_=""; [[ $(id -u) == 0 ]] || sudo_=sudo
   $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"

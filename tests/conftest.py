@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests import hypothesis_profiles, orphans, ports, scheduling
+from tests import debian_tools, hypothesis_profiles, orphans, ports, scheduling
+from tests.shared_serve import SharedServe
 
 if TYPE_CHECKING:
     from xdist.workermanage import WorkerController
@@ -38,10 +39,14 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 HYPOTHESIS_PROFILE = hypothesis_profiles.load()
 """Loaded before any test module is imported, so their `budget(n)` decorators see it."""
+HIDDEN_TOOLS = debian_tools.hide_when_asked()
+"""The Debian tools this session runs without (scripts/test.sh --quick hides them; tests/debian_tools.py)."""
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (${hypothesis_profiles.PROFILE_ENV}, or CI=true for full)"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    hidden = f"hidden from PATH: {', '.join(HIDDEN_TOOLS)}" if HIDDEN_TOOLS else "none hidden"
+    return [f"hypothesis profile: {HYPOTHESIS_PROFILE} (${hypothesis_profiles.PROFILE_ENV}, or CI=true for full)",
+            f"Debian tools: {hidden} (${debian_tools.HIDE_ENV}=1 hides them, as scripts/test.sh --quick does)"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -170,16 +175,28 @@ and theirs, `item.fixturenames`) holds one is marked `engine` at collection, so 
 hand; tests/test_engine_marker.py proves no test or fixture reaches the engine around them."""
 
 
+TOOL_FIXTURES = frozenset(f"{tool}_exe" for tool in debian_tools.TOOLS)
+"""The fixtures every use of a Debian tool (tests/debian_tools.py TOOLS) goes through; they derive the `tools`
+marker as ENGINE_FIXTURES derive `engine` (tests/test_debian_tools.py proves no test runs one around them)."""
+
+
 def needs_engine(item: pytest.Item) -> bool:
     return bool(ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+def needs_tools(item: pytest.Item) -> bool:
+    return bool(TOOL_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Runs before `-m` deselects, so `-m "not engine"` (scripts/test.sh --quick) leaves out every engine test."""
+    """Runs before `-m` deselects, so `-m "not engine and not tools"` (scripts/test.sh --quick) leaves out every test
+    that needs the engine or a Debian tool."""
     for item in items:
         if needs_engine(item) and item.get_closest_marker("engine") is None:
             item.add_marker(pytest.mark.engine)
+        if needs_tools(item) and item.get_closest_marker("tools") is None:
+            item.add_marker(pytest.mark.tools)
     scheduling.group_and_order(items)
 
 
@@ -218,6 +235,49 @@ def vllm_engine() -> Path:
     exe = BIN / "vllm"
     assert exe.exists(), "the vLLM CPU engine is not installed: run scripts/install-engine.sh"
     return exe
+
+
+def _debian_tool(name: str) -> str:
+    found = shutil.which(name)
+    package, why = debian_tools.TOOLS[name]
+    assert found, f"{name} is missing: apt-get install {package} (scripts/test.sh does); it {why}"
+    return found
+
+
+# One fixture per Debian tool (TOOL_FIXTURES): the tool's path, or a loud failure where it is missing.
+@pytest.fixture(scope="session")
+def chromium_exe() -> str:
+    return _debian_tool("chromium")
+
+
+@pytest.fixture(scope="session")
+def promtool_exe() -> str:
+    return _debian_tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_exe() -> str:
+    return _debian_tool("prometheus")
+
+
+@pytest.fixture(scope="session")
+def rsync_exe() -> str:
+    return _debian_tool("rsync")
+
+
+@pytest.fixture(scope="session")
+def ip_exe() -> str:
+    return _debian_tool("ip")
+
+
+@pytest.fixture(scope="session")
+def unshare_exe() -> str:
+    return _debian_tool("unshare")
+
+
+@pytest.fixture(scope="session")
+def shellcheck_exe() -> str:
+    return _debian_tool("shellcheck")
 
 
 @pytest.fixture(scope="session")
@@ -310,6 +370,52 @@ def render_json(serve: Serve, profile: str = "cpu-smoke") -> dict[str, object]:
     out = subprocess.run([str(BIN / "appliance"), "render", profile, "--format", "json"], env=serve.env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
+
+
+@pytest.fixture(scope="session")
+def shared_serve(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServe]:
+    """One `appliance run cpu-smoke` for every test that only reads from it, ready (its exporter says so), with
+    /status as polled from its start; each such test is guarded (tests/shared_serve.py)."""
+    serve = start_serve(tmp_path_factory.mktemp("shared-serve") / "run", smoke_model_dir)
+    statuses: list[dict] = []
+
+    def ready() -> bool:
+        body = httpx.get(f"{serve.exporter}/status", timeout=5).json()
+        statuses.append(body)
+        return body["state"] == "ready"
+
+    if not wait_for(ready, timeout=600, interval=0.5):
+        serve.stop()
+        pytest.fail(f"the shared serve never turned ready:\n{serve.output.read_text()[-4000:]}")
+    shared = SharedServe(serve, statuses)
+    shared.check("when it turned ready")
+    yield shared
+    serve.stop()
+
+
+@pytest.fixture(autouse=True)
+def _shared_serve_untouched(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test whose fixtures lead to `shared_serve` finds it as the last test left it and leaves it so."""
+    if scheduling.SHARED_SERVE not in request.fixturenames:
+        yield
+        return
+    shared: SharedServe = request.getfixturevalue("shared_serve")
+    shared.check(f"before {request.node.nodeid}")
+    yield
+    shared.check(f"after {request.node.nodeid}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """The shared serve stops once the tests that read it are done (tests/scheduling.py runs them in a row), not at
+    the session's end: left idle it would hold its ~2 GB of memory through every later test on this worker, the
+    upgrade story's side-by-side choice (MemAvailable) among them. A later reader would start it again."""
+    result = yield
+    shared = scheduling.SHARED_SERVE
+    if shared in getattr(item, "fixturenames", ()) and shared not in getattr(nextitem, "fixturenames", ()):
+        for fixturedef in item._fixtureinfo.name2fixturedefs.get(shared, ()):  # type: ignore[attr-defined]
+            fixturedef.finish(item._request)  # type: ignore[attr-defined]
+    return result
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ helper of the same module."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,10 +122,11 @@ class Module:
     def fixtures(self) -> dict[str, Func]:
         return {f.name: f for f in self.funcs if _is_fixture(f)}
 
-    def engine_helpers(self) -> set[str]:
-        """Helpers (neither test nor fixture) that reach the engine, through each other to a fixed point."""
+    def engine_helpers(self, uses: Callable[[Func], bool] = _direct_use) -> set[str]:
+        """Helpers (neither test nor fixture) that reach the engine (or what `uses` finds), through each other to a
+        fixed point."""
         helpers = [f for f in self.funcs if not f.name.startswith("test") and not _is_fixture(f)]
-        found = {f.name for f in helpers if _direct_use(f)}
+        found = {f.name for f in helpers if uses(f)}
         while True:
             more = found | {f.name for f in helpers if _calls(f) & found}
             if more == found:
@@ -138,9 +139,11 @@ def _params(func: Func) -> set[str]:
     return {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
 
 
-def unmarked_engine_uses(modules: list[Module], shared: list[Module], engine_fixtures: frozenset[str]) -> list[Place]:
+def unmarked_engine_uses(modules: list[Module], shared: list[Module], engine_fixtures: frozenset[str],
+                         uses: Callable[[Func], bool] = _direct_use) -> list[Place]:
     """Tests and fixtures of `modules` that reach the engine but ask for no fixture that leads to an engine fixture
-    (`shared`: the conftests whose fixtures those modules see)."""
+    (`shared`: the conftests whose fixtures those modules see). `uses`: what reaching is, the engine by default
+    (tests/tool_uses.py passes a Debian tool's)."""
     found: list[Place] = []
     for module in modules:
         visible = {name: f for m in shared for name, f in m.fixtures().items()} | module.fixtures()
@@ -150,14 +153,14 @@ def unmarked_engine_uses(modules: list[Module], shared: list[Module], engine_fix
             if more == engine:
                 break
             engine = more
-        helpers = module.engine_helpers()
+        helpers = module.engine_helpers(uses)
         module_wide = _usefixtures(_module_marks(module.tree))
         if _other_tier(_module_marks(module.tree)):
             continue
         for func in module.funcs:
             if not (func.name.startswith("test") or _is_fixture(func)) or func.name in engine_fixtures:
                 continue
-            if not (_direct_use(func) or _calls(func) & helpers):
+            if not (uses(func) or _calls(func) & helpers):
                 continue
             if _other_tier([*func.decorator_list, *module.classes.get(func.name, [])]):
                 continue

@@ -9,6 +9,9 @@ the second core idle and the run past CI's 90 minutes.
 - The Docker test files are one unit (DOCKER_FILES, held to the `docker` marker at collection): they build the CPU
   image in a session fixture and share one daemon. Not xdist_group: pytest 9 keeps a node's id where xdist 3.8's
   loadgroup no longer writes the group, so its groups are silently ignored.
+- The files whose tests read the session's shared cpu-smoke serve (tests/shared_serve.py) are one unit too
+  (SHARED_SERVE_FILES, held to the tests that ask for `shared_serve`): a session fixture is one per worker, so split
+  over two workers they would start it twice.
 - The longest files go first (SECONDS, then the slow kinds by RANKS), so a long engine file never starts last
   while the other worker idles; the unit tests, many and short, come last and fill in. Both are hints: a wrong one
   costs balance, never a test.
@@ -34,15 +37,19 @@ RANKS = ("gpu_stack_install", "rehearsal", "docker", "engine")
 """Markers by how long their files run, slowest first; a file with none of them ranks after all of these."""
 SECONDS = {
     "tests/test_upgrade_engine.py": 1053, "tests/test_canary_ladder_engine.py": 551, "docker": 578,
-    "tests/test_canary_engine.py": 491, "tooling/tests/test_rehearsal.py": 488, "tests/test_gate_engine.py": 455,
+    "tests/test_canary_engine.py": 491, "tooling/tests/test_rehearsal.py": 488, "shared-serve": 589,
     "tests/test_health_engine_e2e.py": 393, "tests/test_run_engine.py": 262, "tests/test_warm_start_engine.py": 200,
     "tests/test_gemma_tp2_engine.py": 183, "tests/test_memory_watchdog_engine.py": 176,
-    "tests/test_multinode_appliance_run.py": 146, "tests/test_monitoring_engine.py": 134,
+    "tests/test_multinode_appliance_run.py": 146,
     "tests/test_fuzz.py": 127, "tooling/tests/test_engine_facts.py": 111, "tests/test_multinode_engine.py": 103,
 }
-"""Seconds per work unit in a serial run of the whole suite (a clean clone of f2e8e8a, 2026-12-03, these 2 cores)."""
+"""Seconds per work unit in a serial run of the whole suite (a clean clone of f2e8e8a, 2026-12-03, these 2 cores;
+shared-serve: its two files' sum then, each with its own serve)."""
 DOCKER_FILES = ("tests/test_bundle_offline.py", "tests/test_container_engine.py")
 """The files of `docker` tests, from the root: one work unit."""
+SHARED_SERVE_FILES = ("tests/test_gate_engine.py", "tests/test_monitoring_engine.py")
+"""The files of the tests that read the session's shared serve (fixture `shared_serve`), from the root: one unit."""
+SHARED_SERVE = "shared_serve"
 LOCK_KEY = "appliance_serial_lock"
 """The workerinput key the controller hands every worker: the folder of this run's two lock files."""
 
@@ -65,26 +72,33 @@ def _file_of(nodeid: str) -> str:
 
 def group_and_order(items: list[pytest.Item]) -> None:
     """Sorts the files slowest kind first, each file kept whole and in order; fails the collection when the files of
-    `docker` tests are not DOCKER_FILES (a new one would run beside the others and rebuild the image)."""
+    `docker` tests are not DOCKER_FILES (a new one would run beside the others and rebuild the image), or those of
+    the tests that read the shared serve are not SHARED_SERVE_FILES (a new one would start a second serve)."""
     rank: dict[str, int] = {}
-    docker = set()
+    docker, shared = set(), set()
     for item in items:
         rank[_file(item)] = min(rank.get(_file(item), len(RANKS)), _rank(item))
         if item.get_closest_marker("docker"):
             docker.add(_file(item))
+        if SHARED_SERVE in getattr(item, "fixturenames", ()):
+            shared.add(_file(item))
     if docker - set(DOCKER_FILES):
         raise pytest.UsageError(f"tests/scheduling.py: {sorted(docker - set(DOCKER_FILES))} hold docker tests and are "
                                 "not in DOCKER_FILES; add them, so that all Docker tests run in one xdist work unit")
+    if shared - set(SHARED_SERVE_FILES):
+        raise pytest.UsageError(f"tests/scheduling.py: {sorted(shared - set(SHARED_SERVE_FILES))} hold tests that "
+                                "read the shared serve and are not in SHARED_SERVE_FILES; add them, so that one "
+                                "xdist worker runs them all and the serve starts once")
     first_seen = {name: i for i, name in reversed(list(enumerate(_file(item) for item in items)))}
     items.sort(key=lambda item: (-SECONDS.get(_unit(_file(item)), 0), rank[_file(item)], first_seen[_file(item)]))
 
 
 def _unit(file: str) -> str:
-    return "docker" if file in DOCKER_FILES else file
+    return "docker" if file in DOCKER_FILES else "shared-serve" if file in SHARED_SERVE_FILES else file
 
 
 class FileUnits(LoadFileScheduling):
-    """loadfile, with the Docker files one unit."""
+    """loadfile, with the Docker files one unit and the shared serve's files another."""
 
     def _split_scope(self, nodeid: str) -> str:
         return _unit(_file_of(nodeid))

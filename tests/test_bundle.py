@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from appliance.run.caches import profile_cache_dir
 from appliance.weights.fetch import fetch
 from tests.conftest import ROOT
 from tests.hubdouble import FakeHub, FakeRepo, checkpoint_files
+from tests.in_process import CliRun, run_main
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOL_PIN = "12fd25f77366fa6b3b4b768ec3050bf629380bac"  # versions.json
@@ -30,9 +30,9 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
     return env | {"HF_HOME": str(home / "hf"), "APPLIANCE_HOME": str(home / "home"), **extra}
 
 
-def appliance(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+def appliance(env: dict[str, str], *args: str) -> CliRun:
+    """`appliance ARGS` in-process (tests/in_process.py), in exactly `env`, as a process given it would run."""
+    return run_main(args, env=env, replace_env=True, cwd=ROOT, limit_s=300)
 
 
 @pytest.fixture(scope="module")

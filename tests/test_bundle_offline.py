@@ -37,9 +37,8 @@ def tmp_home(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile(
-        cpu_image: str, smoke_model_dir: Path, tmp_home: Path) -> None:  # noqa: F811
+        cpu_image: str, smoke_model_dir: Path, tmp_home: Path, unshare_exe: str, ip_exe: str) -> None:  # noqa: F811
     tmp_path = tmp_home
-    assert shutil.which("unshare") and shutil.which("ip"), "unshare and ip are needed (scripts/test.sh installs them)"
     connected = tmp_path / "connected"
     connected.mkdir()
     # No first serve here (CI time): carrying warm caches is tests/test_bundle.py's and the warm-start benchmark's
@@ -81,7 +80,7 @@ def test_a_bundle_applied_where_there_is_no_network_serves_the_cpu_smoke_profile
         echo "ROUTES $(ip route show | wc -l) $(ip -6 route show | grep -vcE '^(::1|fe80)' || true)"
         """)
     try:
-        done = subprocess.run(["unshare", "--net", "bash", "-c", script], capture_output=True, text=True,
+        done = subprocess.run([unshare_exe, "--net", "bash", "-c", script], capture_output=True, text=True,
                               timeout=1200, env={k: v for k, v in os.environ.items()
                                                  if not k.startswith(("HF_", "APPLIANCE_"))})
     finally:

@@ -268,13 +268,13 @@ def test_canary_metrics_follow_prometheus_conventions() -> None:
 
 def test_config_with_the_run_dir_shows_the_rung_the_canary_took_as_the_effective_setting(tmp_path: Path) -> None:
     import json
-    import subprocess
-    import sys
+
+    from tests.in_process import run_main
 
     write_state(tmp_path / "canary.json", CanaryState(
         status="ok", rung={"index": 1, "name": "no-prefix-caching", "set": ["cache.prefix_caching=false"]}))
-    done = subprocess.run([sys.executable, "-m", "appliance", "config", "cpu-smoke-canary", "--json", "--run-dir",
-                           str(tmp_path)], capture_output=True, text=True, check=True)
+    done = run_main(["config", "cpu-smoke-canary", "--json", "--run-dir", str(tmp_path)])  # tests/in_process.py
+    assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)["values"]["cache.prefix_caching"]
     assert row == {"value": False, "origin": "canary:rung 1 no-prefix-caching"}
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,14 +15,15 @@ from appliance.profile import list_profiles, load_profile
 from appliance.rules import context_for, evaluate
 from appliance.rules.caveats import caveat_key, to_show
 from tests.conftest import ROOT
+from tests.in_process import CliRun, run_main
 
 SHIPPED = [n for n in list_profiles() if load_profile(n).profile.provenance.status != "test"]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str) -> CliRun:
+    """`appliance ARGS` in-process (tests/in_process.py), without this session's APPLIANCE_ variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    return subprocess.run([sys.executable, "-m", "appliance", *args], env={**env, "APPLIANCE_MASTER_ADDR": "192.0.2.1"},
-                          capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
+    return run_main(args, env={**env, "APPLIANCE_MASTER_ADDR": "192.0.2.1"}, replace_env=True, cwd=ROOT, limit_s=120)
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -10,14 +10,18 @@ import sys
 import pytest
 
 from appliance.cli import main
+from tests.in_process import CliRun, run_main
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, check=False)
+def run(*args: str) -> CliRun:
+    """`appliance ARGS` in-process (tests/in_process.py); the exit status of a real `python -m appliance` is the
+    first test's."""
+    return run_main(args, limit_s=120)
 
 
 def test_validate_invalid_profile_exits_2_listing_every_finding_with_rule_ids() -> None:
-    r = run("validate", "gb10-tp2", "--set", "cache.kv_dtype=auto", "--set", "speculative.num_tokens=3")
+    r = subprocess.run([sys.executable, "-m", "appliance", "validate", "gb10-tp2", "--set", "cache.kv_dtype=auto",
+                        "--set", "speculative.num_tokens=3"], capture_output=True, text=True, check=False)
     assert r.returncode == 2
     assert "K1 cache.kv_dtype='auto'" in r.stderr and "K2 speculative.num_tokens=3" in r.stderr
     assert "Traceback" not in r.stderr
@@ -79,18 +83,12 @@ def test_cli_start_does_not_import_pydantic_for_help() -> None:
 
 
 def test_a_bad_environment_variable_is_named_with_exit_2() -> None:
-    import os
-
-    r = subprocess.run([sys.executable, "-m", "appliance", "render", "cpu-smoke"], capture_output=True, text=True,
-                       env={**os.environ, "APPLIANCE_NODE_RANK": "abc"}, check=False)
+    r = run_main(["render", "cpu-smoke"], env={"APPLIANCE_NODE_RANK": "abc"})
     assert r.returncode == 2 and "APPLIANCE_NODE_RANK='abc'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_fetch_model_offline_says_how_to_get_the_checkpoint_instead_of_a_traceback() -> None:
-    import os
-
-    r = subprocess.run([sys.executable, "-m", "appliance", "fetch-model", "gb10-tp2"], capture_output=True, text=True,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+    r = run_main(["fetch-model", "gb10-tp2"], env={"HF_HUB_OFFLINE": "1"})
     assert r.returncode == 2 and "HF_HUB_OFFLINE=1" in r.stderr and "APPLIANCE_MODEL_DIR" in r.stderr
     assert "Traceback" not in r.stderr
 

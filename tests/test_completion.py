@@ -14,14 +14,16 @@ import pytest
 from appliance.cli import COMMANDS, main
 from appliance.lock import load_lock
 from appliance.profile import list_profiles
+from tests.in_process import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bash_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = subprocess.run([sys.executable, "-m", "appliance", "completion", "bash"], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    made = run_main(["completion", "bash"], limit_s=120)  # in-process (tests/in_process.py)
+    assert made.returncode == 0, made.stderr
+    out = made.stdout
     path = tmp_path_factory.mktemp("completion") / "appliance.bash"
     path.write_text(out)
     return path
@@ -91,6 +93,5 @@ def test_the_profile_package_still_hands_out_its_names_on_first_use() -> None:
 
 
 def test_an_unknown_shell_is_refused_with_exit_2() -> None:
-    done = subprocess.run([sys.executable, "-m", "appliance", "completion", "fish-and-chips"], capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = run_main(["completion", "fish-and-chips"], limit_s=60)
     assert done.returncode == 2 and "choose from 'bash', 'zsh', 'tcsh'" in done.stderr

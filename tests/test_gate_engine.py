@@ -1,5 +1,6 @@
 """The gate against a real `appliance run cpu-smoke` (vLLM CPU build): real llama-benchy, real requests,
-a receipt whose facts match the serve, and Ctrl-C leaving a partial receipt."""
+a receipt whose facts match the serve, and Ctrl-C leaving a partial receipt. The gate only reads from the serve: it is
+the session's shared one (tests/shared_serve.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 from appliance.gate.receipt import load as load_typed
 from appliance.lock import channel_lock
-from tests.conftest import BIN, Serve, wait_for
+from tests.conftest import BIN, Serve
+from tests.shared_serve import SharedServe
 
 STABLE_FACTS = ("vllm_version", "kv_tokens", "kv_device", "kv_max_concurrency", "startup_complete", "guard_active",
                 "guard_total", "runner_v2", "runner_fallback_reason", "sm120_decode", "attention_backend")
@@ -32,10 +34,10 @@ def status(serve: Serve) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ready(smoke_serve: Serve) -> Serve:
-    assert wait_for(lambda: status(smoke_serve)["state"] == "ready", timeout=180, interval=2), \
-        f"the exporter never said ready:\n{smoke_serve.output.read_text()[-3000:]}"
-    return smoke_serve
+def ready(shared_serve: SharedServe) -> Serve:
+    """The shared serve, which its fixture hands over once its exporter says ready."""
+    assert status(shared_serve.serve)["state"] == "ready"
+    return shared_serve.serve
 
 
 def gate_cmd(serve: Serve, out: Path, *extra: str) -> list[str]:

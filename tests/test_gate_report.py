@@ -55,13 +55,11 @@ def test_the_page_draws_every_section_from_the_receipts(page: Path) -> None:
         assert not re.search(fetch, html, re.I), fetch
 
 
-def test_headless_chromium_renders_the_page_to_a_screenshot(page: Path, tmp_path: Path) -> None:
+def test_headless_chromium_renders_the_page_to_a_screenshot(page: Path, tmp_path: Path, chromium_exe: str) -> None:
     from PIL import Image
 
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is missing: apt-get install chromium (scripts/test.sh does)"
     shot = tmp_path / "report.png"
-    done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+    done = subprocess.run([chromium_exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
                            "--window-size=1440,2400", f"--screenshot={shot}", page.as_uri()],
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
@@ -110,12 +108,10 @@ SLACK = 0.5
 """px two boxes may share (antialiasing) before they count as overlapping."""
 
 
-def measured(page: Path, tmp_path: Path) -> list[dict]:
+def measured(page: Path, tmp_path: Path, chromium: str) -> list[dict]:
     """Every chart of the page as headless Chromium lays it out: its size, each text's box and each ring's box."""
     probe = tmp_path / "measured.html"
     probe.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is missing: apt-get install chromium (scripts/test.sh does)"
     done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
                            "--window-size=1440,2400", "--dump-dom", probe.as_uri()],
                           capture_output=True, text=True, timeout=180, check=False)
@@ -146,8 +142,9 @@ def clashes(charts: list[dict]) -> list[str]:
     return out
 
 
-def test_no_label_of_any_chart_overlaps_another_or_a_ring_and_none_is_cut(page: Path, tmp_path: Path) -> None:
-    charts = measured(page, tmp_path)
+def test_no_label_of_any_chart_overlaps_another_or_a_ring_and_none_is_cut(page: Path, tmp_path: Path,
+                                                                          chromium_exe: str) -> None:
+    charts = measured(page, tmp_path, chromium_exe)
     assert len(charts) >= 5 and all(len(c["texts"]) > 8 for c in charts)  # every chart drawn, its labels read back
     texts = {t["text"] for c in charts for t in c["texts"]}
     assert {"cpu-smoke- run1", "gb10-tp2- dspark-fixture"} <= texts  # the names whole, wrapped at a separator
@@ -155,7 +152,8 @@ def test_no_label_of_any_chart_overlaps_another_or_a_ring_and_none_is_cut(page: 
     assert clashes(charts) == []
 
 
-def test_names_too_long_for_their_slot_become_letters_explained_in_the_legend(tmp_path: Path) -> None:
+def test_names_too_long_for_their_slot_become_letters_explained_in_the_legend(tmp_path: Path,
+                                                                              chromium_exe: str) -> None:
     """Eight receipts whose folders have long names, and a long title: still no overlap and nothing cut."""
     paths = []
     for i in range(8):
@@ -167,7 +165,7 @@ def test_names_too_long_for_their_slot_become_letters_explained_in_the_legend(tm
     title = "eight candidate builds of the CPU engine, each with its bench rows, recall and GSM8K, " * 2
     done = report(*paths, "--html", out, "--title", title.strip())
     assert done.returncode == 0, done.stderr
-    charts = measured(out, tmp_path)
+    charts = measured(out, tmp_path, chromium_exe)
     texts = [t["text"] for c in charts for t in c["texts"]]
     assert "A" in texts and "H" in texts  # the axis says a letter per receipt ...
     assert f"A = {paths[0].parent.name}" in texts  # ... and the legend what it stands for

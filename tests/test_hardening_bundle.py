@@ -21,6 +21,7 @@ import pytest
 from appliance.profile import load_profile
 from appliance.run.caches import profile_cache_dir
 from tests.conftest import ROOT
+from tests.in_process import CliRun, run_main
 from tests.test_bundle import SMOL_PIN, appliance, bundle, env_for, source  # noqa: F401 (the fixtures)
 
 LIMIT_S = 60
@@ -28,7 +29,11 @@ LIMIT_S = 60
 
 
 def run(env: dict[str, str], *args: str, preexec: Callable[[], None] | None = None
-        ) -> subprocess.CompletedProcess[str]:
+        ) -> CliRun | subprocess.CompletedProcess[str]:
+    """`appliance ARGS` in exactly `env`: in-process (tests/in_process.py), or a real process where `preexec` sets
+    one of its limits."""
+    if preexec is None:
+        return run_main(args, env=env, replace_env=True, cwd=ROOT, limit_s=LIMIT_S)
     return subprocess.run([sys.executable, "-m", "appliance", *args], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=LIMIT_S, preexec_fn=preexec)
 

@@ -13,6 +13,7 @@ import pytest
 
 from appliance.bounds import MAX_MASTER_PORT
 from appliance.cli import main
+from tests.in_process import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,9 +116,7 @@ def test_a_broken_profile_is_listed_as_invalid_and_the_others_still_are(tmp_path
     shutil.copytree(ROOT / "channels", root / "channels")
     shutil.copy(ROOT / "versions.json", root / "versions.json")
     (root / "profiles" / "broken.yaml").write_text("name: broken\nhardware: [\n")
-    env = {**os.environ, "APPLIANCE_ROOT": str(root)}
-    r = subprocess.run([sys.executable, "-m", "appliance", "profiles", "--all"], capture_output=True, text=True,
-                       env=env, check=False)
+    r = run_main(["profiles", "--all"], env={"APPLIANCE_ROOT": str(root)})  # in-process (tests/in_process.py)
     assert r.returncode == 0, r.stderr
     assert "broken  INVALID" in r.stdout and "cpu-smoke" in r.stdout and "gb10-tp2" in r.stdout
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from appliance.errors import ApplianceError
-from tests.in_process import run_main, time_limit
+from tests.in_process import CliRun, run_main, time_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +28,7 @@ def cli(*args: str, env: dict[str, str] | None = None, limit_s: float = 30) -> t
 @pytest.fixture
 def data_root(tmp_path: Path) -> Path:
     """A copy of the data root (versions.json, profiles/, healthchecks/, channels/) a test may break; APPLIANCE_ROOT
-    points there for subprocesses, and the in-process caches are cleared around it."""
+    points there for each call (tests/in_process.py empties the caches that would keep the first root)."""
     root = tmp_path / "root"
     root.mkdir()
     for name in ("versions.json", "profiles", "healthchecks", "channels"):
@@ -39,9 +37,9 @@ def data_root(tmp_path: Path) -> Path:
     return root
 
 
-def run_in(root: Path, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "APPLIANCE_ROOT": str(root), **env}, cwd=ROOT)
+def run_in(root: Path, *args: str, timeout: float = 60, **env: str) -> CliRun:
+    """`appliance ARGS` in-process on the data root `root`."""
+    return run_main(args, env={"APPLIANCE_ROOT": str(root), **env}, cwd=ROOT, limit_s=timeout)
 
 
 # --- item 7: extends amplification ------------------------------------------------------------------------------------
@@ -228,11 +226,10 @@ def test_kubernetes_flag_values_are_checked_before_any_manifest(flag: str, value
     assert code == 2 and flag in err and out == "" and "\x1b" not in err, err
 
 
-def _doctor(procfs: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+def _doctor(procfs: Path) -> tuple[CliRun, float]:
     began = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "appliance", "doctor", "cpu-smoke", "--json"], capture_output=True,
-                       text=True, timeout=60, cwd=ROOT, env={**os.environ, "APPLIANCE_PROCFS": str(procfs),
-                                                             "APPLIANCE_KMSG": str(procfs / "kmsg")})
+    r = run_main(["doctor", "cpu-smoke", "--json"], cwd=ROOT, limit_s=60,
+                 env={"APPLIANCE_PROCFS": str(procfs), "APPLIANCE_KMSG": str(procfs / "kmsg")})
     return r, time.monotonic() - began
 
 

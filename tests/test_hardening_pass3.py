@@ -9,15 +9,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from appliance.weights.snapshot import check_folder
 from tests.hubdouble import checkpoint_files
-from tests.in_process import run_main, time_limit
+from tests.in_process import CliRun, run_main, time_limit
 
 REPO = "org/tiny"
 SHARD2 = "model-00002-of-00003.safetensors"
@@ -236,10 +234,9 @@ def _data_root(tmp_path: Path) -> Path:
     return root
 
 
-def in_root(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """A subprocess: the data root is resolved once per process (paths.data_root is cached)."""
-    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "APPLIANCE_ROOT": str(root)}, cwd=ROOT)
+def in_root(root: Path, *args: str) -> CliRun:
+    """In-process on the data root `root` (paths.data_root is cached per process: tests/in_process.py empties it)."""
+    return run_main(args, env={"APPLIANCE_ROOT": str(root)}, cwd=ROOT, limit_s=60)
 
 
 def test_another_channels_facts_in_place_of_a_channels_own_are_refused_naming_both(tmp_path: Path) -> None:

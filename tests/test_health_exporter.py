@@ -66,6 +66,11 @@ class _StubHandler(BaseHTTPRequestHandler):
         pass
 
 
+_CLIENT = httpx.Client(timeout=5, limits=httpx.Limits(max_keepalive_connections=0))
+"""One client, a new connection per request as httpx.get makes: httpx.get builds a TLS context each call, which on a
+loaded machine took over a second and ran these tests' 1-2 s windows (the live grace) out."""
+
+
 @dataclass
 class Exporter:
     url: str
@@ -74,7 +79,7 @@ class Exporter:
     monitor: Monitor
 
     def get(self, route: str) -> httpx.Response:
-        return httpx.get(f"{self.url}{route}", timeout=5)
+        return _CLIENT.get(f"{self.url}{route}")
 
     def write(self, text: str) -> None:
         with self.log.open("a") as f:

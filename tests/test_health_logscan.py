@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.in_process import CliRun, run_main
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 DS = LOGS / "deepseek"
 
 
-def logscan(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", "logscan", *map(str, args)],
-                          capture_output=True, text=True, timeout=60, check=False)
+def logscan(*args: str | Path) -> CliRun:
+    """`appliance logscan ARGS` in-process (tests/in_process.py)."""
+    return run_main(["logscan", *map(str, args)], limit_s=60)
 
 
 def scan_json(*args: str | Path) -> tuple[int, dict]:

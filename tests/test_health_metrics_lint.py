@@ -1,11 +1,10 @@
 """Prometheus' own linter passes the exporter's /metrics: counters alone end in _total, base units only.
 
-promtool comes from Debian's `prometheus` package (scripts/test.sh installs it); without it this fails.
+promtool comes from Debian's `prometheus` package (scripts/test.sh installs it; the `promtool_exe` fixture).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -43,12 +42,10 @@ def scrape(profile: str, role: str, log: Path) -> str:
 
 
 @pytest.mark.parametrize("serve", sorted(SERVES))
-def test_promtool_finds_nothing_to_complain_about(serve: str) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing: apt-get install prometheus (scripts/test.sh does)"
+def test_promtool_finds_nothing_to_complain_about(serve: str, promtool_exe: str) -> None:
     text = scrape(*SERVES[serve])
     assert "appliance_state" in text
-    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30,
+    lint = subprocess.run([promtool_exe, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30,
                           check=False)
     assert (lint.returncode, lint.stdout + lint.stderr) == (0, "")
 

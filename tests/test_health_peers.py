@@ -21,6 +21,7 @@ from appliance.errors import ApplianceError
 from appliance.health.peers import agreement, agreements, compared_facts, parse_peer
 from appliance.health.table import load_table
 from tests.conftest import free_port, wait_for
+from tests.in_process import run_main
 
 LOGS = Path(__file__).parent / "fixtures" / "logs" / "deepseek"
 
@@ -147,9 +148,8 @@ def test_a_worker_exporter_that_never_answers_is_unknown_and_does_not_block_the_
     (["--node-rank", "1", "--peer", "2=http://127.0.0.1:1"], "--peer is for the head"),
 ])
 def test_the_exporter_refuses_a_bad_peer_with_exit_2_and_no_traceback(argv: list[str], named: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "appliance", "exporter", "gb10-tp2", "--log",
-                        str(LOGS / "gb10-tp2-dspark-head.log"), "--no-engine", "--port", str(free_port()), *argv],
-                       capture_output=True, text=True, timeout=60)
+    r = run_main(["exporter", "gb10-tp2", "--log", str(LOGS / "gb10-tp2-dspark-head.log"), "--no-engine", "--port",
+                  str(free_port()), *argv], limit_s=60)  # in-process: refused before it serves
     assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr
 
 

@@ -5,14 +5,13 @@ unknown while it may still come)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.profile.loader import load_profile
+from tests.in_process import run_main
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 CASES = [  # (log, profile, expected logscan verdict)
@@ -39,8 +38,7 @@ def status_of(log: Path, profile: str) -> dict:
 @pytest.mark.parametrize(("log", "profile", "expected"), CASES)
 def test_logscan_and_the_exporter_give_one_verdict(log: str, profile: str, expected: str) -> None:
     path = LOGS / log
-    scan = subprocess.run([sys.executable, "-m", "appliance", "logscan", str(path), "--profile", profile, "--json"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    scan = run_main(["logscan", str(path), "--profile", profile, "--json"], limit_s=60)
     out = json.loads(scan.stdout)
     status = status_of(path, profile)
     assert (out["verdict"], out["logs"][0]["verdict"], status["verdict"]) == (expected, expected, expected)
@@ -53,8 +51,7 @@ def test_a_log_that_never_said_ready_fails_when_finished_and_is_unknown_while_li
     text = (LOGS / "cpu-smoke-serve.log").read_text()
     log = tmp_path / "loading.log"
     log.write_text(text[:2000])
-    scan = subprocess.run([sys.executable, "-m", "appliance", "logscan", str(log), "--profile", "cpu-smoke", "--json"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    scan = run_main(["logscan", str(log), "--profile", "cpu-smoke", "--json"], limit_s=60)
     out = json.loads(scan.stdout)
     assert (scan.returncode, out["verdict"]) == (1, "fail")
     assert [f["rule"] for f in out["findings"] if f["name"] == "log-ready"] == ["K12"]

@@ -23,6 +23,7 @@ from appliance.hostmem.watchdog import Ladder, Reading, Watchdog
 from appliance.profile import load_profile
 from appliance.profile.model import Memory
 from tests.conftest import free_port, wait_for
+from tests.in_process import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 XID = "NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3, Ch 00000008, intr 00000000. MMU Fault"
@@ -271,9 +272,8 @@ def test_doctor_json_reads_the_procfs_and_kernel_log_it_is_given(procfs: FakePro
     kern = tmp_path / "kern.log"
     kern.write_text(f"[ 10.0] {NO_MEM}\n[ 11.0] {XID}\n")
     procfs.memory(100)
-    env = {**os.environ, "APPLIANCE_PROCFS": str(procfs.root), "APPLIANCE_KMSG": str(kern), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "appliance", "doctor", "gb10-tp2", "--json"], env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
+    env = {"APPLIANCE_PROCFS": str(procfs.root), "APPLIANCE_KMSG": str(kern)}
+    out = run_main(["doctor", "gb10-tp2", "--json"], env=env, limit_s=120)  # in-process (tests/in_process.py)
     checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
     assert out.returncode == 1
     assert checks["memory"]["status"] == "fail" and checks["memory"]["rule"] == "K23"
@@ -282,8 +282,7 @@ def test_doctor_json_reads_the_procfs_and_kernel_log_it_is_given(procfs: FakePro
     assert "gpu_memory_utilization <= 0.83" in checks["memory"]["fix"]
     assert checks["kernel-log"]["status"] == "warn" and "nvrm-no-memory" in checks["kernel-log"]["detail"]
     (procfs.root / "meminfo").unlink()
-    out = subprocess.run([sys.executable, "-m", "appliance", "doctor", "gb10-tp2", "--json"],
-                         env={**env, "APPLIANCE_KMSG": str(tmp_path / "absent.log")},
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = run_main(["doctor", "gb10-tp2", "--json"], env={**env, "APPLIANCE_KMSG": str(tmp_path / "absent.log")},
+                   limit_s=120)
     checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
     assert checks["memory"]["status"] == "unknown" and checks["kernel-log"]["status"] == "unknown"

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from appliance.lock import channel_lock
 from appliance.profile import list_profiles, load_profile
 from appliance.render import k8s
 from appliance.render.k8s import K8sOptions, render_manifests
+from tests.in_process import CliRun, run_main
 
 K8S_VERSIONS = ("1.29", "1.33")  # an older supported minor and a recent one; schemas are bundled, no network
 SCHEMA = json.loads((Path(k8s.__file__).parent / "schemas" / "leaderworkerset.schema.json").read_text())
@@ -175,9 +174,9 @@ def test_cache_claims_namespace_and_overrides_are_parameters() -> None:
         "labels"]["appliance/profile-digest"]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", "k8s", *args], capture_output=True, text=True,
-                          timeout=120, check=False)
+def cli(*args: str, env: dict[str, str] | None = None, replace_env: bool = False) -> CliRun:
+    """`appliance k8s ARGS` in-process (tests/in_process.py): these tests are about the manifests, not the process."""
+    return run_main(["k8s", *args], env=env, replace_env=replace_env, limit_s=120)
 
 
 def test_the_command_prints_yaml_documents_or_a_json_list() -> None:
@@ -199,11 +198,9 @@ def test_the_command_prints_yaml_documents_or_a_json_list() -> None:
 def test_the_profile_may_come_as_an_option_or_from_the_environment_like_every_command() -> None:
     by_option = cli("--profile", "cpu-smoke")
     assert by_option.returncode == 0, by_option.stderr
-    by_env = subprocess.run([sys.executable, "-m", "appliance", "k8s"], capture_output=True, text=True, timeout=120,
-                            check=False, env={**os.environ, "APPLIANCE_PROFILE": "cpu-smoke"})
+    by_env = cli(env={"APPLIANCE_PROFILE": "cpu-smoke"})
     assert by_env.returncode == 0 and by_env.stdout == by_option.stdout, by_env.stderr
-    none = subprocess.run([sys.executable, "-m", "appliance", "k8s"], capture_output=True, text=True, timeout=120,
-                          check=False, env={k: v for k, v in os.environ.items() if k != "APPLIANCE_PROFILE"})
+    none = cli(env={k: v for k, v in os.environ.items() if k != "APPLIANCE_PROFILE"}, replace_env=True)
     assert none.returncode == 2 and "no profile given" in none.stderr and "Traceback" not in none.stderr
 
 

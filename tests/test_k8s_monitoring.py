@@ -5,8 +5,6 @@ selecting the workload's pods by ports they have; off by default."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from appliance.profile import list_profiles, load_profile
 from appliance.render import k8s
 from appliance.render.k8s import K8sOptions, render_manifests
 from appliance.render.k8s_monitoring import rules_path
+from tests.in_process import run_main
 
 SCHEMAS = Path(k8s.__file__).parent / "schemas"
 OPTS = K8sOptions(image="appliance:test", monitoring=True)
@@ -177,8 +176,8 @@ def test_the_vendored_schema_rejects_a_rule_without_an_expression() -> None:
 
 
 def test_the_command_takes_monitoring_and_a_missing_rules_file_is_exit_2(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "appliance", "k8s", "cpu-smoke", "--monitoring"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    cmd = ["k8s", "cpu-smoke", "--monitoring"]
+    done = run_main(cmd, limit_s=120)  # in-process (tests/in_process.py)
     assert done.returncode == 0, done.stderr
     assert [d["kind"] for d in yaml.safe_load_all(done.stdout)][-2:] == ["PodMonitor", "PrometheusRule"]
     root = tmp_path / "root"
@@ -186,6 +185,5 @@ def test_the_command_takes_monitoring_and_a_missing_rules_file_is_exit_2(tmp_pat
     for src in Path(k8s.__file__).resolve().parents[2].iterdir():  # the data root without monitoring/
         if src.name not in ("monitoring", ".git", ".venv"):
             (root / src.name).symlink_to(src)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
-                          env={"APPLIANCE_ROOT": str(root), "PATH": "/usr/bin:/bin"})
+    done = run_main(cmd, env={"APPLIANCE_ROOT": str(root), "PATH": "/usr/bin:/bin"}, replace_env=True, limit_s=120)
     assert done.returncode == 2 and "alert rules" in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -13,6 +13,7 @@ import pytest
 from appliance.errors import ApplianceError
 from appliance.lock import channel_lock, check, load_lock, lock_digest
 from appliance.lockfile import GATE_TOOLS, channel_digest
+from tests.in_process import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 FORK = channel_lock("jasl-sm120-20260809")
@@ -178,10 +179,8 @@ def test_vllm_nccl_so_path_must_be_the_locked_wheels_library(tmp_path: Path) -> 
 
 
 def test_versions_check_reads_the_nccl_library_path_back_on_the_gpu_target() -> None:
-    env = {**os.environ, "VLLM_NCCL_SO_PATH": "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "APPLIANCE_ROOT": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "appliance", "versions", "--check", "--channel", "jasl-sm120-20260809",
-                          "--json"],
-                         capture_output=True, text=True, timeout=120, check=False, env=env)
+    env = {"VLLM_NCCL_SO_PATH": "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "APPLIANCE_ROOT": str(ROOT)}
+    out = run_main(["versions", "--check", "--channel", "jasl-sm120-20260809", "--json"], env=env, limit_s=120)
     assert out.returncode == 1, out.stderr
     drift = {d["package"]: d for d in json.loads(out.stdout)["drift"]}
     # Here the GPU stack is not installed: nvidia-nccl-cu13 drifts, and the path is named as not its library.

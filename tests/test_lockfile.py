@@ -14,6 +14,7 @@ import pytest
 from appliance import lockfile
 from appliance.errors import ApplianceError
 from tests.container_tools import ROOT, parse_dockerfile
+from tests.in_process import run_main
 
 LOCK = lockfile.load(ROOT / "versions.json")
 
@@ -111,8 +112,7 @@ def test_a_broken_lock_in_validate_names_what_chose_it_and_no_flag_validate_lack
     env["APPLIANCE_ROOT"] = str(tmp_path)
     if chosen_by == "APPLIANCE_VERSIONS":
         env[chosen_by] = str(broken)
-    r = subprocess.run([sys.executable, "-m", "appliance", "validate", "cpu-smoke"], capture_output=True, text=True,
-                       timeout=60, env=env, cwd=ROOT, check=False)
+    r = run_main(["validate", "cpu-smoke"], env=env, replace_env=True, cwd=ROOT, limit_s=60)  # tests/in_process.py
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"the version lock {broken} is not readable JSON" in r.stderr, r.stderr
     assert chosen_by in r.stderr and "--versions" not in r.stderr, r.stderr

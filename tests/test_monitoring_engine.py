@@ -24,8 +24,9 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.conftest import Serve, free_port, http_ok, start_serve, wait_for
+from tests.conftest import Serve, free_port, http_ok, wait_for
 from tests.monitoring_series import DCGM_METRICS, fixture_series_names, metric_names, queries, serve_text
+from tests.shared_serve import SharedServe
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "monitoring" / "prometheus"
@@ -41,20 +42,9 @@ class Watched:
 
 
 @pytest.fixture(scope="module")
-def watched(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
-    serve = start_serve(tmp_path_factory.mktemp("monitoring") / "run", smoke_model_dir)
-    statuses: list[dict] = []
-
-    def ready() -> bool:
-        body = httpx.get(f"{serve.exporter}/status", timeout=5).json()
-        statuses.append(body)
-        return body["state"] == "ready"
-
-    if not wait_for(ready, timeout=600, interval=0.5):
-        serve.stop()
-        pytest.fail(f"the serve never turned ready:\n{serve.output.read_text()[-4000:]}")
-    yield Watched(serve, statuses)
-    serve.stop()
+def watched(shared_serve: SharedServe) -> Watched:
+    """The session's shared cpu-smoke serve (tests/shared_serve.py): these tests only read from it."""
+    return Watched(shared_serve.serve, shared_serve.statuses)
 
 
 @dataclass
@@ -70,9 +60,9 @@ class Prometheus:
 
 
 @pytest.fixture(scope="module")
-def prometheus(watched: Watched, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    exe = shutil.which("prometheus")
-    assert exe, "prometheus is missing: apt-get install prometheus (scripts/test.sh does)"
+def prometheus(watched: Watched, tmp_path_factory: pytest.TempPathFactory, prometheus_exe: str
+               ) -> Iterator[Prometheus]:
+    exe = prometheus_exe
     home = tmp_path_factory.mktemp("prometheus")
     bundle = home / "bundle"
     shutil.copytree(BUNDLE, bundle)

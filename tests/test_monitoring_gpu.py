@@ -50,9 +50,8 @@ def test_every_family_of_the_fixture_names_the_line_of_default_counters_it_follo
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    exe = shutil.which("prometheus")
-    assert exe, "prometheus is missing: apt-get install prometheus (scripts/test.sh does)"
+def prometheus(tmp_path_factory: pytest.TempPathFactory, prometheus_exe: str) -> Iterator[str]:
+    exe = prometheus_exe
     home = tmp_path_factory.mktemp("prometheus-gpu")
     bundle = home / "bundle"
     shutil.copytree(BUNDLE, bundle)

@@ -19,9 +19,8 @@ RULES = PROMETHEUS / "rules" / "appliance.rules.yml"
 RULE_TESTS = PROMETHEUS / "tests" / "appliance.rules.test.yml"
 
 
-def promtool(*args: str, cwd: Path = PROMETHEUS) -> subprocess.CompletedProcess[str]:
-    tool = shutil.which("promtool")
-    assert tool, "promtool is missing: apt-get install prometheus (scripts/test.sh does)"
+def promtool(tool: str, *args: str, cwd: Path = PROMETHEUS) -> subprocess.CompletedProcess[str]:
+    """`tool`: the promtool_exe fixture (tests/conftest.py), which derives the `tools` marker."""
     return subprocess.run([tool, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -29,16 +28,16 @@ def alerts() -> list[dict]:
     return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
 
 
-def test_promtool_accepts_the_bundle_configuration_with_its_rule_files() -> None:
-    done = promtool("check", "config", "prometheus.yml")
+def test_promtool_accepts_the_bundle_configuration_with_its_rule_files(promtool_exe: str) -> None:
+    done = promtool(promtool_exe, "check", "config", "prometheus.yml")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 rule files found" in done.stdout + done.stderr
-    rules = promtool("check", "rules", str(RULES))
+    rules = promtool(promtool_exe, "check", "rules", str(RULES))
     assert rules.returncode == 0 and f"{len(alerts())} rules found" in rules.stdout, rules.stdout + rules.stderr
 
 
-def test_every_alert_fires_and_stays_quiet_as_its_promtool_cases_say() -> None:
-    done = promtool("test", "rules", str(RULE_TESTS))
+def test_every_alert_fires_and_stays_quiet_as_its_promtool_cases_say(promtool_exe: str) -> None:
+    done = promtool(promtool_exe, "test", "rules", str(RULE_TESTS))
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
 
 
@@ -60,7 +59,8 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
 
 
 @pytest.mark.parametrize(("mutant", "expr"), [("always fires", "vector(1)"), ("never fires", "vector(1) < 0")])
-def test_the_cases_fail_every_alert_rewritten_to_fire_always_or_never(tmp_path: Path, mutant: str, expr: str) -> None:
+def test_the_cases_fail_every_alert_rewritten_to_fire_always_or_never(tmp_path: Path, mutant: str, expr: str,
+                                                                      promtool_exe: str) -> None:
     doc = yaml.safe_load(RULES.read_text())
     for group in doc["groups"]:
         for rule in group["rules"]:
@@ -69,7 +69,7 @@ def test_the_cases_fail_every_alert_rewritten_to_fire_always_or_never(tmp_path: 
     (tmp_path / "tests").mkdir()
     (tmp_path / "rules" / RULES.name).write_text(yaml.safe_dump(doc))
     shutil.copy(RULE_TESTS, tmp_path / "tests" / RULE_TESTS.name)
-    done = promtool("test", "rules", str(tmp_path / "tests" / RULE_TESTS.name), cwd=tmp_path)
+    done = promtool(promtool_exe, "test", "rules", str(tmp_path / "tests" / RULE_TESTS.name), cwd=tmp_path)
     assert done.returncode == 1, done.stdout
     failed = set(re.findall(r"alertname: (\w+),", done.stdout + done.stderr))
     assert failed == {a["alert"] for a in alerts()}, f"{mutant}: cases that did not notice: " \

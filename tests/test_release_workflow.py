@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,18 +27,19 @@ OWNER = LOCK["images"]["release"]["repository"].split("/")[1]
 PINNED = re.compile(r"uses: ([\w.-]+/[\w.-]+)@([0-9a-f]{40}) # (v(\d+)\.\d+\.\d+)$")
 
 
-def actionlint(path: Path) -> subprocess.CompletedProcess[str]:
-    assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (scripts/test.sh does)"
-    return subprocess.run([tool("actionlint"), "-no-color", str(path)], capture_output=True, text=True, timeout=120,
-                          check=False, cwd=ROOT)
+def actionlint(path: Path, shellcheck: str) -> subprocess.CompletedProcess[str]:
+    """actionlint with ShellCheck named: without one it skips the `run:` scripts and says nothing."""
+    return subprocess.run([tool("actionlint"), "-no-color", f"-shellcheck={shellcheck}", str(path)],
+                          capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)
 
 
-def test_actionlint_finds_nothing_in_the_workflow() -> None:
-    done = actionlint(WORKFLOW)
+def test_actionlint_finds_nothing_in_the_workflow(shellcheck_exe: str) -> None:
+    done = actionlint(WORKFLOW, shellcheck_exe)
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
-def test_every_action_is_pinned_by_commit_and_actionlint_checks_the_release_each_names(tmp_path: Path) -> None:
+def test_every_action_is_pinned_by_commit_and_actionlint_checks_the_release_each_names(tmp_path: Path,
+                                                                                      shellcheck_exe: str) -> None:
     text = WORKFLOW.read_text()
     uses = [line.strip() for line in text.splitlines() if "uses:" in line]
     assert uses and all(PINNED.search(u) for u in uses), [u for u in uses if not PINNED.search(u)]
@@ -47,7 +47,7 @@ def test_every_action_is_pinned_by_commit_and_actionlint_checks_the_release_each
     as_tags = tmp_path / "release.yml"
     as_tags.write_text(re.sub(r"@[0-9a-f]{40} # v(\d+)\.\d+\.\d+", r"@v\1", text))
     assert "@v" in as_tags.read_text()
-    done = actionlint(as_tags)
+    done = actionlint(as_tags, shellcheck_exe)
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
@@ -56,11 +56,12 @@ def test_every_action_is_pinned_by_commit_and_actionlint_checks_the_release_each
     ('read -r -a sources <<< "$SOURCES"', "cd $SOURCES", "SC2086"),
     ("needs: [plan, build]", "needs: [plan, bild]", 'job "index" needs job "bild" which does not exist'),
 ])
-def test_actionlint_bites_on_this_workflow(tmp_path: Path, before: str, after: str, complaint: str) -> None:
+def test_actionlint_bites_on_this_workflow(tmp_path: Path, before: str, after: str, complaint: str,
+                                           shellcheck_exe: str) -> None:
     broken = tmp_path / "release.yml"
     assert before in WORKFLOW.read_text()
     broken.write_text(WORKFLOW.read_text().replace(before, after))
-    done = actionlint(broken)
+    done = actionlint(broken, shellcheck_exe)
     assert done.returncode == 1 and complaint in done.stdout, done.stdout
 
 

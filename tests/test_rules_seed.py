@@ -85,17 +85,16 @@ def test_nvfp4_on_sm12x_is_advised_against_with_the_seeds_reasons() -> None:
 
 def _logscan(tmp_path, backend: str):
     import json
-    import subprocess
-    import sys
     from pathlib import Path
+
+    from tests.in_process import run_main
 
     head = Path(__file__).parent / "fixtures" / "logs" / "deepseek" / "gb10-tp2-dspark-head.log"
     log = tmp_path / "nvfp4.log"
     moe = (f"(EngineCore pid=187) INFO 05-01 19:55:54 [nvfp4.py:243] Using '{backend}' NvFp4 MoE backend out of "
            f"potential backends: ['FLASHINFER_CUTLASS', 'MARLIN'].")
     log.write_text(head.read_text() + moe + "\n")
-    out = subprocess.run([sys.executable, "-m", "appliance", "logscan", str(log), "--profile", "gb10-tp2-nvfp4",
-                          "--json"], capture_output=True, text=True, timeout=60, check=False)
+    out = run_main(["logscan", str(log), "--profile", "gb10-tp2-nvfp4", "--json"], limit_s=60)
     findings = json.loads(out.stdout)["findings"]
     return next(f for f in findings if f["name"] == "nvfp4-moe-backend")
 
@@ -161,9 +160,9 @@ def test_quantization_comes_from_the_checkpoints_config_when_it_says(tmp_path) -
 
 def _spec_logscan(tmp_path, mean: float, positions: str):
     import json
-    import subprocess
-    import sys
     from pathlib import Path
+
+    from tests.in_process import run_main
 
     head = Path(__file__).parent / "fixtures" / "logs" / "deepseek" / "gb10-tp2-dspark-head.log"
     line = (f"(APIServer pid=211) INFO 08-09 10:20:00 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
@@ -171,8 +170,7 @@ def _spec_logscan(tmp_path, mean: float, positions: str):
             f"Drafted: 2000 tokens, Per-position acceptance rate: {positions}, Avg Draft acceptance rate: 35.5%")
     log = tmp_path / "spec.log"
     log.write_text(head.read_text() + line + "\n")
-    out = json.loads(subprocess.run([sys.executable, "-m", "appliance", "logscan", str(log), "--profile", "gb10-tp2",
-                                     "--json"], capture_output=True, text=True, timeout=60, check=False).stdout)
+    out = json.loads(run_main(["logscan", str(log), "--profile", "gb10-tp2", "--json"], limit_s=60).stdout)
     return out["logs"][0]["facts"], next(f for f in out["findings"] if f["name"] == "dspark-acceptance-reference")
 
 

@@ -27,6 +27,7 @@ from appliance.run.launch import (
 )
 from appliance.run.launchfile import ExporterSection, LaunchFile, Program, read_launch
 from appliance.settings import load_settings
+from tests.in_process import CliRun, run_main
 
 
 def launch_of(loaded: LoadedProfile, tmp_path: Path, given: Placement | None = None) -> Launch:
@@ -81,12 +82,8 @@ def test_a_hostile_value_cannot_add_a_program_or_change_a_command(value: str, tm
 
 def test_a_set_value_with_comment_and_percent_signs_reaches_the_engine_unchanged(tmp_path: Path) -> None:
     value = "m ; x=1 # y %(here)s 5%"
-    r = subprocess.run([sys.executable, "-m", "appliance", "run", "cpu-smoke", "--dry-run", "--skip-doctor",
-                        "--run-dir", str(tmp_path / "run"), "--set", f"server.served_model_name='{value}'",
-                        "--set", f"description='{value}'"],  # YAML-quoted: ` #` would end a plain scalar
-                       capture_output=True, text=True, timeout=120, check=False,
-                       env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "home"),
-                            "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    r = _run_dry(tmp_path, "--set", f"server.served_model_name='{value}'",
+                 "--set", f"description='{value}'")  # YAML-quoted: ` #` would end a plain scalar
     assert r.returncode == 0, r.stderr
     assert sorted(programs_in(tmp_path / "run" / "supervisord.conf")) == ["crashguard", "exporter", "logtail", "vllm"]
     launch = json.loads((tmp_path / "run" / "launch.json").read_text())
@@ -101,10 +98,8 @@ def test_the_run_folder_may_not_hold_what_supervisor_reads_as_a_comment(tmp_path
         run_files(tmp_path / "a ;b")
     assert err.value.field == "--run-dir" and "[';']" in str(err.value)
     assert not (tmp_path / "a ;b").exists()
-    r = subprocess.run([sys.executable, "-m", "appliance", "run", loaded.source.as_posix(), "--dry-run",
-                        "--skip-doctor", "--run-dir", str(tmp_path / "c #d")], capture_output=True, text=True,
-                       timeout=120, check=False, env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "h"),
-                                                      "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    r = run_main(["run", loaded.source.as_posix(), "--dry-run", "--skip-doctor", "--run-dir", str(tmp_path / "c #d")],
+                 env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "h")}, replace_env=True, limit_s=120)
     assert r.returncode == 2 and "the run folder" in r.stderr and not (tmp_path / "c #d").exists()
 
 
@@ -133,11 +128,7 @@ def exporter_config(launch: Path, *flags: str) -> tuple[Any, Any]:
 
 
 def test_the_exporter_judges_the_launched_profile_not_the_yaml_as_it_reads_later(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "appliance", "run", "cpu-smoke", "--dry-run", "--skip-doctor",
-                        "--run-dir", str(tmp_path / "run"), "--set", "limits.max_num_seqs=3"],
-                       capture_output=True, text=True, timeout=120, check=False,
-                       env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "home"),
-                            "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    r = _run_dry(tmp_path, "--set", "limits.max_num_seqs=3")
     assert r.returncode == 0, r.stderr
     config, _ = exporter_config(tmp_path / "run" / "launch.json")
     assert config.loaded.profile.limits.max_num_seqs == 3
@@ -231,10 +222,9 @@ def test_exec_runs_the_named_program_with_its_environment_and_refuses_an_unknown
 
 def dry_run(profile: str, run_dir: Path, home: Path, *flags: str, env: dict[str, str] | None = None) -> None:
     """`appliance run --dry-run`: the launch a serve starts with."""
-    base = {"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "appliance", "run", profile, "--dry-run", "--skip-doctor",
-                        "--run-dir", str(run_dir), *flags], capture_output=True, text=True, timeout=120, check=False,
-                       env=base | (env or {}))
+    base = {"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(home)}
+    r = run_main(["run", profile, "--dry-run", "--skip-doctor", "--run-dir", str(run_dir), *flags],
+                 env=base | (env or {}), replace_env=True, limit_s=120)
     assert r.returncode == 0, r.stderr
 
 
@@ -335,11 +325,12 @@ def test_after_a_step_down_rewrites_the_launch_the_exporter_judges_the_rung(tmp_
         exporter.close()
 
 
-def _run_dry(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", "run", "cpu-smoke", "--dry-run", "--skip-doctor",
-                           "--run-dir", str(tmp_path / "run"), *flags], capture_output=True, text=True, timeout=120,
-                          check=False, env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "home"),
-                                            "PYTHONPATH": str(ROOT), **(env or {})})
+def _run_dry(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> CliRun:
+    """`appliance run cpu-smoke --dry-run` in-process (tests/in_process.py) in a bare environment, as a container
+    starts it; `appliance exec` (which execs) is the one command here run as a real process."""
+    return run_main(["run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(tmp_path / "run"), *flags],
+                    env={"PATH": "/usr/bin:/bin", "APPLIANCE_HOME": str(tmp_path / "home"), **(env or {})},
+                    replace_env=True, limit_s=120)
 
 
 def test_run_warns_when_the_api_or_the_exporter_listens_beyond_loopback_unprotected(tmp_path: Path) -> None:

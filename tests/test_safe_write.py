@@ -9,8 +9,6 @@ import json
 import os
 import socket
 import stat
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 
 from appliance.errors import ApplianceError
 from appliance.safe_write import open_for_writing, write_file, write_files, write_json
+from tests.in_process import CliRun, run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -193,9 +192,9 @@ def test_a_log_opened_for_writing_refuses_a_fifo_with_a_reader(tmp_path: Path) -
     assert (tmp_path / "plain.log").read_text() == "line\n"
 
 
-def _appliance(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, cwd=ROOT)
+def _appliance(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> CliRun:
+    """`appliance ARGS` in-process (tests/in_process.py)."""
+    return run_main(args, env=env, cwd=ROOT, limit_s=timeout)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import scheduling
 from tests.conftest import ROOT
 
 pytest_plugins = ["pytester"]
@@ -108,3 +109,22 @@ def test_a_docker_file_left_out_of_the_docker_unit_stops_the_collection(pytester
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "['test_d3.py'] hold docker tests and are not in DOCKER_FILES" in result.stderr.str()
 
+
+
+def test_the_files_that_read_the_shared_serve_are_one_unit() -> None:
+    """A session fixture is one per xdist worker: two files of the shared serve on two workers would start it twice."""
+    scope = scheduling.FileUnits._split_scope
+    units = {scope(None, f"{file}::t") for file in scheduling.SHARED_SERVE_FILES}  # type: ignore[arg-type]
+    assert units == {"shared-serve"} and len(scheduling.SHARED_SERVE_FILES) >= 2
+    assert scope(None, "tests/test_run_engine.py::t") == "tests/test_run_engine.py"  # type: ignore[arg-type]
+
+
+def test_a_file_reading_the_shared_serve_left_out_of_its_unit_stops_the_collection(pytester: pytest.Pytester) -> None:
+    _suite(pytester)
+    pytester.makeconftest(HOOKS + "import pytest\n@pytest.fixture(scope='session')\ndef shared_serve():\n"
+                          "    return 'a serve'\n")
+    pytester.makepyfile(test_s1="def test_s1(shared_serve):\n    pass\n")
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "['test_s1.py'] hold tests that read the shared serve and are not in SHARED_SERVE_FILES" in \
+        result.stderr.str()

