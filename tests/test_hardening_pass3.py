@@ -61,6 +61,30 @@ def test_a_shard_too_short_for_a_safetensors_header_is_not_complete(tmp_path: Pa
     assert not check.complete and [p.path for p in check.problems] == ["model.safetensors"]
 
 
+@pytest.mark.parametrize("index", [None, {"metadata": {"total_size": 0}, "weight_map": {}}])
+def test_a_folder_with_config_json_and_no_weights_is_not_complete(tmp_path: Path, index: dict | None) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    if index is not None:
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    check = check_folder("x/y", None, tmp_path)
+    assert not check.complete and [(p.path, p.kind) for p in check.problems] == [("*.safetensors", "missing")]
+    assert "no weights" in check.problems[0].detail
+
+
+def test_bundle_apply_of_a_checkpoint_of_config_json_alone_is_refused_by_w3(tmp_path: Path) -> None:
+    """It placed the folder and said `complete, 1 files, 0 bytes`: an offline serve would then fail to load."""
+    from tests.tinybundle import tiny_bundle, write_manifest
+
+    write_manifest(tmp_path / "b", tiny_bundle(tmp_path / "b", weights=False))
+    env = {"APPLIANCE_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf")}
+    run = run_main(["bundle", "apply", str(tmp_path / "b"), "--no-image"], env=env, limit_s=60)
+    assert run.returncode == 2 and "W3" in run.stderr and "no weights" in run.stderr, run.stdout + run.stderr
+    assert "complete" not in run.stdout and not (tmp_path / "home" / "offline.env").exists()
+    whole = tmp_path / "whole"
+    write_manifest(whole, tiny_bundle(whole))
+    assert run_main(["bundle", "apply", str(whole), "--no-image"], env=env, limit_s=60).returncode == 0
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dir"])
 def test_a_special_file_at_active_json_blocks_no_command_that_loads_a_profile(home: Path, kind: str) -> None:
     path = home / "upgrades" / "cpu-smoke" / "active.json"
