@@ -369,3 +369,58 @@ def test_a_failed_engine_restart_inside_promote_restores_the_incumbent_and_recor
     (rec,) = [r for r in records("mine") if r.kind == "promote"]
     assert rec.data.get("outcome") not in (None, "promoted"), rec.data
     assert rec.data.get("why"), rec.data
+
+
+# --- item 2: the qualification's receipt, read by promote -------------------------------------------------------
+
+RECEIPT_BAD = {"fifo": None, "deep": DEEP, "huge-number": '{"schema": ' + "9" * 500 + "}",
+               "not-a-receipt": json.dumps({"canary_calibration": {}})}
+
+
+@pytest.mark.parametrize("case", sorted(RECEIPT_BAD))
+def test_an_unreadable_qualification_receipt_stops_promote_before_the_switch(home: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch,
+                                                                             case: str) -> None:
+    """promote read the candidate's receipt (for its canary calibration) with a plain json.loads after the switch:
+    a FIFO there hung it with the serve's files on the candidate, deep nesting was a RecursionError."""
+    from appliance.upgrade.candidate import Request, pair_for
+    from appliance.upgrade.history import new_record, records, write_record
+    from tests.test_upgrade import OLD, fake_engine_venv
+
+    monkeypatch.setenv("APPLIANCE_ENGINES", str(tmp_path / "engines"))
+    fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    run_dir = tmp_path / "run"
+    assert run_main(["run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(run_dir)],
+                    limit_s=60).returncode == 0
+    pair = pair_for(Request("cpu-smoke", to=OLD))
+    folder = new_record("cpu-smoke", "qualify", OLD)
+    receipt = folder / "candidate" / "receipt.json"
+    receipt.parent.mkdir()
+    os.mkfifo(receipt) if RECEIPT_BAD[case] is None else receipt.write_text(RECEIPT_BAD[case])
+    write_record(folder, {"kind": "qualify", "profile": "cpu-smoke", "verdict": "promote",
+                          "candidate": {"channel": OLD, "profile_digest": pair.candidate.digest,
+                                        "lock_digest": pair.to_channel.digest},
+                          "receipts": {"candidate": str(receipt)}})
+    launch = (run_dir / "launch.json").read_bytes()
+    run = run_main(["upgrade", "promote", "cpu-smoke", "--to", OLD, "--run-dir", str(run_dir)], limit_s=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    said = run.stderr
+    assert str(receipt) in said and "candidate's receipt" in said and "fix: qualify" in said, said
+    assert not (home / "upgrades" / "cpu-smoke" / "active.json").exists()  # nothing switched
+    assert (run_dir / "launch.json").read_bytes() == launch
+    assert [r.kind for r in records("cpu-smoke")] == ["qualify"]  # no promote record begun
+
+
+def test_a_qualification_receipt_carrying_a_calibration_is_handed_to_the_canary(home: Path) -> None:
+    from appliance.upgrade.history import Record
+    from appliance.upgrade.promote import calibration_of
+    from tests.test_gate_compare import receipt as good_receipt
+
+    path = home / "receipt.json"
+    home.mkdir(parents=True)
+    path.write_text(json.dumps(good_receipt()))
+    rec = Record(home / "q", {"receipts": {"candidate": str(path)}})
+    assert calibration_of(rec) is None  # a receipt without a calibration: the canary runs without one
+    path.write_text(json.dumps({**good_receipt(), "canary_calibration": {"model": "m"}}))
+    assert calibration_of(rec) == path
+    assert calibration_of(Record(home / "q", {"receipts": {"candidate": str(home / "gone.json")}})) is None

@@ -17,12 +17,14 @@ was `promote`; `--force` goes without one and the record says so. A multi-node s
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.canary.calibration import RECEIPT_KEY
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
 from appliance.profile.active import Active, active_path, read_active, write_active
@@ -198,18 +200,26 @@ class NativeSwitch:
 
 
 def calibration_of(qual: Record | None) -> Path | None:
-    """The candidate's canary calibration, as its qualification's gate recorded it (its receipt carries it)."""
+    """The candidate's canary calibration, as its qualification's gate recorded it (its receipt carries it); None
+    when there is no qualification, or its receipt is gone or carries none. The receipt is read by the gate's one
+    strict reader: a FIFO there, a 400-digit number or 10,000-deep nesting is exit 2 naming it, before anything is
+    switched (read loosely, a FIFO hung the promote after the switch)."""
     if qual is None:
         return None
     path = (qual.data.get("receipts") or {}).get("candidate")
-    if not path:
+    if not path or not os.path.lexists(path):
         return None
-    import json
+    from appliance.gate.receipt import load
 
     try:
-        return Path(path) if "canary_calibration" in json.loads(Path(path).read_text()) else None
-    except (OSError, ValueError):
-        return None
+        receipt = load(Path(path))
+    except ApplianceError as exc:
+        raise ApplianceError(f"the candidate's receipt of qualification {qual.id} cannot be read: {exc.message}",
+                             field="record.json receipts.candidate", value=path,
+                             fix=f"qualify the candidate again (appliance upgrade qualify), or move {qual.path} "
+                                 "aside", reason="the promote's canary compares the switched serve with the "
+                                                 "calibration its qualification recorded") from None
+    return Path(path) if RECEIPT_KEY in (receipt.model_extra or {}) else None
 
 
 def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
@@ -233,6 +243,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
                              fix="promote through --compose-env (the same env file on every node) or --k8s-out "
                                  "(one LeaderWorkerSet for every rank)", reason=RULES["U5"].reason)
     qual = require_qualification(pair, opts.force)
+    calibration = calibration_of(qual)
     obtain_engine(pair.to_channel, report)
     previous = read_active(pair.name)
     if previous is not None and not previous.origin.startswith("upgrade:"):
@@ -258,8 +269,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
     sw.switch(active, pair.candidate.digest)
     report(f"switched {pair.name} to channel {pair.to_channel.name} (active.json, launch.json)")
     try:
-        proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds,
-                                     calibration_of(qual))
+        proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds, calibration)
     except Exception as exc:  # after the switch every failure rolls back: the candidate is unproven
         proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began)
     except BaseException:  # interrupted: the files go back to the incumbent, the record says whether they did
