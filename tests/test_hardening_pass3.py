@@ -6,8 +6,10 @@ time limit (tests/in_process.py), so a regression that opens a FIFO fails instea
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
 import struct
 import subprocess
 import sys
@@ -424,3 +426,105 @@ def test_a_qualification_receipt_carrying_a_calibration_is_handed_to_the_canary(
     path.write_text(json.dumps({**good_receipt(), "canary_calibration": {"model": "m"}}))
     assert calibration_of(rec) == path
     assert calibration_of(Record(home / "q", {"receipts": {"candidate": str(home / "gone.json")}})) is None
+
+
+# --- item 2: every other record read back, and the compose/Kubernetes files a promote swaps -------------------------
+
+BOOK_BAD = {"fifo": None, "deep": DEEP, "surrogate": '{"stamps": {"a\\ud800": [1]}}', "a-list": "[1]",
+            "huge-number": '{"stamps": {"x": [' + "9" * 500 + "]}}"}
+
+
+@pytest.mark.parametrize("case", sorted(BOOK_BAD))
+def test_a_bad_stamp_book_costs_a_re_hash_never_a_hang_or_traceback(tmp_path: Path, case: str) -> None:
+    """The book of hashed files (APPLIANCE_HOME/cache/verified) was read with read_text + json.loads: a FIFO there
+    stalled every `run` and `fetch-model --check`, deep nesting ended them in a RecursionError."""
+    from appliance.weights.stamps import StampBook
+
+    folder, blobs = tmp_path / "snapshot", tmp_path / "blobs"
+    folder.mkdir()
+    blobs.mkdir()
+    for name, data in checkpoint_files().items():  # as in the hub cache: links to blobs named by their sha256
+        blob = blobs / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (folder / name).symlink_to(blob)
+    root = tmp_path / "verified"
+    root.mkdir()
+    book = StampBook(root, folder).path
+    os.mkfifo(book) if BOOK_BAD[case] is None else book.write_text(BOOK_BAD[case])
+    with time_limit(20):
+        check = check_folder(REPO, None, folder, deep=True, stamp_root=root)
+    assert check.complete and check.hashed == 5 and check.vouched == 0, check
+    if BOOK_BAD[case] is None:
+        assert stat.S_ISFIFO(os.lstat(book).st_mode)  # not written through, not replaced
+    else:
+        assert check_folder(REPO, None, folder, deep=True, stamp_root=root).vouched == 5  # rewritten, vouching again
+
+
+@pytest.mark.parametrize("case", ["fifo", "deep", "surrogate"])
+def test_the_images_build_records_are_read_strictly(tmp_path: Path, case: str) -> None:
+    """skipped-pins.json and engine-source.json (doctor and `versions --check` read them in the image): a FIFO
+    stalled both, deep nesting was a traceback."""
+    from appliance.lock import channel_lock, engine_source_drift, read_skipped
+
+    path = tmp_path / "record.json"
+    if case == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(DEEP if case == "deep" else '{"platform": "linux/amd64\\udc00", "skipped": {}}')
+    with time_limit(20):
+        assert read_skipped(path, "linux/amd64") == {}
+        drift = engine_source_drift(channel_lock(target="gpu"), path)
+    assert drift is not None and drift.rule == "K16" and str(path) in drift.message
+
+
+def test_a_compose_env_file_or_compose_file_that_is_no_regular_file_is_exit_2(tmp_path: Path) -> None:
+    from appliance.errors import ApplianceError
+    from appliance.upgrade.media import compose_service, read_compose_env
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    listed = tmp_path / "compose.yaml"
+    listed.write_text("- a\n- b\n")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    with time_limit(20):
+        with pytest.raises(ApplianceError, match="FIFO"):
+            read_compose_env(fifo, "cpu-smoke", "cpu")
+        with pytest.raises(ApplianceError, match="FIFO"):
+            compose_service(fifo, "cpu-smoke")
+        with pytest.raises(ApplianceError, match="no service serving profile"):  # was an AttributeError
+            compose_service(listed, "cpu-smoke")
+        with pytest.raises(ApplianceError, match="cannot read"):  # was a RecursionError
+            compose_service(deep, "cpu-smoke")
+
+
+def test_a_link_beside_the_compose_env_file_or_the_manifests_is_never_written_through(tmp_path: Path) -> None:
+    """FILE.previous (and PROFILE.previous.yaml) were written with shutil.copy2 / write_text: a link planted there
+    carried the old file's content out of the folder, over whatever the link named."""
+    from appliance.errors import ApplianceError
+    from appliance.upgrade.media import (
+        ComposeEnv,
+        restore_compose_env,
+        restore_manifests,
+        write_compose_env,
+        write_manifests,
+    )
+
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    env = tmp_path / "compose" / "upgrade.env"
+    env.parent.mkdir()
+    env.write_text("APPLIANCE_UPGRADE_CHANNEL=vllm-cpu-0.31.0\n")
+    (env.parent / "upgrade.env.previous").symlink_to(victim)
+    out = tmp_path / "k8s"
+    out.mkdir()
+    (out / "cpu-smoke.yaml").write_text("kind: List\n")
+    (out / "cpu-smoke.previous.yaml").symlink_to(victim)
+    for attempt in (lambda: write_compose_env(env, ComposeEnv(None, "APPLIANCE_CPU_IMAGE", None)),
+                    lambda: restore_compose_env(env), lambda: write_manifests(out, "cpu-smoke", "kind: Other\n"),
+                    lambda: restore_manifests(out, "cpu-smoke")):
+        with pytest.raises(ApplianceError, match="symlink"):
+            attempt()
+    assert victim.read_text() == "untouched\n"
+    assert env.read_text() == "APPLIANCE_UPGRADE_CHANNEL=vllm-cpu-0.31.0\n"
+    assert (out / "cpu-smoke.yaml").read_text() == "kind: List\n"
