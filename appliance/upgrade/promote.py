@@ -42,7 +42,15 @@ from appliance.upgrade.candidate import (
 from appliance.upgrade.history import Record, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
 from appliance.upgrade.serve import Expect, Ready, RunningServe, exporter_change, wait_ready
-from appliance.upgrade.unfinished import close_killed, either_side, refuse_stacking, switched_and_unfinished
+from appliance.upgrade.unfinished import (
+    SWITCHING_BACK,
+    close_chain,
+    either_side,
+    refuse_stacking,
+    returning,
+    returns_to,
+    switched_and_unfinished,
+)
 
 Report = Callable[[str], None]
 
@@ -274,6 +282,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
         proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began)
     except BaseException:  # interrupted: the files go back to the incumbent, the record says whether they did
         try:
+            write_record(folder, record | {SWITCHING_BACK: utc_now()})
             sw.switch(previous, pair.incumbent.digest)
             put_back = "active.json and launch.json put back on the incumbent (its engine was not restarted)"
         except Exception as exc:
@@ -290,8 +299,10 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
                f"{pair.from_channel.name}")
         return record | {"record": str(folder)}
     report(f"U4 the promoted serve failed: {proof.why}; rolling back to {pair.from_channel.name}")
+    record.update(why=proof.why, **{SWITCHING_BACK: utc_now()})  # killed from here on: rollback finishes the return
+    write_record(folder, record)
     back = _switch_back(sw, previous, pair.incumbent, pair.from_channel.name, budget, report)
-    record.update(outcome="rolled back", why=proof.why, rollback=back.to_json(), finished_at=utc_now(),
+    record.update(outcome="rolled back", rollback=back.to_json(), finished_at=utc_now(),
                   seconds=round(time.monotonic() - began, 1))
     write_record(folder, record)
     report(f"ROLLED BACK {pair.name} to {pair.from_channel.name}: {proof.why}" +
@@ -321,6 +332,9 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
     sw = _native(req, opts, report)
     name = sw.name
     active = read_active(name)
+    back = returning(name, active)  # a return killed part way: finish it rather than step back once more
+    if back is not None and load_incumbent(req).digest == returns_to(back):
+        return _finish_return(sw, req, opts, back, active, report)
     if active is None or not active.origin.startswith("upgrade:"):
         raise ApplianceError(f"profile {name} has no promoted channel to roll back from" +
                              (f" here (it comes from {active.origin})" if active else ""), field="profile", value=name,
@@ -337,24 +351,53 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
     target = load_previous(req, previous)
     folder = new_record(name, "rollback", target.profile.engine.channel or "profile")
     budget = opts.budget_s or default_budget(target.profile)
+    cleared = stuck or back  # a killed promote, or a rollback killed before its first write: this one ends it
     record: dict[str, Any] = {"kind": "rollback", "profile": name, "started_at": utc_now(), "medium": "native",
                               "run_dir": str(opts.run_dir),
                               "from": {"channel": active.channel, "decision": active.decision,
                                        "profile_digest": current.digest},
                               "to": {"channel": target.profile.engine.channel, "profile_digest": target.digest,
-                                     "decision": previous.decision if previous else None}}
+                                     "decision": previous.decision if previous else None},
+                              **({"cleared": cleared.id} if cleared else {})}
     write_record(folder, record)
     began = time.monotonic()
     proof = _switch_back(sw, previous, target, str(target.profile.engine.channel), budget, report)
     record.update(outcome="rolled back" if proof.ok else "rollback failed", proof=proof.to_json(),
                   finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
-    if stuck is not None:
-        record["cleared"] = stuck.id
     write_record(folder, record)
-    if stuck is not None:
-        close_killed(stuck, folder.name, proof.ok)
+    close_chain(name, cleared, folder.name, proof.ok)
     report(("ROLLED BACK" if proof.ok else "ROLLBACK FAILED") + f" {name} to {target.profile.engine.channel}: "
            f"{proof.why}")
+    return record | {"record": str(folder)}
+
+
+def _finish_return(sw: NativeSwitch, req: Request, opts: PromoteOptions, back: Record, active: Active | None,
+                   report: Report) -> dict[str, Any]:
+    """`back` (a promote switching back, or a rollback) was killed after it wrote active.json: launch.json is
+    re-resolved from that record, the engine restarted on it, and `back` closed with this rollback's id."""
+    if active is not None and active.origin.startswith("upgrade:"):
+        vouch(active)  # the serve restarts on it: only what its promote carried
+    current = load_incumbent(req)
+    serve = sw.serve
+    if serve.launch.profile_digest not in either_side(back):  # launch.json of neither side: another serve
+        check_same_serve(current, serve.launch, opts.run_dir)
+    channel = str(current.profile.engine.channel)
+    folder = new_record(sw.name, "rollback", channel)
+    budget = opts.budget_s or default_budget(current.profile)
+    record: dict[str, Any] = {"kind": "rollback", "profile": sw.name, "started_at": utc_now(), "medium": "native",
+                              "run_dir": str(opts.run_dir), "cleared": back.id,
+                              "from": {"profile_digest": serve.launch.profile_digest},
+                              "to": {"channel": channel, "profile_digest": current.digest,
+                                     "decision": active.decision if active else None}}
+    write_record(folder, record)
+    report(f"finishing the {back.kind} {back.id}: it was stopped while it returned {sw.name} to {channel}")
+    began = time.monotonic()
+    proof = _switch_back(sw, active, current, channel, budget, report)
+    record.update(outcome="rolled back" if proof.ok else "rollback failed", proof=proof.to_json(),
+                  finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
+    write_record(folder, record)
+    close_chain(sw.name, back, folder.name, proof.ok)
+    report(("ROLLED BACK" if proof.ok else "ROLLBACK FAILED") + f" {sw.name} to {channel}: {proof.why}")
     return record | {"record": str(folder)}
 
 
