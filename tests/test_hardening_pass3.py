@@ -528,3 +528,16 @@ def test_a_link_beside_the_compose_env_file_or_the_manifests_is_never_written_th
     assert victim.read_text() == "untouched\n"
     assert env.read_text() == "APPLIANCE_UPGRADE_CHANNEL=vllm-cpu-0.31.0\n"
     assert (out / "cpu-smoke.yaml").read_text() == "kind: List\n"
+
+
+def test_the_crash_guard_gives_up_without_blocking_on_a_fifo_pidfile(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """It read supervisord's pidfile with read_text: a FIFO there held the guard, and so the engine's restart loop."""
+    from appliance.run.crashguard import give_up
+
+    os.mkfifo(tmp_path / "supervisord.pid")
+    (tmp_path / "vllm.log").write_text("engine died\n")
+    with time_limit(20):
+        give_up("3 exits in 60 s", tmp_path / "vllm.log", tmp_path / "supervisord.pid")
+    said = capsys.readouterr().err
+    assert "could not signal supervisord" in said and "FIFO" in said, said
