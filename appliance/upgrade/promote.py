@@ -386,7 +386,8 @@ def _finish_return(sw: NativeSwitch, req: Request, opts: PromoteOptions, back: R
     budget = opts.budget_s or default_budget(current.profile)
     record: dict[str, Any] = {"kind": "rollback", "profile": sw.name, "started_at": utc_now(), "medium": "native",
                               "run_dir": str(opts.run_dir), "cleared": back.id,
-                              "from": {"profile_digest": serve.launch.profile_digest},
+                              "from": {"channel": (serve.launch.profile.get("engine") or {}).get("channel"),
+                                       "profile_digest": serve.launch.profile_digest},
                               "to": {"channel": channel, "profile_digest": current.digest,
                                      "decision": active.decision if active else None}}
     write_record(folder, record)
