@@ -22,11 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from appliance.canary.calibration import RECEIPT_KEY
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.profile.active import Active, active_path, read_active, write_active
 from appliance.profile.loader import LoadedProfile
 from appliance.rules.upgrade import RULES
@@ -39,7 +39,7 @@ from appliance.upgrade.candidate import (
     read_serve_launch,
     require_renderable,
 )
-from appliance.upgrade.history import Record, latest_qualification, new_record, utc_now, write_record
+from appliance.upgrade.history import Record, RecordJson, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
 from appliance.upgrade.serve import Expect, Ready, RunningServe, exporter_change, wait_ready
 from appliance.upgrade.unfinished import (
@@ -71,10 +71,10 @@ class Proof:
     ok: bool
     why: str
     ready: Ready | None = None
-    canary: list[dict[str, Any]] = field(default_factory=list)
+    canary: list[JsonObject] = field(default_factory=list)
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         r = self.ready
         return {"ok": self.ok, "why": self.why, "seconds": round(self.seconds, 1),
                 "ready": None if r is None else {"ok": r.ok, "seconds": round(r.seconds, 1), "why": r.why,
@@ -100,7 +100,7 @@ def require_qualification(pair: Pair, force: bool) -> Record | None:
 
 
 def canary_rounds(url: str, loaded: LoadedProfile, rounds: int, calibration: Path | None,
-                  report: Report) -> list[dict[str, Any]]:
+                  report: Report) -> list[JsonObject]:
     """`rounds` canary rounds against the switched serve; each round's verdict, seconds and signatures."""
     from appliance.canary.session import one_round, plan_for
 
@@ -234,7 +234,7 @@ def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
     return NativeSwitch(req, load_incumbent(req).profile.name, opts.run_dir, report)
 
 
-def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:
+def promote(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:
     sw = _native(req, opts, report)
     refuse_stacking(sw.name, read_active(sw.name), opts.run_dir)  # first: the active channel is not the incumbent
     pair = pair_for(req)
@@ -259,7 +259,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
                              fix="in a container, promote through --compose-env or --k8s-out")
     folder = new_record(pair.name, "promote", pair.to_channel.name)
     budget = opts.budget_s or default_budget(pair.candidate.profile)
-    record: dict[str, Any] = {
+    record: RecordJson = {
         "kind": "promote", "profile": pair.name, "started_at": utc_now(), "medium": "native",
         "run_dir": str(opts.run_dir), "from": {"channel": pair.from_channel.name, "profile_digest":
                                                 pair.incumbent.digest, "lock_digest": pair.from_channel.digest},
@@ -327,7 +327,7 @@ def _said(exc: BaseException) -> str:
     return exc.message if isinstance(exc, ApplianceError) else f"{type(exc).__name__}: {exc}"[:400]
 
 
-def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:
+def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:
     """Back to the record the active one replaced (none: the profile's own channel), restarted and waited for."""
     sw = _native(req, opts, report)
     name = sw.name
@@ -352,13 +352,14 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
     folder = new_record(name, "rollback", target.profile.engine.channel or "profile")
     budget = opts.budget_s or default_budget(target.profile)
     cleared = stuck or back  # a killed promote, or a rollback killed before its first write: this one ends it
-    record: dict[str, Any] = {"kind": "rollback", "profile": name, "started_at": utc_now(), "medium": "native",
-                              "run_dir": str(opts.run_dir),
-                              "from": {"channel": active.channel, "decision": active.decision,
-                                       "profile_digest": current.digest},
-                              "to": {"channel": target.profile.engine.channel, "profile_digest": target.digest,
-                                     "decision": previous.decision if previous else None},
-                              **({"cleared": cleared.id} if cleared else {})}
+    record: RecordJson = {"kind": "rollback", "profile": name, "started_at": utc_now(), "medium": "native",
+                          "run_dir": str(opts.run_dir),
+                          "from": {"channel": active.channel, "decision": active.decision,
+                                   "profile_digest": current.digest},
+                          "to": {"channel": target.profile.engine.channel, "profile_digest": target.digest,
+                                 "decision": previous.decision if previous else None}}
+    if cleared is not None:
+        record["cleared"] = cleared.id
     write_record(folder, record)
     began = time.monotonic()
     proof = _switch_back(sw, previous, target, str(target.profile.engine.channel), budget, report)
@@ -372,7 +373,7 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
 
 
 def _finish_return(sw: NativeSwitch, req: Request, opts: PromoteOptions, back: Record, active: Active | None,
-                   report: Report) -> dict[str, Any]:
+                   report: Report) -> RecordJson:
     """`back` (a promote switching back, or a rollback) was killed after it wrote active.json: launch.json is
     re-resolved from that record, the engine restarted on it, and `back` closed with this rollback's id."""
     if active is not None and active.origin.startswith("upgrade:"):
@@ -384,12 +385,12 @@ def _finish_return(sw: NativeSwitch, req: Request, opts: PromoteOptions, back: R
     channel = str(current.profile.engine.channel)
     folder = new_record(sw.name, "rollback", channel)
     budget = opts.budget_s or default_budget(current.profile)
-    record: dict[str, Any] = {"kind": "rollback", "profile": sw.name, "started_at": utc_now(), "medium": "native",
-                              "run_dir": str(opts.run_dir), "cleared": back.id,
-                              "from": {"channel": (serve.launch.profile.get("engine") or {}).get("channel"),
-                                       "profile_digest": serve.launch.profile_digest},
-                              "to": {"channel": channel, "profile_digest": current.digest,
-                                     "decision": active.decision if active else None}}
+    record: RecordJson = {"kind": "rollback", "profile": sw.name, "started_at": utc_now(), "medium": "native",
+                          "run_dir": str(opts.run_dir), "cleared": back.id,
+                          "from": {"channel": (serve.launch.profile.get("engine") or {}).get("channel"),
+                                   "profile_digest": serve.launch.profile_digest},
+                          "to": {"channel": channel, "profile_digest": current.digest,
+                                 "decision": active.decision if active else None}}
     write_record(folder, record)
     report(f"finishing the {back.kind} {back.id}: it was stopped while it returned {sw.name} to {channel}")
     began = time.monotonic()
