@@ -281,6 +281,8 @@ ENGINE_RECORD = "engine-source.json"
 """What the GPU image's vLLM was built from (appliance/container/enginesource.py writes it at build time)."""
 SKIPPED_RECORD = "skipped-pins.json"
 """Optional pins the GPU build left out on its platform, and why (appliance/container/artifacts.py)."""
+MAX_RECORD_BYTES = 1024 * 1024
+"""A build record is a few hundred bytes."""
 
 
 def host_platform() -> str:
@@ -296,9 +298,11 @@ def image_record(name: str) -> Path:
 
 def read_skipped(path: Path, platform: str) -> dict[str, str]:
     """pin -> why the build left it out on `platform` ({} without a record, or for a record of another platform)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    from appliance.jsonstrict import load_file
+
+    try:  # strict and bounded: a FIFO there must not stall doctor, nor a deep or odd record end it in a traceback
+        data = load_file(path, SKIPPED_RECORD, MAX_RECORD_BYTES, "build record") if os.path.lexists(path) else None
+    except ApplianceError:
         return {}
     if not isinstance(data, dict) or data.get("platform") != platform or not isinstance(data.get("skipped"), dict):
         return {}
@@ -353,14 +357,16 @@ def engine_source_drift(ch: ChannelLock, path: Path) -> Drift | None:
     engine = ch.engine.model_dump(exclude_none=True)
     pin = str(engine.get("commit"))
     fix = "rebuild the image from this versions.json (docker buildx bake gpu-amd64 / gpu-arm64)"
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
+    from appliance.jsonstrict import load_file
+
+    if not os.path.lexists(path):
         return Drift("engine-source", pin, None, "K16", f"K16 {path} is missing: nothing records which commit "
                      f"this image's vLLM was built from, so it cannot be shown to be {engine.get('repo')}"
                      f"@{pin}; {fix}")
-    except (OSError, ValueError) as exc:
-        return Drift("engine-source", pin, None, "K16", f"K16 {path} cannot be read ({exc}); {fix}")
+    try:  # strict and bounded, like every record read back
+        record = load_file(path, ENGINE_RECORD, MAX_RECORD_BYTES, "engine-source record")
+    except ApplianceError as exc:
+        return Drift("engine-source", pin, None, "K16", f"K16 {path} cannot be read ({exc.message}); {fix}")
     problems = engine_record_problems(record if isinstance(record, dict) else {}, engine)
     if problems:
         return Drift("engine-source", pin, str(record.get("commit") if isinstance(record, dict) else None), "K16",

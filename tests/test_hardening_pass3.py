@@ -6,8 +6,10 @@ time limit (tests/in_process.py), so a regression that opens a FIFO fails instea
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
 import struct
 from pathlib import Path
 
@@ -57,6 +59,30 @@ def test_a_shard_too_short_for_a_safetensors_header_is_not_complete(tmp_path: Pa
     (tmp_path / "model.safetensors").write_bytes(b"\x00\x00")
     check = check_folder("x/y", None, tmp_path)
     assert not check.complete and [p.path for p in check.problems] == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("index", [None, {"metadata": {"total_size": 0}, "weight_map": {}}])
+def test_a_folder_with_config_json_and_no_weights_is_not_complete(tmp_path: Path, index: dict | None) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    if index is not None:
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    check = check_folder("x/y", None, tmp_path)
+    assert not check.complete and [(p.path, p.kind) for p in check.problems] == [("*.safetensors", "missing")]
+    assert "no weights" in check.problems[0].detail
+
+
+def test_bundle_apply_of_a_checkpoint_of_config_json_alone_is_refused_by_w3(tmp_path: Path) -> None:
+    """It placed the folder and said `complete, 1 files, 0 bytes`: an offline serve would then fail to load."""
+    from tests.tinybundle import tiny_bundle, write_manifest
+
+    write_manifest(tmp_path / "b", tiny_bundle(tmp_path / "b", weights=False))
+    env = {"APPLIANCE_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf")}
+    run = run_main(["bundle", "apply", str(tmp_path / "b"), "--no-image"], env=env, limit_s=60)
+    assert run.returncode == 2 and "W3" in run.stderr and "no weights" in run.stderr, run.stdout + run.stderr
+    assert "complete" not in run.stdout and not (tmp_path / "home" / "offline.env").exists()
+    whole = tmp_path / "whole"
+    write_manifest(whole, tiny_bundle(whole))
+    assert run_main(["bundle", "apply", str(whole), "--no-image"], env=env, limit_s=60).returncode == 0
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dir"])
@@ -342,3 +368,173 @@ def test_a_failed_engine_restart_inside_promote_restores_the_incumbent_and_recor
     (rec,) = [r for r in records("mine") if r.kind == "promote"]
     assert rec.data.get("outcome") not in (None, "promoted"), rec.data
     assert rec.data.get("why"), rec.data
+
+
+# --- item 2: the qualification's receipt, read by promote -------------------------------------------------------
+
+RECEIPT_BAD = {"fifo": None, "deep": DEEP, "huge-number": '{"schema": ' + "9" * 500 + "}",
+               "not-a-receipt": json.dumps({"canary_calibration": {}})}
+
+
+@pytest.mark.parametrize("case", sorted(RECEIPT_BAD))
+def test_an_unreadable_qualification_receipt_stops_promote_before_the_switch(home: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch,
+                                                                             case: str) -> None:
+    """promote read the candidate's receipt (for its canary calibration) with a plain json.loads after the switch:
+    a FIFO there hung it with the serve's files on the candidate, deep nesting was a RecursionError."""
+    from appliance.upgrade.candidate import Request, pair_for
+    from appliance.upgrade.history import new_record, records, write_record
+    from tests.test_upgrade import OLD, fake_engine_venv
+
+    monkeypatch.setenv("APPLIANCE_ENGINES", str(tmp_path / "engines"))
+    fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
+    run_dir = tmp_path / "run"
+    assert run_main(["run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(run_dir)],
+                    limit_s=60).returncode == 0
+    pair = pair_for(Request("cpu-smoke", to=OLD))
+    folder = new_record("cpu-smoke", "qualify", OLD)
+    receipt = folder / "candidate" / "receipt.json"
+    receipt.parent.mkdir()
+    os.mkfifo(receipt) if RECEIPT_BAD[case] is None else receipt.write_text(RECEIPT_BAD[case])
+    write_record(folder, {"kind": "qualify", "profile": "cpu-smoke", "verdict": "promote",
+                          "candidate": {"channel": OLD, "profile_digest": pair.candidate.digest,
+                                        "lock_digest": pair.to_channel.digest},
+                          "receipts": {"candidate": str(receipt)}})
+    launch = (run_dir / "launch.json").read_bytes()
+    run = run_main(["upgrade", "promote", "cpu-smoke", "--to", OLD, "--run-dir", str(run_dir)], limit_s=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    said = run.stderr
+    assert str(receipt) in said and "candidate's receipt" in said and "fix: qualify" in said, said
+    assert not (home / "upgrades" / "cpu-smoke" / "active.json").exists()  # nothing switched
+    assert (run_dir / "launch.json").read_bytes() == launch
+    assert [r.kind for r in records("cpu-smoke")] == ["qualify"]  # no promote record begun
+
+
+def test_a_qualification_receipt_carrying_a_calibration_is_handed_to_the_canary(home: Path) -> None:
+    from appliance.upgrade.history import Record
+    from appliance.upgrade.promote import calibration_of
+    from tests.test_gate_compare import receipt as good_receipt
+
+    path = home / "receipt.json"
+    home.mkdir(parents=True)
+    path.write_text(json.dumps(good_receipt()))
+    rec = Record(home / "q", {"receipts": {"candidate": str(path)}})
+    assert calibration_of(rec) is None  # a receipt without a calibration: the canary runs without one
+    path.write_text(json.dumps({**good_receipt(), "canary_calibration": {"model": "m"}}))
+    assert calibration_of(rec) == path
+    assert calibration_of(Record(home / "q", {"receipts": {"candidate": str(home / "gone.json")}})) is None
+
+
+# --- item 2: every other record read back, and the compose/Kubernetes files a promote swaps -------------------------
+
+BOOK_BAD = {"fifo": None, "deep": DEEP, "surrogate": '{"stamps": {"a\\ud800": [1]}}', "a-list": "[1]",
+            "huge-number": '{"stamps": {"x": [' + "9" * 500 + "]}}"}
+
+
+@pytest.mark.parametrize("case", sorted(BOOK_BAD))
+def test_a_bad_stamp_book_costs_a_re_hash_never_a_hang_or_traceback(tmp_path: Path, case: str) -> None:
+    """The book of hashed files (APPLIANCE_HOME/cache/verified) was read with read_text + json.loads: a FIFO there
+    stalled every `run` and `fetch-model --check`, deep nesting ended them in a RecursionError."""
+    from appliance.weights.stamps import StampBook
+
+    folder, blobs = tmp_path / "snapshot", tmp_path / "blobs"
+    folder.mkdir()
+    blobs.mkdir()
+    for name, data in checkpoint_files().items():  # as in the hub cache: links to blobs named by their sha256
+        blob = blobs / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (folder / name).symlink_to(blob)
+    root = tmp_path / "verified"
+    root.mkdir()
+    book = StampBook(root, folder).path
+    os.mkfifo(book) if BOOK_BAD[case] is None else book.write_text(BOOK_BAD[case])
+    with time_limit(20):
+        check = check_folder(REPO, None, folder, deep=True, stamp_root=root)
+    assert check.complete and check.hashed == 5 and check.vouched == 0, check
+    if BOOK_BAD[case] is None:
+        assert stat.S_ISFIFO(os.lstat(book).st_mode)  # not written through, not replaced
+    else:
+        assert check_folder(REPO, None, folder, deep=True, stamp_root=root).vouched == 5  # rewritten, vouching again
+
+
+@pytest.mark.parametrize("case", ["fifo", "deep", "surrogate"])
+def test_the_images_build_records_are_read_strictly(tmp_path: Path, case: str) -> None:
+    """skipped-pins.json and engine-source.json (doctor and `versions --check` read them in the image): a FIFO
+    stalled both, deep nesting was a traceback."""
+    from appliance.lock import channel_lock, engine_source_drift, read_skipped
+
+    path = tmp_path / "record.json"
+    if case == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(DEEP if case == "deep" else '{"platform": "linux/amd64\\udc00", "skipped": {}}')
+    with time_limit(20):
+        assert read_skipped(path, "linux/amd64") == {}
+        drift = engine_source_drift(channel_lock(target="gpu"), path)
+    assert drift is not None and drift.rule == "K16" and str(path) in drift.message
+
+
+def test_a_compose_env_file_or_compose_file_that_is_no_regular_file_is_exit_2(tmp_path: Path) -> None:
+    from appliance.errors import ApplianceError
+    from appliance.upgrade.media import compose_service, read_compose_env
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    listed = tmp_path / "compose.yaml"
+    listed.write_text("- a\n- b\n")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    with time_limit(20):
+        with pytest.raises(ApplianceError, match="FIFO"):
+            read_compose_env(fifo, "cpu-smoke", "cpu")
+        with pytest.raises(ApplianceError, match="FIFO"):
+            compose_service(fifo, "cpu-smoke")
+        with pytest.raises(ApplianceError, match="no service serving profile"):  # was an AttributeError
+            compose_service(listed, "cpu-smoke")
+        with pytest.raises(ApplianceError, match="cannot read"):  # was a RecursionError
+            compose_service(deep, "cpu-smoke")
+
+
+def test_a_link_beside_the_compose_env_file_or_the_manifests_is_never_written_through(tmp_path: Path) -> None:
+    """FILE.previous (and PROFILE.previous.yaml) were written with shutil.copy2 / write_text: a link planted there
+    carried the old file's content out of the folder, over whatever the link named."""
+    from appliance.errors import ApplianceError
+    from appliance.upgrade.media import (
+        ComposeEnv,
+        restore_compose_env,
+        restore_manifests,
+        write_compose_env,
+        write_manifests,
+    )
+
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    env = tmp_path / "compose" / "upgrade.env"
+    env.parent.mkdir()
+    env.write_text("APPLIANCE_UPGRADE_CHANNEL=vllm-cpu-0.31.0\n")
+    (env.parent / "upgrade.env.previous").symlink_to(victim)
+    out = tmp_path / "k8s"
+    out.mkdir()
+    (out / "cpu-smoke.yaml").write_text("kind: List\n")
+    (out / "cpu-smoke.previous.yaml").symlink_to(victim)
+    for attempt in (lambda: write_compose_env(env, ComposeEnv(None, "APPLIANCE_CPU_IMAGE", None)),
+                    lambda: restore_compose_env(env), lambda: write_manifests(out, "cpu-smoke", "kind: Other\n"),
+                    lambda: restore_manifests(out, "cpu-smoke")):
+        with pytest.raises(ApplianceError, match="symlink"):
+            attempt()
+    assert victim.read_text() == "untouched\n"
+    assert env.read_text() == "APPLIANCE_UPGRADE_CHANNEL=vllm-cpu-0.31.0\n"
+    assert (out / "cpu-smoke.yaml").read_text() == "kind: List\n"
+
+
+def test_the_crash_guard_gives_up_without_blocking_on_a_fifo_pidfile(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """It read supervisord's pidfile with read_text: a FIFO there held the guard, and so the engine's restart loop."""
+    from appliance.run.crashguard import give_up
+
+    os.mkfifo(tmp_path / "supervisord.pid")
+    (tmp_path / "vllm.log").write_text("engine died\n")
+    with time_limit(20):
+        give_up("3 exits in 60 s", tmp_path / "vllm.log", tmp_path / "supervisord.pid")
+    said = capsys.readouterr().err
+    assert "could not signal supervisord" in said and "FIFO" in said, said

@@ -13,6 +13,7 @@ from openai import OpenAI
 
 from appliance.render.supervisord import STOP_WAIT_S
 from tests.conftest import Serve, http_ok, render_json, start_serve, wait_for
+from tests.hubdouble import safetensors_bytes
 
 
 def counter(metrics: str, name: str) -> float:
@@ -91,6 +92,7 @@ def test_an_engine_that_cannot_start_stops_the_serve_instead_of_looping(tmp_path
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"], "model_type": "nosuch"}')
+    (broken / "model.safetensors").write_bytes(safetensors_bytes(16))  # weights, so W3 lets the engine try
     serve = start_serve(tmp_path / "run", broken)
     try:
         code = serve.proc.wait(300)

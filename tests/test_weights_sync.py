@@ -196,6 +196,25 @@ def test_a_copy_whose_receiver_was_killed_leaves_no_temp_file_and_resumes_from_i
     assert check_hub_snapshot(REPO, REV, volume).complete
 
 
+def test_a_receiver_killed_before_its_first_byte_leaves_no_empty_temp_file_in_blobs(tmp_path: Path) -> None:
+    """A receiver killed right after it made its temporary file left `.<blob>.XXXXXX` of 0 bytes in blobs/ (issue
+    35); the next copy moves every such leftover out of blobs/ before it starts (a longer partial already there is
+    kept), so blobs/ holds only blobs again."""
+    from appliance.weights.rsync import adopt_cut_files
+
+    blobs = tmp_path / "repo" / "blobs"
+    blobs.mkdir(parents=True)
+    empty, longer = "a" * 64, "b" * 64
+    (blobs / f".{empty}.Xy12Ab").write_bytes(b"")
+    (blobs / f".{longer}.Qw34Er").write_bytes(b"")
+    (blobs / PARTIAL_DIR).mkdir()
+    (blobs / PARTIAL_DIR / longer).write_bytes(b"x" * 10)
+    (blobs / "c").write_bytes(b"a blob")
+    assert adopt_cut_files(tmp_path / "repo") == [empty, longer]
+    assert sorted(p.name for p in blobs.iterdir()) == [PARTIAL_DIR, "c"]
+    assert (blobs / PARTIAL_DIR / longer).read_bytes() == b"x" * 10  # what had arrived before is kept
+
+
 def test_an_incomplete_copy_is_never_sent(source: Path, tmp_path: Path) -> None:
     damaged = tmp_path / "hub"
     shutil.copytree(source, damaged, symlinks=True)

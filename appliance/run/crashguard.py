@@ -68,8 +68,14 @@ class CrashPolicy:
 def give_up(reason: str, log: Path, pidfile: Path) -> None:
     print(f"appliance: the engine cannot stay up: {reason}. Stopping the serve instead of restarting it "
           f"forever.\n--- last lines of {log} ---\n{tail(log)}\n---", file=sys.stderr, flush=True)
-    try:
-        os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+    from appliance.errors import ApplianceError
+    from appliance.paths import read_capped
+
+    try:  # a regular file of a few bytes, opened without blocking: a FIFO there must not hold the guard
+        pid = int(read_capped(pidfile, "pidfile", 64, "supervisord pidfile").decode("ascii").strip())
+        os.kill(pid, signal.SIGTERM)
+    except ApplianceError as exc:
+        print(f"appliance: could not signal supervisord: {exc.message}", file=sys.stderr, flush=True)
     except (OSError, ValueError) as exc:
         print(f"appliance: could not signal supervisord: {exc}", file=sys.stderr, flush=True)
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import loads
 
 MAX_HOLDER_BYTES = 1024
 """The holder's note is one short JSON line; more is never read."""
@@ -28,7 +29,7 @@ def _holder(fd: int) -> str:
     import re
 
     try:
-        note = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0).decode("utf-8"))
+        note = loads(os.pread(fd, MAX_HOLDER_BYTES, 0), "the switch lock's note")
         action, pid, since = note["action"], int(note["pid"]), str(note["since"])
     except (OSError, ValueError, KeyError, TypeError):
         return "another switch"

@@ -51,7 +51,7 @@ RecordJson = TypedDict("RecordJson", {
     "qualification": str | None, "forced": bool, "budget_s": float | None, "receipts": dict[str, str],
     "seconds": "float | dict[str, float]", "verdict": str | None, "reasons": list[str], "outcome": str, "why": str,
     "window": JsonObject, "proof": JsonObject, "rollback": JsonObject, "ranks": JsonObject, "canary": list[JsonObject],
-    "cleared": JsonObject, "obtained_install_s": float, "record": str,
+    "cleared": str, "switching_back": str, "obtained_install_s": float, "record": str,
 }, total=False)
 """An upgrade record (record.json) as its writers build it: plan, qualify, promote, rollback, each on its medium.
 RecordShape below holds what its readers take, on the way back in."""
@@ -136,6 +136,9 @@ class RecordShape(_Open):
     seconds: float | int | dict[str, float | int] | None = None
     """A decision's seconds; a qualification's, per step (incumbent_gate, candidate_start, ..., total)."""
     window: _Window | None = None
+    cleared: str | None = None
+    """A rollback's: the id of the killed promote or return it finished (matched against the folders, never a path)."""
+    switching_back: str | None = None
 
 
 def read_record(path: Path) -> RecordJson:

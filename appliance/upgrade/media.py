@@ -25,6 +25,8 @@ from appliance.errors import ApplianceError
 from appliance.profile.active import CHANNEL_ENV, SET_ENV, Active
 
 PREVIOUS = ".previous"
+MAX_COMPOSE_BYTES = 4 * 1024 * 1024
+"""compose.yaml is tens of KiB."""
 HEADER = ("# Written by `appliance upgrade promote` (and `rollback`): the serve's active engine channel.\n"
           "# Read with: docker compose --env-file .env --env-file THIS_FILE --profile LAYOUT up -d\n")
 
@@ -56,13 +58,27 @@ def parse_env_file(text: str) -> dict[str, str]:
     return out
 
 
-def read_compose_env(path: Path, profile: str, target: str) -> ComposeEnv | None:
+MAX_ENV_FILE_BYTES = 1024 * 1024
+"""A compose env file is a few lines; more is no file promote wrote."""
+
+
+def _read_text(path: Path, field: str, max_bytes: int, what: str) -> str:
+    """A regular file of at most `max_bytes` as UTF-8 text (paths.read_capped: a FIFO or device is refused
+    unopened); ApplianceError naming `field` otherwise."""
+    from appliance.paths import read_capped
+
+    raw = read_capped(path, field, max_bytes, what)
     try:
-        values = parse_env_file(path.read_text())
-    except FileNotFoundError:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApplianceError(f"{what} {path} is not UTF-8 (byte {exc.start})", field=field, value=str(path),
+                             fix=f"give the {what} as written, unedited") from None
+
+
+def read_compose_env(path: Path, profile: str, target: str) -> ComposeEnv | None:
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        raise ApplianceError(f"{path}: {exc.strerror}", field="--compose-env", value=str(path)) from None
+    values = parse_env_file(_read_text(path, "--compose-env", MAX_ENV_FILE_BYTES, "compose env file"))
     channel = values.get(CHANNEL_ENV, "")
     sets = [s.strip() for s in values.get(SET_ENV, "").split(";") if s.strip()]
     active = Active(profile, channel, sets, values.get("APPLIANCE_UPGRADE_DECISION"),
@@ -87,42 +103,47 @@ def compose_text(env: ComposeEnv) -> str:
 
 def write_compose_env(path: Path, env: ComposeEnv | None, keep_previous: bool = True) -> None:
     """Replace the file by a rename (a reader never sees half); the old one becomes FILE.previous. None: the profile's
-    own channel and the layout's default image again (the file emptied of the upgrade's keys)."""
+    own channel and the layout's default image again (the file emptied of the upgrade's keys). Both through the one
+    writer: a link or FIFO at either name is refused, never written through."""
+    from appliance.safe_write import write_file
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    previous = path.with_name(path.name + PREVIOUS)
-    if keep_previous and path.exists():
-        shutil.copy2(path, previous)
-    elif keep_previous:
-        previous.write_text(HEADER)  # nothing before: rolling back empties it
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(compose_text(env) if env else HEADER)
-    os.replace(tmp, path)
+    if keep_previous:
+        before = _read_text(path, "--compose-env", MAX_ENV_FILE_BYTES, "compose env file") \
+            if os.path.lexists(path) else HEADER  # nothing before: rolling back empties it
+        write_file(path.with_name(path.name + PREVIOUS), before, field="--compose-env")
+    write_file(path, compose_text(env) if env else HEADER, field="--compose-env")
 
 
 def restore_compose_env(path: Path) -> None:
     """FILE.previous back in place of FILE (the rollback); FILE's content becomes the new FILE.previous."""
+    from appliance.safe_write import write_files
+
     previous = path.with_name(path.name + PREVIOUS)
-    if not previous.exists():
+    if not os.path.lexists(previous):
         raise ApplianceError(f"{previous} does not exist: nothing to roll back to", field="--compose-env",
                              value=str(path), fix="`appliance upgrade status` shows the history")
-    swap = path.with_name(f".{path.name}.{os.getpid()}.swap")
-    shutil.copy2(previous, swap)
-    if path.exists():
-        shutil.copy2(path, previous)
-    os.replace(swap, path)
+    back = _read_text(previous, "--compose-env", MAX_ENV_FILE_BYTES, "compose env file")
+    now = _read_text(path, "--compose-env", MAX_ENV_FILE_BYTES, "compose env file") \
+        if os.path.lexists(path) else HEADER
+    write_files({path: back, previous: now}, field="--compose-env")  # the swap, whole or not at all
 
 
 def compose_service(compose_file: Path, profile: str) -> str:
     """The compose service (the hardware layout) whose serve profiles hold `profile`."""
     import yaml
 
-    try:
-        doc = yaml.safe_load(compose_file.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ApplianceError(f"cannot read {compose_file}: {exc}", field="--compose-file",
-                             value=str(compose_file)) from None
-    for name, svc in (doc.get("services") or {}).items():
-        if profile in ((svc or {}).get("x-appliance") or {}).get("serve_profiles", []):
+    text = _read_text(compose_file, "--compose-file", MAX_COMPOSE_BYTES, "compose file")
+    try:  # compose files use anchors and merge keys, which the profiles' strict YAML refuses: the library's reader
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise ApplianceError(f"cannot read {compose_file}: {str(exc)[:300]}", field="--compose-file",
+                             value=str(compose_file), fix="give the compose.yaml of this repository") from None
+    services = doc.get("services") if isinstance(doc, dict) else None
+    for name, svc in (services.items() if isinstance(services, dict) else ()):
+        marks = svc.get("x-appliance") if isinstance(svc, dict) else None
+        serves = marks.get("serve_profiles") if isinstance(marks, dict) else None
+        if isinstance(serves, list) and profile in serves:
             return str(name)
     raise ApplianceError(f"{compose_file} has no service serving profile {profile}", field="--compose-file",
                          value=str(compose_file), fix="give the compose.yaml of this repository (generated from "
@@ -161,25 +182,34 @@ def k8s_paths(out: Path, profile: str) -> tuple[Path, Path]:
     return out / f"{profile}.yaml", out / f"{profile}{PREVIOUS}.yaml"
 
 
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+"""The rendered manifests of one serve are tens of KiB."""
+
+
 def write_manifests(out: Path, profile: str, text: str) -> tuple[Path, Path]:
+    """The candidate's manifests in place, the ones they replace kept as PROFILE.previous.yaml: both through the one
+    writer (a link or FIFO at either name is refused, never written through), together or not at all."""
+    from appliance.safe_write import write_files
+
     current, previous = k8s_paths(out, profile)
     out.mkdir(parents=True, exist_ok=True)
-    if current.exists():
-        shutil.copy2(current, previous)
-    tmp = current.with_name(f".{current.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, current)
+    files = {current: text}
+    if os.path.lexists(current):
+        files = {previous: _read_text(current, "--k8s-out", MAX_MANIFEST_BYTES, "manifests file"), **files}
+    write_files(files, field="--k8s-out")
     return current, previous
 
 
 def restore_manifests(out: Path, profile: str) -> Path:
+    from appliance.safe_write import write_files
+
     current, previous = k8s_paths(out, profile)
-    if not previous.exists():
+    if not os.path.lexists(previous):
         raise ApplianceError(f"{previous} does not exist: nothing to roll back to", field="--k8s-out", value=str(out),
                              fix="`appliance upgrade status` shows the history")
-    swap = current.with_name(f".{current.name}.{os.getpid()}.swap")
-    shutil.copy2(previous, swap)
-    if current.exists():
-        shutil.copy2(current, previous)
-    os.replace(swap, current)
+    back = _read_text(previous, "--k8s-out", MAX_MANIFEST_BYTES, "manifests file")
+    files = {current: back}
+    if os.path.lexists(current):
+        files[previous] = _read_text(current, "--k8s-out", MAX_MANIFEST_BYTES, "manifests file")
+    write_files(files, field="--k8s-out")  # the swap, whole or not at all
     return current

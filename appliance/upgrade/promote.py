@@ -17,11 +17,13 @@ was `promote`; `--force` goes without one and the record says so. A multi-node s
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.canary.calibration import RECEIPT_KEY
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
 from appliance.jsonstrict import JsonObject
@@ -40,7 +42,15 @@ from appliance.upgrade.candidate import (
 from appliance.upgrade.history import Record, RecordJson, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
 from appliance.upgrade.serve import Expect, Ready, RunningServe, exporter_change, wait_ready
-from appliance.upgrade.unfinished import close_killed, either_side, refuse_stacking, switched_and_unfinished
+from appliance.upgrade.unfinished import (
+    SWITCHING_BACK,
+    close_chain,
+    either_side,
+    refuse_stacking,
+    returning,
+    returns_to,
+    switched_and_unfinished,
+)
 
 Report = Callable[[str], None]
 
@@ -198,18 +208,26 @@ class NativeSwitch:
 
 
 def calibration_of(qual: Record | None) -> Path | None:
-    """The candidate's canary calibration, as its qualification's gate recorded it (its receipt carries it)."""
+    """The candidate's canary calibration, as its qualification's gate recorded it (its receipt carries it); None
+    when there is no qualification, or its receipt is gone or carries none. The receipt is read by the gate's one
+    strict reader: a FIFO there, a 400-digit number or 10,000-deep nesting is exit 2 naming it, before anything is
+    switched (read loosely, a FIFO hung the promote after the switch)."""
     if qual is None:
         return None
     path = (qual.data.get("receipts") or {}).get("candidate")
-    if not path:
+    if not path or not os.path.lexists(path):
         return None
-    import json
+    from appliance.gate.receipt import load
 
     try:
-        return Path(path) if "canary_calibration" in json.loads(Path(path).read_text()) else None
-    except (OSError, ValueError):
-        return None
+        receipt = load(Path(path))
+    except ApplianceError as exc:
+        raise ApplianceError(f"the candidate's receipt of qualification {qual.id} cannot be read: {exc.message}",
+                             field="record.json receipts.candidate", value=path,
+                             fix=f"qualify the candidate again (appliance upgrade qualify), or move {qual.path} "
+                                 "aside", reason="the promote's canary compares the switched serve with the "
+                                                 "calibration its qualification recorded") from None
+    return Path(path) if RECEIPT_KEY in (receipt.model_extra or {}) else None
 
 
 def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
@@ -233,6 +251,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
                              fix="promote through --compose-env (the same env file on every node) or --k8s-out "
                                  "(one LeaderWorkerSet for every rank)", reason=RULES["U5"].reason)
     qual = require_qualification(pair, opts.force)
+    calibration = calibration_of(qual)
     obtain_engine(pair.to_channel, report)
     previous = read_active(pair.name)
     if previous is not None and not previous.origin.startswith("upgrade:"):
@@ -258,12 +277,12 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
     sw.switch(active, pair.candidate.digest)
     report(f"switched {pair.name} to channel {pair.to_channel.name} (active.json, launch.json)")
     try:
-        proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds,
-                                     calibration_of(qual))
+        proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds, calibration)
     except Exception as exc:  # after the switch every failure rolls back: the candidate is unproven
         proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began)
     except BaseException:  # interrupted: the files go back to the incumbent, the record says whether they did
         try:
+            write_record(folder, record | {SWITCHING_BACK: utc_now()})
             sw.switch(previous, pair.incumbent.digest)
             put_back = "active.json and launch.json put back on the incumbent (its engine was not restarted)"
         except Exception as exc:
@@ -280,8 +299,10 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
                f"{pair.from_channel.name}")
         return record | {"record": str(folder)}
     report(f"U4 the promoted serve failed: {proof.why}; rolling back to {pair.from_channel.name}")
+    record.update(why=proof.why, **{SWITCHING_BACK: utc_now()})  # killed from here on: rollback finishes the return
+    write_record(folder, record)
     back = _switch_back(sw, previous, pair.incumbent, pair.from_channel.name, budget, report)
-    record.update(outcome="rolled back", why=proof.why, rollback=back.to_json(), finished_at=utc_now(),
+    record.update(outcome="rolled back", rollback=back.to_json(), finished_at=utc_now(),
                   seconds=round(time.monotonic() - began, 1))
     write_record(folder, record)
     report(f"ROLLED BACK {pair.name} to {pair.from_channel.name}: {proof.why}" +
@@ -311,6 +332,9 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> Reco
     sw = _native(req, opts, report)
     name = sw.name
     active = read_active(name)
+    back = returning(name, active)  # a return killed part way: finish it rather than step back once more
+    if back is not None and load_incumbent(req).digest == returns_to(back):
+        return _finish_return(sw, req, opts, back, active, report)
     if active is None or not active.origin.startswith("upgrade:"):
         raise ApplianceError(f"profile {name} has no promoted channel to roll back from" +
                              (f" here (it comes from {active.origin})" if active else ""), field="profile", value=name,
@@ -327,24 +351,55 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> Reco
     target = load_previous(req, previous)
     folder = new_record(name, "rollback", target.profile.engine.channel or "profile")
     budget = opts.budget_s or default_budget(target.profile)
+    cleared = stuck or back  # a killed promote, or a rollback killed before its first write: this one ends it
     record: RecordJson = {"kind": "rollback", "profile": name, "started_at": utc_now(), "medium": "native",
                           "run_dir": str(opts.run_dir),
                           "from": {"channel": active.channel, "decision": active.decision,
                                    "profile_digest": current.digest},
                           "to": {"channel": target.profile.engine.channel, "profile_digest": target.digest,
                                  "decision": previous.decision if previous else None}}
+    if cleared is not None:
+        record["cleared"] = cleared.id
     write_record(folder, record)
     began = time.monotonic()
     proof = _switch_back(sw, previous, target, str(target.profile.engine.channel), budget, report)
     record.update(outcome="rolled back" if proof.ok else "rollback failed", proof=proof.to_json(),
                   finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
-    if stuck is not None:
-        record["cleared"] = stuck.id
     write_record(folder, record)
-    if stuck is not None:
-        close_killed(stuck, folder.name, proof.ok)
+    close_chain(name, cleared, folder.name, proof.ok)
     report(("ROLLED BACK" if proof.ok else "ROLLBACK FAILED") + f" {name} to {target.profile.engine.channel}: "
            f"{proof.why}")
+    return record | {"record": str(folder)}
+
+
+def _finish_return(sw: NativeSwitch, req: Request, opts: PromoteOptions, back: Record, active: Active | None,
+                   report: Report) -> RecordJson:
+    """`back` (a promote switching back, or a rollback) was killed after it wrote active.json: launch.json is
+    re-resolved from that record, the engine restarted on it, and `back` closed with this rollback's id."""
+    if active is not None and active.origin.startswith("upgrade:"):
+        vouch(active)  # the serve restarts on it: only what its promote carried
+    current = load_incumbent(req)
+    serve = sw.serve
+    if serve.launch.profile_digest not in either_side(back):  # launch.json of neither side: another serve
+        check_same_serve(current, serve.launch, opts.run_dir)
+    channel = str(current.profile.engine.channel)
+    folder = new_record(sw.name, "rollback", channel)
+    budget = opts.budget_s or default_budget(current.profile)
+    record: RecordJson = {"kind": "rollback", "profile": sw.name, "started_at": utc_now(), "medium": "native",
+                          "run_dir": str(opts.run_dir), "cleared": back.id,
+                          "from": {"channel": (serve.launch.profile.get("engine") or {}).get("channel"),
+                                   "profile_digest": serve.launch.profile_digest},
+                          "to": {"channel": channel, "profile_digest": current.digest,
+                                 "decision": active.decision if active else None}}
+    write_record(folder, record)
+    report(f"finishing the {back.kind} {back.id}: it was stopped while it returned {sw.name} to {channel}")
+    began = time.monotonic()
+    proof = _switch_back(sw, active, current, channel, budget, report)
+    record.update(outcome="rolled back" if proof.ok else "rollback failed", proof=proof.to_json(),
+                  finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
+    write_record(folder, record)
+    close_chain(sw.name, back, folder.name, proof.ok)
+    report(("ROLLED BACK" if proof.ok else "ROLLBACK FAILED") + f" {sw.name} to {channel}: {proof.why}")
     return record | {"record": str(folder)}
 
 

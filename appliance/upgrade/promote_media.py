@@ -155,6 +155,7 @@ def promote_compose(req: Request, opts: MediaOptions, report: Report) -> RecordJ
     require_renderable(pair.candidate, "nothing was switched")
     agreement = check_ranks(pair, opts)
     qual = require_qualification(pair, opts.force)
+    calibration = calibration_of(qual)  # read before the switch: an unreadable receipt switches nothing
     budget = opts.budget_s or default_budget(pair.candidate.profile)
     folder, record = _record(pair, "compose", qual, budget)
     record["compose_env"] = str(opts.compose_env)
@@ -173,7 +174,7 @@ def promote_compose(req: Request, opts: MediaOptions, report: Report) -> RecordJ
         return record | {"record": str(folder)}
     began = time.monotonic()
     proof = _compose_prove(opts, pair.candidate, pair.to_channel.name, budget, opts.canary_rounds,
-                           calibration_of(qual), report)
+                           calibration, report)
     record["proof"] = proof.to_json()
     if proof.ok:
         record.update(outcome="promoted", finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))

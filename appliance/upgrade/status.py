@@ -10,7 +10,7 @@ from appliance.jsonstrict import JsonObject
 from appliance.profile.active import Active, ActiveError, read_active
 from appliance.upgrade.exclusive import holder_now
 from appliance.upgrade.history import Record, profiles_with_history, records
-from appliance.upgrade.unfinished import switched_and_unfinished
+from appliance.upgrade.unfinished import returning, switched_and_unfinished
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 """A profile's name as the history keys it (its file's stem): one path component, never `.` or `..`."""
@@ -46,9 +46,15 @@ def _unfinished(profile: str, rec: Record, active: Active | None, holder: str | 
     if holder is not None:
         return f"unfinished: {holder} is running now"
     stuck = switched_and_unfinished(profile, active)
+    run_dir = rec.data.get("run_dir") or "RUN_DIR"
     if stuck is not None and stuck.id == rec.id:
         return (f"unfinished: stopped after switching to its candidate, which is still active; `appliance upgrade "
-                f"rollback {profile} --run-dir {rec.data.get('run_dir') or 'RUN_DIR'}` returns to the incumbent")
+                f"rollback {profile} --run-dir {run_dir}` returns to the incumbent")
+    back = returning(profile, active)
+    if back is not None and back.id == rec.id:
+        return (f"unfinished: stopped while returning the serve to the channel before it; launch.json and the engine "
+                f"may still be on the channel it left; `appliance upgrade rollback {profile} --run-dir {run_dir}` "
+                "finishes the return")
     return "unfinished: stopped without an outcome (no process is finishing it)"
 
 

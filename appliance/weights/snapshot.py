@@ -210,7 +210,8 @@ def folder_listing(folder: Path) -> tuple[tuple[Expected, ...], list[FileProblem
     """Without a recorded listing: config.json, every shard the safetensors index names (or the single
     model.safetensors), each with the size its header declares, and its sha256 where the hub cache named the blob
     after it. An index that does not parse is a problem of its own: its shards cannot be named; so is a shard
-    whose header cannot be read (a 2-byte file is no complete shard)."""
+    whose header cannot be read (a 2-byte file is no complete shard), and so is a folder with no shard at all (a
+    config.json alone is no checkpoint: 0 bytes of weights)."""
     names = ["config.json"]
     problems = []
     index = folder / "model.safetensors.index.json"
@@ -222,6 +223,11 @@ def folder_listing(folder: Path) -> tuple[tuple[Expected, ...], list[FileProblem
             problems.append(FileProblem(index.name, "unreadable", f"no shard list in it: {str(exc)[:300]}"))
     else:
         names += sorted(p.name for p in folder.glob("*.safetensors"))
+    shards = [n for n in names if n not in ("config.json", index.name)]
+    if not shards and not problems:  # config.json (and an index naming nothing): 0 bytes of weights
+        where = "the index names no shard" if os.path.lexists(index) else \
+            "neither model.safetensors.index.json nor any *.safetensors file is there"
+        problems.append(FileProblem("*.safetensors", "missing", f"no weights: {where}"))
     out = []
     for name in names:
         path = folder / name

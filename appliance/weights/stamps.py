@@ -10,10 +10,15 @@ a new file and is hashed on arrival.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
-from appliance.paths import write_json_atomic
+from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonError, loads
+from appliance.paths import read_capped
+from appliance.safe_write import write_json
+
+MAX_STAMPS_BYTES = 16 * 1024 * 1024
+"""A book holds one short line per file of a checkpoint (tens to a few thousand files)."""
 
 
 def _identity(path: Path) -> list[int] | None:
@@ -33,11 +38,11 @@ class StampBook:
         self.folder = folder
         self._stamps: dict[str, list[object]] = {}
         self._dirty = False
-        try:
-            data = json.loads(self.path.read_text())
+        try:  # without blocking on a FIFO, bounded, strict: a stamp book of any bytes only costs a re-hash
+            data = loads(read_capped(self.path, "APPLIANCE_HOME", MAX_STAMPS_BYTES, "stamp book"), str(self.path))
             if isinstance(data, dict) and isinstance(data.get("stamps"), dict):
                 self._stamps = data["stamps"]
-        except (OSError, ValueError):
+        except (ApplianceError, JsonError):
             pass  # no stamps yet (or unreadable ones): every file is hashed
 
     def vouches(self, name: str, digest: str) -> bool:
@@ -63,8 +68,8 @@ class StampBook:
             return True
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.path, {"folder": str(self.folder), "stamps": self._stamps})
-        except OSError:
+            write_json(self.path, {"folder": str(self.folder), "stamps": self._stamps}, field="APPLIANCE_HOME")
+        except (OSError, ApplianceError):  # a read-only home, or a link or FIFO where the book goes
             return False
         self._dirty = False
         return True
