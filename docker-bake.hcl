@@ -76,7 +76,7 @@ target "_lock_vllm_0_32_0" {
   dockerfile = "Dockerfile"
   args = {
     APPLIANCE_CHANNEL               = "vllm-0.32.0"
-    APPLIANCE_LOCK_DIGEST           = "ef7246edfec57ef796f353101ca779b343390f6d2e7762aeb685d8fa0f09c461"
+    APPLIANCE_LOCK_DIGEST           = "87a5f758026bc8501138e132336a0742bf44c33038b51613095c305b50dd476f"
     ENGINE_SOURCE                   = "pypi"
     ENGINE_REPO                     = ""
     ENGINE_REF                      = ""
@@ -174,7 +174,7 @@ target "gpu-vllm-0-32-0" {
   inherits  = ["_lock_vllm_0_32_0"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["appliance:vllm-0.32.0-ef7246edfec5"]
+  tags      = ["appliance:vllm-0.32.0-87a5f758026b"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
