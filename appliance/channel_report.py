@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.channels.capabilities import capabilities_of
+from appliance.channels.capabilities import capabilities_of, capability_changes
 from appliance.channels.facts import EngineFacts, load_facts
 from appliance.lock import ChannelLock, Lock, load_lock
 from appliance.profile.topology import Role
@@ -63,6 +63,13 @@ def _flags(a: EngineFacts, b: EngineFacts) -> Delta:
         elif a.flags[name].get("form") != b.flags[name].get("form"):
             d.changed.append(f"{name}: {a.flags[name].get('form')} -> {b.flags[name].get('form')}")
     return d
+
+
+def _defaults(a: EngineFacts, b: EngineFacts) -> list[str]:
+    """Flags both engines take whose default moved (what a serve that does not set them gets now)."""
+    return [f"{name}: {a.flags[name].get('default')!r} -> {b.flags[name].get('default')!r}"
+            for name in sorted(set(a.flags) & set(b.flags))
+            if a.flags[name].get("default") != b.flags[name].get("default")]
 
 
 def _env(a: EngineFacts, b: EngineFacts) -> Delta:
@@ -136,15 +143,13 @@ def diff(a: str, b: str) -> dict[str, Any]:
     lock = load_lock()
     la, lb = lock.channel(a), lock.channel(b)
     fa, fb = load_facts(a), load_facts(b)
-    ca, cb = capabilities_of(fa).to_json(), capabilities_of(fb).to_json()
-    ca.pop("channel"), cb.pop("channel")
     out: dict[str, Any] = {
         "from": summary(la, lock), "to": summary(lb, lock),
         "packages": _keys({p.name: p.version for p in la.pins()}, {p.name: p.version for p in lb.pins()}).to_json(),
-        "flags": _flags(fa, fb).to_json(), "env": _env(fa, fb).to_json(),
+        "flags": _flags(fa, fb).to_json(), "defaults": _defaults(fa, fb), "env": _env(fa, fb).to_json(),
         "registries": {k: v.to_json() for k, v in _registries(fa, fb).items()},
         "log_lines": _lines(fa, fb).to_json(),
-        "capabilities": [{"name": k, "from": ca[k], "to": cb[k]} for k in sorted(ca) if ca[k] != cb[k]],
+        "capabilities": capability_changes(capabilities_of(fa), capabilities_of(fb)),
     }
     if la.target == lb.target:
         out["rules"], out["expectations"] = _verdicts(a, b, la.target)

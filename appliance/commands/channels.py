@@ -53,10 +53,12 @@ def render_diff(d: dict[str, Any]) -> str:
              f"  from: {a['engine']} ({a['status']}, lock {a['lock_digest'][:12]}); facts {a['facts']['engine']}",
              f"  to:   {b['engine']} ({b['status']}, lock {b['lock_digest'][:12]}); facts {b['facts']['engine']}",
              "packages:", *(_delta("pins", d["packages"]) or ["  (same pins)"])]
-    lines += ["capabilities:"] + ([f"  ~ {c['name']}: {c['from']} -> {c['to']}" for c in d["capabilities"]]
-                                   or ["  (same)"])
+    lines += ["capabilities:"] + ([f"  ~ {c['name']}: {c['from']} -> {c['to']} (rule {c['rule']}: {c['what']})"
+                                    for c in d["capabilities"]] or ["  (same)"])
     lines += ["env vars:", *(_delta("VLLM_*", d["env"]) or ["  (same)"])]
     lines += ["flags:", *(_delta("flags", d["flags"]) or ["  (same)"])]
+    lines += ["flag defaults that change (a serve that does not set them gets the new one):"]
+    lines += [f"  ~ {x}" for x in d["defaults"]] or ["  (same)"]
     lines += ["backends and registries:"]
     lines += [x for reg, delta in d["registries"].items() for x in _delta(reg, delta)] or ["  (same)"]
     lines += ["log lines the engine prints (healthchecks/logchecks.yaml patterns):",
