@@ -52,7 +52,8 @@ class GpuFacts(BaseModel):
     """Kernel releases (fnmatch patterns) on which NCCL over RoCE is reported to fail on this GPU's hosts (K35)."""
     engine_memory_gib: float | None = None
     """The memory gpu_memory_utilization is a fraction of, where it is not memory_gib (GB10: the OS shares the
-    128 GB); calibrated from a KV measurement of the seed (rule K20)."""
+    128 GB); fitted by rule K20 to the larger of the seed's two KV figures, which this project reads as GB10's (the
+    seed names neither figure's hardware: an inference)."""
 
     @property
     def budget_base_gib(self) -> float | None:

@@ -20,8 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("appliance.commands.render", "the exact serve command (shell or json)"),
     "versions": ("appliance.commands.versions", "the version lock; --check compares installed packages"),
     "channels": ("appliance.commands.channels", "engine channels: each a locked engine line and its facts; diff A B"),
+    "images": ("appliance.commands.images", "each channel's image references (per platform), from the lock"),
     "engine": ("appliance.commands.engine", "a channel's engine on this host: install CHANNEL, list"),
-    "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift; --suggest a profile"),
+    "doctor": ("appliance.commands.doctor", "preflight: GPU, memory, stale engine, version drift; --suggest: of the "
+                                             "profile this host should run"),
     "run": ("appliance.commands.run", "container entrypoint: validate, doctor, render, exec supervisord"),
     "fetch-model": ("appliance.commands.fetch_model", "the profile's pinned checkpoint in the HF cache, verified"),
     "sync-model": ("appliance.commands.sync_model", "copy a verified snapshot to other ranks (rsync), or receive one"),

@@ -94,7 +94,7 @@ def placement_from_args(args: argparse.Namespace, settings: ApplianceSettings | 
 
     s = settings or load_settings()
     check_placement_flags(args)
-    given: dict[str, Any] = {}
+    given: dict[str, object] = {}
     origins: dict[str, str] = {}
     for name in PLACEMENT_FLAGS.keys() | set(PLACEMENT_ENV):
         flag = getattr(args, name, None)

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+JsonValue: TypeAlias = "str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None"
+"""A JSON value: what this reader returns, and what the appliance's own documents hold once written."""
+JsonObject: TypeAlias = "dict[str, JsonValue]"
+"""A JSON object the appliance writes from a typed record (a dataclass's or a model's `to_json`): its shape is that
+record's; this type says only that nothing but JSON is in it. Data the appliance does not define (the engine's
+replies, a tool's output, a Kubernetes object) is typed where it is read, not with this."""
 
 MAX_DEPTH = 64
 """Levels of objects/arrays: our deepest document (a receipt) has about 8."""
@@ -29,8 +36,8 @@ class JsonError(ValueError):
         self.problem = problem or message
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _pairs(pairs: list[tuple[str, Any]]) -> JsonObject:
+    out: JsonObject = {}
     for key, value in pairs:
         if key in out:
             raise JsonError(f"duplicate key {key[:60]!r}: with duplicate keys the last one silently wins")

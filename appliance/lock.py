@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance import lockfile
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.lockfile import engine_record_problems
 from appliance.paths import versions_path
 
@@ -187,7 +189,8 @@ class Lock(_Strict):
     tools: list[PackagePin] = []
     """Installed on the test machine beside the engine, never in an image, never checked there."""
     images: dict[str, dict[str, str]] = {}
-    """Images of no engine channel: `monitoring` (Prometheus, Grafana) for compose's monitoring profile."""
+    """Images of no engine channel: `monitoring` (Prometheus, Grafana) for compose's monitoring profile; `release`,
+    where the release workflow pushes the channels of one target (repository, target) and compose and k8s pull."""
     indexes: dict[str, dict[str, str]]
     """name -> {env: the build arg / variable carrying its URL, description}; never a host name (K16)."""
     checkpoints: dict[str, CheckpointPin]
@@ -200,6 +203,14 @@ class Lock(_Strict):
                 raise ValueError(f"{key} {name!r} is not a channel ({', '.join(sorted(self.channels))})")
             if self.channels[name].target != target:
                 raise ValueError(f"{key} {name!r} is a {self.channels[name].target} channel, not {target}")
+        release = self.images.get("release")
+        if release is not None:
+            repo = release.get("repository", "")
+            if not re.fullmatch(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+", repo):
+                raise ValueError(f"images.release.repository {repo!r} is no image repository (lower case: "
+                                 f"REGISTRY/OWNER/NAME)")
+            if release.get("target") not in ("gpu", "cpu"):
+                raise ValueError(f"images.release.target {release.get('target')!r}: gpu or cpu")
         for ch in self.channels.values():
             unknown = [p.index for p in ch.packages if p.index != "pypi" and p.index not in self.indexes]
             if unknown:
@@ -250,7 +261,7 @@ def lock_digest(path: Path | None = None) -> str:
     return _read(path or versions_path())[1]
 
 
-def lock_document(path: Path | None = None) -> dict[str, Any]:
+def lock_document(path: Path | None = None) -> JsonObject:
     """The lock as the stdlib reader returns it (a fresh copy), for the lockfile helpers the image build shares
     (image_tag, channel_digest, gate_requirement): read and validated once, by the same reader as load_lock."""
     return json.loads(_read(path or versions_path())[2])

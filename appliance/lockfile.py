@@ -154,11 +154,26 @@ def channel_digest(lock: dict, name: str) -> str:
 
 
 IMAGE_REPO = "appliance"
+"""The local name of an image that is not released (a CPU channel's: built here by scripts/build-cpu-image.sh)."""
+
+
+def released(lock: dict, channel_name: str) -> bool:
+    """Whether the release workflow pushes this channel's image (versions.json images.release.target)."""
+    return channel(lock, channel_name)["target"] == lock.get("images", {}).get("release", {}).get("target")
 
 
 def image_tag(lock: dict, channel_name: str) -> str:
-    """appliance:<channel>-<channel lock digest 12>: an image names the engine line and the exact stack."""
-    return f"{IMAGE_REPO}:{channel_name}-{channel_digest(lock, channel_name)[:12]}"
+    """The image a channel runs as, named by the engine line and the exact stack: <repository>:<channel>-<channel
+    lock digest 12>, with the repository the release workflow pushes to (images.release) for a released channel, so
+    that a pulled and a locally built image have one name; `appliance:` for one built here only."""
+    repo = lock["images"]["release"]["repository"] if released(lock, channel_name) else IMAGE_REPO
+    return f"{repo}:{channel_name}-{channel_digest(lock, channel_name)[:12]}"
+
+
+def platform_image(lock: dict, channel_name: str, platform: str) -> str:
+    """One platform of a released channel's image (`linux/arm64` -> <image_tag>-arm64): the release pushes each
+    platform under its own tag, then the index of all of them under image_tag."""
+    return f"{image_tag(lock, channel_name)}-{platform.split('/', 1)[1]}"
 
 
 def engine_pin(ch: dict) -> dict | None:

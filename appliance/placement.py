@@ -7,6 +7,7 @@ against the profile, each with its origin.
                         rank and role, master port (+ the rendezvous and qualification ports above it), API and
                         exporter ports, the engine URL the exporter asks, this node's fabric address
     ResolvedPlacement   what `appliance run` renders, rendezvous and qualifies with, and writes to launch.json
+    rank_placements     every rank's, for a render that stands on no node (the rules, the manifests)
 
 Origins read like a profile value's (`appliance config`): `cli:--master-port`, `env:APPLIANCE_NODE_RANK`,
 `profile:distributed.master_port`, `derived:…` (computed from other values, which it names), `default`, `given`
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from appliance.bounds import MODEL_SYNC_PORT_OFFSET, QUALIFY_PORT_OFFSET, RENDEZVOUS_PORT_OFFSET, check_health_port
+from appliance.jsonstrict import JsonObject
 
 if TYPE_CHECKING:
     from appliance.profile.model import Profile
@@ -112,9 +114,9 @@ class ResolvedPlacement:
             return self
         return replace(self, model_dir=model_dir, origins={**self.origins, "model_dir": origin})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """{field: {"value": …, "origin": …}}: what launch.json's `placement` holds."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for f in fields(self):
             if f.name == "origins":
                 continue
@@ -205,6 +207,16 @@ def resolve_placement(profile: Profile, given: Placement | None = None, *,
     return ResolvedPlacement(node_rank=node_rank, role=role, master_addr=g.master_addr, master_port=master_port,
                              host_ip=host_ip, fabric_ifname=g.fabric_ifname, model_dir=g.model_dir,
                              api_port=api_port, health_port=health_port, engine_url=engine_url, origins=origins)
+
+
+def rank_placements(profile: Profile, head_addr: str | None = None, origin: str = GIVEN) -> list[ResolvedPlacement]:
+    """Every rank's place in a render that stands on no node: rank N, told only the head's address (`head_addr`: a
+    placeholder that is never contacted, or the pod's variable; `origin` says which). The rules' check of what each
+    rank renders, `upgrade plan`, `appliance profiles` and the manifests draw their plans from these; a node that
+    stands somewhere is resolved once, by appliance/serve/resolve.py."""
+    told = {"master_addr": origin} if head_addr is not None else {}
+    return [resolve_placement(profile, Placement(node_rank=rank, master_addr=head_addr, origins=told))
+            for rank in range(profile.hardware.nodes)]
 
 
 def _source(origin: str) -> str:

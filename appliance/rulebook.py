@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from appliance.jsonstrict import JsonObject
 from appliance.rules import REGISTRY
 from appliance.rules.upgrade import RULES as UPGRADE_RULES
 
@@ -48,9 +48,10 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
             "</think> came back as the answer — on the default path of a stock OpenAI SDK",
             "run the engine the lock pins (it carries the fix); the gate's reasoning check shows the failure"),
     "K30": ("the engine log has no NameError or AttributeError",
-            "a name read and never defined is a broken code path: the seed's merges left one NameError at "
-            "draft-model construction and an AttributeError on every offload-handler shutdown, both swallowed into "
-            "tracebacks while the serve went on; jasl/vllm-ds4-sm120-harness (which expects the seed's head) refuses "
+            "a name read and never defined is a broken code path: the seed's merges left a NameError at "
+            "draft-model construction that no conflict marker pointed at, and an AttributeError on every "
+            "offload-handler shutdown that its caller swallowed into tracebacks; jasl/vllm-ds4-sm120-harness "
+            "(which expects the seed's head) refuses "
             "a build whose engine log has either (acceptance check C4)",
             "read the traceback above the line: it names the file; check the stack with appliance versions --check"),
     "K35": ("the GB10 kernel release is one NCCL over RoCE works on",
@@ -243,7 +244,7 @@ def build() -> list[RuleEntry]:
     return sorted(entries.values(), key=lambda r: _key(r.id))
 
 
-def to_json(entries: list[RuleEntry]) -> list[dict[str, Any]]:
+def to_json(entries: list[RuleEntry]) -> list[JsonObject]:
     return [asdict(e) for e in entries]
 
 

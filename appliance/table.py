@@ -19,12 +19,14 @@ def width() -> int | None:
 
 
 def line(text: str, *, columns: int | None = None) -> str:
-    """A line above or below a table (its heading, a summary), wrapped to the terminal as the table is, continuation
-    lines indented; piped, one line as given."""
+    """A line above or below a table (its heading, a summary), wrapped to the terminal between words, continuation
+    lines indented (a word longer than the line stays whole: a path folded mid-way cannot be pasted); piped, one line
+    as given."""
     import textwrap
 
     fit = columns or width()
-    return text if fit is None else textwrap.fill(text, fit, subsequent_indent="    ", break_on_hyphens=False)
+    return text if fit is None else textwrap.fill(text, fit, subsequent_indent="    ", break_on_hyphens=False,
+                                                 break_long_words=False)
 
 
 GAP = 2

@@ -43,13 +43,15 @@ scripts/install-engine.sh
 # rules and run the monitoring bundle against the CPU serve (tests/test_health_metrics_lint.py,
 # tests/test_monitoring_*.py); chromium opens the receipt report headless for its screenshot (tests/test_gate_report.py);
 # rsync moves weights between ranks (tests/test_weights_sync.py); unshare and ip (util-linux, iproute2) cut the network
-# for the offline bundle (tests/test_bundle_offline.py).
+# for the offline bundle (tests/test_bundle_offline.py); shellcheck checks the release workflow's scripts under
+# actionlint (tests/test_release_workflow.py).
 missing=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 if ((${#missing[@]})); then
   sudo_=""; [[ $(id -u) == 0 ]] || sudo_=sudo
   $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,8 +1,9 @@
 """The series the monitoring bundle may name, from the fixtures: what an exporter built as `appliance exporter`
 builds it shows on DeepSeek logs (a multi-node head with a worker and a canary, a fatal line, a start midway through
 its weights, the memory watchdog and a real NCCL fabric report from docs/evidence/), vLLM's own /metrics of the CPU
-serve, and its speculative-decoding series written by vLLM's own code. What only SM12x or several nodes print is
-checked here; the rest against the real CPU serve (tests/test_monitoring_engine.py)."""
+serve, its speculative-decoding series written by vLLM's own code, and dcgm-exporter's GPU series (written from its
+source). What only SM12x or several nodes print is checked here; the rest against the real CPU serve
+(tests/test_monitoring_engine.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import json
 import re
 import socket
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,9 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
 DEEPSEEK = LOGS / "deepseek"
 FABRIC_REPORT = ROOT / "docs" / "evidence" / "fabric-h200x2" / "nccl-nvlink-64MiB.jsonl"
 VLLM_METRICS = (LOGS / "cpu-smoke-metrics.txt", LOGS / "vllm-spec-decode-metrics.txt")
-NAME = re.compile(r"\b(appliance_[a-z0-9_]+|vllm:[a-z0-9_:]+)")
+DCGM_METRICS = LOGS / "dcgm-exporter-metrics.txt"
+"""NVIDIA dcgm-exporter's /metrics with its default counters, written from its source (the file's header cites it)."""
+NAME = re.compile(r"\b(appliance_[a-z0-9_]+|vllm:[a-z0-9_:]+|DCGM_FI_[A-Z0-9_]+)")
 
 
 def queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
@@ -97,5 +104,41 @@ def vllm_series_names() -> frozenset[str]:
     return frozenset(n for path in VLLM_METRICS for n in names_in(path.read_text()))
 
 
+@cache
+def dcgm_series_names() -> frozenset[str]:
+    return frozenset(names_in(DCGM_METRICS.read_text()))
+
+
 def fixture_series_names() -> frozenset[str]:
-    return exporter_series_names() | vllm_series_names()
+    return exporter_series_names() | vllm_series_names() | dcgm_series_names()
+
+
+@contextmanager
+def serve_text(body: str) -> Iterator[int]:
+    """A stand-in exporter on a loopback port: /metrics answers `body` in Prometheus' text format. For what cannot
+    run here (dcgm-exporter needs a GPU and DCGM); yields the port."""
+    payload = body.encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:  # scrapes every second: keep the test's output quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

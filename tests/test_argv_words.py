@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from appliance.cli import main
+from appliance.placement import resolve_placement
 from appliance.profile.loader import load_profile
 from appliance.profile.model import Profile, _argv_word
 from appliance.render import Placement, build_plan
@@ -61,7 +62,7 @@ def _rendered(base: str, override: str) -> list[str] | None:
         profile = load_profile(base, cli_overrides=[override]).profile
     except Exception:
         return None  # the field does not take this value on this base (a pattern, a cross-field rule)
-    return build_plan(profile, Placement(node_rank=0, master_addr="10.1.0.1")).argv
+    return build_plan(profile, resolve_placement(profile, Placement(node_rank=0, master_addr="10.1.0.1"))).argv
 
 
 PASSTHROUGH = {"engine.extra_args"}
@@ -154,7 +155,8 @@ def _parsed_matches_profile(argv: list[str], profile: Profile) -> None:
 @pytest.mark.parametrize("name", ["cpu-smoke", "gb10-tp2", "rtx-pro-6000-tp2"])
 def test_the_engine_parses_exactly_the_shipped_profiles_values(name: str) -> None:
     profile = load_profile(name).profile
-    _parsed_matches_profile(build_plan(profile, Placement(node_rank=0, master_addr="10.1.0.1")).argv, profile)
+    at = resolve_placement(profile, Placement(node_rank=0, master_addr="10.1.0.1"))
+    _parsed_matches_profile(build_plan(profile, at).argv, profile)
 
 
 @pytest.mark.usefixtures("vllm_engine")
@@ -163,4 +165,4 @@ def test_the_engine_parses_hostile_but_legal_text_as_the_profiles_value(value: s
     overrides = [f"server.served_model_name={value!r}", f"model.checkpoint={value!r}",
                  f"engine.logits_processors=[{value!r}, 'b:C']"]
     profile = load_profile("cpu-smoke", cli_overrides=overrides).profile
-    _parsed_matches_profile(build_plan(profile, Placement()).argv, profile)
+    _parsed_matches_profile(build_plan(profile, resolve_placement(profile, Placement())).argv, profile)

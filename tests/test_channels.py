@@ -14,6 +14,7 @@ from appliance.channels.facts import EngineFacts, diff_entries, facts_path, load
 from appliance.cli import main
 from appliance.errors import ApplianceError
 from appliance.lock import load_lock
+from appliance.placement import resolve_placement
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, build_plan
 from appliance.rules import context_for, evaluate
@@ -166,17 +167,68 @@ def test_channels_diff_names_the_guard_the_deepseek_switches_and_the_sm120_engag
                  "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL", "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"):
         assert name in removed_env
     assert "- lines removed (2): guard, sm120-decode" in out
-    assert "gb10-tp2: K4 error on cache.prefix_caching" in out
-    assert "gb10-tp2 [head]: sm120-decode-engaged (K7) not expected on vllm-0.32.0" in out
+    # Each verdict once, with the profiles it changes for (issue 37: one line a profile made 124 lines).
+    k4 = next(line for line in out.splitlines() if line.startswith("  + K4 error on cache.prefix_caching, "))
+    assert "gb10-tp2, " in k4 and "gb10-tp2-nospec" not in k4  # the guard refusal hits the profiles that draft
+    decode = next(line for line in out.splitlines()
+                  if line.startswith("  sm120-decode-engaged (K7) not expected on vllm-0.32.0, "))
+    assert "gb10-tp2 [head, worker]" in decode
     # Upstream's DeepSeek-V4 path never reaches the platform selector that names a backend (channels/facts
     # code_path): the engagement expectation is said not provable there instead of waited for.
-    assert "gb10-tp2 [head]: sm120-backend-engaged (K7) not provable on vllm-0.32.0" in out
+    assert "  sm120-backend-engaged (K7) not provable on vllm-0.32.0" in out
+    assert len(out.splitlines()) < 60
     code, out, _ = run_cli(capsys, "channels", "diff", FORK, UPSTREAM, "--json")
     data = json.loads(out)
     assert "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT" in data["env"]["removed"]
     assert {"name": "sm120_decode", "from": "env", "to": "backend", "rule": "E6",
             "what": "how the SM120 FlashInfer decode path is chosen"} in data["capabilities"]
     assert "vllm" in data["packages"]["added"]
+
+
+def test_channels_diff_for_one_profile_says_its_command_rules_and_expectations_and_no_engine_catalogue(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "channels", "diff", FORK, UPSTREAM, "--profile", "gb10-tp2")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"channels diff {FORK} -> {UPSTREAM}, for profile gb10-tp2"
+    assert "  + flags added (1): --attention-backend FLASHINFER_MLA_SPARSE_DSV4" in lines  # what render now says
+    assert "  - env removed (2): VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE=1, " \
+           "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL=1" in lines
+    assert "  + K4 error on cache.prefix_caching" in lines
+    assert "  sm120-decode-engaged (K7) not expected on vllm-0.32.0 [head, worker]" in lines
+    assert "env vars:" not in lines and "backends and registries:" not in lines  # not every flag the engine knows
+    assert not any("rtx-" in line for line in lines) and len(lines) < 30
+    _, data, _ = run_cli(capsys, "channels", "diff", FORK, UPSTREAM, "--profile", "gb10-tp2", "--json")
+    data = json.loads(data)
+    assert {r["profile"] for r in data["rules"]} == {e["profile"] for e in data["expectations"]} == {"gb10-tp2"}
+    assert data["command"]["flags"]["added"] == ["--attention-backend FLASHINFER_MLA_SPARSE_DSV4"]
+    code, out, _ = run_cli(capsys, "channels", "diff", CPU_OLD, CPU, "--profile", "cpu-smoke")
+    assert code == 0 and "  (the same command)" in out.splitlines()
+    for bad, said in (("gb10-tp2", "a gpu profile"), ("nope", "unknown profile 'nope'")):
+        code, _, err = run_cli(capsys, "channels", "diff", CPU_OLD, CPU, "--profile", bad)
+        assert code == 2 and said in err, err
+
+
+def test_a_choice_list_with_commas_keeps_each_choice_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.channel_report import choice_list
+
+    assert choice_list(["all", "all,model", "model worker", ""]) == 'all, "all,model", "model worker", ""'
+    _, out, _ = run_cli(capsys, "channels", "diff", FORK, UPSTREAM, "--json")
+    (traces,) = [c for c in json.loads(out)["flags"]["changed"] if c.startswith("--collect-detailed-traces")]
+    assert traces.startswith('--collect-detailed-traces choices removed ["all,model", "all,worker", ')
+
+
+def test_channels_diff_fits_an_80_column_terminal_and_a_pipe_keeps_every_item() -> None:
+    from tests.test_table import _on_a_terminal, _piped
+
+    argv = ["channels", "diff", FORK, UPSTREAM]
+    narrow, piped = _on_a_terminal(argv, 80), _piped(argv)
+    assert max(len(line) for line in narrow) <= 80 and max(len(line) for line in piped) > 300
+    words = {w for line in piped for w in line.split()}
+    assert narrow[-2].startswith("(… +N more: a list cut to fit the terminal")  # said once, below the lists
+    new = [w for line in narrow[:-2] for w in line.split() if w not in words]
+    assert new and {w for w in new if not (w.startswith("+") and w[1:].isdigit())} == {"…", "more"}, new
+    assert _on_a_terminal([*argv, "-o", "wide"], 80) == piped  # -o wide: every item, as piped
 
 
 def test_channels_lists_each_channel_with_engine_status_digest_pins_and_facts(
@@ -196,8 +248,8 @@ def test_channels_lists_each_channel_with_engine_status_digest_pins_and_facts(
 # --- the adapter: semantic fields rendered to each engine's mechanism -----------------------------
 
 def _plan(profile: str, *overrides: str):
-    return build_plan(load_profile(profile, cli_overrides=list(overrides)).profile,
-                      Placement(node_rank=0, master_addr="192.0.2.1"))
+    p = load_profile(profile, cli_overrides=list(overrides)).profile
+    return build_plan(p, resolve_placement(p, Placement(node_rank=0, master_addr="192.0.2.1")))
 
 
 def test_sm120_decode_is_an_env_switch_on_the_fork_and_an_attention_backend_upstream() -> None:

@@ -189,3 +189,48 @@ def test_the_profile_is_named_once_the_same_way_by_every_profile_taking_command(
     none = run_main(list(args), env={"APPLIANCE_PROFILE": ""})
     assert none.returncode == 2 and "no profile given" in none.stderr and fix in none.stderr, none.stderr
     assert "Traceback" not in twice.stderr + none.stderr
+
+
+def test_gate_help_is_the_groups_short_help_and_gate_run_help_lists_every_flag_per_check() -> None:
+    """`gate` is a group whose default action is a run (issue 37: an 80-line help mixed both)."""
+    group = subprocess.run([sys.executable, "-m", "appliance", "gate", "--help"], capture_output=True, text=True,
+                           check=True, env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"}).stdout.splitlines()
+    assert len(group) <= 30 and max(len(line) for line in group) <= 80, "\n".join(group)
+    actions = [line.split()[0] for line in group if line.startswith("    ") and not line.startswith("     ")]
+    assert actions == ["run", "compare", "paired", "serves", "battery", "report"]
+    assert not any("--recall-runs" in line or "--gsm8k" in line for line in group)  # tuning: gate run's help
+    every = subprocess.run([sys.executable, "-m", "appliance", "gate", "run", "--help"], capture_output=True,
+                           text=True, check=True).stdout
+    for title in ("the serve:", "an acceptance battery:", "recall:", "GSM8K (lm-eval):"):
+        assert f"\n{title}\n" in every
+    for flag in ("--url", "--battery", "--bench-runs", "--recall-runs", "--gsm8k-runs", "--tokenizer"):
+        assert f"  {flag} " in every
+
+
+def test_gate_run_is_the_bare_gate_and_keeps_what_was_given_before_it() -> None:
+    from appliance.cli import _parser
+
+    parser = _parser("gate")
+    bare = parser.parse_args(["gate", "--url", "http://127.0.0.1:9", "--recall-runs", "3", "--set", "a.b=1"])
+    named = parser.parse_args(["gate", "run", "--url", "http://127.0.0.1:9", "--recall-runs", "3", "--set", "a.b=1"])
+    assert (bare.gate_action, named.gate_action) == (None, "run")
+    assert {k: v for k, v in vars(bare).items() if k != "gate_action"} == \
+        {k: v for k, v in vars(named).items() if k != "gate_action"}
+    before = parser.parse_args(["gate", "--arm", "v1", "--set", "a.b=1", "run", "--checks", "bench"])
+    assert (before.arm, before.overrides, before.checks, before.url) == ("v1", ["a.b=1"], "bench", None)
+
+
+def test_the_readme_lists_every_gate_action() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for action in ("battery", "compare", "serves", "paired", "report"):
+        assert f"appliance gate {action} " in readme, action
+
+
+@pytest.mark.parametrize("command", ["validate", "render", "config", "k8s"])
+def test_every_command_that_judges_a_profile_says_its_warnings_on_stderr_only(command: str) -> None:
+    r = run(command, "gb10-tp2", "--set", "cache.guard=0", *(["--master-addr", "192.0.2.1"] if command == "render"
+                                                             else []))
+    assert r.returncode == 0, r.stderr
+    assert "WARNING K4 cache.guard=0" in r.stderr and "WARNING" not in r.stdout  # stdout: the result alone

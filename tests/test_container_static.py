@@ -532,10 +532,17 @@ def test_the_air_gapped_wheelhouse_is_split_per_platform_and_each_build_takes_it
     assert '"platform": "%s"' in pypi and '"${TARGETPLATFORM}"' in pypi
 
 
-def test_gpu_services_never_ask_a_registry_for_the_local_tag() -> None:
-    assert LAYOUTS, "no compose layout generated"
+def test_gpu_services_pull_the_released_image_when_missing_and_cpu_services_never_ask_a_registry() -> None:
+    """A released channel's image (versions.json images.release) is pulled under the name a local bake gives it
+    too; a CPU image is built here only (its base is made locally), so compose never asks a registry for it."""
+    assert {lay.target for lay in LAYOUTS} == {"gpu", "cpu"}, "a GPU and a CPU layout are both needed here"
     for lay in LAYOUTS:
-        assert COMPOSE["services"][lay.name]["pull_policy"] == "never", lay.name
+        svc = COMPOSE["services"][lay.name]
+        released = lockfile.released(LOCK, lay.channel)
+        assert released == (lay.target == "gpu"), lay.name
+        assert svc["pull_policy"] == ("missing" if released else "never"), lay.name
+        repository = LOCK["images"]["release"]["repository"] if released else "appliance"
+        assert svc["image"].startswith(f"${{APPLIANCE_{lay.target.upper()}_IMAGE:-{repository}:"), svc["image"]
 
 
 # --- what real SM12x hardware would still break: the build (issue 20, items 1-9) -----------------

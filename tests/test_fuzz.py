@@ -953,7 +953,7 @@ def _argv_bound_fields() -> dict[str, bool]:
 @given(data=st.data(), base=st.sampled_from(["cpu-smoke", "gb10-tp2"]))
 def test_no_profile_value_becomes_an_engine_flag(data: st.DataObject, base: str) -> None:
     from appliance.profile.loader import load_profile
-    from appliance.render import Placement, build_plan
+    from appliance.render import build_plan
 
     fields = _argv_bound_fields()
     chosen = data.draw(st.lists(st.sampled_from(sorted(fields)), min_size=1, max_size=3, unique=True))
@@ -972,7 +972,7 @@ def test_no_profile_value_becomes_an_engine_flag(data: st.DataObject, base: str)
     if result.code != 0:
         return
     argv = json.loads(result.out)["argv"]
-    reference = build_plan(load_profile(base, cli_overrides=benign).profile, Placement()).argv
+    reference = build_plan(load_profile(base, cli_overrides=benign).profile).argv
     flags = sorted(w.split("=", 1)[0] for w in argv if w.startswith("-"))
     expected = sorted(w.split("=", 1)[0] for w in reference if w.startswith("-"))
     assert flags == expected, f"{sets} rendered the flags {flags}, the profile's are {expected}"

@@ -1,6 +1,7 @@
 """The dashboard and the alert rules name only series that exist: the exporter's (built as `appliance exporter`
-builds it, on the fixtures' logs) and the real vLLM's (the CPU serve's /metrics, and the speculative-decoding series
-vLLM's own code writes). The real Prometheus runs them against the CPU serve in tests/test_monitoring_engine.py."""
+builds it, on the fixtures' logs), the real vLLM's (the CPU serve's /metrics, and the speculative-decoding series
+vLLM's own code writes) and dcgm-exporter's default counters (the fixture written from its source). The real
+Prometheus runs them against the CPU serve in tests/test_monitoring_engine.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.monitoring_series import exporter_series_names, metric_names, queries, vllm_series_names
+from tests.monitoring_series import dcgm_series_names, exporter_series_names, metric_names, queries, vllm_series_names
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = json.loads((ROOT / "monitoring" / "grafana" / "dashboards" / "appliance.json").read_text())
@@ -33,6 +34,12 @@ def test_every_vllm_series_on_the_dashboard_and_in_the_rules_exists_in_the_real_
     theirs = {n for n in used() if n.startswith("vllm:")}
     real = vllm_series_names()
     assert theirs and theirs <= real, sorted(theirs - real)
+
+
+def test_every_gpu_series_on_the_dashboard_is_one_dcgm_exporter_serves_by_default() -> None:
+    gpu = {n for n in used() if n.startswith("DCGM_")}
+    served = dcgm_series_names()
+    assert gpu and gpu <= served, sorted(gpu - served)
 
 
 def test_the_dashboard_is_importable_grafana_json() -> None:

@@ -193,11 +193,12 @@ def test_nccl_expectations_apply_to_multi_node_gpu_profiles_only():
 # --- NCCL read back in the formats a real NCCL prints (shared/evidence/nccl-h200x2) ------------------
 
 def test_the_rendered_nccl_debug_makes_every_rank_report_its_version_and_transport():
+    from appliance.placement import resolve_placement
     from appliance.render import Placement, build_plan
 
     profile = load_profile("gb10-tp2").profile
     for rank in (0, 1):
-        env = build_plan(profile, Placement(node_rank=rank, master_addr="192.0.2.1")).env
+        env = build_plan(profile, resolve_placement(profile, Placement(node_rank=rank, master_addr="192.0.2.1"))).env
         assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,NET")
 
 

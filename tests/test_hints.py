@@ -49,6 +49,25 @@ def test_no_fix_or_help_in_the_package_names_a_checkout_only_path() -> None:
     assert found >= ALLOWED, f"allowed entries that no longer occur (remove them): {sorted(ALLOWED - found)}"
 
 
+ENGINE_INSTALL = ("appliance/container/cpu_install.py", "appliance/channels/engines.py", "appliance/commands/engine.py")
+"""`appliance engine install` and what it runs: every message they print or raise, not only the fix= and help=."""
+SHELL_SCRIPT = re.compile(CHECKOUT_ONLY.pattern + r"|\.sh\b")
+"""A checkout path, or a shell script's name (the scripts are a checkout's; a message may build the path in parts)."""
+
+
+def _message_strings(tree: ast.AST) -> list[str]:
+    """Every string literal but the docstrings (a string statement is never printed): f-strings' literal parts too."""
+    quiet = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in quiet]
+
+
+def test_no_message_of_the_engine_install_names_a_checkout_only_path() -> None:
+    texts = [t for rel in ENGINE_INSTALL for t in _message_strings(ast.parse((ROOT / rel).read_text()))]
+    assert len(texts) > 80 and any("is not on PATH" in t for t in texts)  # the installer's messages are read
+    assert [t for t in texts if SHELL_SCRIPT.search(t)] == []
+
+
 def test_no_help_text_of_any_command_names_a_checkout_only_path() -> None:
     texts = [a.help for p in _parsers(full_parser()) for a in p._actions if isinstance(a.help, str)]
     assert len(texts) > 200

@@ -45,6 +45,9 @@ LAYERS: list[set[str]] = [
     {"health", "doctor"},
     {"cliargs"},  # argument helpers shared by the entry points
     {"multinode"},  # the cross-node rendezvous
+    # one serve resolved once (lock, facts, placement with its network identity, plan, each program's section), the
+    # type launch.json serializes; every command and program of a serve takes it from here
+    {"serve"},
     {"run"},  # the launch: named steps from a profile to a started serve
     # the correctness canary: one round against a serve, and the watch beside the engine (its profile section
     # sits in profile/, its state file and metrics in health/; the gate's `canary` check runs a round)
@@ -89,9 +92,16 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     return {name for name in found if name.split(".")[0] == "appliance" and name in modules and name != "appliance"}
 
 
+ENTRY_POINT = "commands"
+"""A package's `__main__` (`python -m appliance.PACKAGE`) is a program's entry point: it parses and delegates, as the
+commands do, so it sits in their layer, above everything it may call."""
+
+
 def _unit(module: str) -> str:
-    """The layered unit of a module: its top-level package or module under appliance/."""
-    return module.split(".")[1]
+    """The layered unit of a module: its top-level package or module under appliance/ (a package's `__main__`: the
+    commands')."""
+    parts = module.split(".")
+    return ENTRY_POINT if len(parts) > 2 and parts[-1] == "__main__" else parts[1]
 
 
 MODULES = _modules()

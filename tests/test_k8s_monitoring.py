@@ -78,7 +78,7 @@ def test_monitoring_is_off_by_default() -> None:
 
 @pytest.mark.parametrize("name", ["cpu-smoke", "gb10-tp2"])
 def test_the_pod_monitor_scrapes_both_ports_of_the_workloads_own_pods(name: str) -> None:
-    workload, _, monitor, _ = docs(name)
+    workload, _, monitor, *_ = docs(name)
     spec = monitor["spec"]
     endpoints = {e["port"]: e for e in spec["podMetricsEndpoints"]}
     assert set(endpoints) == {"metrics", "http"}
@@ -96,6 +96,58 @@ def test_the_pod_monitor_scrapes_both_ports_of_the_workloads_own_pods(name: str)
         # 0 unless the pod carries LWS's worker index (the leader's is 0 too).
         assert ranks[0]["replacement"] == "0"
         assert ranks[1]["sourceLabels"] == ["__meta_kubernetes_pod_label_leaderworkerset_sigs_k8s_io_worker_index"]
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_a_gpu_profile_gets_a_pod_monitor_for_dcgm_exporter_and_a_cpu_profile_none(name: str) -> None:
+    profile = load_profile(name).profile
+    gpu = [d for d in docs(name) if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-gpu")]
+    assert len(gpu) == (profile.hardware.target == "gpu"), [d["metadata"]["name"] for d in docs(name)]
+    for doc in gpu:
+        validate(doc)
+        assert doc["spec"]["selector"]["matchLabels"] == {"app": "nvidia-dcgm-exporter"}
+        assert doc["spec"]["namespaceSelector"] == {"any": True}
+        (endpoint,) = doc["spec"]["podMetricsEndpoints"]
+        assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+
+
+def relabel(rules: list[dict[str, Any]], labels: dict[str, str]) -> dict[str, str] | None:
+    """Prometheus' keep/replace relabelling (anchored regexes, `;`-joined source labels, $1), for the two actions
+    the dcgm PodMonitor uses; None = dropped."""
+    import re
+
+    out = dict(labels)
+    for r in rules:
+        value = ";".join(out.get(k, "") for k in r.get("sourceLabels", []))
+        match = re.fullmatch(r.get("regex", "(.*)"), value)
+        if r["action"] == "keep":
+            if not match:
+                return None
+        elif match:
+            out[r["targetLabel"]] = match.expand(r.get("replacement", "$1").replace("$1", r"\1"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "namespace", "pod", "expected"), [
+    ("gb10-tp2", "serve", "appliance-gb10-tp2-0", {"instance": "appliance-gb10-tp2-0", "rank": "0"}),
+    ("gb10-tp2", "serve", "appliance-gb10-tp2-0-1", {"instance": "appliance-gb10-tp2-0-1", "rank": "1"}),
+    ("gb10-tp2", "serve", "appliance-gb10-tp2-nvfp4-0-1", None),  # another serve whose name extends this one's
+    ("gb10-tp2", "other", "appliance-gb10-tp2-0-1", None),  # the same name in another namespace
+    ("gb10-tp2", "serve", "", None),  # a GPU no pod holds
+    ("rtx-pro-6000-tp2", "serve", "appliance-rtx-pro-6000-tp2-7d9c5b8f6b-x2kq4",
+     {"instance": "appliance-rtx-pro-6000-tp2-7d9c5b8f6b-x2kq4", "rank": "0"}),
+    ("rtx-pro-6000-tp2", "serve", "appliance-rtx-pro-6000-tp2-nvfp4-7d9c5b8f6b-x2kq4", None),
+])
+def test_the_dcgm_pod_monitor_keeps_only_this_serves_gpus_labelled_as_its_exporter(
+        name: str, namespace: str, pod: str, expected: dict[str, str] | None) -> None:
+    (monitor,) = [d for d in docs(name, K8sOptions(image="appliance:test", monitoring=True, namespace="serve"))
+                  if d["metadata"]["name"].endswith("-gpu")]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    # A series as dcgm-exporter --kubernetes writes it (the fixture's labels, plus the holder's pod attributes).
+    series = {"gpu": "0", "UUID": "GPU-x", "modelName": "m", "pod": pod, "namespace": namespace, "container": "serve"}
+    got = relabel(endpoint["metricRelabelings"], series)
+    shown = None if got is None else {k: got[k] for k in ("instance", "rank", "component")}
+    assert shown == (None if expected is None else {**expected, "component": "gpu"}), got
 
 
 def test_the_prometheus_rule_carries_the_bundles_rules_unchanged() -> None:

@@ -1,6 +1,7 @@
 """The monitoring bundle against the REAL CPU serve: one `appliance run cpu-smoke` (watched while it loads) and a
 real Prometheus (Debian's package, on loopback) running the bundle's own configuration, its targets pointed at this
-serve's ports. Both targets are up with the labels the rules join on, the alert rules load and none fires on the
+serve's ports, and a stand-in for dcgm-exporter serving the GPU fixture (no GPU here). All three targets are up with the
+labels the rules join on, the alert rules load and none fires on the
 healthy serve, and every dashboard query runs: a query Prometheus rejects, or one naming a series that neither the
 serve nor the fixtures' /metrics (DeepSeek, multi-node, canary lines) expose, fails.
 
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +25,12 @@ import pytest
 from openai import OpenAI
 
 from tests.conftest import Serve, free_port, http_ok, start_serve, wait_for
-from tests.monitoring_series import fixture_series_names, metric_names, queries
+from tests.monitoring_series import DCGM_METRICS, fixture_series_names, metric_names, queries, serve_text
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "monitoring" / "prometheus"
 DASHBOARD = json.loads((ROOT / "monitoring" / "grafana" / "dashboards" / "appliance.json").read_text())
-VARIABLES = {"$instance": ".*", "$rank": ".*", "$model_name": ".*"}
+VARIABLES = {"$instance": ".*", "$rank": ".*", "$model_name": ".*", "$__rate_interval": "1m", "$__range": "1h"}
 
 
 @dataclass
@@ -79,6 +81,10 @@ def prometheus(watched: Watched, tmp_path_factory: pytest.TempPathFactory) -> It
         f'- targets: ["127.0.0.1:{watched.serve.health_port}"]\n  labels: {{component: exporter, rank: "0"}}\n')
     (bundle / "targets" / "engine.yml").write_text(
         f'- targets: ["127.0.0.1:{watched.serve.port}"]\n  labels: {{component: engine, rank: "0"}}\n')
+    gpu = ExitStack()
+    dcgm_port = gpu.enter_context(serve_text(DCGM_METRICS.read_text()))
+    (bundle / "targets" / "gpu.yml").write_text(
+        f'- targets: ["127.0.0.1:{dcgm_port}"]\n  labels: {{component: gpu, rank: "0"}}\n')
     port = free_port()
     log = home / "prometheus.log"
     proc = subprocess.Popen([exe, f"--config.file={bundle / 'prometheus.yml'}", f"--storage.tsdb.path={home / 'data'}",
@@ -93,7 +99,7 @@ def prometheus(watched: Watched, tmp_path_factory: pytest.TempPathFactory) -> It
             # Traffic between the scrapes, so that the rates and histograms have something to say.
             client.completions.create(model="smollm2", prompt="One, two, three,", max_tokens=8)
             up = prom.get("/api/v1/query", query="count_over_time(up[5m]) >= 2")["result"]
-            return len(up) == 2
+            return len(up) == 3
 
         assert wait_for(scraped_twice, timeout=120, interval=3), prom.get("/api/v1/targets")
         yield prom
@@ -104,12 +110,14 @@ def prometheus(watched: Watched, tmp_path_factory: pytest.TempPathFactory) -> It
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        gpu.close()
 
 
-def test_both_targets_are_up_with_the_labels_the_rules_join_on(prometheus: Prometheus, watched: Watched) -> None:
+def test_every_target_is_up_with_the_labels_the_rules_join_on(prometheus: Prometheus, watched: Watched) -> None:
     targets = prometheus.get("/api/v1/targets")["activeTargets"]
     by_job = {t["labels"]["job"]: t for t in targets}
-    assert set(by_job) == {"appliance-exporter", "appliance-engine"}
+    assert set(by_job) == {"appliance-exporter", "appliance-engine", "dcgm-exporter"}
+    assert by_job["dcgm-exporter"]["health"] == "up" and by_job["dcgm-exporter"]["labels"]["component"] == "gpu"
     for job, component, port in (("appliance-exporter", "exporter", watched.serve.health_port),
                                  ("appliance-engine", "engine", watched.serve.port)):
         t = by_job[job]
@@ -148,7 +156,8 @@ def test_every_dashboard_query_runs_and_names_only_series_someone_exposes(promet
     assert not unknown, unknown
     # The serve's own rows are not empty: the appliance's state and vLLM's counters came through the bundle.
     answered = {r["panel"] for r in report if r["series"]}
-    assert {"Ready", "State", "Tokens per second", "Requests", "Time in start-up"} <= answered, answered
+    assert {"Ready", "State", "Tokens per second", "Requests", "Time in start-up", "GPU utilisation"} <= answered, \
+        answered
     for variable in DASHBOARD["templating"]["list"]:
         if variable["type"] != "query":
             continue

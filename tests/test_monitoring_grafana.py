@@ -54,9 +54,11 @@ def targets() -> list[dict[str, Any]]:
 
 def test_every_variable_a_query_uses_is_defined_and_all_matches_a_missing_label() -> None:
     defined = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
-    used = {m for t in targets() for m in re.findall(r"\$([a-z_]+)", t["expr"])}
+    used = {m for t in targets() for m in re.findall(r"\$([a-z_]+)", t["expr"]) if not m.startswith("__")}
     used |= {m for v in defined.values() if isinstance(v.get("query"), str) for m in re.findall(r"\$([a-z_]+)",
                                                                                               v["query"])}
+    # $__rate_interval and $__range are Grafana's own (they start with two underscores): nothing to define.
+    assert {m for t in targets() for m in re.findall(r"\$(__[a-z_]+)", t["expr"])} <= {"__rate_interval", "__range"}
     assert used and used <= set(defined), used - set(defined)
     assert {"instance", "rank", "model_name"} <= set(defined)
     for name in ("instance", "rank", "model_name"):  # "All" is `.*`: a series without the label still shows
@@ -97,7 +99,7 @@ def test_panels_sit_on_the_grid_without_overlapping_and_ids_are_unique() -> None
 
 def test_the_dashboard_has_the_rows_people_need() -> None:
     rows = [p["title"] for p in DASHBOARD["panels"] if p["type"] == "row"]
-    for word in ("Start-up", "vLLM", "Memory", "Fabric", "canary"):
+    for word in ("Start-up", "vLLM", "GPUs (dcgm-exporter)", "Memory", "Fabric", "canary"):
         assert any(word in r for r in rows), (word, rows)
 
 
@@ -111,3 +113,64 @@ def test_the_dashboard_uses_the_provisioned_prometheus_and_the_provider_reads_a_
             assert p["datasource"]["uid"] == "${datasource}", p["title"]
     (provider,) = PROVIDERS["providers"]
     assert provider["type"] == "file" and provider["options"]["path"] == "/etc/grafana/dashboards/appliance"
+
+
+def panel(title: str) -> dict[str, Any]:
+    (found,) = [p for p in DASHBOARD["panels"] if p["title"] == title]
+    return found
+
+
+def test_no_panel_query_has_a_fixed_window_rates_take_the_rate_interval() -> None:
+    windows = [(p["title"], w) for p in DASHBOARD["panels"] for t in p.get("targets", [])
+               for w in re.findall(r"\[([^\]]+)\]", t["expr"])]
+    assert windows, "no range selector found"
+    fixed = [(title, w) for title, w in windows if w not in ("$__rate_interval", "$__range")]
+    assert not fixed, fixed
+    # Every rate, increase and histogram window is Grafana's rate interval (at least four scrapes, the step's size).
+    rates = [t["expr"] for p in DASHBOARD["panels"] for t in p.get("targets", []) if "rate(" in t["expr"]]
+    assert rates and all("[$__rate_interval]" in e and "[$__range]" not in e for e in rates), rates
+
+
+@pytest.mark.parametrize("title", ["Time to first token", "Inter-token latency", "End-to-end request latency"])
+def test_each_latency_panel_shows_every_instance_and_all_of_them_together(title: str) -> None:
+    exprs = {t["legendFormat"]: t["expr"] for t in panel(title)["targets"]}
+    per_instance = [e for legend, e in exprs.items() if legend.startswith("{{instance}} rank {{rank}}")]
+    together = [e for legend, e in exprs.items() if legend.startswith("all ")]
+    assert per_instance and together, exprs
+    assert all("sum by (instance, rank, le)" in e for e in per_instance), per_instance
+    assert all("sum by (le)" in e for e in together), together
+    assert {"0.99", "0.5"} <= {re.match(r"histogram_quantile\(([0-9.]+),", e)[1] for e in together}  # type: ignore[index]
+
+
+def test_the_acceptance_per_draft_position_is_accepted_at_each_position_over_the_drafts() -> None:
+    (target,) = panel("Acceptance per draft position")["targets"]
+    assert "sum by (instance, rank, position) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total" in \
+        target["expr"]
+    assert "group_left sum by (instance, rank) (rate(vllm:spec_decode_num_drafts_total" in target["expr"]
+    assert "{{position}}" in target["legendFormat"]
+
+
+def test_the_panels_of_vllms_example_dashboard_are_here() -> None:
+    """vLLM's examples/observability/prometheus_grafana/grafana.json (commit 4b5c627c) draws these series; each is
+    on a panel here (its E2E, ITL, TTFT, scheduler, cache, throughput panels were here before)."""
+    exprs = " ".join(t["expr"] for t in targets())
+    for series in ("vllm:e2e_request_latency_seconds_bucket", "vllm:generation_tokens_total",
+                   "vllm:inter_token_latency_seconds_bucket", "vllm:num_requests_waiting",
+                   "vllm:time_to_first_token_seconds_bucket", "vllm:kv_cache_usage_perc",
+                   "vllm:request_prompt_tokens_bucket", "vllm:request_generation_tokens_bucket",
+                   "vllm:request_success_total", "vllm:request_queue_time_seconds",
+                   "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+                   "vllm:request_max_num_generation_tokens"):
+        assert series in exprs, series
+    assert panel("Prompt length")["type"] == panel("Output length")["type"] == "heatmap"
+
+
+def test_every_gpu_query_selects_the_gpu_component_of_the_chosen_instance_and_rank() -> None:
+    gpu = [t["expr"] for t in targets() if "DCGM_" in t["expr"]]
+    assert len(gpu) >= 6, gpu
+    for expr in gpu:
+        names = re.findall(r"DCGM_FI_[A-Z0-9_]+", expr)
+        selectors = re.findall(r"DCGM_FI_[A-Z0-9_]+\{([^}]*)\}", expr)
+        assert len(selectors) == len(names), f"a series without a {{...}} selector: {expr}"
+        for selector in selectors:
+            assert selector == 'component="gpu",instance=~"$instance",rank=~"$rank"', expr

@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from appliance.placement import resolve_placement
 from appliance.profile import load_profile
 from appliance.render import Placement, ServePlan, build_plan
 from tests import conftest
@@ -134,8 +135,9 @@ def ranks(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
     plans, procs, logs = {}, {}, {}
     for role, rank, ip in (("worker", 1, WORKER_ADDR), ("head", 0, HEAD_ADDR)):  # the worker may come first
-        plans[role] = build_plan(profile, Placement(node_rank=rank, master_addr=HEAD_ADDR, master_port=master,
-                                                    host_ip=ip, model_dir=smoke_model_dir))
+        given = Placement(node_rank=rank, master_addr=HEAD_ADDR, master_port=master, host_ip=ip,
+                          model_dir=smoke_model_dir)
+        plans[role] = build_plan(profile, resolve_placement(profile, given))
         logs[role] = out / f"{role}.log"
         argv = [str(BIN / plans[role].argv[0]), *plans[role].argv[1:]]
         procs[role] = subprocess.Popen(argv, env=base | plans[role].env, stdout=logs[role].open("wb"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.channels.capabilities import ENV_RUNNER, ENV_SM120_DECODE, ENV_SM120_PREFILL, profile_capabilities
+from appliance.placement import resolve_placement
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, ServePlan, build_plan
 from appliance.render.k8s import K8sOptions, render_manifests
@@ -16,9 +17,10 @@ MASTER = "10.1.0.1"
 
 def pair(name: str, *overrides: str, nodes_port: int = 29601) -> tuple[ServePlan, ServePlan]:
     profile = load_profile(name, cli_overrides=list(overrides)).profile
-    head = build_plan(profile, Placement(node_rank=0, master_addr=MASTER, master_port=nodes_port))
-    worker = build_plan(profile, Placement(node_rank=1, master_addr=MASTER, master_port=nodes_port,
-                                           host_ip="10.1.0.2"))
+    head = build_plan(profile, resolve_placement(
+        profile, Placement(node_rank=0, master_addr=MASTER, master_port=nodes_port)))
+    worker = build_plan(profile, resolve_placement(
+        profile, Placement(node_rank=1, master_addr=MASTER, master_port=nodes_port, host_ip="10.1.0.2")))
     return head, worker
 
 

@@ -84,14 +84,37 @@ def test_the_api_port_is_read_from_the_profile_in_one_place() -> None:
     assert _who(_reads_server_port) == ["placement.py"]
 
 
-def test_each_program_resolves_its_placement_once() -> None:
-    """resolve_placement's callers: one per program that stands somewhere (render's plan, the launch, the exporter,
-    the rendezvous, the gate's target, sync-model's port, the manifests); a new caller is a new owner, so it fails
-    here until it takes a resolved placement instead."""
+def test_a_placement_is_resolved_by_the_resolved_serve_alone() -> None:
+    """resolve_placement's one caller outside its owner is appliance/serve/resolve.py: every program that stands
+    somewhere (render, the launch, the exporter, the rendezvous, the gate's target, sync-model's port) takes its
+    placement from there; a render of every rank on no node asks the owner's rank_placements. A new caller is a new
+    owner, so it fails here until it takes a resolved placement instead."""
     calls = {name: _calls(tree, "resolve_placement") for name, tree in TREE.items()}
-    assert {name: n for name, n in calls.items() if n and name != "placement.py"} == {
-        "commands/exporter.py": 1, "commands/sync_model.py": 1, "gate/prepare.py": 1, "multinode/__main__.py": 1,
-        "render/k8s.py": 1, "render/plan.py": 1, "run/launch.py": 2}
+    assert {name: n for name, n in calls.items() if n and name != "placement.py"} == {"serve/resolve.py": 1}
+
+
+def test_a_serve_is_resolved_by_serve_resolve_and_read_back_from_launch_json_alone() -> None:
+    """A ResolvedServe is made by resolve() (appliance/serve/resolve.py) and by launch.json read back
+    (run/launch_profile.py), nowhere else; a rank's network identity is resolved there alone; a plan is built there,
+    or by a render of every rank on no node (the rules' E2-E4, the manifests, `upgrade plan`, `appliance profiles`),
+    each from the placement owner's rank_placements. A module that builds a piece of a serve again fails here."""
+    assert _who(lambda t: _calls(t, "ResolvedServe") > 0) == ["run/launch_profile.py", "serve/resolve.py"]
+    assert _who(lambda t: _calls(t, "with_identity") > 0) == ["serve/resolve.py"]
+    nowhere = ["channel_report.py", "commands/profiles.py", "render/k8s.py", "rules/channel.py", "upgrade/plan.py"]
+    assert _who(lambda t: _calls(t, "build_plan") > 0) == sorted([*nowhere, "serve/resolve.py"])
+    assert _who(lambda t: _calls(t, "rank_placements") > 0) == sorted([*nowhere, "render/plan.py"])
+
+
+def test_no_module_reads_server_port_from_a_profile_dumped_as_json() -> None:
+    """`["server"]["port"]` of a stored profile is server.port read again: launch.json's placement holds api_port."""
+    def subscripts_server_port(tree: ast.AST) -> bool:
+        nodes = _NODES.get(id(tree)) or list(ast.walk(tree))
+        return any(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value == "port"
+                   and isinstance(n.value, ast.Subscript) and isinstance(n.value.slice, ast.Constant)
+                   and n.value.slice.value == "server" for n in nodes)
+
+    assert _who(subscripts_server_port) == []
+    assert subscripts_server_port(ast.parse("launch.profile['server']['port']"))  # the scan sees one
 
 
 def test_the_profile_is_loaded_by_the_loader_and_a_running_serve_reads_launch_json() -> None:
@@ -114,10 +137,11 @@ def test_an_engines_facts_are_read_by_channels_facts_alone() -> None:
 
 
 def test_receipts_have_one_writer_and_one_typed_reader() -> None:
-    """gate.receipt.write and gate.receipt.load; validate_receipt is called by that reader (and, until its
-    `Receipt | dict` goes, by upgrade/verdict.py), and only receipt_model validates a Receipt."""
+    """gate.receipt.write and gate.receipt.load; validate_receipt is called by that reader alone (the upgrade's
+    verdict takes a Receipt), and only receipt_model validates a Receipt."""
     validators = _who(lambda t: _calls(t, "validate_receipt") > 0)
     assert "gate/receipt.py" in validators and set(validators) <= {"gate/receipt.py", "upgrade/verdict.py"}
+    assert validators == ["gate/receipt.py"]
     assert _who(lambda t: any(isinstance(n, ast.Attribute) and n.attr == "model_validate"
                               and getattr(n.value, "id", None) == "Receipt" for n in _walk(t))) == [
         "gate/receipt_model.py"]

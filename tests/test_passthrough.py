@@ -10,6 +10,7 @@ import pytest
 
 from appliance.cli import main
 from appliance.lock import channel_lock
+from appliance.placement import resolve_placement
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, build_plan
 from appliance.render import managed as managed_mod
@@ -47,7 +48,7 @@ def test_accepted_passthrough_is_rendered_last_said_unvalidated_and_reaches_ever
     gpu = loaded("gb10-tp2", ["--chat-template", "/models/tpl.jinja"], {"NCCL_IB_TIMEOUT": "3"}).profile
     assert [f.rule for f in evaluate(context_for(gpu)) if f.rule.startswith("X") and f.severity == "error"] == []
     for rank in (0, 1):
-        ranked = build_plan(gpu, Placement(node_rank=rank, master_addr=HEAD))
+        ranked = build_plan(gpu, resolve_placement(gpu, Placement(node_rank=rank, master_addr=HEAD)))
         assert ranked.argv[-2:] == ["--chat-template", "/models/tpl.jinja"]
         assert ranked.env["NCCL_IB_TIMEOUT"] == "3"
 
@@ -85,8 +86,8 @@ def _rendered_flags() -> set[str]:
     for name in list_profiles():
         profile = load_profile(name).profile
         for rank in range(profile.hardware.nodes):
-            out |= {w for w in build_plan(profile, Placement(node_rank=rank, master_addr=HEAD)).argv
-                    if w.startswith("--")}
+            at = resolve_placement(profile, Placement(node_rank=rank, master_addr=HEAD))
+            out |= {w for w in build_plan(profile, at).argv if w.startswith("--")}
     return out
 
 
@@ -138,7 +139,8 @@ def test_every_variable_the_renderer_sets_is_owned() -> None:
         profile = load_profile(name).profile
         assert profile.hardware.nodes >= 1, name
         for rank in range(profile.hardware.nodes):
-            assert set(build_plan(profile, Placement(node_rank=rank, master_addr=HEAD)).env) <= set(ENV_OWNERS)
+            at = resolve_placement(profile, Placement(node_rank=rank, master_addr=HEAD))
+            assert set(build_plan(profile, at).env) <= set(ENV_OWNERS)
 
 
 def test_the_engine_switches_are_listed_once_with_their_owners_and_cover_every_variable_the_channels_name() -> None:
@@ -207,13 +209,13 @@ def test_extra_env_reaches_the_launched_engine_and_a_cache_variable_is_refused_a
                                                                                         vllm_engine) -> None:
     from appliance.errors import ApplianceError
     from appliance.placement import Placement as Given
-    from appliance.run.launch import resolve_launch, resolve_place, run_files
+    from appliance.run.launch import resolve_launch, resolve_place, resolve_serve, run_files
     from appliance.settings import load_settings
 
     def launch(env: dict[str, str], run: str):  # type: ignore[no-untyped-def]
         got = loaded(env=env)
-        return resolve_launch(got, resolve_place(got, Given(), None), load_settings(), run_files(tmp_path / run),
-                              tmp_path / "home")
+        serve = resolve_serve(got, resolve_place(got, Given()), None)
+        return resolve_launch(serve, load_settings(), run_files(tmp_path / run), tmp_path / "home")
 
     assert launch({"HF_HUB_ENABLE_HF_TRANSFER": "1"}, "a").programs()["vllm"].env["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
     with pytest.raises(ApplianceError, match="APPLIANCE_HOME owns it"):

@@ -15,6 +15,7 @@ from appliance.health.expect import Judge
 from appliance.health.scan import scan_file
 from appliance.health.table import load_table
 from appliance.lock import ChannelLock, channel_lock, load_lock
+from appliance.placement import resolve_placement
 from appliance.profile import load_profile
 from appliance.profile.graph_sizes import engine_largest_capture, profile_capture_sizes, widest_decode_batch
 from appliance.render import Placement, build_plan
@@ -41,7 +42,8 @@ def hits(name: str, rule: str, *overrides: str, lock: ChannelLock | None = None,
 
 
 def plan(name: str, *overrides: str):
-    return build_plan(profile(name, *overrides), Placement(node_rank=0, master_addr="10.1.0.1"))
+    p = profile(name, *overrides)
+    return build_plan(p, resolve_placement(p, Placement(node_rank=0, master_addr="10.1.0.1")))
 
 
 # --- K31 FlashInfer autotuning on multi-node TP -------------------------------------------------------------

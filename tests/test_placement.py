@@ -132,7 +132,7 @@ def test_the_plan_takes_the_catalogue_and_channel_facts_it_is_given() -> None:
     gpus = load_catalogue().gpus
     assert engine_env(profile, facts)[ENV_SM120_DECODE] == "1"
     assert ENV_SM120_DECODE not in engine_env(profile, replace(facts, gpu=gpus["cpu"]))
-    place = Placement(node_rank=0, master_addr="10.0.0.1")
+    place = resolve_placement(profile, Placement(node_rank=0, master_addr="10.0.0.1"))
     assert ENV_SM120_DECODE not in build_plan(profile, place, facts=replace(facts, gpu=gpus["cpu"])).env
     assert build_plan(profile, place).env[ENV_SM120_DECODE] == "1"  # the shipped catalogue's gb10: SM121
 

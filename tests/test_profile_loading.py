@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,6 +118,7 @@ def test_profiles_json_shows_no_validated_profile_off_its_measured_shape_or_with
     # The harness's definition: validated = every check PASSed at the shape the profile ships; partial names each
     # blocker.
     from appliance.cli import main
+    from appliance.profile.model import validated_blockers
 
     assert main(["profiles", "--json"]) == 0
     rows = [r for r in json.loads(capsys.readouterr().out) if isinstance(r.get("provenance"), dict)]
@@ -124,6 +128,8 @@ def test_profiles_json_shows_no_validated_profile_off_its_measured_shape_or_with
         assert prov["status"] != "partial" or prov["blockers"], r["name"]
         measured = prov["measured"] or {}
         assert prov["status"] != "validated" or not (prov["blockers"] or measured.get("unverified")), r["name"]
+        # and its shipped shape is the measured one (max_model_len, tensor size, runner, guard)
+        assert prov["status"] != "validated" or validated_blockers(load_profile(r["name"]).profile) == [], r["name"]
     gb10 = next(r for r in rows if r["name"] == "gb10-tp2")
     assert gb10["provenance"]["status"] == "partial" and gb10["provenance"]["measured"]["max_model_len"] == 131072
 
@@ -139,6 +145,67 @@ def test_validated_is_refused_naming_each_blocker(tmp_path: Path) -> None:
         load_profile("p", root=tmp_path)
     assert "tests/v1/spec_decode" in str(e.value)
     assert "measured at max_model_len 131072, ships 49152" in str(e.value)
+
+
+def _gb10_measured_as_shipped() -> str:
+    """gb10-tp2 as if its battery had PASSed every check at the shape it ships: no blockers, no unverified coverage,
+    measured at 49152. Only this makes `validated` loadable."""
+    src = (Path(__file__).parents[1] / "profiles" / "gb10-tp2.yaml").read_text()
+    start, end = src.index("  blockers:"), src.index("  measured:")
+    src = src[:start].replace("status: partial", "status: validated") + src[end:]
+    dropped = ("unverified:", "tests/v1/spec_decode does not", "It remains unverified coverage")
+    kept = [line for line in src.splitlines() if not any(d in line for d in dropped)]
+    out = "\n".join(kept).replace("max_model_len: 131072", "max_model_len: 49152") + "\n"
+    assert "status: validated" in out and "unverified" not in out and "max_model_len: 49152" in out
+    return out
+
+
+def _data_root(tmp_path: Path, profiles: dict[str, str]) -> Path:
+    """A copy of the repository's data (lock, channels, health tables, profiles) with `profiles` added."""
+    repo = Path(__file__).parents[1]
+    for part in ("versions.json",):
+        shutil.copy(repo / part, tmp_path / part)
+    for part in ("channels", "healthchecks", "monitoring", "profiles"):
+        if (repo / part).is_dir():
+            shutil.copytree(repo / part, tmp_path / part)
+    for name, text in profiles.items():
+        (tmp_path / "profiles" / f"{name}.yaml").write_text(text)
+    return tmp_path
+
+
+def test_profiles_json_shows_a_validated_profile_only_at_its_measured_shape(tmp_path: Path) -> None:
+    # The check the Done-when asks for, on a root that holds a validated profile (the shipped ones hold none): the
+    # row says validated with no blocker, and its loaded profile's shape is the measured one.
+    from appliance.profile.model import validated_blockers
+
+    root = _data_root(tmp_path, {"zz-validated": _gb10_measured_as_shipped()})
+    run = subprocess.run([sys.executable, "-m", "appliance", "profiles", "--json", "--all"], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "APPLIANCE_ROOT": str(root)}, check=False)
+    assert run.returncode == 0, run.stderr
+    rows = {r["name"]: r for r in json.loads(run.stdout) if isinstance(r.get("provenance"), dict)}
+    validated = [n for n, r in rows.items() if r["provenance"]["status"] == "validated"]
+    assert validated == ["zz-validated"]
+    for name in validated:
+        prov = rows[name]["provenance"]
+        assert prov["blockers"] == [] and not prov["measured"]["unverified"]
+        assert validated_blockers(load_profile(name, root=root / "profiles").profile) == []
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (("max_model_len: 49152", "max_model_len: 131072"), "measured at max_model_len 131072, ships 49152"),
+    (("tensor: 2", "tensor: 4"), "measured at tensor size 4, ships 2"),
+    (("runner: v2", "runner: v1"), "measured with runner v1, ships v2"),
+    (('  hardware: "GB10 SM121 x2"', '  hardware: "GB10 SM121 x2"\n  blockers: ["B2 TIMEOUT"]'), "B2 TIMEOUT"),
+])
+def test_validated_off_the_measured_shape_or_with_a_blocker_is_refused(tmp_path: Path, edit: tuple[str, str],
+                                                                        named: str) -> None:
+    # Each way a validated claim can outrun its measurement, on the one profile that otherwise loads as validated.
+    text = _gb10_measured_as_shipped()
+    assert text.count(edit[0]) == 1
+    root = _data_root(tmp_path, {"zz-validated": text.replace(*edit)})
+    with pytest.raises(ApplianceError, match="validated needs every check") as e:
+        load_profile("zz-validated", root=root / "profiles")
+    assert named in str(e.value)
 
 
 def test_partial_without_blockers_is_refused(tmp_path: Path) -> None:

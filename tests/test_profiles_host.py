@@ -100,13 +100,28 @@ def test_a_cpu_machine_gets_the_demo_and_the_json_says_why_for_each(tmp_path: Pa
     assert host.fabric == [] and "no RDMA device" in host.describe()[2]
 
 
-def test_doctor_suggest_is_the_same_report_and_needs_no_profile(capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_suggest_is_the_preflight_of_the_profile_profiles_host_recommends(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Two purposes, two outputs: `profiles --host` lists every profile's verdict here; `doctor --suggest` runs the
+    doctor's checks of the one it recommends (issue 37: they printed the same report)."""
     from appliance.cli import main
 
-    assert main(["doctor", "--suggest", "--json"]) == 0
-    suggested = json.loads(capsys.readouterr().out)
     assert main(["profiles", "--host", "--json"]) == 0
     host = json.loads(capsys.readouterr().out)
-    # MemAvailable moves between the two reads: the verdicts and the recommendation are what must agree
-    assert (host["profiles"], host["recommended"]) == (suggested["profiles"], suggested["recommended"])
-    assert suggested["recommended"] == "cpu-smoke"  # this machine: no GPU
+    code = main(["doctor", "--suggest", "--json"])
+    suggested = json.loads(capsys.readouterr().out)
+    assert suggested["recommended"] == host["recommended"] == "cpu-smoke"  # this machine: no GPU
+    assert code == (0 if suggested["ok"] else 1)
+    main(["doctor", "cpu-smoke", "--json"])
+    doctor = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in suggested["checks"]] == [c["name"] for c in doctor["checks"]]  # its preflight
+    assert "gpu" in [c["name"] for c in suggested["checks"]] and "profiles" not in suggested
+    main(["doctor", "--suggest"])
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith("recommended: cpu-smoke (fits; provenance test); its preflight")
+    assert text[1].split() == ["STATUS", "RULE", "CHECK", "DETAIL"]
+    main(["profiles", "--host"])
+    listed = capsys.readouterr().out
+    assert "gb10-tp2" in listed and not any("gb10-tp2" in line for line in text)  # the list is not repeated
+    assert main(["doctor", "--suggest", "gb10-tp2"]) == 2
+    assert "doctor --suggest picks the profile itself" in capsys.readouterr().err

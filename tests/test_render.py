@@ -10,6 +10,7 @@ import pytest
 
 from appliance.cli import main
 from appliance.errors import ApplianceError
+from appliance.placement import resolve_placement
 from appliance.profile import list_profiles, load_profile
 from appliance.profile.model import DEFAULT_PORT
 from appliance.render import Placement, build_plan
@@ -29,7 +30,8 @@ LAUNCHER = ["--distributed-executor-backend", "mp", "--nnodes", "2", "--master-a
 
 def plan(name: str, rank: int = 0, *overrides: str, **place: object):
     profile = load_profile(name, cli_overrides=list(overrides)).profile
-    return build_plan(profile, Placement(node_rank=rank, master_addr="10.1.0.1", **place))  # type: ignore[arg-type]
+    given = Placement(node_rank=rank, master_addr="10.1.0.1", **place)  # type: ignore[arg-type]
+    return build_plan(profile, resolve_placement(profile, given))
 
 
 PIN_0731 = ["--revision", "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"]  # versions.json (W1, W2)
@@ -95,7 +97,7 @@ def test_fabric_env_on_the_head_uses_the_master_address_and_interface() -> None:
 def test_multi_node_without_a_master_address_is_refused() -> None:
     profile = load_profile("gb10-tp2").profile
     with pytest.raises(ApplianceError, match="APPLIANCE_MASTER_ADDR"):
-        build_plan(profile, Placement(node_rank=0))
+        build_plan(profile, resolve_placement(profile, Placement(node_rank=0)))
 
 
 def test_rank_outside_the_profile_is_refused() -> None:

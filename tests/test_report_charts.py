@@ -46,14 +46,16 @@ def band_rect(svg: str) -> tuple[float, float]:
     return float(rect.get("y")), float(rect.get("y")) + float(rect.get("height"))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("test", "kind", "band"), [("tg128", "tg", TG_NOISE), ("pp2048", "pp", PP_NOISE)])
-def test_the_noise_band_is_the_seeds_around_the_reference_build(test: str, kind: str, band: float) -> None:
+@pytest.mark.parametrize(("test", "kind", "band", "whose"), [
+    ("tg128", "tg", TG_NOISE, "the seed's noise band for tg"),
+    ("pp2048", "pp", PP_NOISE, "the seed's ctx_pp band, applied here to pp")])  # the seed names no pp band
+def test_the_noise_band_is_the_seeds_around_the_reference_build(test: str, kind: str, band: float, whose: str) -> None:
     views = [view("a", bench={test: BenchPoint(kind, 40.0, (39.0, 41.0))}),
              view("b", bench={test: BenchPoint(kind, 35.0, (34.5, 35.5))})]
     svg = charts.bench_chart(test, views)
     top, bottom = band_rect(svg)
     labels = {t.text for t in parse(svg).iter(f"{SVG}text")}
-    assert f"±{band:.0%} around a: the seed's noise band for {kind}" in labels
+    assert f"±{band:.0%} around a: {whose}" in labels
     assert {"40.0", "35.0"} <= labels
     # The band's edges sit at 40 × (1 ± band) on the chart's own axis.
     ticks = [(float(t.get("y")) - 4, float(t.text.replace(",", ""))) for t in parse(svg).iter(f"{SVG}text")  # type: ignore[arg-type, union-attr]
@@ -85,6 +87,12 @@ def test_gsm8k_shows_the_95_percent_interval_and_acceptance_one_bar_per_position
     assert len(bars) == 5 and "a (mean length 2.71)" in a
 
 
+def test_gsm8k_of_one_receipt_without_a_pass_line_draws_no_pass_line() -> None:
+    # One score and no minimum: the axis comes from the interval alone (min() of one value was a TypeError).
+    g = charts.gsm8k_chart([view("a", gsm8k=Gsm8kPoint(0.5, 0.02, 0.0, "pass"))])
+    assert g is not None and "0.500 ± 0.039" in g and "pass line" not in g
+
+
 def test_text_is_escaped_and_the_page_fetches_nothing() -> None:
     nasty = view("<script>alert(1)</script>", checks=(CheckRow("bench", "pass", 'a "quoted" <b>'),),
                  bench={"tg128": BenchPoint("tg", 10.0)})
@@ -103,17 +111,56 @@ def test_a_section_without_evidence_says_so() -> None:
     assert "no receipt's serve drafted" in page
 
 
-def test_category_labels_are_shortened_to_their_slot_and_keep_the_full_name_as_a_tooltip() -> None:
-    from appliance.report.svg import TICK_CHAR_PX, Chart
+def _axis(svg: str) -> list[ET.Element]:
+    """The category names under the x axis: the tick texts that carry their full name as a tooltip."""
+    return [t for t in parse(svg).iter(f"{SVG}text") if t.get("class") == "tick" and t.find(f"{SVG}title") is not None]
+
+
+def _shown(t: ET.Element) -> list[str]:
+    spans = t.findall(f"{SVG}tspan")
+    return [s.text or "" for s in spans] if spans else [t.text or ""]
+
+
+def test_category_names_wrap_at_their_separators_inside_their_slot_and_keep_the_full_name_as_a_tooltip() -> None:
+    from appliance.report.metrics import text_width
+    from appliance.report.svg import FONT_PX, Chart
 
     names = ["cpu-smoke-run1", "cpu-smoke-run2", "cpu-smoke-run3", "gb10-tp2-dspark-fixture"]
     chart = Chart("bench tg16", names, 0, 30, width=420)
-    ticks = [t for t in parse(chart.render()).iter(f"{SVG}text") if t.get("class") == "tick" and t.find(f"{SVG}title")
-             is not None]
+    ticks = _axis(chart.render())
     assert [t.find(f"{SVG}title").text for t in ticks] == names  # type: ignore[union-attr]
-    for tick in ticks:
-        assert len(tick.text or "") * TICK_CHAR_PX <= chart.slot(), tick.text
-    assert ticks[-1].text.endswith("…") and names[-1].startswith(ticks[-1].text[:-1])  # type: ignore[union-attr]
+    lines = [_shown(t) for t in ticks]
+    assert ["".join(x) for x in lines] == names  # every character kept, none cut with an ellipsis
+    assert lines[0] == ["cpu-smoke-", "run1"] and len(lines[3]) >= 2
+    assert all(text_width(x, FONT_PX) <= chart.slot() for line in lines for x in line)
     wide = Chart("bench tg16", names, 0, 30, width=1400)
-    assert [t.text for t in parse(wide.render()).iter(f"{SVG}text") if t.get("class") == "tick"
-            and t.find(f"{SVG}title") is not None] == names
+    assert [_shown(t) for t in _axis(wide.render())] == [[n] for n in names]
+
+
+def test_names_that_cannot_fit_even_wrapped_become_letters_that_the_legend_explains() -> None:
+    from appliance.report.svg import Chart, keys
+
+    names = [f"cpu-smoke-2026-12-01T14:13:12Z-candidate-build-{i}" for i in range(8)]
+    svg = Chart("bench tg16", names, 0, 30, width=440).render()
+    assert [_shown(t) for t in _axis(svg)] == [[k] for k in "ABCDEFGH"]
+    legend = ["".join(_shown(t)) for t in parse(svg).iter(f"{SVG}text") if t.get("class") == "legend"]
+    assert legend == [f"{k} = {n}" for k, n in zip("ABCDEFGH", names, strict=True)]
+    assert keys(28)[-3:] == ["Z", "AA", "AB"]
+
+
+def test_a_long_title_and_a_long_legend_entry_wrap_inside_the_chart_and_it_grows_to_hold_them() -> None:
+    from appliance.report.metrics import text_width
+    from appliance.report.svg import FONT_PX, Chart
+
+    chart = Chart("a title far longer than the chart is wide, so that it has to wrap onto a second line", ["a"], 0,
+                  1, width=300, height=200)
+    top = chart.top
+    chart.band(0, 1, "#000000", "a legend entry that names a receipt-with-a-very-long-folder-name-indeed and says more")
+    root = parse(chart.render())
+    title = next(t for t in root.iter(f"{SVG}text") if t.get("class") == "title")
+    spans = title.findall(f"{SVG}tspan")
+    assert len(spans) >= 2 and top == 48 + 16 * (len(spans) - 1)  # the plot moved down for each line more
+    legend = next(t for t in root.iter(f"{SVG}text") if t.get("class") == "legend")
+    entry = [s.text or "" for s in legend.findall(f"{SVG}tspan")]
+    assert len(entry) >= 2 and all(18 + text_width(s, FONT_PX) <= 300 - 64 - 16 for s in entry)
+    assert int(root.get("height") or 0) >= 200

@@ -185,7 +185,7 @@ def test_dspark_acceptance_near_the_seeds_reference_passes_with_each_position_re
 def test_dspark_acceptance_far_below_the_reference_warns(tmp_path) -> None:
     _, finding = _spec_logscan(tmp_path, 1.2, "0.150, 0.040, 0.010, 0.000, 0.000")
     assert finding["status"] == "fail" and finding["severity"] == "warning" and finding["rule"] == "K2"
-    assert "2.71-2.77" in finding["detail"]
+    assert "metric unnamed: 2.772 V1 / 2.710 V2 at nst=5" in finding["detail"]
 
 
 def test_v2_dspark_on_a_shape_the_seed_did_not_measure_warns_with_the_fallback() -> None:

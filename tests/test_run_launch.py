@@ -16,15 +16,23 @@ from supervisor.options import ServerOptions
 from appliance.errors import ApplianceError
 from appliance.placement import Placement, resolve_placement
 from appliance.profile.loader import LoadedProfile, load_profile
-from appliance.run.launch import Launch, resolve_launch, resolve_place, run_files, verify_conf, write_launch
+from appliance.run.launch import (
+    Launch,
+    resolve_launch,
+    resolve_place,
+    resolve_serve,
+    run_files,
+    verify_conf,
+    write_launch,
+)
 from appliance.run.launchfile import ExporterSection, LaunchFile, Program, read_launch
 from appliance.settings import load_settings
 
 
 def launch_of(loaded: LoadedProfile, tmp_path: Path, given: Placement | None = None) -> Launch:
     """The launch `appliance run` resolves, in this process (no doctor, no checkpoint on disk)."""
-    return resolve_launch(loaded, resolve_place(loaded, given or Placement(), None), load_settings(),
-                          run_files(tmp_path / "run"), tmp_path / "home")
+    serve = resolve_serve(loaded, resolve_place(loaded, given or Placement()), None)
+    return resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home")
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +172,29 @@ def test_the_exporter_is_built_from_the_launchs_section_not_from_flags(tmp_path:
         with pytest.raises(ApplianceError, match="the launch file already says this") as err:
             exporter_config(launch.launch_file, *flag)
         assert err.value.field == flag[0]
+
+
+def test_launch_json_read_back_is_the_serve_that_was_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """launch.json is the resolved serve's serialization: read back (run/launch_profile.read_serve) it is the same
+    serve, its profile with each value's origin, its placement with origins, its plan, each program and the
+    exporter's, crash guard's and log tail's sections; the argv's --port is the placement's api_port."""
+    from appliance.run.launch_profile import read_serve
+
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    loaded = load_profile("cpu-smoke", cli_overrides=["server.port=8123"])
+    given = Placement(health_port=9555, origins={"health_port": "env:APPLIANCE_HEALTH_PORT"})
+    serve = resolve_serve(loaded, resolve_place(loaded, given), None)
+    launch = resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home",
+                            measure_fabric=False)
+    write_launch(launch)
+    sent, back = launch.serve, read_serve(launch.launch_file)
+    assert (back.loaded.digest, back.loaded.origins) == (sent.loaded.digest, sent.loaded.origins)
+    assert back.loaded.origin("server.port") == "cli:--set"
+    assert (back.place, dict(back.place.origins)) == (sent.place, dict(sent.place.origins))
+    assert back.place.origin("health_port") == "env:APPLIANCE_HEALTH_PORT"
+    assert back.plan == sent.plan and back.run == sent.run and back.run is not None
+    assert (back.lock.digest, back.facts) == (sent.lock.digest, sent.facts)
+    assert back.place.api_port == 8123 and back.plan.argv[back.plan.argv.index("--port") + 1] == "8123"
 
 
 def test_a_launch_section_with_peers_canary_and_fabric_reaches_the_exporter_typed(tmp_path: Path) -> None:

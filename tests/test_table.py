@@ -97,14 +97,21 @@ def test_profiles_fits_a_100_column_terminal_and_pipes_one_line_a_profile() -> N
     assert [line.split()[0] for line in every[1:]] == list_profiles()
 
 
+def _no_word_folded(narrow: list[str], piped: list[str]) -> None:
+    """Each word on the terminal is a whole word of the piped output, or a whole word's beginning cut with an
+    ellipsis: a word folded mid-way ("HARDW" / "ARE") is neither."""
+    words = {w for line in piped for w in line.split()}
+    assert words
+    for line in narrow:
+        for w in line.split():
+            assert w in words or (w.endswith("…") and any(v.startswith(w[:-1]) for v in words)), (w, line)
+
+
 def test_no_cell_of_profiles_is_folded_mid_word_on_an_80_column_terminal_and_wide_keeps_every_cell() -> None:
     narrow = _profiles_on_a_terminal(80)
     piped = _piped(["profiles"])
     assert max(len(line) for line in narrow) <= 80 and len(narrow) == len(piped)  # one line a row there too
-    words = {w for line in piped for w in line.split()}
-    for line in narrow:  # each word is whole, or a whole word's beginning cut with an ellipsis
-        for w in line.split():
-            assert w in words or (w.endswith("…") and any(v.startswith(w[:-1]) for v in words)), (w, line)
+    _no_word_folded(narrow, piped)
     assert any("…" in line for line in narrow)  # the terminal is narrower than the table: something was cut
     wide = _on_a_terminal(["profiles", "-o", "wide"], 80)
     assert wide == _piped(["profiles", "-o", "wide"]) and not any("…" in line for line in wide)
@@ -185,6 +192,7 @@ def test_each_human_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(
     assert len(rows) > 2 and rows == _left_edge(narrow, header)  # no row lost or split on the terminal
     start = piped.index(next(line for line in piped if line.split()[:1] == [header]))
     assert [line.split()[0] for line in piped[start:] if line] == rows  # piped: every line a row, none continued
+    _no_word_folded(narrow, piped)  # what wraps (a heading, a summary) wraps between words
 
 
 def test_the_doctor_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(vllm_engine: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from appliance.errors import ApplianceError
-from appliance.lock import channel_lock
+from appliance.lock import channel_lock, image_tag
 from appliance.profile.active import Active, read_active, write_active
 from appliance.profile.loader import load_profile
 from tests.test_gate_compare import receipt
@@ -126,16 +126,16 @@ def test_a_gpu_channel_is_obtained_as_its_image_not_installed_on_the_host(home: 
 def test_the_launch_runs_the_channels_engine_venv_and_refuses_a_missing_one(home: Path, tmp_path: Path,
                                                                             vllm_engine: Path) -> None:
     from appliance.placement import Placement
-    from appliance.run.launch import engine_plan, resolve_place
+    from appliance.run.launch import engine_plan, resolve_place, resolve_serve
 
     loaded = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"])
-    profile, place = loaded.profile, resolve_place(loaded, Placement(), None)
+    serve = resolve_serve(loaded, resolve_place(loaded, Placement()), None)
     with pytest.raises(ApplianceError, match="is not on this host"):
-        engine_plan(profile, place)
-    dry = engine_plan(profile, place, engine_required=False)  # a dry run renders anyway
+        engine_plan(serve)
+    dry = engine_plan(serve, engine_required=False)  # a dry run renders anyway
     assert dry.argv[0] == str(Path(sys.executable).parent / "vllm")
     venv = fake_engine_venv(tmp_path / "engines", OLD, "0.31.0")
-    plan = engine_plan(profile, place)
+    plan = engine_plan(serve)
     assert plan.argv[0] == str(venv / "bin" / "vllm")
 
 
@@ -212,7 +212,8 @@ def test_plan_of_the_fork_profile_to_upstream_names_what_is_gone_and_refuses_wit
     gone = {e["name"] for e in plan["renders"]["env"]}
     assert "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE" in gone  # the fork's switch: upstream has no such variable
     assert any(f["rule"] == "K4" for f in plan["blocking"])  # prefix caching + DSpark without a guard
-    assert plan["disk"]["kind"] == "image" and plan["disk"]["image"].startswith("appliance:vllm-0.32.0-")
+    # The candidate's released image, as `appliance images` and compose name it.
+    assert plan["disk"]["kind"] == "image" and plan["disk"]["image"] == image_tag("vllm-0.32.0")
     text = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0")
     assert text.returncode == 2 and "U1 the profile cannot be rendered on the candidate" in text.stdout
     ok = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.32.0", "--with", "cache.prefix_caching=false", "--json")

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from appliance.engine_args import parse_serve_argv
+from appliance.placement import resolve_placement
 from appliance.profile import list_profiles, load_profile
 from appliance.render import Placement, build_plan
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("vllm_engine")  # vLLM's own parser: the en
 
 def rendered(name: str, rank: int = 0, *overrides: str) -> list[str]:
     profile = load_profile(name, cli_overrides=list(overrides)).profile
-    plan = build_plan(profile, Placement(node_rank=rank, master_addr="10.1.0.1"))
+    plan = build_plan(profile, resolve_placement(profile, Placement(node_rank=rank, master_addr="10.1.0.1")))
     return plan.argv
 
 

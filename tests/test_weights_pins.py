@@ -1,5 +1,5 @@
 """W1, W2: every checkpoint is pinned to a hub commit with the pin's source; a profile's override warns naming the
-validated pin; config, render and fetch-model all use the one resolved revision."""
+locked pin; config, render and fetch-model all use the one resolved revision."""
 
 from __future__ import annotations
 

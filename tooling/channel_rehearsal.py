@@ -207,13 +207,15 @@ def channel_profiles(name: str) -> list[str]:
 
 
 def _argvs(name: str) -> dict[str, list[list[str]]]:
+    from appliance.placement import resolve_placement
     from appliance.profile import load_profile
     from appliance.render import Placement, build_plan
 
     out = {}
     for profile_name in channel_profiles(name):
         profile = load_profile(profile_name).profile
-        out[profile_name] = [build_plan(profile, Placement(node_rank=r, master_addr="192.0.2.1")).argv
+        out[profile_name] = [build_plan(profile, resolve_placement(profile, Placement(node_rank=r,
+                                                                                      master_addr="192.0.2.1"))).argv
                              for r in range(profile.hardware.nodes)]
     return out
 

@@ -259,9 +259,9 @@ x-service: &service
 
 x-gpu-service: &gpu-service
   <<: *service
-  # The image is a local tag (docker buildx bake gpu, or docker load): "missing" would make compose ask a
-  # registry for it. A pushed image: `docker pull` it under this tag (or APPLIANCE_GPU_IMAGE) first.
-  pull_policy: never
+  # The released image of the channel (versions.json images.release; `appliance images` lists them), pulled when it
+  # is not here yet: `docker buildx bake gpu-arm64` / `gpu-amd64` builds it under the same name instead.
+  pull_policy: missing
   # NCCL and vLLM's workers share memory across processes.
   ipc: host
   ulimits:

@@ -462,6 +462,7 @@ def parse_profiles() -> dict[str, list[int]]:
     """Inside the rehearsal venv: every profile of the default GPU channel, on every rank, through this vLLM's parser.
     Returns profile -> ranks parsed; raises naming the profile and vLLM's own message."""
     from appliance.engine_args import parse_serve_argv
+    from appliance.placement import resolve_placement
     from appliance.profile import list_profiles, load_profile
     from appliance.render import Placement, build_plan
     from tooling.platform_double import install_sm12x_platform_double
@@ -474,7 +475,8 @@ def parse_profiles() -> dict[str, list[int]]:
         if profile.hardware.target != "gpu" or profile.engine.channel != channel:
             continue  # another channel's profiles are parsed by its own engine (tooling/channel_rehearsal.py)
         for rank in range(profile.hardware.nodes):
-            argv = build_plan(profile, Placement(node_rank=rank, master_addr="10.1.0.1")).argv
+            at = resolve_placement(profile, Placement(node_rank=rank, master_addr="10.1.0.1"))
+            argv = build_plan(profile, at).argv
             try:
                 parsed = parse_serve_argv(argv)
             except ValueError as exc:

@@ -25,7 +25,7 @@ from pathlib import Path
 from appliance import __version__
 from appliance.bundle.manifest import MANIFEST, Checkpoint, Component, Image, Manifest, as_json, hash_all
 from appliance.errors import ApplianceError
-from appliance.lock import channel_lock
+from appliance.lock import ChannelLock, channel_lock
 from appliance.paths import appliance_home, data_root, make_dir, versions_path
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.run.caches import cache_dir, cache_key
@@ -132,7 +132,8 @@ def _image(tag: str, out: Path) -> tuple[Image, str]:
 
 
 def create(loaded: LoadedProfile, out: Path, sources: Sources, *, overrides: list[str], model_dir: Path | None = None,
-           report: Report = print) -> Manifest:
+           report: Report = print, lock: ChannelLock | None = None) -> Manifest:
+    """`lock`: the lock of the profile's channel, where the caller read it (else read here)."""
     profile = loaded.profile
     if out.exists() and any(out.iterdir()):
         raise ApplianceError(f"--out {out} exists and is not empty", field="--out", value=str(out),
@@ -149,7 +150,8 @@ def create(loaded: LoadedProfile, out: Path, sources: Sources, *, overrides: lis
         shutil.rmtree(partial)
     make_dir(partial, "--out")
     try:
-        manifest = _write(loaded, partial, found, revision, sources, overrides, report)
+        lock = lock or channel_lock(profile.engine.channel, profile.hardware.target)
+        manifest = _write(loaded, lock, partial, found, revision, sources, overrides, report)
         if out.exists():
             out.rmdir()
         partial.rename(out)
@@ -164,12 +166,11 @@ def create(loaded: LoadedProfile, out: Path, sources: Sources, *, overrides: lis
     return manifest
 
 
-def _write(loaded: LoadedProfile, out: Path, found: Located, revision: str | None, sources: Sources,
-           overrides: list[str], report: Report) -> Manifest:
+def _write(loaded: LoadedProfile, lock: ChannelLock, out: Path, found: Located, revision: str | None,
+           sources: Sources, overrides: list[str], report: Report) -> Manifest:
     profile = loaded.profile
     target = profile.hardware.target
     # Keyed like the serve's caches (run/launch.py): by the profile's channel, so another channel's edit keeps it.
-    lock = channel_lock(profile.engine.channel, target)
     digest, engine = lock.digest, engine_digest(profile)
     report(f"bundle: checkpoint {found.check.summary()}")
     ckpt, paths, known = _model(found, profile.model.checkpoint, revision, out)

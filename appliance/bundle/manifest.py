@@ -13,12 +13,13 @@ import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance.bounds import CHANNEL_MAX_CHARS, CHANNEL_PATTERN
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.paths import read_capped
 from appliance.safe_write import kind_of
 
@@ -282,5 +283,5 @@ def verify_files(bundle: Path, manifest: Manifest) -> list[Problem]:
     return problems
 
 
-def as_json(manifest: Manifest) -> dict[str, Any]:
+def as_json(manifest: Manifest) -> JsonObject:
     return manifest.model_dump(mode="json", by_alias=True)

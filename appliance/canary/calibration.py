@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.safe_write import write_json
 
 RECEIPT_KEY = "canary_calibration"
@@ -41,7 +42,7 @@ class Calibration(BaseModel):
         max_length=MAX_PROBES)
     """Probe id -> the greedy reply on the known-good serve."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return self.model_dump(by_alias=True)
 
 

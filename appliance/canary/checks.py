@@ -27,12 +27,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from appliance.canary.calibration import Calibration
 from appliance.canary.client import CanaryClient, Completion, Endpoint, Prompt
 from appliance.canary.degeneration import Thresholds, symptoms
 from appliance.canary.golden import Golden
+from appliance.jsonstrict import JsonObject
 from appliance.redact import clip, redact
 
 CALIBRATED = ("known-answers", "golden")
@@ -90,7 +90,7 @@ class RoundResult:
     def signatures(self) -> list[str]:
         return sorted({f.signature for f in self.findings})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"verdict": "healthy" if self.healthy else "corruption", "model": self.model,
                 "findings": [f.to_json() for f in self.findings], "signatures": self.signatures,
                 "checks": self.checks, "skipped": self.skipped, "requests": self.requests,

@@ -7,7 +7,7 @@ saw with what a non-streaming user saw.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import httpx
 
@@ -15,13 +15,36 @@ from appliance.apikey import api_headers
 from appliance.canary.golden import Endpoint
 from appliance.errors import ApplianceError
 from appliance.http_bounded import Reply, ReplyError, event_stream, request
-from appliance.jsonstrict import JsonError, loads
+from appliance.jsonstrict import JsonError, JsonObject, loads
 from appliance.redact import clip
 
 Prompt = str | list[int] | list[dict[str, str]]
 """Text; token ids (completions); or chat messages (chat)."""
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 SEED = 1234
+
+
+class ApiRequest(TypedDict, total=False):
+    """A request body the appliance sends to the serve's OpenAI-compatible API (chat and text completions, responses,
+    vLLM's /tokenize): the fields it sets. What the serve answers is the engine's JSON, read where it is taken."""
+
+    model: Required[str]
+    messages: list[JsonObject]
+    prompt: Prompt
+    input: str
+    max_tokens: int
+    max_output_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    stream: bool
+    stream_options: dict[str, bool]
+    reasoning_effort: str
+    reasoning: dict[str, str]
+    response_format: JsonObject
+    tools: list[JsonObject]
+    tool_choice: str
+    add_special_tokens: bool
 
 
 class Unreachable(Exception):
@@ -38,9 +61,8 @@ class Completion:
 
 
 def greedy_body(model: str, endpoint: Endpoint, prompt: Prompt, max_tokens: int,
-                stream: bool, reasoning_effort: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0, "seed": SEED,
-                            "stream": stream}
+                stream: bool, reasoning_effort: str | None = None) -> ApiRequest:
+    body: ApiRequest = {"model": model, "max_tokens": max_tokens, "temperature": 0, "seed": SEED, "stream": stream}
     if endpoint == "chat":
         body["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
         if reasoning_effort:
@@ -122,7 +144,7 @@ class CanaryClient:
         except ReplyError as exc:
             raise Unreachable(f"{PATHS[endpoint]}: no OpenAI completion: {clip(str(exc), 200)}") from None
 
-    async def _streamed(self, endpoint: Endpoint, body: dict[str, Any]) -> Completion:
+    async def _streamed(self, endpoint: Endpoint, body: ApiRequest) -> Completion:
         parts: list[str] = []
         finish: str | None = None
         tokens: int | None = None

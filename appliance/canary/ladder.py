@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from appliance.errors import ApplianceError
+from appliance.health.canary_state import RungJson
 from appliance.profile.canary import Canary
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class RungPlan:
     sets: list[str]
     """Every override this rung adds to the profile (cumulative)."""
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> RungJson:
         return {"index": self.index, "name": self.name, "set": self.sets}
 
 

@@ -30,7 +30,7 @@ from appliance.canary.ladder import RungPlan, last_index, rung
 from appliance.canary.session import pick_model, plan_for
 from appliance.canary.traffic import QUIET_LOOK_S, Traffic
 from appliance.errors import ApplianceError
-from appliance.health.canary_state import STATE_FILE, CanaryState, read_state, write_state
+from appliance.health.canary_state import STATE_FILE, CanaryState, StepDown, read_state, write_state
 from appliance.health.engine import EngineProbe, EngineSample
 from appliance.profile.canary import Canary
 from appliance.redact import clip, redact
@@ -180,8 +180,8 @@ class Watch:
         index = int(s.rung["index"]) + 1
         while index <= last_index(self.canary):
             plan = rung(self.canary, index)
-            event = {"at_unix": self.clock(), "from": s.rung["name"], "to": plan.name, "set": plan.sets,
-                     "signatures": result.signatures, "evidence": result.findings[0].render()}
+            event: StepDown = {"at_unix": self.clock(), "from": s.rung["name"], "to": plan.name, "set": plan.sets,
+                               "signatures": result.signatures, "evidence": result.findings[0].render()}
             try:
                 effective = self.ladder.validate(plan)
                 event["supervisorctl"] = self.ladder.restart(plan)
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     from appliance.canary.calibration import load_calibration
     from appliance.canary.ladder import restart_with, validate_rung
     from appliance.run.launch import LAUNCH_FILE
-    from appliance.run.launch_profile import serving_profile
+    from appliance.run.launch_profile import read_serve
 
     parser = argparse.ArgumentParser(prog="python -m appliance.canary.watch", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, required=True,
@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} appliance canary: {clip(line, 4000)}", flush=True)
 
     try:
-        loaded, url = serving_profile(launch_path)
+        serve = read_serve(launch_path)
+        loaded, url = serve.loaded, serve.place.engine_url
         canary = loaded.profile.canary
         if canary is None or not canary.enabled:
             log("no enabled canary section in the profile; nothing to do")
@@ -258,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     # Each rung goes on top of the profile the serve runs when it is taken (launch.json as it is then: a promote may
     # have switched the channel since this watch started).
     ladder = Ladder(
-        validate=lambda plan: validate_rung(serving_profile(launch_path)[0], plan),
-        restart=lambda plan: restart_with(plan, base=serving_profile(launch_path)[0], run_dir=args.run_dir,
+        validate=lambda plan: validate_rung(read_serve(launch_path).loaded, plan),
+        restart=lambda plan: restart_with(plan, base=read_serve(launch_path).loaded, run_dir=args.run_dir,
                                           report=log))
     engine = EngineProbe(url, timeout=3.0)
     watch = Watch(canary, url=url, model=loaded.profile.server.served_model_name,

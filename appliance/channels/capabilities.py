@@ -12,6 +12,7 @@ from functools import cache
 from typing import Literal
 
 from appliance.channels.facts import EngineFacts, load_facts
+from appliance.jsonstrict import JsonObject
 from appliance.profile.model import Profile
 
 ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
@@ -87,7 +88,7 @@ CAPABILITY_RULES: dict[str, tuple[str, str]] = {
 verdicts it moves (channels diff, upgrade plan)."""
 
 
-def capability_changes(a: Capabilities, b: Capabilities) -> list[dict[str, object]]:
+def capability_changes(a: Capabilities, b: Capabilities) -> list[JsonObject]:
     """Each capability that differs between two channels' engines: its name, what it is, both values and its rule."""
     ja, jb = a.to_json(), b.to_json()
     return [{"name": k, "from": ja[k], "to": jb[k], "rule": CAPABILITY_RULES[k][0], "what": CAPABILITY_RULES[k][1]}

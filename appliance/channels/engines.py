@@ -10,9 +10,10 @@ The layout is the channel rehearsal's (tooling/channel_rehearsal.py), so pointin
 installs. An engine venv holds the engine only: the appliance (supervisord, the exporter, the canary) runs from its
 own environment and starts the engine's `vllm` by its absolute path.
 
-Obtaining a CPU channel's engine runs scripts/install-engine.sh (versions from versions.json only, a marker makes a
-second run cheap). A GPU channel is obtained as its image (docker buildx bake / docker pull): its CUDA stack is built
-for SM12x, not installed on a host by the appliance.
+Obtaining a CPU channel's engine runs the package's installer (appliance.container.cpu_install, in a process of its
+own: versions from versions.json only, a marker makes a second run cheap), so a wheel installs it as a checkout does.
+A GPU channel is obtained as its image (docker buildx bake / docker pull): its CUDA stack is built for SM12x, not
+installed on a host by the appliance.
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ from pathlib import Path
 
 from appliance.errors import ApplianceError
 from appliance.lock import CHANNEL_ENV, ChannelLock, _public, detect_target, installed_version
-from appliance.paths import appliance_home, data_root
+from appliance.paths import appliance_home, versions_path
 
 ENGINES_ENV = "APPLIANCE_ENGINES"
-INSTALL_SCRIPT = Path("scripts") / "install-engine.sh"
+INSTALLER = "appliance.container.cpu_install"
+"""The engine install's module, run as `python -m` (a layer above this one: run, never imported)."""
+STEP, DONE = "==> ", "done in "
+"""How the installer prints a step's start and end (cpu_install.STEP, DONE): the lines reported as progress."""
 Report = Callable[[str], None]
 
 
@@ -164,19 +168,16 @@ def obtain_engine(ch: ChannelLock, report: Report = print) -> tuple[EngineInstal
     found = find_engine(ch)
     if found is not None:
         return found, 0.0
-    script = data_root() / INSTALL_SCRIPT
     if ch.target != "cpu" or os.environ.get(CHANNEL_ENV):
         raise missing_engine(ch, "a GPU channel (and anything inside an image) is obtained as its image")
-    if not script.is_file():
-        raise missing_engine(ch, f"{script} is not here to install it")
     venv = store_dir(ch) / "venv"
     prune_stale(engines_root(), ch.name, venv.parent)
     venv.parent.mkdir(parents=True, exist_ok=True)
     report(f"installing the engine of channel {ch.name} ({ch.engine.label}) into {venv}")
     began = time.monotonic()
-    env = os.environ | {"APPLIANCE_CHANNEL": ch.name, "APPLIANCE_VENV": str(venv), "APPLIANCE_INSTALL_TOOLS": "0"}
-    env.pop("VIRTUAL_ENV", None)
-    code, tail = _install_with_progress(["bash", str(script)], env, report, began)
+    argv = [sys.executable, "-m", INSTALLER, "--channel", ch.name, "--venv", str(venv),
+            "--versions", str(versions_path())]
+    code, tail = _install_with_progress(argv, dict(os.environ), report, began)
     took = time.monotonic() - began
     if code != 0 or not _venv_holds(venv, ch):
         raise ApplianceError(f"installing the engine of channel {ch.name} failed (exit {code}) after "
@@ -187,8 +188,8 @@ def obtain_engine(ch: ChannelLock, report: Report = print) -> tuple[EngineInstal
 
 def _install_with_progress(argv: list[str], env: Mapping[str, str], report: Report,
                            began: float) -> tuple[int, list[str]]:
-    """Run the install script, reporting each of its steps as it starts and ends (`==> install torch==…`, `done in
-    42s`) with the seconds since the start; pip's own lines are kept back and only the last 12 shown on failure."""
+    """Run the installer, reporting each of its steps as it starts and ends (`==> install torch==…`, `done in 42s`)
+    with the seconds since the start; pip's own lines are kept back and only the last 12 shown on failure."""
     from collections import deque
 
     tail: deque[str] = deque(maxlen=12)
@@ -198,7 +199,7 @@ def _install_with_progress(argv: list[str], env: Mapping[str, str], report: Repo
         for raw in proc.stdout:
             line = raw.rstrip()
             tail.append(line)
-            if line.startswith("==> ") or line.strip().startswith("done in "):
+            if line.startswith(STEP) or line.strip().startswith(DONE):
                 report(f"  [{time.monotonic() - began:5.0f} s] {line.strip()}")
     return proc.returncode, list(tail)
 

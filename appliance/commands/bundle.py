@@ -94,10 +94,10 @@ def run(args: argparse.Namespace) -> int:
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise ApplianceError(f"--wheelhouse {wheelhouse} is not a folder", field="--wheelhouse",
                              value=str(wheelhouse), fix="give the folder of wheels the image was built from")
-    channel = channel_lock(loaded.profile.engine.channel, target).name
-    image = None if args.no_image else (args.image or default_image(channel))
+    lock = channel_lock(loaded.profile.engine.channel, target)
+    image = None if args.no_image else (args.image or default_image(lock.name))
     manifest = create(loaded, args.out, Sources(image=image, wheelhouse=wheelhouse),
-                      overrides=[*settings.overrides(), *args.overrides], model_dir=settings.model_dir)
+                      overrides=[*settings.overrides(), *args.overrides], model_dir=settings.model_dir, lock=lock)
     print(f"bundle {args.out}: {manifest.profile}, {len(manifest.files)} files, {manifest.total_bytes:,} bytes "
           f"({manifest.total_bytes / 1e9:.2f} GB)")
     return 0

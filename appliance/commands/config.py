@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.cliargs import add_profile_args, load_from_args
+from appliance.jsonstrict import JsonObject
 from appliance.redact import SECRET_ENV as SECRETS
 from appliance.redact import redact_tree
 
@@ -36,7 +37,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rung: dict[str, Any] = {}
+    rung: JsonObject = {}
     if args.run_dir:  # the canary's step-down rung, applied last (appliance/canary/ladder.py)
         from appliance.health.canary_state import STATE_FILE, read_state
 
@@ -64,11 +65,13 @@ def run(args: argparse.Namespace) -> int:
     passed = [path for path in rows if _is_passthrough(path) and rows[path]["value"] not in ([], {})]
     for path in passed:  # unmodelled: said as such, with the layer it came from
         rows[path]["origin"] = f"passthrough ({rows[path]['origin']})"
-    if passed:
-        from appliance.rules import REGISTRY, context_for
+    from appliance.rules import context_for, evaluate
+    from appliance.rules.caveats import to_show
 
-        for finding in REGISTRY["X5"](context_for(loaded.profile)):
-            print(finding.render(), file=sys.stderr)
+    # What validate says (X5 on the passthrough among it), on stderr as every command says it; the accepted caveats
+    # are rows below. An invalid profile is still shown: config is where one looks to see why.
+    for finding in to_show(evaluate(context_for(loaded.profile)), loaded.profile)[0]:
+        print(finding.render(), file=sys.stderr)
     secrets = {name: ("set (redacted)" if os.environ.get(name) else "unset") for name in SECRETS}
     from appliance.health.provable import profile_unprovable
     from appliance.health.table import load_table
@@ -93,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def network_rows(loaded: Any) -> dict[str, dict[str, Any]]:
+def network_rows(loaded: Any) -> dict[str, JsonObject]:
     """A multi-node GPU rank's network variables as this host resolves them (APPLIANCE_NODE_RANK, _MASTER_ADDR,
     _FABRIC_IFNAME, _HOST_IP read as `appliance run` reads them, through its resolve_place; K39), each with its
     origin; `unresolved` with the refusal where `appliance run` would refuse. Empty for a single node and the CPU

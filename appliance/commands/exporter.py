@@ -108,17 +108,17 @@ def _by_hand(args: argparse.Namespace, settings: ApplianceSettings) -> tuple[Exp
     from appliance.cliargs import placement_from_args
     from appliance.health.exporter import ExporterConfig
     from appliance.health.peers import parse_peer
-    from appliance.placement import resolve_placement
     from appliance.render.supervisord import ENGINE_LOG
     from appliance.run.exposure import exporter_bind
     from appliance.run.host_side import host_side_for, read_fabric_report
+    from appliance.serve.resolve import placement
 
     loaded = load_from_args(args, settings)
     log = args.log or (settings.log_dir / ENGINE_LOG if settings.log_dir else None)
     if log is None:
         raise ApplianceError("no serve log given", field="--log",
                              fix="pass --log PATH (the engine's stdout/stderr file) or set APPLIANCE_LOG_DIR")
-    place = resolve_placement(loaded.profile, placement_from_args(args, settings))
+    place = placement(loaded.profile, placement_from_args(args, settings))
     peer_urls = dict(parse_peer(p) for p in args.peers)
     if peer_urls and place.role != "head":
         raise ApplianceError(f"--peer is for the head's exporter; this one speaks for a {place.role}", field="--peer",
@@ -137,7 +137,7 @@ def _from_launch(args: argparse.Namespace, settings: ApplianceSettings) -> tuple
     run/launch_profile.py)."""
     from appliance.health.exporter import ExporterConfig
     from appliance.run.host_side import host_side_for
-    from appliance.run.launch_profile import LaunchFollower, loaded_from_launch
+    from appliance.run.launch_profile import LaunchFollower, serve_from_launch
     from appliance.run.launchfile import LaunchFileError, read_launch
 
     flag = {"profile_option": "--profile", "overrides": "--set", "health_port": "--port", "peers": "--peer"}
@@ -152,12 +152,12 @@ def _from_launch(args: argparse.Namespace, settings: ApplianceSettings) -> tuple
     except LaunchFileError as exc:
         raise ApplianceError(str(exc), field="--launch", value=str(args.launch),
                              fix="pass the launch.json `appliance run` wrote into its run folder") from None
-    loaded = loaded_from_launch(launch, args.launch)
-    section = launch.exporter
-    config = ExporterConfig(loaded=loaded, log=section.log, role=section.role, node_rank=launch.node_rank,
+    serve = serve_from_launch(launch, args.launch)
+    loaded, section = serve.loaded, launch.exporter
+    config = ExporterConfig(loaded=loaded, log=section.log, role=section.role, node_rank=serve.place.node_rank,
                             engine_url=None if args.no_engine else section.engine_url, peers=dict(section.peers),
                             host=section.host, port=section.port, canary_state=section.canary_state,
-                            follow=LaunchFollower(args.launch, loaded))
+                            lock=serve.lock, follow=LaunchFollower(args.launch, loaded))
     return _polling(config, args), host_side_for(loaded.profile, settings, args.engine_program, section.fabric)
 
 

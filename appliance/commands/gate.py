@@ -1,5 +1,6 @@
-"""`appliance gate`: run the acceptance checks against a running serve and write a receipt;
-`appliance gate compare A.json B.json`: differences judged by the seed's noise rules."""
+"""`appliance gate [run]`: run the acceptance checks against a running serve and write a receipt; `appliance gate
+compare|paired|serves|battery|report`: judge or draw receipts (compare: differences judged by the seed's noise rules).
+`gate --help` is the group's short help; `gate run --help` lists every flag of a run, per check."""
 
 from __future__ import annotations
 
@@ -37,39 +38,77 @@ def _count(low: int, high: int) -> Callable[[str], int]:
 _positive = _count(1, 10_000)
 
 
+GROUP_HELP = """\
+run the checks against a serve and write a receipt (the default action):
+  appliance gate [run] [--url URL] [--profile P] [--checks C,...] [--out DIR]
+  appliance gate [run] --battery seed [--arm default|v1|noguard]
+  every flag of a run, per check: appliance gate run --help
+judge or draw receipts: the actions below (appliance gate ACTION --help)"""
+
+
+def _run_flags(parser: argparse.ArgumentParser, *, every: bool) -> None:
+    """The flags of a gate run: on `gate run` each with its help, grouped by check (`every`); on `gate` itself too (the
+    bare form runs the gate) but left out of its help, which stays the group's short one."""
+    def shown(text: str) -> str:
+        return text if every else argparse.SUPPRESS
+
+    serve = parser.add_argument_group("the serve") if every else parser
+    serve.add_argument("--url", help=shown("the serve's API server, with or without /v1 (default "
+                                           "http://127.0.0.1:<server.port>)"))
+    serve.add_argument("--exporter", help=shown("the health exporter (default http://127.0.0.1:<server.health_port>); "
+                                                "without a profile given, the gate asks it which one the serve runs"))
+    add_profile_args(serve, positional=False)  # type: ignore[arg-type]
+    if not every:
+        for action in parser._actions:
+            if action.dest in ("profile", "overrides"):
+                action.help = argparse.SUPPRESS
+    serve.add_argument("--checks", help=shown(f"comma-separated, from {','.join(CHECKS)} "
+                                              f"(default {','.join(DEFAULT_CHECKS)})"))
+    serve.add_argument("--out", type=Path, help=shown("receipt folder (default "
+                                                      "$APPLIANCE_HOME/receipts/PROFILE-TIME)"))
+    battery = parser.add_argument_group("an acceptance battery") if every else parser
+    battery.add_argument("--battery", metavar="NAME", help=shown(
+        "run a whole acceptance battery instead of --checks: `seed` is jasl/vllm-ds4-sm120-harness's final acceptance "
+        "(what `validated` means; docs/gate.md)"))
+    battery.add_argument("--arm", default="default", help=shown(
+        "the battery's serve this is: default, v1 (started with engine.runner=v1) or noguard (cache.guard=0); "
+        "`gate battery` judges the arms' receipts together"))
+    battery.add_argument("--bench-reference", type=Path, metavar="RECEIPT",
+                         help=shown("battery C10: the receipt whose pp2048 @ d8192 is the reference (default: the "
+                                    "harness's GB10 figure, 1471.8 t/s; none elsewhere)"))
+    tools = parser.add_argument_group("bench (llama-benchy) and the tokenizer") if every else parser
+    tools.add_argument("--bench-protocol", metavar="NAME", help=shown(
+        "run an anchor's published bench shapes: lil, nepenth or seed (appliance/gate/anchors.yaml), scaled (and said "
+        "so) on the CPU serve; `gate report` draws the rows beside the anchor's figures. Runs the bench check alone "
+        "unless --checks names more"))
+    tools.add_argument("--tokenizer", help=shown("local tokenizer folder for llama-benchy/lm-eval "
+                                                 "(default: the checkpoint on disk)"))
+    tools.add_argument("--bench-corpus", help=shown("llama-benchy text: builtin (offline), default (its own book), "
+                                                    "or a text file"))
+    tools.add_argument("--bench-runs", type=_positive, help=shown("llama-benchy --runs"))
+    recall = parser.add_argument_group("recall") if every else parser
+    recall.add_argument("--recall-concurrency", type=_positive, help=shown("recall requests sent at once"))
+    recall.add_argument("--recall-min", type=_fraction, help=shown("recall pass line, fraction of needles found"))
+    recall.add_argument("--recall-runs", type=_positive, help=shown(
+        "recall runs on this serve (the seed: 3 on each of 4 fresh serves; see `gate serves`)"))
+    gsm8k = parser.add_argument_group("GSM8K (lm-eval)") if every else parser
+    gsm8k.add_argument("--gsm8k-limit", type=_positive, help=shown("lm-eval --limit"))
+    gsm8k.add_argument("--gsm8k-fewshot", type=_count(0, 64), help=shown("lm-eval --num_fewshot (default 8)"))
+    gsm8k.add_argument("--gsm8k-task", help=shown("lm-eval task name (default gsm8k)"))
+    gsm8k.add_argument("--gsm8k-include", help=shown("lm-eval --include_path: folder of task YAMLs (local data sets)"))
+    gsm8k.add_argument("--gsm8k-runs", type=_positive, help=shown("lm-eval runs on this serve (the seed resolved a "
+                                                                  "difference with three runs per cell)"))
+
+
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="the serve's API server, with or without /v1 (default http://127.0.0.1:<server.port>)")
-    parser.add_argument("--exporter", help="the health exporter (default http://127.0.0.1:<server.health_port>); "
-                                           "without a profile given, the gate asks it which one the serve runs")
-    add_profile_args(parser, positional=False)
-    parser.add_argument("--checks", help=f"comma-separated, from {','.join(CHECKS)} "
-                                         f"(default {','.join(DEFAULT_CHECKS)})")
-    parser.add_argument("--battery", metavar="NAME", help="run a whole acceptance battery instead of --checks: `seed` "
-                                                          "is jasl/vllm-ds4-sm120-harness's final acceptance (what "
-                                                          "`validated` means; docs/gate.md)")
-    parser.add_argument("--arm", default="default", help="the battery's serve this is: default, v1 (started with "
-                                                         "engine.runner=v1) or noguard (cache.guard=0); "
-                                                         "`gate battery` judges the arms' receipts together")
-    parser.add_argument("--bench-reference", type=Path, metavar="RECEIPT",
-                        help="battery C10: the receipt whose pp2048 @ d8192 is the reference (default: the harness's "
-                             "GB10 figure, 1471.8 t/s; none elsewhere)")
-    parser.add_argument("--out", type=Path, help="receipt folder (default $APPLIANCE_HOME/receipts/PROFILE-TIME)")
-    parser.add_argument("--tokenizer", help="local tokenizer folder for llama-benchy/lm-eval "
-                                            "(default: the checkpoint on disk)")
-    parser.add_argument("--bench-corpus", help="llama-benchy text: builtin (offline), default (its own book), "
-                                               "or a text file")
-    parser.add_argument("--bench-runs", type=_positive, help="llama-benchy --runs")
-    parser.add_argument("--recall-concurrency", type=_positive, help="recall requests sent at once")
-    parser.add_argument("--recall-min", type=_fraction, help="recall pass line, fraction of needles found")
-    parser.add_argument("--recall-runs", type=_positive, help="recall runs on this serve (the seed: 3 on each of "
-                                                              "4 fresh serves; see `gate serves`)")
-    parser.add_argument("--gsm8k-limit", type=_positive, help="lm-eval --limit")
-    parser.add_argument("--gsm8k-fewshot", type=_count(0, 64), help="lm-eval --num_fewshot (default 8)")
-    parser.add_argument("--gsm8k-task", help="lm-eval task name (default gsm8k)")
-    parser.add_argument("--gsm8k-include", help="lm-eval --include_path: folder of task YAMLs (local data sets)")
-    parser.add_argument("--gsm8k-runs", type=_positive, help="lm-eval runs on this serve (the seed resolved a "
-                                                             "difference with three runs per cell)")
-    sub = parser.add_subparsers(dest="gate_action", metavar="[compare|paired|serves|battery|report]")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = GROUP_HELP
+    _run_flags(parser, every=False)
+    sub = parser.add_subparsers(dest="gate_action", metavar="[run|compare|paired|serves|battery|report]")
+    run_ = sub.add_parser("run", help="run the checks against a serve and write a receipt (also: plain `gate`)")
+    _run_flags(run_, every=True)
+    for action in run_._actions:  # a flag not given after `run` leaves what was given before it, or gate's default
+        action.default = argparse.SUPPRESS
     cmp = sub.add_parser("compare", help="compare two receipts (exit 1 on a regression)")
     cmp.add_argument("a", type=Path, help="the reference receipt.json")
     cmp.add_argument("b", type=Path, help="the receipt.json to judge")
@@ -89,9 +128,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     bat = sub.add_parser("battery", help="judge a battery over its arms' receipts (exit 0 accepted, 1 not)")
     bat.add_argument("receipts", type=Path, nargs="+", help="the receipt of each arm (default, v1, noguard)")
     bat.add_argument("--json", action="store_true", help="machine-readable verdict")
-    rep = sub.add_parser("report", help="draw receipts as one self-contained HTML page (plots, bands, verdicts)")
+    rep = sub.add_parser("report", help="draw receipts as one self-contained HTML page (plots, bands, verdicts), and "
+                                        "bench-protocol rows beside the anchors' published figures")
     rep.add_argument("receipts", type=Path, nargs="+", help="receipt.json files: builds, channels or fresh serves")
-    rep.add_argument("--html", type=Path, required=True, metavar="FILE", help="the page to write")
+    rep.add_argument("--html", type=Path, metavar="FILE", help="the page to write (without it: the anchor rows as "
+                                                             "text, or --json)")
+    rep.add_argument("--json", action="store_true", help="the anchor rows (gate --bench-protocol receipts) as JSON")
     rep.add_argument("--title", default="Gate receipts", help="the page's title")
 
 
@@ -159,22 +201,35 @@ def _report(args: argparse.Namespace) -> int:
 
     from appliance.bounds import check_text
     from appliance.errors import ApplianceError
+    from appliance.gate.receipt import load
     from appliance.paths import write_text_atomic
-    from appliance.report.from_receipts import views
+    from appliance.report import anchor_rows
+    from appliance.report.from_receipts import labels, views
     from appliance.report.page import render
 
     check_text("--title", args.title)
-    target: Path = args.html
-    if target.is_dir() or not target.parent.is_dir():
+    target: Path | None = args.html
+    if target is not None and (target.is_dir() or not target.parent.is_dir()):
         raise ApplianceError(f"--html {target}: {'a folder' if target.is_dir() else 'its folder does not exist'}",
                              field="--html", value=str(target), fix="name a file in an existing folder")
-    page = render(views(args.receipts), args.title, f"drawn {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
-    try:
-        write_text_atomic(target, page)
-    except OSError as exc:
-        raise ApplianceError(f"cannot write {target}: {exc.strerror}", field="--html", value=str(target),
-                             fix="name a file you can write") from None
-    print(f"{target}: {len(args.receipts)} receipt(s)")
+    receipts = [load(p) for p in args.receipts]
+    names = labels(args.receipts, receipts)
+    anchored = anchor_rows.compare(list(zip(names, receipts, strict=True)))
+    if target is not None:
+        page = render(views(args.receipts, receipts), args.title, f"drawn {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+                      anchor_rows.html(anchored))
+        try:
+            write_text_atomic(target, page)
+        except OSError as exc:
+            raise ApplianceError(f"cannot write {target}: {exc.strerror}", field="--html", value=str(target),
+                                 fix="name a file you can write") from None
+    if args.json:
+        print(json.dumps(anchor_rows.to_json(anchored), indent=2))
+    elif target is not None:
+        print(f"{target}: {len(args.receipts)} receipt(s)"
+              + (f", {sum(len(v.rows) for v in anchored)} anchor row(s)" if anchored else ""))
+    else:
+        print(anchor_rows.text(anchored), end="")
     return 0
 
 
@@ -193,7 +248,7 @@ def _check_flags(args: argparse.Namespace) -> None:
     if args.url:  # an OpenAI client's base URL (…/v1) is taken as the serve's
         args.url = api_base_url(args.url)
     for flag in ("checks", "tokenizer", "bench_corpus", "gsm8k_task", "gsm8k_include", "out", "battery", "arm",
-                 "bench_reference"):
+                 "bench_reference", "bench_protocol"):
         if getattr(args, flag) is not None:
             check_text(f"--{flag.replace('_', '-')}", str(getattr(args, flag)))
 
@@ -222,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
     request = GateRequest(url=args.url, exporter=args.exporter, profile=args.profile or settings.profile,
                           overrides=args.overrides, env_overrides=settings.overrides(), checks=args.checks,
                           out=args.out, tokenizer=args.tokenizer, model_dir=settings.model_dir, tune=tune,
-                          battery=args.battery, arm=args.arm, bench_reference=args.bench_reference)
+                          battery=args.battery, arm=args.arm, bench_reference=args.bench_reference,
+                          bench_protocol=args.bench_protocol)
     progress = Progress()
     ctx, selected, receipt = prepare(request, progress)
     progress.note(f"{ctx.profile.name} at {ctx.url} ({receipt.size} sizing): {', '.join(selected)}; "

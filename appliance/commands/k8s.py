@@ -10,7 +10,8 @@ from appliance.cliargs import add_k8s_options, add_profile_args, k8s_manifests, 
 
 def register(parser: argparse.ArgumentParser) -> None:
     add_profile_args(parser)
-    parser.add_argument("--image", help="container image (default appliance:TARGET-LOCK12, as the image build tags it)")
+    parser.add_argument("--image", help="container image (default: the profile channel's image in the lock, as "
+                                          "`appliance images` lists it)")
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="a JSON List instead of YAML documents (the spelling every command takes)")
     parser.add_argument("--format", choices=["yaml", "json"],

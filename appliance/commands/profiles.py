@@ -130,9 +130,8 @@ def _show(name: str) -> int:
     import shlex
     import sys
 
-    from appliance.placement import Placement
     from appliance.profile import load_profile
-    from appliance.render import build_plan
+    from appliance.render.plan import build_plan, rank_placements
     from appliance.rules import context_for, evaluate
     from appliance.rules.caveats import accepted
 
@@ -156,7 +155,7 @@ def _show(name: str) -> int:
         print(f"  {'accepted' if why else f.severity:<11} {f.rule} {f.path}: {f.message.split(': ')[0]}")
         if why:
             print(f"  {'':<11} accepted because {why}")
-    plan = build_plan(p, Placement(node_rank=0, master_addr=HEAD_PLACEHOLDER) if p.hardware.nodes > 1 else None)
+    plan = build_plan(p, rank_placements(p, HEAD_PLACEHOLDER if p.hardware.nodes > 1 else None)[0])
     from appliance.redact import redact
     from appliance.render.passthrough import masked_argv
     from appliance.render.shell_text import command_text

@@ -30,9 +30,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from appliance.render import ServePlan, build_plan
+    from appliance.render import ServePlan
     from appliance.rules import context_for, evaluate, has_errors
     from appliance.rules.caveats import to_show
+    from appliance.serve.resolve import resolve
 
     loaded = load_from_args(args)
     findings = evaluate(context_for(loaded.profile))
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from appliance.multinode.netident import check_rendered
 
     given = placement_from_args(args)
-    plan = build_plan(loaded.profile, given)  # resolved against the profile there
+    plan = resolve(loaded, given).plan
     warning = check_rendered(loaded.profile, given, plan.role)  # K39: never a rank whose Gloo would bind loopback
     if warning:
         print(warning, file=sys.stderr)

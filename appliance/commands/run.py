@@ -1,9 +1,9 @@
 """`appliance run`: the container entrypoint (also usable natively).
 
-Parses, then delegates to appliance.run.launch: the run folder -> (a worker with distributed.sync_model: the
-head's snapshot) -> check the profile -> this node's placement ->
-doctor (exit 1 on a failed check) -> resolve the launch (plan, peers, fabric, env) -> write launch.json +
-supervisord.conf -> exec supervisord -n.
+Parses, then delegates to appliance.run.launch: this node's placement -> (a worker with distributed.sync_model:
+the head's snapshot) -> check the profile -> the resolved serve (appliance/serve/) -> doctor (exit 1 on a failed
+check) -> resolve the launch (programs, peers, fabric, env) -> write launch.json + supervisord.conf -> exec
+supervisord -n.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         preflight_host,
         resolve_launch,
         resolve_place,
+        resolve_serve,
         run_files,
         sync_from_head,
         write_launch,
@@ -47,14 +48,15 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings()
     tether_to(settings.tether_pid)  # first: a starter killed from here on takes this serve with it
     loaded = load_from_args(args, settings)
-    given = placement_from_args(args, settings)
-    sync_from_head(loaded, given, settings, _stderr)  # distributed.sync_model: a worker's copy comes from the head
-    model_dir = check_profile(loaded, given, _stderr)
     from appliance.multinode.netident import Tables
 
-    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs))
+    tables = Tables(procfs=settings.procfs, sysfs=settings.sysfs)
+    place = resolve_place(loaded, placement_from_args(args, settings), tables=tables)
+    sync_from_head(loaded, place, settings, _stderr)  # distributed.sync_model: a worker's copy comes from the head
+    serve = resolve_serve(loaded, place, check_profile(loaded, place, _stderr))
+    place = serve.place
     if not args.skip_doctor:
-        failed = preflight_host(loaded.profile, place, settings, print)
+        failed = preflight_host(serve, settings, print)
         if failed:
             _stderr(f"appliance run: preflight failed ({len(failed)} check(s)); nothing started")
             return 1
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     # Before the rendezvous: a bad run folder must not keep the other nodes waiting.
     files = run_files(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir
                       else "APPLIANCE_HOME")
-    launch = resolve_launch(loaded, place, settings, files, home, measure_fabric=not args.dry_run)
+    launch = resolve_launch(serve, settings, files, home, measure_fabric=not args.dry_run)
     conf = write_launch(launch)
     from appliance.run.exposure import exposure_warnings
 

@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from appliance.bounds import check_host, check_port
     from appliance.errors import ApplianceError
     from appliance.paths import appliance_home
-    from appliance.placement import resolve_placement
     from appliance.rules import context_for, require_valid
+    from appliance.serve.resolve import placement
     from appliance.settings import load_settings
     from appliance.weights.pins import revision_for
     from appliance.weights.rsync import MODULE_HUB, SECRET_ENV
@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     revision = revision_for(checkpoint, profile.model.revision)
     assert revision is not None  # W2 above
     given = placement_from_args(args, settings)  # APPLIANCE_MASTER_PORT / APPLIANCE_HOST_IP: the one rule
-    port = check_port("--port", args.port) if args.port is not None else resolve_placement(
-        profile, given).model_sync_port
+    port = check_port("--port", args.port) if args.port is not None else placement(profile, given).model_sync_port
     secret = os.environ.get(SECRET_ENV) or None
     if args.bwlimit is not None and args.bwlimit <= 0:
         raise ApplianceError(f"--bwlimit={args.bwlimit}: not a positive KiB/s", field="--bwlimit",

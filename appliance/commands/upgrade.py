@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.cliargs import add_k8s_options, add_profile_args, profile_name_from_args
+
+if TYPE_CHECKING:
+    from appliance.upgrade.history import RecordJson
 
 
 def _common(p: argparse.ArgumentParser, *, to: bool = True, run_dir: bool = True) -> None:
@@ -222,7 +225,7 @@ def _promote(args: argparse.Namespace, action: str) -> int:
     return 0 if record["outcome"] in good else 1
 
 
-def _media(args: argparse.Namespace, req: Any, action: str) -> dict[str, Any]:
+def _media(args: argparse.Namespace, req: Any, action: str) -> RecordJson:
     from appliance.cliargs import k8s_options
     from appliance.errors import ApplianceError
     from appliance.upgrade import promote_media as pm

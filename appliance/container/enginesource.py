@@ -258,7 +258,7 @@ def fetch(url: str, dest: Path, *, repo: str, branch: str, ref: str, pin: str, p
         why = "it is ambiguous there" if "ambiguous" in complaint else "it is not in its history"
         raise SourceError(
             f"{repo}: the pinned commit {pin} (the channel's engine.commit in versions.json) cannot be found: {why}. "
-            f"Tried: {'; '.join(tried)}. Fix: pin the full 40-hex SHA of the validated commit in versions.json "
+            f"Tried: {'; '.join(tried)}. Fix: pin the full 40-hex SHA of the locked commit in versions.json "
             f"(the build fetches it by id), or move the lock to a commit of that branch and re-validate (K16)")
     on_branch = _git(dest, "merge-base", "--is-ancestor", commit, remote_branch, check=False).returncode == 0
     _git(dest, "checkout", "--quiet", "--detach", commit)

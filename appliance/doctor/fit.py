@@ -128,17 +128,41 @@ def recommend(fits: list[Fit], profiles: dict[str, Profile]) -> Fit | None:
     return min(usable, key=key)
 
 
-def host_report(as_json: bool, host: Host | None = None) -> int:
-    """`profiles --host`: this host's facts, every shipped profile's verdict here, and one recommended."""
+@dataclass(frozen=True)
+class HostFits:
+    """This host, every shipped profile's verdict on it, and the one recommended (None: none fits)."""
+
+    host: Host
+    fits: list[Fit]
+    best: Fit | None
+
+    def said(self) -> str:
+        """The recommendation in one line."""
+        best, fits = self.best, self.fits
+        if best is None:
+            return "recommended: none of the shipped profiles fits this host"
+        if not best.gpu and any(f.gpu for f in fits) and self.host.gpus.gpus:
+            return (f"recommended: {best.profile} (no GPU profile fits these GPUs: the appliance serves DeepSeek-V4 on "
+                    f"SM12x only; {best.profile} is the CPU demo)")
+        return f"recommended: {best.profile} ({best.verdict}; provenance {best.status})"
+
+
+def judge_host(host: Host | None = None) -> HostFits:
+    """Every shipped profile judged on this host (read from the settings' procfs when not given)."""
     from appliance.profile import list_profiles, load_profile
     from appliance.settings import load_settings
 
     if host is None:
-        settings = load_settings()
-        host = read_host(settings.procfs)
+        host = read_host(load_settings().procfs)
     profiles = {name: load_profile(name).profile for name in list_profiles()}
     fits = [fit(p, host) for p in profiles.values()]
-    best = recommend(fits, profiles)
+    return HostFits(host, fits, recommend(fits, profiles))
+
+
+def host_report(as_json: bool, host: Host | None = None) -> int:
+    """`profiles --host`: this host's facts, every shipped profile's verdict here, and one recommended."""
+    judged = judge_host(host)
+    host, fits, best = judged.host, judged.fits, judged.best
     if as_json:
         print(json.dumps({"host": host.describe(), "profiles": [f.as_dict() for f in fits],
                           "recommended": best.profile if best else None}, indent=2, ensure_ascii=False))
@@ -151,12 +175,5 @@ def host_report(as_json: bool, host: Host | None = None) -> int:
                  [[f.profile, f"refused ({f.rule})" if f.verdict == "refused" else f.verdict, f.reason]
                   for f in fits]))
     print()
-    if best is None:
-        said = "recommended: none of the shipped profiles fits this host"
-    elif not best.gpu and any(f.gpu for f in fits) and host.gpus.gpus:
-        said = (f"recommended: {best.profile} (no GPU profile fits these GPUs: the appliance serves DeepSeek-V4 on "
-                f"SM12x only; {best.profile} is the CPU demo)")
-    else:
-        said = f"recommended: {best.profile} ({best.verdict}; provenance {best.status})"
-    print(line(said))
+    print(line(judged.said()))
     return 0

@@ -131,12 +131,13 @@ def check_memory(profile: Profile, target: GpuFacts, available: float | None,
     return out
 
 
-def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_busy: bool | None) -> list[Check]:
+def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_busy: bool | None,
+                       api_port: int | None = None) -> list[Check]:
     """`port_busy` None: this rank serves no API (a headless worker), so the port is not its to check."""
     out = []
     if port_busy:
-        out.append(Check("engine.port", "fail", f"port {api_port_of(profile)} is already in use; stop what holds "
-                         f"it or set server.port", PORT_FREE))
+        out.append(Check("engine.port", "fail", f"port {api_port or api_port_of(profile)} is already in use; stop "
+                         f"what holds it or set server.port", PORT_FREE))
     if engines:
         pid, cmd = engines[0]
         # On a GPU a second engine holds the memory this one needs; on the CPU target it only costs speed.
@@ -212,9 +213,11 @@ def kernel_release(procfs: Path) -> tuple[str | None, str | None]:
     return read("sys/kernel/osrelease"), read("cmdline")
 
 
-def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> list[Check]:
-    """The installed stack against the profile's channel; in an image (APPLIANCE_CHANNEL set) that image's channel
-    must be the profile's: another channel's engine would serve a profile its rules were not judged for."""
+def check_versions(profile: Profile, env: Mapping[str, str] | None = None, *,
+                   lock: ChannelLock | None = None) -> list[Check]:
+    """The installed stack against the profile's channel (`lock`: its lock, where the caller resolved it); in an
+    image (APPLIANCE_CHANNEL set) that image's channel must be the profile's: another channel's engine would serve a
+    profile its rules were not judged for."""
     from appliance.lock import (
         CHANNEL_ENV,
         ENGINE_RECORD,
@@ -228,7 +231,7 @@ def check_versions(profile: Profile, env: Mapping[str, str] | None = None) -> li
     )
 
     env = os.environ if env is None else env
-    ch = channel_lock(profile.engine.channel, profile.hardware.target)
+    ch = lock or channel_lock(profile.engine.channel, profile.hardware.target)
     image = env.get(CHANNEL_ENV)
     if image and image != ch.name:
         return [Check("versions", "fail", f"this image is channel {image} but profile {profile.name} runs channel "
@@ -294,10 +297,11 @@ def check_provable(found: Sequence[Any]) -> list[Check]:
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
-               kmsg: Path | None = None) -> list[Check]:
-    """`procfs`/`kmsg`: APPLIANCE_PROCFS / APPLIANCE_KMSG (settings); defaults /proc and this boot's kernel log."""
+               kmsg: Path | None = None, api_port: int | None = None, lock: ChannelLock | None = None) -> list[Check]:
+    """`procfs`/`kmsg`: APPLIANCE_PROCFS / APPLIANCE_KMSG (settings); defaults /proc and this boot's kernel log.
+    `api_port`, `lock`: the resolved serve's (`appliance run`), else the profile's."""
     target = load_catalogue().gpus[profile.hardware.gpu]
-    port_busy = None if role == "worker" else port_in_use(api_port_of(profile))
+    port_busy = None if role == "worker" else port_in_use(api_port or api_port_of(profile))
     procfs = procfs or Path("/proc")
     kernel_log = kernel_log_this_boot(kmsg)[0] if target.arch != "cpu" else None
     device_free = None if target.arch == "cpu" or target.unified_memory else nvml_free_gib()
@@ -305,8 +309,8 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
         *check_gpu(profile, target, probe_gpus()),
         *check_memory(profile, target, mem_available_gib(procfs), kernel_log,
                       source=f"MemAvailable in {procfs}/meminfo", device_free=device_free),
-        *check_stale_engine(profile, running_engines(), port_busy),
+        *check_stale_engine(profile, running_engines(), port_busy, api_port),
         *check_memlock(profile, target, memlock_limit()),
         *check_kernel(profile, target, *kernel_release(procfs)),
-        *check_versions(profile),
+        *check_versions(profile, lock=lock),
     ]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.mannwhitney import MAX_EXACT_SPLITS, mann_whitney
 from appliance.gate.receipt_model import Receipt
 from appliance.gate.serves import ServesJudgement, judge_receipts
+from appliance.jsonstrict import JsonObject
 
 ALPHA = 0.05
 
@@ -35,7 +35,7 @@ class ArmsJudgement:
     b: ServesJudgement
     """The candidate arm, judged on its own."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"verdict": self.verdict, "reason": self.reason, "u": self.u, "p": self.p,
                 "min_attainable_p": self.min_attainable_p, "alpha": self.alpha, "mean_a": self.mean_a,
                 "mean_b": self.mean_b, "a": self.a.to_json(), "b": self.b.to_json()}

@@ -21,16 +21,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from appliance.gate import engine_steps
+from appliance.gate.benchy_rows import row_name
 from appliance.gate.context import GateContext
 from appliance.gate.corpus import filler
 from appliance.gate.receipt_model import BenchRow
 from appliance.gate.result import CheckInterrupted, CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import BenchParams
 from appliance.gate.tools import install_hint
+from appliance.jsonstrict import JsonObject
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing, write_file
 
@@ -77,6 +80,12 @@ def argv(exe: str, ctx: GateContext, p: BenchParams, result_file: Path, book_url
         out += ["--book-url", book_url]
     if p.skip_coherence:
         out.append("--skip-coherence")
+    if p.no_cache:
+        out.append("--no-cache")
+    if p.exact_tg:
+        out.append("--exact-tg")
+    for entry in p.extra_body:
+        out += ["--extra-body", entry]
     return [*out, "--format", "json", "--save-result", str(result_file)]
 
 
@@ -85,30 +94,30 @@ def _metric(run: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and isinstance(value.get("mean"), int | float) else None
 
 
-def _row(test: str, kind: str, run: dict[str, Any], speed: str, **extra: Any) -> dict[str, Any]:
+def _row(test: str, kind: str, run: dict[str, Any], speed: str, **extra: Any) -> JsonObject:
     m = _metric(run, speed)
-    row: dict[str, Any] = {"test": test, "kind": kind, "depth": run.get("context_size", 0),
-                           "concurrency": run.get("concurrency", 1),
-                           "t_s": round(m["mean"], 2) if m else None, "t_s_std": round(m["std"], 2) if m else None,
-                           "values": [round(v, 2) for v in m["values"]] if m else []}
+    row: JsonObject = {"test": test, "kind": kind, "depth": run.get("context_size", 0),
+                       "concurrency": run.get("concurrency", 1),
+                       "t_s": round(m["mean"], 2) if m else None, "t_s_std": round(m["std"], 2) if m else None,
+                       "values": [round(v, 2) for v in m["values"]] if m else []}
     for name, key in extra.items():
         metric = _metric(run, key)
         row[name] = round(metric["mean"], 2) if metric else None
     return row
 
 
-def parse_results(data: dict[str, Any]) -> list[dict[str, Any]]:
+def parse_results(data: dict[str, Any]) -> list[JsonObject]:
     """Rows named as llama-benchy names them (`pp2048 @ d8192`, `ctx_tg @ d8192`, `tg128`) from its JSON."""
     rows = []
     multi = int(data.get("max_concurrency") or 1) > 1
-    for run in data.get("benchmarks") or []:
-        depth = run.get("context_size", 0)
-        c = f" (c{run.get('concurrency', 1)})" if multi else ""
-        d = f" @ d{depth}" if depth else ""
-        if run.get("is_context_prefill_phase"):
-            names = (f"ctx_pp @ d{depth}{c}", "ctx_pp"), (f"ctx_tg @ d{depth}{c}", "ctx_tg")
-        else:
-            names = (f"pp{run.get('prompt_size')}{d}{c}", "pp"), (f"tg{run.get('response_size')}{d}{c}", "tg")
+    runs = data.get("benchmarks") or []
+    several = len({r.get("prompt_size") for r in runs if not r.get("is_context_prefill_phase")}) > 1
+    for run in runs:
+        depth, c = run.get("context_size", 0), run.get("concurrency", 1)
+        kinds = ("ctx_pp", "ctx_tg") if run.get("is_context_prefill_phase") else ("pp", "tg")
+        prompt = run.get("prompt_size") if several else None
+        names = ((row_name(kinds[0], run.get("prompt_size"), depth, c, multi), kinds[0]),
+                 (row_name(kinds[1], run.get("response_size"), depth, c, multi, prompt), kinds[1]))
         (pp_name, pp_kind), (tg_name, tg_kind) = names
         if _metric(run, "pp_throughput"):
             rows.append(_row(pp_name, pp_kind, run, "pp_throughput", ttfr_ms="ttfr", est_ppt_ms="est_ppt",
@@ -152,7 +161,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def corpus(p: BenchParams) -> Iterator[tuple[str | None, dict[str, str], dict[str, Any]]]:
+def corpus(p: BenchParams) -> Iterator[tuple[str | None, dict[str, str], JsonObject]]:
     """(book URL or None for llama-benchy's own, env overrides, provenance of the corpus)."""
     if p.corpus == "default":
         yield None, {}, {"corpus": "llama-benchy default book"}
@@ -191,8 +200,15 @@ def _classify(rc: int, tail: list[str]) -> tuple[GateStatus, str]:
     return "error", f"llama-benchy exited {rc}: {last.strip()[:200]}"
 
 
-def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], rows: list[dict[str, Any]],
-            about: dict[str, Any], raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
+def failure(done: Invocation) -> tuple[GateStatus, str] | None:
+    """Why a llama-benchy run measured nothing it can stand behind, or None when it exited 0 with rows."""
+    if done.rc == 0 and done.rows:
+        return None
+    return _classify(done.rc, done.tail) if done.rc != 0 else ("error", "llama-benchy produced no rows")
+
+
+def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], rows: list[JsonObject],
+            about: JsonObject, raw: dict[str, Any] | None, started: str, began: float) -> CheckResult:
     return CheckResult("bench", status, summary, started_at=started, seconds=time.monotonic() - began,
                        params={"pp": list(p.pp), "tg": list(p.tg), "depth": list(p.depth), "runs": p.runs,
                                "concurrency": list(p.concurrency), "prefix_caching": p.prefix_caching,
@@ -203,12 +219,37 @@ def _result(status: GateStatus, summary: str, p: BenchParams, cmd: list[str], ro
                                 "latency_ms": (raw or {}).get("latency_ms")})
 
 
-def _summary(rows: list[dict[str, Any]]) -> str:
+def _summary(rows: list[JsonObject]) -> str:
     def first(kind: str) -> str:
         r = next((r for r in rows if r["kind"] == kind and r["t_s"] is not None), None)
         return f"{r['test']} {r['t_s']:.1f} t/s" if r else ""
 
     return ", ".join(x for x in (first("pp"), first("tg"), first("ctx_pp")) if x) + f" ({len(rows)} rows)"
+
+
+@dataclass
+class Invocation:
+    """One llama-benchy run: its argv, exit, last lines, whether Ctrl-C ended it, its JSON and the rows parsed."""
+    cmd: list[str]
+    rc: int
+    tail: list[str]
+    interrupted: bool
+    raw: Any
+    rows: list[JsonObject]
+    about: JsonObject
+
+
+def invoke(ctx: GateContext, p: BenchParams, exe: str, stem: str = "llama-benchy") -> Invocation:
+    """Run llama-benchy once with `p`, its JSON and log as STEM.json / STEM.log in the receipt folder."""
+    result_file = ctx.out_dir / f"{stem}.json"
+    result_file.unlink(missing_ok=True)
+    log = ctx.out_dir / f"{stem}.log"
+    with corpus(p) as (url, env_extra, about):
+        cmd = argv(exe, ctx, p, result_file, url)
+        env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
+        rc, tail, interrupted = _drive(launch(cmd), env, log, ctx, p.timeout_s)
+    raw = _tool_json(result_file)
+    return Invocation(cmd, rc, tail, interrupted, raw, parse_results(raw) if raw else [], about)
 
 
 def run(ctx: GateContext) -> CheckResult:
@@ -218,19 +259,12 @@ def run(ctx: GateContext) -> CheckResult:
     if exe is None:
         return _result("unavailable", f"llama-benchy is not installed here ({install_hint('llama-benchy')})", p,
                        [], [], {}, None, started, began)
-    result_file = ctx.out_dir / "llama-benchy.json"
-    result_file.unlink(missing_ok=True)
-    log = ctx.out_dir / "llama-benchy.log"
     before = engine_steps.scrape(ctx.url)
-    with corpus(p) as (url, env_extra, about):
-        cmd = argv(exe, ctx, p, result_file, url)
-        env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
-        rc, tail, interrupted = _drive(launch(cmd), env, log, ctx, p.timeout_s)
+    done = invoke(ctx, p, exe)
+    cmd, rc, tail, interrupted, raw = done.cmd, done.rc, done.tail, done.interrupted, done.raw
     spec = engine_steps.acceptance(before, engine_steps.scrape(ctx.url))
-    about = {**about, "spec_decode": spec}
-    raw = _tool_json(result_file)
-    rows = parse_results(raw) if raw else []
-    rows = engine_steps.with_verify_steps(rows, spec["mean_acceptance_length"] if spec else None)
+    about = {**done.about, "spec_decode": spec}
+    rows = engine_steps.with_verify_steps(done.rows, spec["mean_acceptance_length"] if spec else None)
     if interrupted:
         raise CheckInterrupted(_result("interrupted", f"interrupted; {len(rows)} row(s) measured before Ctrl-C",
                                        p, cmd, rows, about, raw, started, began))

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from appliance.apikey import api_headers
+from appliance.canary.client import ApiRequest
 from appliance.http_bounded import ReplyError, get, request
 from appliance.redact import clip
 
@@ -54,8 +55,8 @@ class ServeClient:
     async def __aexit__(self, *exc: object) -> None:
         await self._client.aclose()
 
-    async def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Reply:
-        kwargs: dict[str, Any] = {"json": body}
+    async def post(self, path: str, body: ApiRequest, timeout: float | None = None) -> Reply:
+        kwargs: dict[str, ApiRequest | float] = {"json": body}
         if timeout is not None:
             kwargs["timeout"] = timeout
         try:

@@ -32,6 +32,7 @@ from appliance.gate.receipt_model import (
     Receipt,
     StructuredCheck,
 )
+from appliance.jsonstrict import JsonObject
 from appliance.redact import clip
 
 TG_NOISE = 0.15
@@ -45,7 +46,8 @@ SPREAD_FACTOR = 5.0
 BLOCKS = 10
 PAIRED = (f"unresolved: run blocked, paired runs — {BLOCKS} blocks, both builds inside each block on the same "
           f"machines, order alternated — then an exact sign-flip permutation test on the per-block differences, "
-          f"Holm-corrected across the cells compared (the seed's design: appliance gate paired A1:B1 A2:B2 ...)")
+          f"Holm-corrected across the cells compared (the seed's design, the order alternated here: appliance gate "
+          "paired A1:B1 A2:B2 ...)")
 
 Verdict = Literal["regression", "improvement", "noise", "unresolved", "inconclusive", "same", "changed",
                   "not comparable"]
@@ -71,7 +73,7 @@ class ReceiptComparison:
     def regressions(self) -> list[ReceiptDelta]:
         return [f for f in self.findings if f.verdict == "regression"]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"regression": bool(self.regressions), "warnings": self.warnings,
                 "findings": [asdict(f) for f in self.findings]}
 
@@ -100,8 +102,9 @@ def bench_finding(test: str, kind: str, a: float, b: float, values_a: Sequence[f
         return ReceiptDelta("bench", test, a, b, "unresolved",
                        f"a receipt carries no repeated-run spread for this row (runs < 2); {PAIRED}", _pct(a, b))
     tol = max(band, SPREAD_FACTOR * max(spreads))
-    why = (f"the ~{band * 100:.0f} % seed band on {'tg' if band == TG_NOISE else 'prefill'}"
-           if tol == band else f"{SPREAD_FACTOR:.0f} x this machine's run spread ({max(spreads) * 100:.1f} %)")
+    on = "tg" if band == TG_NOISE else "ctx_pp" if kind == "ctx_pp" else "ctx_pp, applied here to pp"
+    why = (f"the ~{band * 100:.0f} % seed band on {on}" if tol == band
+           else f"{SPREAD_FACTOR:.0f} x this machine's run spread ({max(spreads) * 100:.1f} %)")
     if abs(rel) < tol:
         return ReceiptDelta("bench", test, a, b, "unresolved", f"within ±{tol * 100:.1f} % ({why}); {PAIRED}",
                             _pct(a, b))
@@ -244,10 +247,11 @@ def _metric_findings(ca: Check, cb: Check) -> list[ReceiptDelta]:
 
 
 def gsm8k_finding(ma: Gsm8kMetrics, mb: Gsm8kMetrics) -> ReceiptDelta:
-    """Strict-match accuracy judged as the seed judged it: a difference within the ~1.1 pp single-run spread is
-    noise; with three runs per receipt, runs that interleave are noise and only separated runs are a difference;
-    with single runs beyond the spread, two standard errors decide where both receipts carry one, and a missing
-    stderr is unknown (never 0), so the difference is unresolved until three runs per cell are taken."""
+    """Strict-match accuracy judged first as the seed judged it: a difference within the ~1.1 pp single-run spread
+    is noise; with three runs per receipt, runs that interleave are noise and only separated runs are a difference.
+    This project's own rule after that: with single runs beyond the spread, two standard errors decide where both
+    receipts carry one, and a missing stderr is unknown (never 0), so the difference is unresolved until three runs
+    per cell are taken."""
     a, b = ma.strict_match, mb.strict_match
     assert a is not None and b is not None  # the caller compares only two measured accuracies
     runs_a = [v for v in ma.strict_match_runs or [a] if v is not None]

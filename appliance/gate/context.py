@@ -14,6 +14,7 @@ from appliance.profile.model import Profile
 
 if TYPE_CHECKING:
     from appliance.gate.battery.run_context import BatteryRun
+    from appliance.gate.protocol import ProtocolRun
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,5 @@ class GateContext:
     """Tests hand in a fake serve here; None = the network."""
     battery: BatteryRun | None = None
     """Set for `gate --battery NAME`: the battery's arm, settings and reference."""
+    bench_protocol: ProtocolRun | None = None
+    """Set for `gate --bench-protocol NAME`: the bench check runs that anchor protocol's planned shapes."""

@@ -9,7 +9,7 @@ draft: tok/s = verify steps/s x mean acceptance length. The bench reads vLLM's s
 
 from __future__ import annotations
 
-from typing import Any
+from appliance.jsonstrict import JsonObject
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -41,7 +41,7 @@ def scrape(url: str, timeout: float = 5.0) -> dict[str, float] | None:
         return None
 
 
-def acceptance(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, Any] | None:
+def acceptance(before: dict[str, float] | None, after: dict[str, float] | None) -> JsonObject | None:
     """Mean acceptance length over the bench (1 + accepted / drafts); None without speculative decoding."""
     if before is None or after is None or DRAFTS not in after:
         return None
@@ -53,7 +53,7 @@ def acceptance(before: dict[str, float] | None, after: dict[str, float] | None) 
             "mean_acceptance_length": round(1 + accepted / drafts, 3)}
 
 
-def with_verify_steps(rows: list[dict[str, Any]], mean_length: float | None) -> list[dict[str, Any]]:
+def with_verify_steps(rows: list[JsonObject], mean_length: float | None) -> list[JsonObject]:
     """Each decode row gains verify_steps_s = t/s / mean acceptance length (1 without a draft)."""
     length = mean_length or 1.0
     return [{**r, "verify_steps_s": round(r["t_s"] / length, 2)} if r["kind"] in ("tg", "ctx_tg") and r.get("t_s")

@@ -19,7 +19,7 @@ from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import Gsm8kParams
 from appliance.gate.tools import install_hint
-from appliance.jsonstrict import load_file
+from appliance.jsonstrict import JsonObject, load_file
 from appliance.paths import venv_executable
 from appliance.safe_write import open_for_writing
 
@@ -60,7 +60,7 @@ def argv(exe: str, ctx: GateContext, p: Gsm8kParams, out: Path) -> list[str]:
     return [*cmd, "--limit", str(p.limit)] if p.limit else cmd
 
 
-def parse_results(data: dict[str, Any], task: str = TASK) -> dict[str, Any]:
+def parse_results(data: dict[str, Any], task: str = TASK) -> JsonObject:
     """Accuracy (strict-match and flexible-extract, with stderr), shots and samples from an lm-eval results JSON."""
     results = data.get("results")
     if not isinstance(results, dict) or not isinstance(results.get(task), dict):
@@ -92,7 +92,7 @@ def _result(status: GateStatus, summary: str, p: Gsm8kParams, started: str, bega
                        **more)
 
 
-def combine_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def combine_runs(runs: list[JsonObject]) -> JsonObject:
     """Several lm-eval runs of one serve as one result: accuracies averaged, each run's kept (`*_runs`), and the
     stderr of the mean where every run has one (else None: unknown, never 0)."""
     if len(runs) == 1:
@@ -110,7 +110,7 @@ def combine_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def judge(metrics: dict[str, Any], p: Gsm8kParams) -> tuple[GateStatus, str]:
+def judge(metrics: JsonObject, p: Gsm8kParams) -> tuple[GateStatus, str]:
     strict = metrics.get("strict_match")
     if strict is None:
         return "error", "lm-eval wrote no strict-match accuracy"

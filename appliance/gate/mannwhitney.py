@@ -9,9 +9,10 @@ scipy would do it too, but it is ~40 MB the gate does not otherwise need.
 
 What a small design can show: with n1 and n2 serves the smallest two-sided p is 2 / C(n1 + n2, n1) (4 vs 4:
 2/70 = 0.029). The seed's p = 0.0043 is below what 4 vs 4 serve means can reach, so it was computed over more
-values than the serve means it prints (its 3 runs per serve); over the serve means it does print for the runner
-arms (V1 22.3 / 21.7 / 21.7 / 21.0, V2 22.0 / 20.7 / 22.7 / 22.7) the exact test gives p = 28/70 = 0.400 where
-the seed reports 0.697 — the same conclusion, no measurable difference (tests/test_gate_statistics.py).
+values than four serve means a side (perhaps its 3 runs per serve: it does not say which); over the serve means
+it does print for the runner arms (V1 22.3 / 21.7 / 21.7 / 21.0, V2 22.0 / 20.7 / 22.7 / 22.7) the exact test
+gives p = 28/70 = 0.400 where the seed reports 0.697 — the same conclusion, no measurable difference
+(tests/test_gate_statistics.py).
 """
 
 from __future__ import annotations

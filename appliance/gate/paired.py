@@ -18,10 +18,10 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.receipt_model import BenchRow, Receipt
+from appliance.jsonstrict import JsonObject
 
 ALPHA = 0.05
 PREFILL_KINDS = frozenset({"pp", "ctx_pp"})
@@ -88,7 +88,7 @@ class PairedJudgement:
     holm_family: list[str]
     min_attainable_p: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

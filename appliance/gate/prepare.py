@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.client import ServeError
@@ -20,7 +20,11 @@ from appliance.gate.receipt import SCHEMA, build
 from appliance.gate.receipt_model import Receipt
 from appliance.gate.result import utc_now
 from appliance.gate.sizing import CHECKS, DEFAULT_CHECKS, GateParams, params_for
+from appliance.jsonstrict import JsonObject
 from appliance.profile.loader import LoadedProfile
+
+if TYPE_CHECKING:
+    from appliance.health.monitor import StatusJson
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,14 @@ class GateRequest:
     out: Path | None = None
     tokenizer: str | None = None
     model_dir: Path | None = None
-    tune: dict[str, Any] = field(default_factory=dict)
+    tune: dict[str, str | int | float | None] = field(default_factory=dict)
     """Single-value overrides: bench_corpus, bench_runs, recall_concurrency, recall_min, gsm8k_* (see TUNABLE)."""
     battery: str | None = None
     """`--battery NAME`: run that battery's checks of `arm` instead of --checks."""
     arm: str = "default"
     bench_reference: Path | None = None
+    bench_protocol: str | None = None
+    """`--bench-protocol NAME`: the bench check runs an anchor's published shapes (gate/protocol.py)."""
     active: Any = True
     """The profile's upgrade layer (profile loader's `active`): an upgrade's candidate gates with its own record."""
 
@@ -59,7 +65,7 @@ def select(checks: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def tune(params: GateParams, t: dict[str, Any]) -> GateParams:
+def tune(params: GateParams, t: dict[str, str | int | float | None]) -> GateParams:
     """Single values from the command line; none of them changes what `fit` already clipped."""
     bench, recall, gsm = params.bench, params.recall, params.gsm8k
     if t.get("bench_corpus"):
@@ -93,7 +99,7 @@ def tune(params: GateParams, t: dict[str, Any]) -> GateParams:
     return replace(params, bench=bench, recall=recall, gsm8k=gsm)
 
 
-def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str, Any] | None]:
+def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, StatusJson | None]:
     """The profile, and the exporter's /status when it had to be asked for the profile's name."""
     from appliance.profile.loader import load_profile
 
@@ -110,7 +116,7 @@ def _load(req: GateRequest, exporter_url: str) -> tuple[LoadedProfile, dict[str,
     return load_profile(name, env_overrides=req.env_overrides, cli_overrides=req.overrides, active=req.active), status
 
 
-def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: dict[str, Any]) -> str | None:
+def _tokenizer(req: GateRequest, loaded: LoadedProfile, engine: JsonObject) -> str | None:
     """A local folder holding the tokenizer: --tokenizer, the checkpoint on disk, or the folder vLLM serves."""
     from appliance.run.model_location import locate
     from appliance.weights.pins import revision_for
@@ -132,8 +138,9 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
     from appliance import __version__
     from appliance.lock import channel_lock
     from appliance.paths import appliance_home, make_dir
-    from appliance.placement import Placement, resolve_placement
+    from appliance.placement import Placement
     from appliance.profile.model import DEFAULT_HEALTH_PORT
+    from appliance.serve.resolve import placement
     from appliance.settings import load_settings
 
     settings = load_settings()
@@ -150,9 +157,15 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
 
         battery_for(req.battery)
         check_arm(profile, req.arm)
+    protocol = None
+    if req.bench_protocol:
+        from appliance.gate.protocol import for_request
+
+        selected, protocol = for_request(req.bench_protocol, req.battery, req.checks, selected, profile,
+                                         tune(params_for(profile), req.tune).bench, req.tune.get("bench_runs"))
     # This node's ports as `appliance run` resolved them (APPLIANCE_HEALTH_PORT over the profile's).
-    here = resolve_placement(profile, Placement(health_port=settings.health_port,
-                                                origins={"health_port": "env:APPLIANCE_HEALTH_PORT"}))
+    here = placement(profile, Placement(health_port=settings.health_port,
+                                        origins={"health_port": "env:APPLIANCE_HEALTH_PORT"}))
     url = (req.url or f"http://127.0.0.1:{here.api_port}").rstrip("/")
     exporter = (req.exporter or f"http://127.0.0.1:{here.health_port}").rstrip("/")
     try:
@@ -180,11 +193,12 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
         selected = [c.id for c in run.battery.of_arm(run.arm)]
     ctx = GateContext(url=url, model=model, checkpoint=profile.model.checkpoint,
                       tokenizer=_tokenizer(req, loaded, engine), profile=profile, params=params, out_dir=out_dir,
-                      progress=progress, battery=run)
+                      progress=progress, battery=run, bench_protocol=protocol)
     eng = engagement(status, status_error)
     channel = channel_lock(profile.engine.channel, profile.hardware.target)
     lock = channel.digest
-    data: dict[str, Any] = {  # the first write, validated by build() below
+    image, warnings = image_labels(), _warnings(eng, served_profile, loaded.digest, lock, params, channel.name)
+    data: JsonObject = {  # the first write, validated by build() below
         "schema": SCHEMA, "complete": False, "verdict": "incomplete", "started_at": utc_now(), "finished_at": None,
         "selected": selected, "size": params.size,
         "target": {"url": url, "exporter": exporter, "model": model, "checkpoint": ctx.checkpoint,
@@ -193,25 +207,29 @@ def prepare(req: GateRequest, progress: Progress) -> tuple[GateContext, list[str
             "appliance_version": __version__, "channel": channel.name, "lock_digest": lock,
             "profile": {"name": profile.name, "digest": loaded.digest, "source": str(loaded.source),
                         "overrides": [*req.env_overrides, *req.overrides]},
-            "engine": engine, "image": image_labels(), "hardware": hardware(profile),
+            "engine": engine, "image": image, "hardware": hardware(profile),
         },
-        "engagement": eng, "checks": [], "warnings": _warnings(eng, served_profile, loaded.digest, lock, params,
-                                                               channel.name),
+        "engagement": eng, "checks": [], "warnings": warnings,
     }
+    if protocol is not None:
+        from appliance.gate.protocol import warnings as protocol_warnings
+
+        data["bench_protocol"] = protocol.section()
+        data["warnings"] += protocol_warnings(protocol, profile)
     if run is not None:
         from appliance.gate.battery.prepare import receipt_section
 
         data["size"] = run.params.size
-        data["battery"] = receipt_section(run, channel, data["provenance"]["image"])
+        data["battery"] = receipt_section(run, channel, image)
         if run.params.size == "standard" and profile.limits.max_model_len < 131072:
-            data["warnings"].append(
+            warnings.append(
                 f"the seed ran this battery at max_model_len 131072; this serve has {profile.limits.max_model_len}: "
                 f"C9's 2850-line rows (~77k tokens) exceed it and fail as the harness counts them (serve with "
                 f"--set limits.max_model_len=131072 to run the seed's shape)")
     return ctx, selected, build(data)
 
 
-def _warnings(eng: dict[str, Any], served: str | None, digest: str, lock: str, params: GateParams,
+def _warnings(eng: JsonObject, served: str | None, digest: str, lock: str, params: GateParams,
               channel: str = "") -> list[str]:
     out = list(params.notes)
     if not eng.get("available"):

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.gate.client import ServeError, get_json
+from appliance.jsonstrict import JsonObject
+
+if TYPE_CHECKING:
+    from appliance.health.monitor import StatusJson
 
 IMAGE_ENV_PREFIX = "APPLIANCE_IMAGE_"
 
@@ -25,9 +29,9 @@ def image_labels(environ: dict[str, str] | None = None) -> dict[str, str] | None
     return labels or None
 
 
-def engine_info(url: str) -> dict[str, Any]:
+def engine_info(url: str) -> JsonObject:
     """The server's own version (/version) and what it serves (/v1/models)."""
-    out: dict[str, Any] = {"url": url}
+    out: JsonObject = {"url": url}
     try:
         out["version"] = get_json(f"{url}/version").get("version")
     except ServeError as exc:
@@ -57,7 +61,7 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def exporter_status(url: str | None) -> tuple[dict[str, Any] | None, str | None]:
+def exporter_status(url: str | None) -> tuple[StatusJson | None, str | None]:
     if not url:
         return None, "no exporter URL"
     try:
@@ -66,13 +70,13 @@ def exporter_status(url: str | None) -> tuple[dict[str, Any] | None, str | None]
         return None, str(exc)
 
 
-def served_digest(status: dict[str, Any] | None) -> str | None:
+def served_digest(status: StatusJson | None) -> str | None:
     """The profile digest the serve's exporter reports (/status): read once by `gate` and compared with the
     profile it loaded by both setups, the checks' (a warning) and the battery's (a refusal)."""
     return _str(_obj((status or {}).get("profile")).get("digest"))
 
 
-def _runner(facts: dict[str, Any], log_ready: bool) -> str | None:
+def _runner(facts: JsonObject, log_ready: bool) -> str | None:
     if facts.get("runner_v2"):
         return "v2"
     if facts.get("runner_fallback_reason") or log_ready:
@@ -80,7 +84,7 @@ def _runner(facts: dict[str, Any], log_ready: bool) -> str | None:
     return None
 
 
-def engagement(status: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
+def engagement(status: StatusJson | None, error: str | None = None) -> JsonObject:
     """The log-verified facts a reader of the receipt looks for first, plus the exporter's whole fact table."""
     if status is None:
         return {"available": False, "error": error}
@@ -113,7 +117,7 @@ def _round(gib: float | None) -> float | None:
     return None if gib is None else round(gib, 1)
 
 
-def hardware(profile: Any) -> dict[str, Any]:
+def hardware(profile: Any) -> JsonObject:
     """This host, one GPU probe and `doctor`'s GPU and version checks. Not the pre-start checks (memory
     floor, stale engine, port): against a running serve they would report the serve itself."""
     from appliance.catalogue import load_catalogue

@@ -20,11 +20,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.canary.client import ApiRequest
 from appliance.gate.client import Reply, ServeClient, ServeError, chat_message, chat_text
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, utc_now
 from appliance.gate.sizing import ReasoningParams
-from appliance.jsonstrict import JsonError, loads
+from appliance.jsonstrict import JsonError, JsonObject, loads
 from appliance.redact import clip
 
 RULES = ("K19",)
@@ -119,9 +120,9 @@ def responses_text(body: Any) -> tuple[str, str]:
     return "".join(answer), "".join(reasoning)
 
 
-def judge_effort(surface: str, effort: str, reply: Reply | None, error: str | None) -> dict[str, Any]:
+def judge_effort(surface: str, effort: str, reply: Reply | None, error: str | None) -> JsonObject:
     """One (endpoint, effort) probe: accepted (HTTP 200 with a body) and no think markup in the answer."""
-    row: dict[str, Any] = {"endpoint": surface, "effort": effort}
+    row: JsonObject = {"endpoint": surface, "effort": effort}
     if reply is None or not reply.ok:
         return {**row, "accepted": False, "problems": [error or (reply.error_text() if reply else "no reply")]}
     answer, reasoning = chat_text(reply.body) if surface == "chat" else responses_text(reply.body)
@@ -137,11 +138,11 @@ UNSUPPORTED = "extreme"
 
 
 async def _probe(client: ServeClient, ctx: GateContext, surface: str, effort: str,
-                 p: ReasoningParams) -> dict[str, Any]:
+                 p: ReasoningParams) -> JsonObject:
     if surface == "chat":
         path = "/v1/chat/completions"
-        body: dict[str, Any] = {"model": ctx.model, "messages": [{"role": "user", "content": PROMPT}],
-                                "max_tokens": p.max_tokens}
+        body: ApiRequest = {"model": ctx.model, "messages": [{"role": "user", "content": PROMPT}],
+                            "max_tokens": p.max_tokens}
         if effort != OMITTED:
             body["reasoning_effort"] = effort
     else:
@@ -156,7 +157,7 @@ async def _probe(client: ServeClient, ctx: GateContext, surface: str, effort: st
     return judge_effort(surface, effort, reply, None)
 
 
-async def _tool(client: ServeClient, ctx: GateContext, p: ReasoningParams) -> dict[str, Any]:
+async def _tool(client: ServeClient, ctx: GateContext, p: ReasoningParams) -> JsonObject:
     body = {"model": ctx.model, "messages": [{"role": "user", "content": TOOL_PROMPT}], "tools": [WEATHER_TOOL],
             "tool_choice": "auto", "max_tokens": p.max_tokens}
     try:
@@ -174,7 +175,7 @@ async def _tool(client: ServeClient, ctx: GateContext, p: ReasoningParams) -> di
             "calls": [{"name": c.name, "arguments": c.arguments} for c in parsed.calls]}
 
 
-def effort_problems(rows: list[dict[str, Any]]) -> list[str]:
+def effort_problems(rows: list[JsonObject]) -> list[str]:
     """What the probes say about effort itself: `none` must not think; `max` must think; `high` must reason more
     than `low` (by reasoning characters); an unsupported effort must be refused, per endpoint."""
     out = []

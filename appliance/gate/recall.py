@@ -1,5 +1,6 @@
 """Long-context recall: needles ("the secret code of Arthur is 481516") planted at known depths in filler
-text, `c` requests sent at once, score = codes found / needles planted (the seed's "arthur c=12").
+text, `c` requests sent at once, score = codes found / needles planted (after the seed's "arthur c=12", which
+it names without describing: recall_bands applies its figures here as fractions).
 
 Every request carries the SAME filler with its own needles, so concurrent requests share a long
 prefix: the prefix-cache race behind K4 (a block hash published before its KV is written) is what

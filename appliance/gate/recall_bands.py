@@ -1,4 +1,5 @@
-"""What a recall score means: the seed's healthy and poisoned bands, and the inconclusive gap between them.
+"""What a recall score means: healthy and poisoned bands drawn from the seed's figures (the lines are this
+project's), and the inconclusive gap between them.
 
 Seed figures (GB10 2-node TP=2, 0731, DSpark, "arthur c=12", 24 needles):
 - healthy guarded serves: "V1 serve means 22.3 / 21.7 / 21.7 / 21.0 gate mean 21.67 min 19",
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # `gate serves` and `compare` need no pydantic
     from appliance.profile.model import Profile
 
 PASS_LINE = 18 / 24
-"""At or above: healthy. Under the lowest healthy single run the seed saw (19/24)."""
+"""At or above: healthy. Under the lowest healthy single run the seed reports (19/24)."""
 POISONED_CEILING = 13 / 24
 """At or below: the poisoned band (the highest poisoned run the seed reports is 13/24)."""
 V1_UNGUARDED_MEAN = 20.7 / 24

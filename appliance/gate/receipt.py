@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from appliance.errors import ApplianceError
 from appliance.gate.receipt_model import AnyCheck, BatteryOutcome, Check, Engagement, Receipt, validate_receipt
 from appliance.gate.result import OK_STATUSES, CheckResult
+from appliance.jsonstrict import JsonObject
 from appliance.redact import redact_tree
 
 SCHEMA = "appliance-gate-receipt/1"
@@ -28,7 +29,7 @@ def as_written(data: Any) -> Any:
     return redact_tree(json.loads(json.dumps(data, default=str), parse_constant=lambda _: None))
 
 
-def build(data: dict[str, Any]) -> Receipt:
+def build(data: JsonObject) -> Receipt:
     """The typed receipt of the gate's first write (gate/prepare.py), validated as it will read back."""
     return validate_receipt(as_written(data), "the receipt being written")
 
@@ -70,8 +71,9 @@ def verdict(checks: Sequence[Check], complete: bool, engagement: Engagement | No
 
 
 def finalize(receipt: Receipt, *, complete: bool, finished_at: str, duration_s: float) -> Receipt:
-    update: dict[str, Any] = {"complete": complete, "finished_at": finished_at, "duration_s": round(duration_s, 1),
-                              "verdict": verdict(receipt.checks, complete, receipt.engagement)}
+    update: dict[str, object] = {"complete": complete, "finished_at": finished_at,
+                                 "duration_s": round(duration_s, 1),
+                                 "verdict": verdict(receipt.checks, complete, receipt.engagement)}
     if receipt.battery:
         from appliance.gate.battery.definition import BATTERIES
         from appliance.gate.battery.verdict import judge, receipt_verdict

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    JsonValue,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from appliance.bounds import show
 from appliance.errors import ApplianceError
@@ -118,8 +128,9 @@ class Engagement(_Part):
     kv_tokens: Count | None = None
     expectations: list[Expectation] = []
     fatal: list[FatalHit] = []
-    facts: dict[str, Any] = {}
-    """The engine log's facts as the exporter extracted them: open, each channel's engine prints its own."""
+    facts: dict[str, JsonValue] = {}
+    """The engine log's facts as the exporter extracted them: open names (each channel's engine prints its own),
+    JSON values."""
 
     @model_validator(mode="before")
     @classmethod
@@ -227,9 +238,9 @@ class Check(_Part):
     summary: str
     seconds: Finite | None = None
     started_at: str | None = None
-    params: dict[str, Any] | None = None
-    metrics: dict[str, Any] | None = None
-    details: dict[str, Any] | None = None
+    params: dict[str, JsonValue] | None = None
+    metrics: dict[str, JsonValue] | None = None
+    details: dict[str, JsonValue] | None = None
     """Every reply, argv and raw tool output of the check: evidence for people, read by no program."""
 
 
@@ -315,6 +326,38 @@ class BatteryRef(_Part):
     result: BatteryOutcome | None = None
 
 
+class ProtocolRow(_Part):
+    """A row of `gate --bench-protocol` (gate/protocol.py): its name in the bench check, the anchor's shape of it, every
+    way it was run differently (said), and the anchor figures it stands beside (anchors.yaml ids)."""
+    test: str
+    step: str
+    kind: str
+    anchor: str
+    scaling: list[str] = []
+    figures: list[str] = []
+
+
+class BenchProtocolRef(_Part):
+    """Which anchor protocol the bench ran, at what size, and how its shapes were scaled (`rule`, None: unscaled)."""
+    name: str
+    title: str
+    anchor: str
+    size: Literal["smoke", "standard"]
+    max_model_len: Count
+    scaled: bool
+    rule: str | None = None
+    choices: list[str] = []
+    data_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """anchors.yaml as the gate read it: the report says when the figures have changed since."""
+    rows: list[ProtocolRow]
+
+    @model_validator(mode="after")
+    def _scaling_said(self) -> BenchProtocolRef:
+        if self.scaled != (self.rule is not None):
+            raise ValueError("a scaled protocol says its rule, and an unscaled one has none")
+        return self
+
+
 class Receipt(_Part):
     schema_: Literal["appliance-gate-receipt/1"] = Field(alias="schema")
     complete: bool
@@ -329,6 +372,8 @@ class Receipt(_Part):
     checks: list[AnyCheck]
     warnings: list[str] = []
     battery: BatteryRef | None = None
+    bench_protocol: BenchProtocolRef | None = None
+    """`gate --bench-protocol NAME`: the anchor protocol the bench check ran (its rows stand beside anchors.yaml)."""
     duration_s: Finite | None = None
 
     @model_validator(mode="after")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
+
+from appliance.jsonstrict import JsonObject
 
 GateStatus = Literal["pass", "fail", "error", "not_applicable", "unavailable", "interrupted", "inconclusive",
                      "timeout"]
@@ -19,15 +21,15 @@ class CheckResult:
     name: str
     status: GateStatus
     summary: str
-    params: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
+    params: JsonObject = field(default_factory=dict)
+    metrics: JsonObject = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
     seconds: float = 0.0
     started_at: str = ""
-    attach: dict[str, Any] = field(default_factory=dict)
+    attach: JsonObject = field(default_factory=dict)
     """Top-level receipt entries a passing check adds (the canary's calibration), beside `checks`."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "status": self.status, "summary": self.summary, "seconds": round(self.seconds, 2),
                 "started_at": self.started_at, "params": self.params, "metrics": self.metrics,
                 "details": self.details}

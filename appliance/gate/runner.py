@@ -7,7 +7,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from appliance.gate import bench, canary, gsm8k, reasoning, recall, structured
+from appliance.gate import bench, canary, gsm8k, protocol_bench, reasoning, recall, structured
 from appliance.gate.battery import checks as battery_checks
 from appliance.gate.context import GateContext
 from appliance.gate.receipt import finalize, with_check, write
@@ -32,6 +32,8 @@ CHECK_RULES: dict[str, tuple[str, ...]] = {"recall": recall.RULES, "reasoning": 
 def run_check(name: str, ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
     runner = battery_checks.RUNNERS[name] if ctx.battery is not None else CHECK_RUNNERS[name]
+    if name == "bench" and ctx.bench_protocol is not None:
+        runner = protocol_bench.run
     try:
         return runner(ctx)
     except CheckInterrupted:

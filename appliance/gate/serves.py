@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.gate.recall_bands import PASS_LINE, POISONED_CEILING, Bands, judge_serves
 from appliance.gate.receipt_model import RecallParams, Receipt
+from appliance.jsonstrict import JsonObject
 from appliance.redact import clip
 
 
@@ -29,7 +29,7 @@ class ServesJudgement:
     poisoned_ceiling: float
     serves: list[ServeRecall]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

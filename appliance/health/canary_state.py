@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, TypedDict, get_args
 
+from appliance.jsonstrict import JsonObject
 from appliance.safe_write import write_json
 
 CanaryStatus = Literal["pending", "ok", "suspect", "corrupt", "rechecking", "failed"]
@@ -23,6 +24,21 @@ ROUND_RESULTS = ("healthy", "corruption", "error", "deferred")
 STATE_FILE = "canary.json"
 MAX_STATE_BYTES = 4 << 20
 """The state is a few KiB (the last round, the step-downs)."""
+
+
+class RungJson(TypedDict):
+    """The rung the serve runs on (canary/ladder.py `RungPlan.to_json`): 0 is the profile as written."""
+
+    index: int
+    name: str
+    set: list[str]
+
+
+StepDown = TypedDict("StepDown", {
+    "at_unix": float, "from": str, "to": str | None, "set": list[str], "signatures": list[str], "evidence": str,
+    "supervisorctl": str, "outcome": str}, total=False)
+"""One ladder event (canary/watch.py): when, from which rung to which, the signatures that confirmed it, what
+supervisorctl said, and its outcome (`taken`, `not taken: …`, `past the last rung: serve failed`)."""
 
 
 @dataclass
@@ -35,23 +51,24 @@ class CanaryState:
     rounds_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUND_RESULTS, 0))
     failures_total: dict[str, int] = field(default_factory=dict)
     """Signature -> failing rounds that showed it."""
-    last_round: dict[str, Any] | None = None
+    last_round: JsonObject | None = None
+    """The last round's result (canary/checks.py `RoundResult.to_json`)."""
     last_round_unix: float | None = None
     last_success_unix: float | None = None
-    rung: dict[str, Any] = field(default_factory=lambda: {"index": 0, "name": "profile", "set": []})
+    rung: RungJson = field(default_factory=lambda: {"index": 0, "name": "profile", "set": []})
     rungs: int = 0
     """Rungs the ladder has beyond the profile as written."""
     effective: dict[str, str] = field(default_factory=dict)
     """The settings the rungs taken so far changed (key -> value): what the engine runs with now."""
-    step_downs: list[dict[str, Any]] = field(default_factory=list)
+    step_downs: list[StepDown] = field(default_factory=list)
     """Each ladder event: when, from which rung to which, the signatures that confirmed it, outcome."""
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CanaryState:
+    def from_json(cls, data: JsonObject) -> CanaryState:
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 

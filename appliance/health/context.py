@@ -26,8 +26,10 @@ class HealthContext:
     lock_digest: str
 
     @classmethod
-    def load(cls, loaded: LoadedProfile, table_path: Path | None = None) -> HealthContext:
-        lock = channel_lock(loaded.profile.engine.channel, loaded.profile.hardware.target)
+    def load(cls, loaded: LoadedProfile, table_path: Path | None = None,
+             lock: ChannelLock | None = None) -> HealthContext:
+        """`lock`: the lock of the profile's channel where the caller holds it (the resolved serve's), else read."""
+        lock = lock or channel_lock(loaded.profile.engine.channel, loaded.profile.hardware.target)
         return cls(loaded, load_table(table_path), lock, lock.digest)
 
     def role(self, node_rank: int) -> Role:

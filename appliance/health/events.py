@@ -11,9 +11,10 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from appliance.health.monitor import Snapshot
+from appliance.jsonstrict import JsonObject
 
 LogFormat = Literal["text", "json"]
 PROGRESS_EVERY_S = 30.0
@@ -74,7 +75,7 @@ class EventLog:
         head = f"state {self._state} -> {snap.state}" if self._state else f"state {snap.state}"
         return head + (": " + "; ".join(snap.reasons) if snap.reasons else "")
 
-    def _emit(self, event: dict[str, Any], text: str) -> None:
+    def _emit(self, event: JsonObject, text: str) -> None:
         if self.fmt == "json":
             self.write(json.dumps({"ts": round(self.wall(), 3), "source": "appliance-exporter", **event},
                                   separators=(",", ":")))

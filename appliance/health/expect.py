@@ -16,6 +16,7 @@ from appliance.health.facts import Facts, FatalHit
 from appliance.health.predicates import holds
 from appliance.health.provable import unprovable
 from appliance.health.table import COMPARE, PLACEHOLDER, Expectation, FactCheck, LogTable, Operand, Role
+from appliance.jsonstrict import JsonObject
 from appliance.profile.model import Profile
 from appliance.profile.topology import RankView, rank_view
 
@@ -40,9 +41,9 @@ class Result:
     def blocking(self) -> bool:
         return self.status == "fail" and self.severity == "error"
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rule": self.rule, "name": self.name, "status": self.status,
-                               "severity": self.severity, "detail": self.detail}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"rule": self.rule, "name": self.name, "status": self.status,
+                           "severity": self.severity, "detail": self.detail}
         if self.warning:
             out["warning"] = self.warning
         if self.fix and self.status == "fail":

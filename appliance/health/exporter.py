@@ -67,6 +67,8 @@ class ExporterConfig:
     """Also answer /live, /ready and /startup on the reserved abstract socket @appliance-probe-PORT (server.py)."""
     canary_state: Path | None = None
     """The correctness canary's state file (`appliance run` writes it beside launch.json), read every poll."""
+    lock: ChannelLock | None = None
+    """The lock of `loaded`'s channel, where the serve was resolved with it (launch.json read back); else read."""
     follow: Callable[[], LoadedProfile | None] | None = None
     """Asked every poll: the profile the engine was relaunched with, when it changed (a canary step-down rewrote
     launch.json); the exporter then judges that one. None = judge `loaded` for the exporter's life."""
@@ -140,7 +142,7 @@ def build_exporter(config: ExporterConfig, *, clock: Callable[[], float] = time.
     """Raises OSError when the port (or the probe socket of that port) cannot be bound; the command names it. `host`:
     what the host side (memory watchdog, fabric report) adds to each poll; `report`: told each new snapshot
     (health/events.py)."""
-    ctx = context or HealthContext.load(config.loaded, config.table)
+    ctx = context or HealthContext.load(config.loaded, config.table, config.lock)
     identity = identity_of(config, config.loaded, ctx)
     engine = EngineProbe(config.engine_url, timeout=config.engine_timeout) if config.engine_url else None
     peers = PeerWatch(config.peers, compared_facts(ctx.table), clock=clock, every=config.peer_interval,

@@ -21,6 +21,7 @@ from typing import Any
 
 from appliance.health.prefilter import AnchorFinder, Engine, Found, group_lines, make_prefilter, resolve_engine
 from appliance.health.table import FactPattern, FatalPattern, LogTable, Pattern
+from appliance.jsonstrict import JsonObject
 from appliance.redact import redact
 
 MAX_DISTINCT = 16
@@ -39,7 +40,7 @@ class FatalHit:
     text: str
     count: int = 1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "rule": self.rule, "message": self.message, "line": self.line,
                 "text": self.text, "count": self.count}
 
@@ -65,7 +66,7 @@ class Facts:
     def get(self, name: str, default: Any = None) -> Any:
         return self.values.get(name, default)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {k: list(v) if isinstance(v, list) else v for k, v in sorted(self.values.items())}
 
 

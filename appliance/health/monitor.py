@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from appliance.health.canary_state import CanaryState
 from appliance.health.engine import NOT_CHECKED, EngineProbe, EngineSample
@@ -20,6 +20,7 @@ from appliance.health.report import LogReport, log_report
 from appliance.health.startup import Startup, StartupTracker, drawing
 from appliance.health.state import Assessment, State, StateMachine
 from appliance.health.tail import LogTailer
+from appliance.jsonstrict import JsonObject
 
 
 class HostSections(Protocol):
@@ -27,7 +28,36 @@ class HostSections(Protocol):
 
     def holds(self) -> list[str]: ...
 
-    def sections(self) -> dict[str, Any]: ...
+    def sections(self) -> JsonObject: ...
+
+
+class StatusJson(TypedDict, total=False):
+    """The exporter's /status document (Snapshot.to_json), as its readers take it: the gate's engagement facts, the
+    upgrade's probes. A section the host side adds (`memory`, `fabric`) rides beside these."""
+
+    state: str
+    ready: bool
+    state_for_s: float
+    reasons: list[str]
+    verdict: str
+    log_ready: bool
+    profile: dict[str, str]
+    """name, digest: the profile this exporter judges."""
+    lock_digest: str
+    channel: str
+    role: str
+    versions: JsonObject
+    facts: JsonObject
+    """The facts read from the engine's log (health/facts.py), by name."""
+    expectations: list[JsonObject]
+    fatal: list[JsonObject]
+    fatal_during_shutdown: list[JsonObject]
+    engine: JsonObject
+    log: JsonObject
+    ranks: JsonObject | None
+    canary: JsonObject | None
+    startup: JsonObject | None
+    age_s: float
 
 
 @dataclass(frozen=True)
@@ -57,7 +87,7 @@ class Snapshot:
     """Ready at least once since the exporter started (the startup probe)."""
     stalled: bool
     evaluation: Evaluation
-    facts: dict[str, Any]
+    facts: JsonObject
     quiet: list[FatalHit]
     engine: EngineSample
     runs: int
@@ -65,7 +95,7 @@ class Snapshot:
     bytes_read: int
     ranks: CrossRank | None = None
     """The head's comparison with its workers (None on a single node and on workers)."""
-    host: dict[str, Any] = field(default_factory=dict)
+    host: JsonObject = field(default_factory=dict)
     """Host-side sections (the memory watchdog, K24; fabric qualification, K25) for /status."""
     canary: CanaryState | None = None
     """The correctness canary's state file as last read (None when the serve runs no canary)."""
@@ -76,7 +106,7 @@ class Snapshot:
     def ready(self) -> bool:
         return self.state == "ready"
 
-    def versions(self, identity: ExporterIdentity) -> dict[str, Any]:
+    def versions(self, identity: ExporterIdentity) -> JsonObject:
         return {
             "vllm": self.facts.get("vllm_version"),
             "nccl_vllm": self.facts.get("nccl_version"),
@@ -90,8 +120,8 @@ class Snapshot:
         """The live log's verdict, as logscan reports a finished one (not ready yet: `unknown`)."""
         return log_report(identity.log, self.evaluation, Facts(), (), finished=False)
 
-    def to_json(self, identity: ExporterIdentity, now: float) -> dict[str, Any]:
-        return {
+    def to_json(self, identity: ExporterIdentity, now: float) -> StatusJson:
+        return {  # type: ignore[typeddict-item]  # the host side's sections ride beside the declared keys
             "state": self.state,
             "ready": self.ready,
             "state_for_s": round(now - self.since, 1),

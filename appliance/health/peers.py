@@ -21,6 +21,7 @@ from appliance.bounds import show
 from appliance.errors import ApplianceError
 from appliance.health.expect import ExpectationStatus, show_value
 from appliance.health.table import LogTable
+from appliance.jsonstrict import JsonObject
 from appliance.profile.model import DEFAULT_HEALTH_PORT, Profile
 from appliance.profile.topology import rank_view
 
@@ -101,7 +102,7 @@ class PeerView:
     """The engine channel and its lock digest the worker's exporter judges (U5: one channel for every rank)."""
     lock_digest: str | None = None
 
-    def to_json(self, now: float, compared: Iterable[str]) -> dict[str, Any]:
+    def to_json(self, now: float, compared: Iterable[str]) -> JsonObject:
         said = {name: self.facts.get(name) for name in compared} if self.facts is not None else None
         return {"rank": self.rank, "url": self.url, "state": self.state, "facts": said, "error": self.error,
                 "channel": self.channel, "lock_digest": self.lock_digest,
@@ -118,7 +119,7 @@ class CrossRank:
         """What keeps the head from ready: only a proven disagreement, never a peer that is slow to say."""
         return [a.message for a in self.agreements if a.status == "fail"]
 
-    def to_json(self, now: float) -> dict[str, Any]:
+    def to_json(self, now: float) -> JsonObject:
         return {"agreements": [a.to_json() for a in self.agreements],
                 "peers": [p.to_json(now, [a.fact for a in self.agreements]) for p in self.peers]}
 

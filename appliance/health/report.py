@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from appliance.health.expect import Evaluation, ExpectationStatus, Result, verdict
 from appliance.health.facts import Facts
 from appliance.health.peers import Agreement
+from appliance.jsonstrict import JsonObject
 
 ALL_LOGS = "*"
 """The `log` of a finding about the ranks together."""
@@ -29,7 +29,7 @@ class LogFinding(Result):
     text: str | None = None
     """The log line itself (a fatal signature's)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = super().to_json()
         if self.text:
             out["text"] = self.text

@@ -14,6 +14,7 @@ from itertools import pairwise
 from typing import Any
 
 from appliance.health.table import StartupPhase
+from appliance.jsonstrict import JsonObject
 
 
 def tqdm_seconds(text: Any) -> float | None:
@@ -81,7 +82,7 @@ class Startup:
             text += f" [{self.detail}]"
         return text
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "phase": self.phase, "label": self.label, "index": self.index, "phases": list(self.phases),
             "elapsed_s": round(self.elapsed_s, 1), "phase_elapsed_s": round(self.phase_elapsed_s, 1),

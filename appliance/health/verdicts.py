@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from appliance.health.monitor import Monitor
+from appliance.jsonstrict import JsonObject
 
-Verdict = tuple[bool, dict[str, Any]]
+Verdict = tuple[bool, JsonObject]
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from appliance.multinode.netif import ipv4_of
         from appliance.multinode.rendezvous import preflight
-        from appliance.placement import resolve_placement
-        from appliance.render.plan import build_plan
+        from appliance.serve.resolve import resolve
         from appliance.settings import load_settings
 
         settings = load_settings()
         loaded = load_from_args(args, settings)
-        place = resolve_placement(loaded.profile, placement_from_args(args, settings), interface_ip=ipv4_of)
-        plan = build_plan(loaded.profile, place)
+        serve = resolve(loaded, placement_from_args(args, settings), interface_ip=ipv4_of)
+        place, plan = serve.place, serve.plan
         preflight(loaded.profile, plan, place, timeout_s=args.timeout or settings.rendezvous_timeout_s)
     except ApplianceError as exc:
         print(f"appliance multinode: refused: {exc}", file=sys.stderr)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from appliance import port_holder
 from appliance.bounds import QUALIFY_PORT_OFFSET
 from appliance.errors import ApplianceError
-from appliance.jsonstrict import loads
+from appliance.jsonstrict import JsonObject, loads
 from appliance.lock import NCCL_DISTRIBUTIONS
 from appliance.multinode.fabric_report import (
     FabricReport,
@@ -141,7 +141,7 @@ def _read(path: Path) -> str:
 # --- the measurement (child process) ------------------------------------------------------------------
 
 def measure(rank: int, world: int, master: str, port: int, backend: str, nbytes: int, iters: int,
-            timeout_s: float) -> dict[str, Any]:
+            timeout_s: float) -> JsonObject:
     """Run by every rank: ping-pong rank r <-> 0 for each worker r (latency: 8 bytes; bandwidth: nbytes), then
     one all-reduce of nbytes over all ranks. Times are medians over `iters` after warm-up."""
     import datetime as dt
@@ -303,12 +303,12 @@ def qualify_for(profile: Profile, plan: ServePlan, placement: ResolvedPlacement)
 # --- metrics --------------------------------------------------------------------------------------------
 
 def qualify_here(world: int, master: str, port: int, backend: str, transfer_mib: int, iters: int,
-                 min_gbps: float | None, max_latency_us: float | None, on_fail: OnFail) -> list[dict[str, Any]]:
+                 min_gbps: float | None, max_latency_us: float | None, on_fail: OnFail) -> list[JsonObject]:
     """Every rank of a qualification on this one host (each its own child process, as `appliance run` does):
     for the CPU test between two loopback addresses, and for two GPUs of one host (NVLink, not a fabric)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(rank: int) -> dict[str, Any]:
+    def one(rank: int) -> JsonObject:
         env = {"LOCAL_RANK": str(rank)}
         try:
             return qualify(rank=rank, world=world, master_addr=master, port=port, backend=backend,

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from appliance.jsonstrict import JsonObject
+
 Verdict = Literal["pass", "warn", "fail"]
 VERDICTS: tuple[Verdict, ...] = ("pass", "warn", "fail")
 OnFail = Literal["refuse", "warn"]
@@ -58,8 +60,8 @@ class FabricReport:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     """Any other figure a newer measurement reports: kept and shown, never judged."""
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "rule": self.rule, "verdict": self.verdict, "problems": list(self.problems),
             "floor": {"min_bandwidth_gbps": self.floor.min_bandwidth_gbps, "max_latency_us": self.floor.max_latency_us,
                       "on_fail": self.floor.on_fail},
@@ -98,7 +100,7 @@ _FIELDS = ("rule", "rank", "world", "backend", "device", "transfer_bytes", "iter
            "torch", "nccl", "gpu")
 
 
-def unjudged(data: Mapping[str, Any]) -> dict[str, Any]:
+def unjudged(data: Mapping[str, Any]) -> JsonObject:
     """What a report holds beyond the fields this type knows: kept as it is."""
     known = {*_FIELDS, "floor", "verdict", "problems", "peers"}
     return {k: v for k, v in data.items() if k not in known}
@@ -116,7 +118,7 @@ def measured_links(data: Mapping[str, Any]) -> dict[str, PeerLink]:
     return out
 
 
-def measured_figures(data: Mapping[str, Any]) -> dict[str, Any]:
+def measured_figures(data: Mapping[str, Any]) -> JsonObject:
     """The figures of one rank's measurement (`fabric.measure`'s JSON), checked field by field."""
     return {"rank": _int(data, "rank"), "world": _int(data, "world"), "backend": _text(data, "backend"),
             "device": _text(data, "device", optional=True) or "", "transfer_bytes": _int(data, "transfer_bytes"),

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.jsonstrict import JsonObject
+
 CHANNEL_ENV = "APPLIANCE_UPGRADE_CHANNEL"
 SET_ENV = "APPLIANCE_UPGRADE_SET"
 ACTIVE_FILE = "active.json"
@@ -54,7 +56,7 @@ class Active:
     decision: str | None = None
     """The upgrade record (APPLIANCE_HOME/upgrades/<profile>/<id>/) that made it active."""
     since: str | None = None
-    previous: dict[str, Any] | None = None
+    previous: JsonObject | None = None
     """The record this one replaced (its JSON), or None: before it the profile's own channel ran."""
     origin: str = ""
     """Where it was read: the file, or the environment variable."""
@@ -68,7 +70,7 @@ class Active:
         set_origin = f"env:{SET_ENV}" if self.origin == f"env:{CHANNEL_ENV}" else self.origin
         return [(f"engine.channel={self.channel}", self.origin), *((s, set_origin) for s in self.sets)]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"schema": SCHEMA, "profile": self.profile, "channel": self.channel, "set": self.sets,
                 "decision": self.decision, "since": self.since, "previous": cut_chain(self.previous)}
 
@@ -95,7 +97,7 @@ class Active:
                    previous, origin)
 
 
-def cut_chain(chain: dict[str, Any] | None, keep: int = ROLLBACK_DEPTH) -> dict[str, Any] | None:
+def cut_chain(chain: JsonObject | None, keep: int = ROLLBACK_DEPTH) -> JsonObject | None:
     """The `previous` chain with at most `keep` records (the newest), copied; iterative, as deep as it comes."""
     if chain is None:
         return None

@@ -72,7 +72,7 @@ class Model(Section):
     """Hugging Face repository id of the checkpoint (its facts come from profiles/catalogue.yaml or its config.json)."""
     revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
     """Hub commit (40 lowercase hex) overriding the lock's pin (versions.json `checkpoints`); null = the lock's.
-    A branch or tag is refused: it moves (and so no revision can be dash-led). Overriding the validated pin is a
+    A branch or tag is refused: it moves (and so no revision can be dash-led). Overriding the locked pin is a
     warning (W1)."""
     quantization: Literal["mxfp4", "nvfp4", "none"]
     """Expert weight format: MXFP4 (0731 / original), NVFP4 (NVIDIA checkpoints), none (tiny test models)."""
@@ -95,7 +95,7 @@ class Speculative(Section):
     num_tokens: int = Field(ge=1, le=16)
     """num_speculative_tokens; for DSpark equal to the checkpoint's dspark_block_size."""
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None
-    """How draft tokens are sampled; the validated DSpark config uses probabilistic."""
+    """How draft tokens are sampled; the seed's Running DSpark example uses probabilistic."""
 
 
 class Cache(Section):
@@ -327,7 +327,7 @@ class Provenance(Section):
     source: str
     """Where the claim comes from."""
     date: dt.date | None = None
-    """When it was validated."""
+    """When it was measured: the date of the seed's update that reports it."""
     measured: Measured | None = None
     """Structured: head, runner, checks. `appliance validate` warns when the profile runs what this did not (P1)."""
     blockers: list[str] = []
@@ -386,7 +386,8 @@ class Profile(Section):
 
 def validated_blockers(profile: Profile) -> list[str]:
     """What stops `profile` being `validated` in the harness's sense: its named blockers, the measurement's
-    unverified coverage, and each way its shipped shape (max_model_len, tensor size) differs from the measured one."""
+    unverified coverage, and each way its shipped shape (max_model_len, tensor size, runner, the guard switched off)
+    differs from the measured one."""
     prov, m = profile.provenance, profile.provenance.measured
     out = list(prov.blockers)
     if m is None:
@@ -396,4 +397,8 @@ def validated_blockers(profile: Profile) -> list[str]:
         out.append(f"measured at max_model_len {m.max_model_len}, ships {profile.limits.max_model_len}")
     if m.tensor is not None and m.tensor != profile.parallel.tensor:
         out.append(f"measured at tensor size {m.tensor}, ships {profile.parallel.tensor}")
+    if m.runner is not None and m.runner != profile.engine.runner:
+        out.append(f"measured with runner {m.runner}, ships {profile.engine.runner}")
+    if m.guard == "on" and profile.cache.guard == 0:
+        out.append("measured with the ghost-block guard on, ships it off (cache.guard: 0)")
     return out

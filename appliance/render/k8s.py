@@ -23,7 +23,7 @@ from appliance.profile.topology import Role
 from appliance.redact import SECRET_ENV
 from appliance.render.managed import SOCKET_IFNAME_ENV
 from appliance.render.plan import build_plan
-from appliance.render.serveplan import Placement, ResolvedPlacement, ServePlan, resolve_placement
+from appliance.render.serveplan import ResolvedPlacement, ServePlan, rank_placements
 
 Manifest = dict[str, Any]
 Storage = Literal["per-rank", "host", "ephemeral"]
@@ -447,22 +447,24 @@ def _service(profile: Profile, opts: K8sOptions, labels: dict[str, str], place: 
 
 
 def placements_for(profile: Profile) -> dict[Role, ResolvedPlacement]:
-    """Where the pods stand: single, or head + a worker (workers differ only in rank), at the leader's address."""
-    leader = {"master_addr": "k8s:LWS_LEADER_ADDRESS"}
-    given: dict[Role, Placement] = ({"single": Placement()} if profile.hardware.nodes == 1 else {
-        role: Placement(node_rank=rank, master_addr=LEADER_ADDRESS, origins=leader)
-        for role, rank in (("head", 0), ("worker", 1))})
-    return {role: resolve_placement(profile, at) for role, at in given.items()}
+    """Where the pods stand: single, or head + a worker (workers differ only in rank), at the leader's address: a
+    render for every rank, on no node (placement.rank_placements)."""
+    out: dict[Role, ResolvedPlacement] = {}
+    for place in rank_placements(profile, LEADER_ADDRESS, "k8s:LWS_LEADER_ADDRESS"):
+        out.setdefault(place.role, place)
+    return out
 
 
 def render_manifests(profile: Profile, opts: K8sOptions, lock_digest: str, profile_digest: str) -> list[Manifest]:
     docs = _workload(profile, opts, lock_digest, profile_digest)
     if opts.monitoring:
-        from appliance.render.k8s_monitoring import pod_monitor, prometheus_rule
+        from appliance.render.k8s_monitoring import dcgm_pod_monitor, pod_monitor, prometheus_rule
 
         name = resource_name(profile, opts)
         meta = _metadata(name, opts, _labels(profile, opts, lock_digest, profile_digest))
-        docs += [pod_monitor(name, meta, {"app.kubernetes.io/instance": name}), prometheus_rule(name, meta)]
+        gpus = [dcgm_pod_monitor(name, meta, namespace=opts.namespace, multi_node=profile.hardware.nodes > 1)
+                ] if profile.hardware.target == "gpu" else []
+        docs += [pod_monitor(name, meta, {"app.kubernetes.io/instance": name}), *gpus, prometheus_rule(name, meta)]
     return docs
 
 

@@ -1,5 +1,6 @@
 """Kubernetes monitoring for a serve (`appliance k8s --monitoring`, off by default): a PodMonitor that scrapes both
-ports of every pod (the exporter's `metrics`, and vLLM's own `http` where the pod serves the API), and a
+ports of every pod (the exporter's `metrics`, and vLLM's own `http` where the pod serves the API), on a GPU profile
+a second one that takes the serve's own GPUs from NVIDIA's dcgm-exporter (the dashboard's GPU row), and a
 PrometheusRule holding the bundle's alert rules (monitoring/prometheus/rules/: one source for compose and
 Kubernetes). kube-prometheus-stack ignores `prometheus.io/*` annotations; these are the prometheus-operator's
 resources (monitoring.coreos.com/v1, validated against its CRD schemas in the tests).
@@ -56,6 +57,45 @@ def pod_monitor(name: str, metadata: dict[str, Any], selector: dict[str, str]) -
                 {"port": port, "path": "/metrics", "interval": SCRAPE_INTERVAL, "relabelings": _relabelings(comp)}
                 for port, comp in COMPONENTS.items()
             ],
+        },
+    }
+
+
+DCGM_SELECTOR = {"app": "nvidia-dcgm-exporter"}
+"""The pods of the NVIDIA GPU Operator's dcgm-exporter DaemonSet, and the name of their port (NVIDIA/gpu-operator
+assets/state-dcgm-exporter/0800_daemonset.yaml, which also sets DCGM_EXPORTER_KUBERNETES=true: each GPU's series
+names the pod that holds the GPU in `pod` and `namespace`)."""
+DCGM_PORT = "metrics"
+
+
+def dcgm_pod_monitor(name: str, metadata: dict[str, Any], *, namespace: str | None,
+                     multi_node: bool) -> Manifest:
+    """The serve's GPUs from the node's dcgm-exporter, in whatever namespace it runs: only the series of GPUs held by
+    this serve's pods are kept, labelled as the exporter's (`instance` = the pod, `rank` = the LWS worker index from
+    the pod's name `NAME-GROUP-INDEX`, the leader's `NAME-GROUP` being 0, `component` = gpu). `honorLabels` keeps
+    dcgm-exporter's `pod` and `namespace` (the GPU's holder) over the scrape's own (dcgm-exporter's pod)."""
+    # This serve's pods only (another serve's name may extend this one's: appliance-gb10-tp2-nvfp4): an LWS names
+    # them NAME-GROUP and NAME-GROUP-INDEX, a Deployment NAME-<template hash>-<5 characters>.
+    pods = f"{name}-[0-9]+(-[0-9]+)?" if multi_node else f"{name}-[a-z0-9]+-[a-z0-9]{{5}}"
+    keep = ({"sourceLabels": ["namespace", "pod"], "regex": f"{namespace};{pods}"} if namespace
+            else {"sourceLabels": ["pod"], "regex": pods})
+    relabel: list[dict[str, Any]] = [
+        {"action": "keep", **keep},
+        {"action": "replace", "sourceLabels": ["pod"], "targetLabel": "instance"},
+        {"action": "replace", "targetLabel": "rank", "replacement": "0"},
+    ]
+    if multi_node:
+        relabel.append({"action": "replace", "sourceLabels": ["pod"], "regex": f"{name}-[0-9]+-([0-9]+)",
+                        "targetLabel": "rank", "replacement": "$1"})
+    relabel.append({"action": "replace", "targetLabel": "component", "replacement": "gpu"})
+    return {
+        "apiVersion": MONITORING_API, "kind": "PodMonitor",
+        "metadata": {**metadata, "name": f"{name}-gpu"},
+        "spec": {
+            "selector": {"matchLabels": DCGM_SELECTOR},
+            "namespaceSelector": {"any": True},
+            "podMetricsEndpoints": [{"port": DCGM_PORT, "path": "/metrics", "interval": SCRAPE_INTERVAL,
+                                     "honorLabels": True, "metricRelabelings": relabel}],
         },
     }
 

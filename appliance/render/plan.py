@@ -23,7 +23,7 @@ from appliance.render.serveplan import (
     ServePlan,
     engine_api_url,
     http_url,
-    resolve_placement,
+    rank_placements,
 )
 
 # Env that changes engine behaviour (must reach every rank): the names are the channels' (channels/capabilities),
@@ -113,11 +113,14 @@ def fabric_env(profile: Profile, place: ResolvedPlacement) -> dict[str, str]:
     return env
 
 
-def build_plan(profile: Profile, place: Placement | ResolvedPlacement | None = None, *,
+def build_plan(profile: Profile, place: ResolvedPlacement | None = None, *,
                facts: PlanFacts | None = None) -> ServePlan:
-    """`place`: where this node stands, resolved against the profile here when only what was given is passed.
+    """`place`: where this node stands, resolved once by its owner (a serve's: appliance/serve/resolve.py; a render
+    of every rank: placement.rank_placements); None: the first rank, told nothing.
     `facts`: the catalogue's and the channel's facts the plan depends on (default: `plan_facts(profile)`)."""
-    at = place if isinstance(place, ResolvedPlacement) else resolve_placement(profile, place)
+    if place is not None and not isinstance(place, ResolvedPlacement):  # a Placement is what was given, unresolved
+        raise TypeError(f"build_plan takes a resolved placement, not {type(place).__name__}")
+    at = place or rank_placements(profile)[0]
     facts = facts or plan_facts(profile)
     argv = engine_argv(profile, at.model_dir, facts, at.api_port)
     env = engine_env(profile, facts)
@@ -150,5 +153,4 @@ def _unowned(name: str) -> None:
 
 __all__ = ["ENGINE_ENV_KEYS", "Placement", "PlanFacts", "ResolvedPlacement", "Role", "ServePlan", "build_plan",
            "engine_api_url", "engine_argv", "engine_env", "fabric_env", "fabric_env_origins", "http_url", "plan_facts",
-           "resolve_placement",
-           "role_for"]
+           "rank_placements", "role_for"]

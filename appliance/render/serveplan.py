@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from appliance.placement import Placement, ResolvedPlacement, engine_api_url, http_url, resolve_placement
+from appliance.placement import Placement, ResolvedPlacement, engine_api_url, http_url, rank_placements
 from appliance.profile.topology import Role
 
 
@@ -24,4 +24,4 @@ class ServePlan:
         return out
 
 
-__all__ = ["Placement", "ResolvedPlacement", "ServePlan", "engine_api_url", "http_url", "resolve_placement"]
+__all__ = ["Placement", "ResolvedPlacement", "ServePlan", "engine_api_url", "http_url", "rank_placements"]

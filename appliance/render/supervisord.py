@@ -6,8 +6,10 @@ comment, so every value we write is quoted.
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,13 @@ CONF_FILE = "supervisord.conf"  # in the run dir; supervisorctl -c names it (upg
 class RunFiles:
     run_dir: Path
     socket: Path
+
+    @classmethod
+    def at(cls, run_dir: Path) -> RunFiles:
+        """The files of the run folder `run_dir` (absolute); supervisor's control socket in the temporary folder,
+        named after it (a socket's path holds at most 107 bytes; a run folder's may be longer)."""
+        digest = hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]
+        return cls(run_dir, Path(tempfile.gettempdir()) / f"appliance-{digest}.sock")
 
     @property
     def conf(self) -> Path:
@@ -58,6 +67,41 @@ class RunFiles:
         return {"pidfile": self.pidfile, "childlogdir": self.run_dir, "socket": self.socket}
 
 
+@dataclass(frozen=True)
+class CrashguardSection:
+    """The crash guard (appliance/run/crashguard.py), supervisord's event listener: the program it watches, how many
+    of its exits within how many seconds stop the serve, the log it quotes when it does and supervisord's pidfile."""
+
+    log: Path
+    pidfile: Path
+    program: str = "vllm"
+    limit: int = CRASH_LIMIT
+    window_s: int = CRASH_WINDOW_S
+
+    @classmethod
+    def of(cls, files: RunFiles) -> CrashguardSection:
+        return cls(files.engine_log, files.pidfile)
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "appliance.run.crashguard", "--program", self.program, "--limit",
+                str(self.limit), "--window", str(self.window_s), "--log", str(self.log), "--pidfile", str(self.pidfile)]
+
+
+@dataclass(frozen=True)
+class LogtailSection:
+    """The log tail to the container's stdout: the files it follows (the engine's, the exporter's)."""
+
+    logs: tuple[Path, ...]
+
+    @classmethod
+    def of(cls, files: RunFiles) -> LogtailSection:
+        return cls((files.engine_log, files.exporter_log))
+
+    def argv(self) -> list[str]:
+        # -q: no "==> file <==" headers between them
+        return ["tail", "-q", "-n", "+1", "-F", *(str(log) for log in self.logs)]
+
+
 def _esc(text: str) -> str:
     return text.replace("%", "%%")
 
@@ -78,10 +122,13 @@ def _program(name: str, argv: list[str], env: dict[str, str], *, kind: str = "pr
 
 
 def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str],
-                canary_argv: list[str] | None = None) -> str:
+                canary_argv: list[str] | None = None, *, crashguard: CrashguardSection | None = None,
+                logtail: LogtailSection | None = None) -> str:
     """The whole config. `engine_env` = plan env + caches; secrets are inherited, never written here.
-    `canary_argv`: the correctness canary's watch (appliance/canary/watch.py), when the profile runs one."""
+    `canary_argv`: the correctness canary's watch (appliance/canary/watch.py), when the profile runs one.
+    `crashguard`, `logtail`: their sections (default: the run folder's)."""
     log = str(files.engine_log)
+    crashguard, logtail = crashguard or CrashguardSection.of(files), logtail or LogtailSection.of(files)
     sections = [
         "\n".join([
             "[supervisord]", "nodaemon=true", "logfile=/dev/null", "logfile_maxbytes=0", "loglevel=info",
@@ -114,17 +161,15 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
             stdout_logfile_backups=1,
         ))
     # The engine's output and the exporter's (its state changes with their reasons, the start's progress) also go
-    # to the container's stdout, without a shell in either command; -q: no "==> file <==" headers between them.
+    # to the container's stdout, without a shell in either command.
     sections.append(_program(
-        "logtail", ["tail", "-q", "-n", "+1", "-F", log, str(files.exporter_log)], {}, priority=25,
+        "logtail", logtail.argv(), {}, priority=25,
         autorestart=True, startsecs=0,
         stopsignal="TERM", stdout_logfile="/dev/stdout", stdout_logfile_maxbytes=0, redirect_stderr=True,
     ))
     sections.append(_program(
-        "crashguard", [sys.executable, "-m", "appliance.run.crashguard", "--program", "vllm", "--limit",
-                       str(CRASH_LIMIT), "--window", str(CRASH_WINDOW_S), "--log", log,
-                       "--pidfile", str(files.pidfile)],
-        {}, kind="eventlistener", events="PROCESS_STATE_EXITED,PROCESS_STATE_STOPPED,PROCESS_STATE_FATAL",
+        "crashguard", crashguard.argv(), {}, kind="eventlistener",
+        events="PROCESS_STATE_EXITED,PROCESS_STATE_STOPPED,PROCESS_STATE_FATAL",
         autorestart=True,
         stdout_logfile="NONE", stderr_logfile="/dev/stderr", stderr_logfile_maxbytes=0,
     ))

@@ -13,8 +13,14 @@ STATUS_COLOR = {"pass": PASS, "fail": FAIL, "inconclusive": WARN}
 
 
 def noise_band(kind: str) -> float:
-    """The seed's single-run band for a llama-benchy column (gate/compare.py judges with the same)."""
+    """The single-run band for a llama-benchy column, as gate/compare.py judges: the seed's ~15 % on tg and ~2 % on
+    ctx_pp, the ctx_pp one applied by this project to pp too."""
     return TG_NOISE if kind in ("tg", "ctx_tg") else PP_NOISE
+
+
+def band_source(kind: str) -> str:
+    """Whose band a column's is: the seed names tg's and ctx_pp's; pp borrows ctx_pp's here."""
+    return "the seed's ctx_pp band, applied here to pp" if kind == "pp" else f"the seed's noise band for {kind}"
 
 
 def bench_cells(views: Sequence[ReceiptView]) -> list[str]:
@@ -27,7 +33,8 @@ def bench_cells(views: Sequence[ReceiptView]) -> list[str]:
 
 def bench_chart(test: str, views: Sequence[ReceiptView]) -> str:
     """One row (e.g. `pp2048 @ d8192`) across the receipts: t/s with each run's value and the run range; the band
-    the seed calls unresolvable from single runs shaded around the first receipt that has the row."""
+    the seed calls unresolvable from single runs (on pp: its ctx_pp one) shaded around the first receipt that has the
+    row."""
     points = [(i, v.bench[test]) for i, v in enumerate(views) if test in v.bench]
     values = [x for _, p in points for x in (p.t_s, *p.values)]
     ref = points[0][1]
@@ -37,14 +44,14 @@ def bench_chart(test: str, views: Sequence[ReceiptView]) -> str:
     chart = Chart(f"bench {test}", [v.label for v in views], max(0.0, lo - pad), hi + pad, "tokens / s",
                   width=440, height=250)
     chart.band(ref.t_s * (1 - band), ref.t_s * (1 + band), NEUTRAL,
-               f"±{band:.0%} around {views[points[0][0]].label}: the seed's noise band for {ref.kind}")
+               f"±{band:.0%} around {views[points[0][0]].label}: {band_source(ref.kind)}")
     for i, p in points:
         color = PALETTE[i % len(PALETTE)]
         spread = (min(p.values), max(p.values)) if len(p.values) >= 2 else (None, None)
         chart.point(i, p.t_s, color, *spread, label=f"{views[i].label}: {p.t_s:.1f} t/s")
         for run in p.values:
             chart.dot(i, run, color)
-        chart.value_label(i, max(p.t_s, spread[1] or p.t_s), f"{p.t_s:.1f}")
+        chart.value_label(i, max((p.t_s, *p.values)), f"{p.t_s:.1f}")  # above the whisker and every run's ring
     return chart.render()
 
 
@@ -74,10 +81,11 @@ def recall_chart(views: Sequence[ReceiptView]) -> str | None:
         mean = (sum(runs) / len(runs)) / (r.needles_per_run or 1)
         color = STATUS_COLOR.get(r.status, NEUTRAL)
         chart.bar(i, mean * scale, color, 0.45, f"{views[i].label}: {r.found}/{r.total} ({r.status})")
-        chart.value_label(i, mean * scale, f"{mean * scale:.1f}" if needles else f"{mean:.0%}")
-        for run in runs:
-            chart.dot(i, run / (r.needles_per_run or 1) * scale, "#ffffff" if run / (r.needles_per_run or 1) < mean
-                      else "#1a202c", dx=0)
+        fractions = [run / (r.needles_per_run or 1) for run in runs]
+        for f in fractions:  # each run's ring on its bar
+            chart.dot(i, f * scale, "#ffffff" if f < mean else "#1a202c", dx=0)
+        # Above the bar and every ring: a ring at the top of the axis would print over the value ("7o7").
+        chart.value_label(i, max(mean, *fractions) * scale, f"{mean * scale:.1f}" if needles else f"{mean:.0%}")
     return chart.render()
 
 
@@ -87,8 +95,9 @@ def gsm8k_chart(views: Sequence[ReceiptView]) -> str | None:
     if not points:
         return None
     lows = [g.score - 1.96 * (g.stderr or 0) for _, g in points if g]
-    lines = [g.min_accuracy for _, g in points if g and g.min_accuracy is not None]
-    lo = max(0.0, min(*lows, *lines) - 0.05)
+    # A minimum of 0 is no pass line (a receipt that sets none): drawing "pass line 0%" would claim one.
+    lines = [g.min_accuracy for _, g in points if g and g.min_accuracy]
+    lo = max(0.0, min([*lows, *lines]) - 0.05)
     hi = min(1.0, max(g.score + 1.96 * (g.stderr or 0) for _, g in points if g) + 0.05)
     chart = Chart("GSM8K strict match (95 % interval)", [v.label for v in views], lo, hi, "accuracy",
                   width=440, height=250, y_format=fmt_percent)

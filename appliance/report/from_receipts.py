@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.gate.receipt_model import Engagement, Gsm8kCheck, Receipt
+from appliance.gate.receipt_model import Engagement, Gsm8kCheck, Provenance, Receipt
 from appliance.report.evidence import (
     AcceptancePoint,
     BenchPoint,
@@ -80,6 +80,16 @@ def _engagement(e: Engagement) -> str:
     return ", ".join(parts) + f"; log verdict {e.verdict or '?'}"
 
 
+def _stack(prov: Provenance) -> str:
+    """The engine line the serve ran, as the receipt records it: its channel (an older receipt: its `stack`), and the
+    image's engine and revision when it ran in one."""
+    parts = [prov.channel or prov.stack or "?"]
+    if prov.image:
+        image = ", ".join(f"{k} {prov.image[k]}" for k in ("engine", "revision") if prov.image.get(k))
+        parts.append(f"image ({image})" if image else "image")
+    return "; ".join(parts)
+
+
 def view(receipt: Receipt, source: str, label: str) -> ReceiptView:
     prov = receipt.provenance
     hw = prov.hardware
@@ -90,7 +100,7 @@ def view(receipt: Receipt, source: str, label: str) -> ReceiptView:
     return ReceiptView(
         label=label, source=source, verdict=receipt.verdict, complete=receipt.complete,
         profile=receipt.profile.name or "?", engine=f"vLLM {receipt.engine_version or '?'}",
-        lock=(prov.lock_digest or "?")[:12], stack=prov.stack or "?", started_at=receipt.started_at, host=host or "?",
+        lock=(prov.lock_digest or "?")[:12], stack=_stack(prov), started_at=receipt.started_at, host=host or "?",
         engagement=_engagement(receipt.engagement),
         checks=tuple(CheckRow(c.name, c.status, c.summary) for c in receipt.checks),
         bench=_bench(receipt), recall=_recall(receipt), gsm8k=_gsm8k(receipt), acceptance=_acceptance(receipt))
@@ -104,8 +114,9 @@ def labels(paths: Sequence[Path], receipts: Sequence[Receipt]) -> list[str]:
     return [f"{n} #{i + 1}" for i, n in enumerate(names)]
 
 
-def views(paths: Sequence[Path]) -> list[ReceiptView]:
+def views(paths: Sequence[Path], receipts: Sequence[Receipt] | None = None) -> list[ReceiptView]:
+    """The receipts at `paths` drawn; `receipts` when the caller has read them already."""
     from appliance.gate.receipt import load
 
-    receipts = [load(p) for p in paths]
+    receipts = receipts if receipts is not None else [load(p) for p in paths]
     return [view(r, str(p), name) for p, r, name in zip(paths, receipts, labels(paths, receipts), strict=True)]

@@ -62,19 +62,23 @@ def _section(title: str, body: str | None, empty: str) -> str:
     return f"<h2>{escape(title)}</h2>" + (body if body else f'<p class="empty">{escape(empty)}</p>')
 
 
-def render(views: Sequence[ReceiptView], title: str = "Gate receipts", generated: str = "") -> str:
+def render(views: Sequence[ReceiptView], title: str = "Gate receipts", generated: str = "",
+           anchors: str | None = None) -> str:
+    """The page; `anchors` (report/anchor_rows.html) adds the bench-protocol rows beside the anchors' figures."""
     cells = charts.bench_cells(views)
     bench = "".join(f'<div class="card">{charts.bench_chart(t, views)}</div>' for t in cells)
     parts = [
         f"<h1>{escape(title)}</h1>",
-        f'<p class="sub">{len(views)} receipt(s){" · " + escape(generated) if generated else ""}. Bands are the '
-        "seed's: a bench difference inside the shaded band is not resolvable from single runs (blocked, paired "
+        f'<p class="sub">{len(views)} receipt(s){" · " + escape(generated) if generated else ""}. Bench bands are the '
+        "seed's (~15 % tg, ~2 % ctx_pp; this project applies the ctx_pp one to pp too): a bench difference inside "
+        "the shaded band is not resolvable from single runs (blocked, paired "
         "runs resolve it: appliance gate paired); recall between the poisoned band and the pass line is "
         "inconclusive (run more fresh serves: appliance gate serves).</p>",
         "<h2>Receipts</h2>", receipts_table(views),
         "<h2>Verdicts</h2>", verdict_matrix(views),
         _section("Bench rows across builds and channels", f'<div class="grid">{bench}</div>' if bench else None,
                  "no receipt carries bench rows"),
+        *([_section("Bench protocols beside the anchors' published figures", anchors, "")] if anchors else []),
         _section("Recall per serve, and GSM8K", _grid(charts.recall_chart(views), charts.gsm8k_chart(views)),
                  "no receipt carries a recall or a GSM8K check"),
         _section("Speculative decoding: acceptance per draft position", _card(charts.acceptance_chart(views)),

@@ -15,10 +15,10 @@ _RENDER_HEAD = "192.0.2.1"
 
 
 def _plans(profile: Profile) -> list[tuple[list[str], dict[str, str]]]:
-    from appliance.render import Placement, build_plan
+    from appliance.render.plan import build_plan, rank_placements
 
-    return [(plan.argv, plan.env) for plan in (build_plan(profile, Placement(node_rank=rank, master_addr=_RENDER_HEAD))
-                                               for rank in range(profile.hardware.nodes))]
+    return [(plan.argv, plan.env) for plan in (build_plan(profile, at)
+                                               for at in rank_placements(profile, _RENDER_HEAD))]
 
 
 def _options(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -173,7 +173,8 @@ def e6_sm120(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 
 @rule("E7", "the channel's status is said",
-      "only a validated channel has passed the seed's battery; community and unvalidated ones have not",
+      "only a validated channel has had an acceptance run (the fork's: the seed's, 17 of 18 checks passing; the "
+      "CPU channel's: CI); community and unvalidated ones have not",
       lambda ctx: ctx.channel.lock.status != "validated",
       fix="run the acceptance gate on this channel (appliance gate) before users rely on it")
 def e7_status(ctx: RuleContext, r: Rule) -> list[Finding]:

@@ -178,8 +178,8 @@ def k7_sm120_paths(ctx: RuleContext, r: Rule) -> list[Finding]:
     if e.sm120_prefill != e.sm120_decode:
         on, off = ("sm120_prefill", "sm120_decode") if e.sm120_prefill else ("sm120_decode", "sm120_prefill")
         return [r.finding("warning", f"engine.{off}", False,
-                          f"engine.{on} on with engine.{off} off: the seed ran both on (their default) and names "
-                          f"each switch as a fallback to the FlashMLA / Triton path; this mix was not measured",
+                          f"engine.{on} on with engine.{off} off: the seed's head defaults both on and names each "
+                          f"switch as a fallback to the FlashMLA / Triton path; it reports no run of this mix",
                           f"set engine.{off}: true, or both off to bisect a kernel problem")]
     if not e.sm120_decode and ctx.gpu.is_sm12x:
         return [r.finding("warning", "engine.sm120_decode", False,
@@ -211,11 +211,12 @@ def k8_nvfp4_ep(ctx: RuleContext, r: Rule) -> list[Finding]:
                       "checkpoint parity with the SM100 datacenter path")]
 
 
-@rule("K9", "block size 256, the one validated",
-      "the seed validated --block-size 256 ('the DSv4 packed KV cache is laid out in 64-token pages independent of "
-      "vLLM's logical block size'); upstream 0.32.0's DeepSeek-V4 FlashInfer sparse-MLA backend takes kernel block "
-      "size 256 only (vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py, get_supported_kernel_block_sizes); no "
-      "source says another size fails outright",
+@rule("K9", "block size 256, the one measured",
+      "the seed's full gate battery ran on both architectures at --block-size 256, where its SM120 serve comes up "
+      "('the DSv4 packed KV cache is laid out in 64-token pages independent of vLLM's logical block size'); "
+      "upstream 0.32.0's DeepSeek-V4 FlashInfer sparse-MLA backend takes kernel block size 256 only "
+      "(vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py, get_supported_kernel_block_sizes); no source says "
+      "another size fails outright",
       deepseek,
       fix="set cache.block_size: 256")
 def k9_block_size(ctx: RuleContext, r: Rule) -> list[Finding]:
@@ -223,7 +224,7 @@ def k9_block_size(ctx: RuleContext, r: Rule) -> list[Finding]:
     if bs is None or bs == 256:
         return []
     return [r.finding("warning", "cache.block_size", bs,
-                      f"block size {bs} is not the validated 256: the engine may pick another attention backend "
+                      f"block size {bs} is not the measured 256: the engine may pick another attention backend "
                       f"(its DeepSeek-V4 FlashInfer SM120 path takes 256) or a layout nobody measured",
                       "set cache.block_size: 256")]
 
@@ -237,7 +238,7 @@ def k11_kv_offload(ctx: RuleContext, r: Rule) -> list[Finding]:
     if gib <= 0:
         return []
     return [r.finding("warning", "engine.kv_offload_gib", gib,
-                      "KV offload is outside the validated configuration and had a memory-safety defect",
+                      "KV offload is outside the measured configuration and had a memory-safety defect",
                       "set engine.kv_offload_gib: 0 unless you are testing offload")]
 
 

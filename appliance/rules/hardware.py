@@ -15,9 +15,9 @@ architectures; the seed names neither figure's hardware nor utilization: this pr
 PRO 6000 serve of 0731 and takes 0.85 from the seed's Running DSpark example, an inference): 0.85 x 95.6 - 6.25 =
 75.01 GiB per GPU for 155.5 GiB of checkpoint over 2 ranks. With GB10's engine_memory_gib fitted to the other
 figure, K20 reproduces both (tests/test_rules_seed.py)."""
-SEED_VALIDATED_KV_GIB = 6.25
+SEED_SMALLER_KV_GIB = 6.25
 """The smaller of the seed's two KV figures (read here as 2 x RTX PRO 6000, 0731, 0.85: an inference, see above)."""
-MIN_KV_GIB = SEED_VALIDATED_KV_GIB / 2
+MIN_KV_GIB = SEED_SMALLER_KV_GIB / 2
 """Under half that KV: warn (the serve may not hold max_model_len; the log's K20 expectation
 kv-holds-max-model-len says for sure)."""
 
@@ -61,7 +61,7 @@ def k10_parallel(ctx: RuleContext, r: Rule) -> list[Finding]:
                              "a GB10 (DGX Spark) has exactly one GPU", "set hardware.gpus_per_node: 1"))
     if hw.gpu == "gb10" and p.pipeline > 1:
         out.append(r.finding("warning", "parallel.pipeline", p.pipeline,
-                             "pipeline parallel on GB10 is outside the validated configuration",
+                             "pipeline parallel on GB10 is outside the measured configuration",
                              "use parallel.tensor across nodes and pipeline: 1"))
     return out
 
@@ -91,7 +91,7 @@ def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
     if kv < MIN_KV_GIB:
         return [r.finding("warning", "limits.gpu_memory_utilization", util,
                           f"{where} leave ~{kv:.1f} GiB per GPU for the KV cache, under half the "
-                          f"{SEED_VALIDATED_KV_GIB} GiB of the seed's smaller KV figure",
+                          f"{SEED_SMALLER_KV_GIB} GiB of the seed's smaller KV figure",
                           "raise limits.gpu_memory_utilization a little or add GPUs; the log's "
                           "kv-holds-max-model-len expectation says whether max_model_len fits")]
     return []

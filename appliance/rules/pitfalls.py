@@ -33,8 +33,8 @@ def _multi_node(ctx: RuleContext) -> bool:
 def k31_flashinfer_autotune(ctx: RuleContext, r: Rule) -> list[Finding]:
     """Multi-node only: there each node keeps its own caches (a new or wiped node starts cold beside a warm one,
     #54618's hang) and the tuning collective crosses the fabric (#52291). On one node the ranks share one cache
-    folder. The lock pins FlashInfer 0.6.16.post3, the release #52291 names; the seed's own GB10 2-node acceptance
-    ran with autotuning at its default and passed, so this is a warning, not a refusal."""
+    folder. The lock pins FlashInfer 0.6.16.post3, the release #52291 names; the seed never mentions autotuning
+    and its reference command sets no such flag, so this is a warning, not a refusal."""
     e, p = ctx.profile.engine, ctx.profile
     if e.flashinfer_autotune is not None:
         return []
@@ -149,12 +149,15 @@ DECLINED_50843: frozenset[str] = frozenset({
     "sm120-pr-41834-stable-preview-20260809", "aa0d513027", "d44e224ab9",
     "sm120-pr-41834-stable-preview-20260804", "0f59188db1",
 })
-"""Fork refs/commits without upstream #50843 (bound the V2 samplers' tile-local argmax to vocab_size), by the
-seed's own account. Elsewhere (a later fork head, an upstream release) it is unknown, and K38 says nothing."""
+"""Fork refs/commits without upstream #50843 (bound the V2 samplers' tile-local argmax to vocab_size): the
+20260804 ones by the seed's own account, the 20260809 ones by inference (no later update of the seed says it
+was taken; an upstream sync could have brought it, which nothing read here says). Elsewhere (a later fork head,
+an upstream release) it is unknown, and K38 says nothing."""
 
 
 def lacks_50843(lock: ChannelLock) -> bool:
-    """True where the seed says this channel's engine did not take #50843 (K38)."""
+    """True where this channel's engine is a fork ref of DECLINED_50843: one the seed says did not take #50843, or
+    a later one no update of the seed says took it (K38)."""
     e = lock.engine
     return e.source == "fork" and bool({e.ref, (e.commit or "")[:10]} & DECLINED_50843)
 
@@ -187,7 +190,7 @@ def k37_flashinfer_070(ctx: RuleContext, r: Rule) -> list[Finding]:
 @rule("K38", "structured output on the V2 runner meets an unbounded V2 sampler on this pin",
       "the seed declined upstream #50843, which bounds the V2 samplers' tile-local argmax to vocab_size, as "
       "'V2-tree only, inert on our default' while V1 was the default, and called the defect real; a grammar that "
-      "masks every candidate is how structured output reaches it, and V2 is the default on this pin",
+      "masks every candidate is one way structured output reaches it, and V2 is the default on this pin",
       deepseek_on_gpu,
       fix="serve structured-output traffic on engine.runner: v1 (the seed's fallback), or an engine that carries "
           "#50843; appliance gate --checks structured exercises it")

@@ -14,13 +14,15 @@ from appliance.rules.base import Finding, Rule, RuleContext, deepseek_on_gpu, ru
 MEASURED_V2 = "GB10 2-node TP=2, 0731, DSpark nst=5, max_model_len 131072"
 """The one configuration the seed measured V2 + guard on."""
 MEASURED_TENSOR = 2
-"""The only TP size the seed measured (on GB10 and, with V1, on SM120)."""
+"""The TP size of the seed's one measured V2 configuration (GB10 2-node TP=2); its SM120 box is 2 x RTX PRO 6000,
+which this project reads as TP=2 too (an inference: no SM120 TP size is given)."""
 FALLBACK = "the seed's fallback is VLLM_USE_V2_MODEL_RUNNER=0: set engine.runner: v1"
 
 
 @rule("P1", "the profile runs what the seed measured",
-      "the seed validated each hardware on one head with one runner, and V2 + guard on one shape only; a "
-      "combination it did not measure is a gap in coverage, not a claim ruled out",
+      "each profile's measurement is one head with one runner on its hardware (the seed reports SM120 on "
+      "0f59188db1 with V1 only), and the seed measured V2 + guard on one shape only; a combination it did not "
+      "measure is a gap in coverage, not a claim ruled out",
       deepseek_on_gpu,
       fix="run it and gate it (appliance gate --battery seed); if it is worse, fall back to what the seed measured")
 def p1_measured(ctx: RuleContext, r: Rule) -> list[Finding]:
@@ -28,7 +30,7 @@ def p1_measured(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 
 def _runner(ctx: RuleContext, r: Rule) -> list[Finding]:
-    """The runner differs from the one the seed measured this hardware with."""
+    """The runner differs from the one of the profile's measurement."""
     m, runner = ctx.profile.provenance.measured, ctx.profile.engine.runner
     if m is None or m.runner is None or m.runner == runner:
         return []
@@ -37,8 +39,8 @@ def _runner(ctx: RuleContext, r: Rule) -> list[Finding]:
     hw = ctx.profile.provenance.hardware or ctx.profile.hardware.gpu
     fallback = FALLBACK if runner == "v2" else "engine.runner: v2 is what the seed measured here"
     return [r.finding("warning", "engine.runner", runner,
-                      f"the seed measured {hw} on {on} with runner {m.runner}{guard}; runner {runner} on this "
-                      f"hardware was not measured by the seed",
+                      f"the seed measured {hw} on {on} with runner {m.runner}{guard}; this profile runs runner "
+                      f"{runner}, which that measurement did not",
                       f"gate this serve (appliance gate --battery seed); if it is worse, {fallback}")]
 
 

@@ -1,7 +1,7 @@
 """W1, W2: the checkpoint's weights are pinned like every package; W4: one download shared with every rank.
 
 The lock pins each checkpoint's hub commit (versions.json `checkpoints`); `model.revision` in a profile overrides
-it. A revision other than the validated one is a warning naming both (the weights differ from what was validated);
+it. A revision other than the locked one is a warning naming both (the weights differ from the ones the lock names);
 a checkpoint with no pin at all is refused: its weights would move under the locked image whenever `main` moves.
 """
 
@@ -10,20 +10,20 @@ from __future__ import annotations
 from appliance.rules.base import Finding, Rule, RuleContext, always, rule
 
 
-@rule("W1", "the checkpoint revision is the validated pin",
-      "a profile that overrides the pinned revision serves other weights than the ones the lock names: every "
-      "measurement and validation of this profile was made on the pinned commit",
+@rule("W1", "the checkpoint revision is the locked pin",
+      "a profile that overrides the pinned revision serves other weights than the ones the lock names: the image, "
+      "the lock and every gate receipt of this profile name the pinned commit",
       always,
-      fix="remove model.revision to use the lock's pin, or keep the override knowing it is unvalidated")
+      fix="remove model.revision to use the lock's pin, or keep the override knowing no gate has run on it")
 def w1_revision_override(ctx: RuleContext, r: Rule) -> list[Finding]:
     m = ctx.profile.model
     pin = ctx.pins.get(m.checkpoint)
     if m.revision is None or pin is None or pin.revision is None or m.revision == pin.revision:
         return []
     return [r.finding("warning", "model.revision", m.revision,
-                      f"overrides the validated revision {pin.revision} of {m.checkpoint} (versions.json: "
+                      f"overrides the locked revision {pin.revision} of {m.checkpoint} (versions.json: "
                       f"{pin.confirmed})",
-                      f"remove model.revision (or set it to {pin.revision}) to serve the validated weights")]
+                      f"remove model.revision (or set it to {pin.revision}) to serve the locked weights")]
 
 
 @rule("W2", "every checkpoint is pinned to a commit",

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from appliance.errors import ApplianceError
 from appliance.hostmem.watchdog import Watchdog
+from appliance.jsonstrict import JsonObject
 from appliance.multinode.fabric_report import FabricReport
 from appliance.profile.model import Profile
 from appliance.settings import ApplianceSettings
@@ -25,7 +25,7 @@ class HostSide:
     def holds(self) -> list[str]:
         return self.watchdog.state.holds if self.watchdog else []
 
-    def sections(self) -> dict[str, Any]:
+    def sections(self) -> JsonObject:
         return {"memory": self.watchdog.state.to_json() if self.watchdog else None,
                 "fabric": self.fabric.to_json() if self.fabric else None}
 

@@ -1,16 +1,18 @@
 """The launch sequence of `appliance run`, as named steps that end in one resolved `Launch`:
 
     run_files        the run folder, checked (supervisor reads its name) and created, once
+    resolve_place    this node's placement, resolved once against the profile (+ the fabric address and a multi-node
+                     rank's network identity), every value with its origin (appliance/serve/resolve.py)
     sync_from_head   distributed.sync_model, a worker: take the head's verified snapshot first (W4)
     check_profile    locate the checkpoint and check it complete (W3); validate with its real facts (exit 2 on errors)
-    resolve_place    this node's placement, resolved once against the profile (+ the fabric address, the located
-                     checkpoint), every value with its origin (appliance/placement.py)
+    resolve_serve    the ResolvedServe (appliance/serve/): the placement with the located checkpoint, the channel's
+                     lock and facts, the plan
     preflight_host   doctor's checks for this node's role (the caller refuses the start on a failure)
-    resolve_launch   ServePlan (programs made absolute) + the consistency exchange (multi-node; the head gets its
+    resolve_launch   the plan's programs made absolute + the consistency exchange (multi-node; the head gets its
                      workers' exporters; with distributed.sync_model it serves its snapshot read-only meanwhile,
-                     W4) + the fabric qualification (K25) + engine env (caches) + the canary's watch
-    write_launch     launch.json (the typed hand-off: placement, programs, the exporter's section) + supervisord.conf,
-                     atomically, proven by supervisor's own loader
+                     W4) + the fabric qualification (K25) + engine env (caches) + each program's section
+    write_launch     launch.json (the resolved serve's serialization: profile, placement, plan, programs, the
+                     exporter's section) + supervisord.conf, atomically, proven by supervisor's own loader
     relaunch         the canary's step-down: the same launch again with a rung's profile, in this process
 
 Library code: it reports through the `report` callable it is given and raises ApplianceError on bad input.
@@ -19,7 +21,6 @@ Library code: it reports through the `report` callable it is given and raises Ap
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shlex
 import socket
@@ -29,30 +30,30 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from appliance.bounds import EXPORTER_BIND_LOCAL
 from appliance.channels.engines import EngineInstall, find_engine, require_engine
 from appliance.doctor import Check, checks_text, run_doctor
 from appliance.errors import ApplianceError
 from appliance.health.canary_state import STATE_FILE
-from appliance.lock import channel_lock
 from appliance.multinode.fabric_report import FabricReport
-from appliance.multinode.netident import Tables, with_identity
+from appliance.multinode.netident import Tables
 from appliance.multinode.netif import ipv4_of
 from appliance.multinode.rendezvous import Peer, preflight
 from appliance.paths import appliance_home, make_dir, venv_executable
-from appliance.placement import Placement, ResolvedPlacement, resolve_placement
+from appliance.placement import Placement, ResolvedPlacement
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.profile.model import Profile
-from appliance.render.plan import build_plan
 from appliance.render.serveplan import ServePlan
-from appliance.render.supervisord import RunFiles, render_conf
+from appliance.render.supervisord import CrashguardSection, LogtailSection, RunFiles, render_conf
 from appliance.rules import context_for, require_valid
 from appliance.rules.caveats import to_show
 from appliance.run.caches import cache_env
 from appliance.run.exposure import exporter_bind
-from appliance.run.launchfile import LAUNCH_MODE, ExporterSection, LaunchFile, LaunchFileError, Program, read_launch
+from appliance.run.launchfile import LAUNCH_MODE, LaunchFile, LaunchFileError, read_launch
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.safe_write import write_files
+from appliance.serve.resolve import placement, resolve
+from appliance.serve.resolved import CANARY, ENGINE, ResolvedServe, RunSections
+from appliance.serve.sections import ExporterSection, PlanSection, Program
 from appliance.settings import ApplianceSettings
 from appliance.weights.pins import revision_for
 from appliance.weights.stamps import stamp_root
@@ -68,23 +69,50 @@ _CONF_UNSAFE = frozenset(";#%") | {chr(c) for c in range(32)} | {"\x7f"}
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything `appliance run` resolved: what runs, where, with which environment, next to whom."""
+    """Everything `appliance run` resolved: the serve (its programs and their sections), where its files are, its
+    engine's environment, next to whom."""
 
-    loaded: LoadedProfile
-    place: ResolvedPlacement
-    plan: ServePlan
-    """Programs absolute; env = the plan's only (the engine gets `env`)."""
+    serve: ResolvedServe
+    """Its plan's programs absolute on this host, its run sections set."""
+    files: RunFiles
     env: dict[str, str]
     """The engine's and setup steps' environment: the plan's + caches (+ HF_HUB_OFFLINE for a local model)."""
-    files: RunFiles
     peers: dict[int, Peer] = field(default_factory=dict)
-    fabric: FabricReport | None = None
-    """This rank's fabric qualification (K25), handed to its exporter in launch.json."""
-    canary: list[str] | None = None
-    """The correctness canary's watch (appliance/canary/watch.py), on a head or single node whose profile runs one."""
-    exporter_host: str = EXPORTER_BIND_LOCAL
-    """The exporter's bind address (run/exposure.exporter_bind: APPLIANCE_EXPORTER_HOST, else what the peers need)."""
     exporter_host_origin: str = "default"
+    """Where the exporter's bind address came from (run/exposure.exporter_bind)."""
+
+    @property
+    def loaded(self) -> LoadedProfile:
+        return self.serve.loaded
+
+    @property
+    def place(self) -> ResolvedPlacement:
+        return self.serve.place
+
+    @property
+    def plan(self) -> ServePlan:
+        return self.serve.plan
+
+    @property
+    def sections(self) -> RunSections:
+        assert self.serve.run is not None  # resolve_launch sets them
+        return self.serve.run
+
+    @property
+    def fabric(self) -> FabricReport | None:
+        """This rank's fabric qualification (K25), handed to its exporter in launch.json."""
+        return self.sections.exporter.fabric
+
+    @property
+    def canary(self) -> list[str] | None:
+        """The correctness canary's watch (appliance/canary/watch.py), on a head or single node whose profile runs
+        one."""
+        watch = self.sections.canary
+        return None if watch is None else watch.argv
+
+    @property
+    def exporter_host(self) -> str:
+        return self.sections.exporter.host
 
     @property
     def launch_file(self) -> Path:
@@ -92,19 +120,10 @@ class Launch:
 
     def exporter(self) -> ExporterSection:
         """The exporter's section of launch.json: every input of `appliance exporter --launch`, from this launch."""
-        # The head compares the NCCL each worker loaded (K15) through the workers' exporters.
-        peers = {rank: peer.health_url for rank, peer in sorted(self.peers.items()) if peer.health_url}
-        return ExporterSection(log=self.files.engine_log, port=self.place.health_port, host=self.exporter_host,
-                               role=self.place.role, engine_url=self.place.engine_url, peers=peers,
-                               canary_state=self.files.run_dir / STATE_FILE if self.canary else None,
-                               fabric=self.fabric)
+        return self.sections.exporter
 
     def programs(self) -> dict[str, Program]:
-        out = {f"setup{i}": Program(step, self.env) for i, step in enumerate(self.plan.setup)}
-        out["vllm"] = Program(self.plan.argv, self.env)
-        if self.canary:
-            out["canary"] = Program(self.canary, {})
-        return out
+        return dict(self.sections.programs)
 
     def supervised(self) -> dict[str, list[str]]:
         """supervisord program -> its command: the appliance's own, with the launch file's path only."""
@@ -120,19 +139,30 @@ def run_files(run_dir: Path, field: str = "--run-dir") -> RunFiles:
     run_dir = run_dir.absolute()
     check_run_dir(run_dir, field)  # supervisord.conf names it: no '%', ';', '#' or control character
     make_dir(run_dir, field)
-    sock = Path(tempfile.gettempdir()) / f"appliance-{hashlib.sha256(str(run_dir).encode()).hexdigest()[:10]}.sock"
-    return RunFiles(run_dir, sock)
+    return RunFiles.at(run_dir)
 
 
-def sync_from_head(loaded: LoadedProfile, given: Placement, settings: ApplianceSettings, report: Report) -> None:
+def resolve_place(loaded: LoadedProfile, given: Placement | ResolvedPlacement, model_dir: Path | None = None, *,
+                  tables: Tables | None = None) -> ResolvedPlacement:
+    """This node's placement, once (appliance/serve/resolve.py): given over the profile, the fabric interface's
+    address read here, a multi-node rank's network identity resolved from this host's tables and checked (K39:
+    before the rendezvous, so before NCCL), and the checkpoint folder `check_profile` located."""
+    return placement(loaded.profile, given, interface_ip=ipv4_of, tables=tables or Tables(), model_dir=model_dir)
+
+
+def resolve_serve(loaded: LoadedProfile, place: ResolvedPlacement, model_dir: Path | None) -> ResolvedServe:
+    """The serve on this node (appliance/serve/resolve.py): `place` (resolved before the checkpoint was located) with
+    the checkpoint folder, the channel's lock and facts, the plan."""
+    return resolve(loaded, place, model_dir=model_dir)
+
+
+def sync_from_head(loaded: LoadedProfile, place: ResolvedPlacement, settings: ApplianceSettings,
+                   report: Report) -> None:
     """distributed.sync_model on a worker whose copy is not complete: fetch what it lacks from the head's snapshot
     over the fabric (rsync, master port + 3), before anything else; check_profile then checks it on arrival.
     The head serves while the ranks meet (serve_snapshot), so this waits for it as long as the rendezvous would."""
     profile = loaded.profile
-    if not profile.distributed.sync_model:
-        return
-    place = resolve_placement(profile, given)
-    if place.role != "worker":
+    if not profile.distributed.sync_model or place.role != "worker":
         return
     revision = revision_for(profile.model.checkpoint, profile.model.revision)
     if revision is None:
@@ -184,7 +214,7 @@ def serve_snapshot(profile: Profile, plan: ServePlan, place: ResolvedPlacement, 
         yield
 
 
-def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Path | None:
+def check_profile(loaded: LoadedProfile, given: Placement | ResolvedPlacement, report: Report) -> Path | None:
     """The checkpoint's folder when it is on disk and complete (W3); the profile re-validated with its real facts."""
     profile = loaded.profile
     revision = revision_for(profile.model.checkpoint, profile.model.revision)
@@ -210,20 +240,13 @@ def check_profile(loaded: LoadedProfile, given: Placement, report: Report) -> Pa
     return model_dir
 
 
-def resolve_place(loaded: LoadedProfile, given: Placement, model_dir: Path | None, *,
-                  tables: Tables | None = None) -> ResolvedPlacement:
-    """This node's placement, once: given over the profile, the fabric interface's address read here, a multi-node
-    rank's network identity resolved from this host's tables and checked (K39: before the rendezvous, so before
-    NCCL), and the checkpoint folder `check_profile` located."""
-    place = with_identity(loaded.profile, resolve_placement(loaded.profile, given, interface_ip=ipv4_of), tables)
-    return place if model_dir is None else place.with_model_dir(model_dir, "derived:the checkpoint located on disk")
 
-
-def preflight_host(profile: Profile, place: ResolvedPlacement, settings: ApplianceSettings,
-                   report: Report) -> list[Check]:
-    """doctor for this node's role (reading the host through APPLIANCE_PROCFS / APPLIANCE_KMSG); returns the
-    failed checks."""
-    checks = run_doctor(profile, place.role, procfs=settings.procfs, kmsg=settings.kmsg)
+def preflight_host(serve: ResolvedServe, settings: ApplianceSettings, report: Report) -> list[Check]:
+    """doctor for this node's role, port and channel (reading the host through APPLIANCE_PROCFS / APPLIANCE_KMSG);
+    returns the failed checks."""
+    profile = serve.profile
+    checks = run_doctor(profile, serve.role, procfs=settings.procfs, kmsg=settings.kmsg, api_port=serve.place.api_port,
+                        lock=serve.lock)
     if checks:
         report(checks_text(checks, False, profile.name))
     return [c for c in checks if c.status == "fail"]
@@ -241,13 +264,12 @@ def absolute_programs(plan: ServePlan, engine: EngineInstall | None = None) -> S
     return replace(plan, argv=absolute(plan.argv), setup=[absolute(step) for step in plan.setup])
 
 
-def engine_plan(profile: Profile, place: ResolvedPlacement, *, engine_required: bool = True) -> ServePlan:
-    """The plan, run by the profile's channel's engine (its engine venv when it is not this environment's); without
+def engine_plan(serve: ResolvedServe, *, engine_required: bool = True) -> ServePlan:
+    """The serve's plan, run by its channel's engine (its engine venv when it is not this environment's); without
     it on this host, ApplianceError (exit 2), unless not `engine_required` (a dry run renders this environment's
     programs)."""
-    ch = channel_lock(profile.engine.channel, profile.hardware.target)
-    engine = require_engine(ch) if engine_required else find_engine(ch)
-    return absolute_programs(build_plan(profile, place), engine)
+    engine = require_engine(serve.lock) if engine_required else find_engine(serve.lock)
+    return absolute_programs(serve.plan, engine)
 
 
 def join_peers(profile: Profile, plan: ServePlan, place: ResolvedPlacement,
@@ -292,15 +314,14 @@ def check_run_dir(run_dir: Path, field: str = "--run-dir") -> None:
     check_conf_path("TMPDIR", Path(tempfile.gettempdir()), "temporary folder")
 
 
-def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: ApplianceSettings, files: RunFiles,
-                   home: Path, report: Report = print, *, measure_fabric: bool = True) -> Launch:
+def resolve_launch(serve: ResolvedServe, settings: ApplianceSettings, files: RunFiles, home: Path,
+                   report: Report = print, *, measure_fabric: bool = True) -> Launch:
     """`measure_fabric=False` (a dry run, a step-down): the fabric qualification is skipped and said so; it needs
     every rank to measure at once, so one rank's dry run would wait for peers that never come."""
-    profile = loaded.profile
-    plan = engine_plan(profile, place, engine_required=measure_fabric)
+    profile, place = serve.profile, serve.place
+    plan = engine_plan(serve, engine_required=measure_fabric)
     # Keyed by the channel's lock: an edit of another channel leaves this serve's compile caches warm.
-    lock = channel_lock(profile.engine.channel, profile.hardware.target)
-    caches = cache_env(lock.digest, engine_digest(profile), home / "cache")
+    caches = cache_env(serve.lock.digest, engine_digest(profile), home / "cache")
     for name in sorted(set(profile.engine.extra_env) & set(caches)):  # the rules' X3 for what `run` adds
         raise ApplianceError(f"engine.extra_env.{name}: the appliance sets it (APPLIANCE_HOME owns it)",
                              field=f"engine.extra_env.{name}", value=name,
@@ -316,9 +337,18 @@ def resolve_launch(loaded: LoadedProfile, place: ResolvedPlacement, settings: Ap
     if place.model_dir is not None:  # a checkpoint on disk: the engine asks no hub for it
         env.setdefault("HF_HUB_OFFLINE", "1")
     bind = exporter_bind(place.role, place.host_ip, settings.exporter_host)
-    return Launch(loaded, place, plan, env, files, peers, fabric,
-                  canary_watch(loaded, plan, files.run_dir, place.engine_url),
-                  exporter_host=bind.host, exporter_host_origin=bind.origin)
+    watch = canary_watch(serve.loaded, plan, files.run_dir, place.engine_url)
+    programs = {f"setup{i}": Program(step, env) for i, step in enumerate(plan.setup)}
+    programs[ENGINE] = Program(plan.argv, env)
+    if watch:
+        programs[CANARY] = Program(watch, {})
+    # The head compares the NCCL each worker loaded (K15) through the workers' exporters.
+    exporter = ExporterSection(log=files.engine_log, port=place.health_port, host=bind.host, role=place.role,
+                               engine_url=place.engine_url,
+                               peers={rank: peer.health_url for rank, peer in sorted(peers.items()) if peer.health_url},
+                               canary_state=files.run_dir / STATE_FILE if watch else None, fabric=fabric)
+    run = RunSections(files.run_dir, programs, exporter, CrashguardSection.of(files), LogtailSection.of(files))
+    return Launch(serve.started(plan, run), files, env, peers, exporter_host_origin=bind.origin)
 
 
 def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None) -> list[str] | None:
@@ -332,18 +362,21 @@ def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_u
 
 
 def launch_file(launch: Launch) -> LaunchFile:
-    loaded = launch.loaded
+    """The resolved serve's serialization (run/launch_profile.py reads it back)."""
+    loaded, plan = launch.loaded, launch.plan
     return LaunchFile(
         profile_name=loaded.profile.name, profile_digest=loaded.digest, profile_source=loaded.source.as_posix(),
         profile=loaded.profile.model_dump(mode="json"), placement=launch.place, programs=launch.programs(),
-        exporter=launch.exporter(), profile_origins=dict(loaded.origins))
+        exporter=launch.exporter(), profile_origins=dict(loaded.origins),
+        plan=PlanSection(plan.argv, plan.env, plan.setup))
 
 
 def supervisord_conf(launch: Launch) -> str:
     commands = launch.supervised()
     programs = ServePlan(commands["vllm"], {}, launch.plan.role,
                          [commands[f"setup{i}"] for i in range(len(launch.plan.setup))])
-    return render_conf(programs, launch.files, {}, commands[EXPORTER], commands.get("canary"))
+    return render_conf(programs, launch.files, {}, commands[EXPORTER], commands.get(CANARY),
+                       crashguard=launch.sections.crashguard, logtail=launch.sections.logtail)
 
 
 def write_launch(launch: Launch) -> str:
@@ -442,6 +475,6 @@ def resolve_relaunch(loaded: LoadedProfile, launch_path: Path, settings: Applian
     if was.model_dir is not None:  # the same checkpoint folder as the serve started on, however it was found
         given = replace(given, model_dir=was.model_dir, origins={**given.origins, "model_dir": was.origin("model_dir")})
     model_dir = check_profile(loaded, given, report)
-    place = resolve_place(loaded, given, model_dir, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs))
-    return resolve_launch(loaded, place, settings, run_files(launch_path.parent), home, report,
-                          measure_fabric=False)
+    serve = resolve(loaded, given, interface_ip=ipv4_of, tables=Tables(procfs=settings.procfs, sysfs=settings.sysfs),
+                    model_dir=model_dir)
+    return resolve_launch(serve, settings, run_files(launch_path.parent), home, report, measure_fabric=False)

@@ -1,6 +1,7 @@
-"""The resolved profile a launch.json holds, for the programs `appliance run` started: read once by the
-exporter, and followed while it serves, since a canary step-down rewrites launch.json with the rung's settings
-and restarts the engine on them (appliance/canary/ladder.py)."""
+"""launch.json read back into the resolved serve (appliance/serve/resolved.py), for the programs `appliance run`
+started: the exporter and the canary's watch read it once, and the exporter follows it while it serves, since a
+canary step-down rewrites launch.json with the rung's settings and restarts the engine on them
+(appliance/canary/ladder.py). No program of a running serve loads the YAML again."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from appliance.errors import ApplianceError
+from appliance.lock import channel_lock
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.model import Profile
+from appliance.render.plan import plan_facts
+from appliance.render.serveplan import ServePlan
+from appliance.render.supervisord import CrashguardSection, LogtailSection, RunFiles
 from appliance.run.launchfile import LaunchFile, LaunchFileError, read_launch
+from appliance.serve.resolved import ENGINE, ResolvedServe, RunSections
 
 
 def loaded_from_launch(launch: LaunchFile, path: Path) -> LoadedProfile:
@@ -30,14 +36,38 @@ def loaded_from_launch(launch: LaunchFile, path: Path) -> LoadedProfile:
     return loaded
 
 
-def serving_profile(path: Path) -> tuple[LoadedProfile, str | None]:
-    """The profile a serve runs and its engine's API URL, from its launch.json as it is now (None: a worker's)."""
+def serve_from_launch(launch: LaunchFile, path: Path) -> ResolvedServe:
+    """The resolved serve `launch` (read from `path`) serializes: its profile, digest-checked; the lock and facts of
+    its channel, from their owners; its placement, plan and run sections as `appliance run` resolved them."""
+    loaded = loaded_from_launch(launch, path)
+    profile = loaded.profile
+    if launch.plan is not None:
+        plan = ServePlan(launch.plan.argv, launch.plan.env, launch.role, launch.plan.setup)
+    else:  # written before the plan was kept: its programs as they run (none: an exporter's launch alone)
+        setup = [p.argv for name, p in launch.programs.items() if name.startswith("setup")]
+        engine = launch.programs.get(ENGINE)
+        plan = ServePlan(engine.argv if engine else [], {}, launch.role, setup)
+    files = RunFiles.at(path.parent.absolute())
+    run = RunSections(files.run_dir, dict(launch.programs), launch.exporter, CrashguardSection.of(files),
+                      LogtailSection.of(files))
+    return ResolvedServe(loaded, channel_lock(profile.engine.channel, profile.hardware.target), plan_facts(profile),
+                         launch.placement, plan, run)
+
+
+def read_serve(path: Path) -> ResolvedServe:
+    """The serve a run folder's launch.json holds, as it is now; ApplianceError (exit 2) when it cannot be read."""
     try:
         launch = read_launch(path)
     except LaunchFileError as exc:
         raise ApplianceError(str(exc), field="launch.json", value=str(path),
                              fix="restart the serve (`appliance run`): it rewrites the launch") from None
-    return loaded_from_launch(launch, path), launch.placement.engine_url
+    return serve_from_launch(launch, path)
+
+
+def serving_profile(path: Path) -> tuple[LoadedProfile, str | None]:
+    """The profile a serve runs and its engine's API URL, from its launch.json as it is now (None: a worker's)."""
+    serve = read_serve(path)
+    return serve.loaded, serve.place.engine_url
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

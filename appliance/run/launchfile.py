@@ -5,10 +5,12 @@ a flag or the environment (served model name, description, --set values, address
 so nothing a user typed is ever parsed by supervisor. The exporter judges the profile stored here, the one
 the engine was started with, not the YAML as it reads when the exporter (re)starts.
 
-The typed hand-off (docs/launch-handoff.md): `placement` is this node's place resolved once, each value with its
-origin (appliance/placement.py); `exporter` is the exporter's section as data, from which `appliance exporter
---launch` builds its config directly (no flags re-parsed). A new input of the exporter is a field of
-ExporterSection, written by `run/launch.py` and read in `commands/exporter.py`; nothing else changes.
+The serialization of the resolved serve (appliance/serve/resolved.py; docs/launch-handoff.md): `placement` is this
+node's place resolved once, each value with its origin (appliance/placement.py); `plan` the plan its programs were
+made from; `exporter` is the exporter's section as data, from which `appliance exporter --launch` builds its config
+directly (no flags re-parsed). A new input of the exporter is a field of ExporterSection (appliance/serve/sections.py),
+written by `run/launch.py` and read in `commands/exporter.py`; nothing else changes. run/launch_profile.py reads
+the file back into the typed ResolvedServe.
 
 Standard library only: `appliance exec` reads it on every engine (re)start without importing pydantic.
 """
@@ -17,13 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.multinode.fabric_report import FabricReport
-from appliance.placement import ROLES, ResolvedPlacement
+from appliance.jsonstrict import JsonObject
+from appliance.placement import ResolvedPlacement
+from appliance.serve.sections import ExporterSection, PlanSection, Program
 
 if TYPE_CHECKING:
     from appliance.profile.topology import Role
@@ -32,62 +34,11 @@ SCHEMA = 2
 
 
 @dataclass(frozen=True)
-class Program:
-    """One program as it runs: argv (argv[0] absolute where this environment has it) and the env it adds."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ExporterSection:
-    """What this node's exporter needs from the launch, as data: `appliance exporter --launch` builds its config from
-    it. Fields other issues add (bind and probe settings, load progress, ...) go here, with a default, so a section
-    written without them still reads."""
-
-    log: Path
-    """The engine's log in the run folder."""
-    port: int
-    host: str
-    """Bind address: every interface, so the head's exporter reaches a worker's over the fabric."""
-    role: Role
-    engine_url: str | None
-    peers: Mapping[int, str] = field(default_factory=dict)
-    """On the head: each worker's exporter (rank -> URL), from the rendezvous, to compare what each rank loaded."""
-    canary_state: Path | None = None
-    """The correctness canary's state file, where the profile runs one on this node."""
-    fabric: FabricReport | None = None
-    """This rank's fabric qualification (K25), for /status and the metrics."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"log": str(self.log), "port": self.port, "host": self.host, "role": self.role,
-                "engine_url": self.engine_url, "peers": {str(r): u for r, u in sorted(self.peers.items())},
-                "canary_state": None if self.canary_state is None else str(self.canary_state),
-                "fabric": None if self.fabric is None else self.fabric.to_json()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ExporterSection:
-        port, host = data["port"], data["host"]
-        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-            raise ValueError(f"exporter.port is {str(port)[:40]!r}, not a port (1-65535)")
-        if not isinstance(host, str) or not host.strip():
-            # "" would bind every interface: the launch names the address it binds, always
-            raise ValueError(f"exporter.host is {str(host)[:80]!r}, not an address to bind")
-        canary, fabric, role = data.get("canary_state"), data.get("fabric"), data["role"]
-        if role not in ROLES:
-            raise ValueError(f"exporter.role is {role!r}, not one of {', '.join(ROLES)}")
-        return cls(log=Path(data["log"]), port=port, host=host, role=role,
-                   engine_url=data["engine_url"], peers={int(r): str(u) for r, u in data.get("peers", {}).items()},
-                   canary_state=None if canary is None else Path(canary),
-                   fabric=None if fabric is None else FabricReport.from_json(fabric))
-
-
-@dataclass(frozen=True)
 class LaunchFile:
     profile_name: str
     profile_digest: str
     profile_source: str
-    profile: dict[str, Any]
+    profile: JsonObject
     """The resolved profile (every override applied), as JSON."""
     placement: ResolvedPlacement
     """This node's place in the serve, resolved once, each value with its origin."""
@@ -97,6 +48,8 @@ class LaunchFile:
     profile_origins: dict[str, str] = field(default_factory=dict)
     """Where each value of `profile` came from (`LoadedProfile.origins`): the canary's ladder reads the keys a
     command-line --set pins from here, so no program of the serve loads the YAML again."""
+    plan: PlanSection | None = None
+    """The plan the programs were made from (absent in a launch.json written before it was kept)."""
 
     @property
     def role(self) -> Role:
@@ -106,7 +59,7 @@ class LaunchFile:
     def node_rank(self) -> int:
         return self.placement.node_rank
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "schema": SCHEMA,
             "profile": {"name": self.profile_name, "digest": self.profile_digest, "source": self.profile_source,
@@ -114,7 +67,7 @@ class LaunchFile:
             "placement": self.placement.to_json(),
             "programs": {name: {"argv": p.argv, "env": p.env} for name, p in self.programs.items()},
             "exporter": self.exporter.to_json(),
-        }
+        } | ({} if self.plan is None else {"plan": self.plan.to_json()})
 
     def text(self) -> str:
         """The file's content; written through the one writer (appliance/safe_write.py) with supervisord.conf,
@@ -176,7 +129,8 @@ def read_launch(path: Path) -> LaunchFile:
             profile_name=prof["name"], profile_digest=prof["digest"], profile_source=prof["source"],
             profile=prof["resolved"], placement=ResolvedPlacement.from_json(data["placement"]),
             programs={name: _program(name, p) for name, p in data["programs"].items()},
-            exporter=ExporterSection.from_json(data["exporter"]), profile_origins=_origins(prof.get("origins", {})))
+            exporter=ExporterSection.from_json(data["exporter"]), profile_origins=_origins(prof.get("origins", {})),
+            plan=PlanSection.from_json(data["plan"]) if "plan" in data else None)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, LaunchFileError):
             raise

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.lock import ChannelLock, channel_lock
 from appliance.profile.active import Active
 from appliance.profile.loader import LoadedProfile, load_profile
@@ -109,7 +110,7 @@ def check_overrides_free(loaded: LoadedProfile, keys: tuple[str, ...]) -> None:
                        "start")
 
 
-def getattr_path(data: dict[str, Any], dotted: str) -> Any:
+def getattr_path(data: JsonObject, dotted: str) -> Any:
     node: Any = data
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
@@ -147,9 +148,9 @@ def read_serve_launch(run_dir: Path) -> LaunchFile | None:
                              fix="point --run-dir at the run folder of `appliance run`") from None
 
 
-def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+def flat(data: Any, prefix: str = "") -> JsonObject:
     if isinstance(data, dict):
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for k, v in data.items():
             out |= flat(v, f"{prefix}{k}.")
         return out

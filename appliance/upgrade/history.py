@@ -12,11 +12,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.paths import write_json_atomic
 from appliance.profile.active import profile_dir, upgrades_dir
 
@@ -33,11 +34,34 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+class SideJson(TypedDict, total=False):
+    """One side of a move, as a record writes it: its channel, digests, the decision it came from, its --set."""
+
+    channel: str | None
+    profile_digest: str
+    lock_digest: str
+    decision: str | None
+    sets: list[str]
+
+
+RecordJson = TypedDict("RecordJson", {
+    "schema": str, "id": str, "kind": str, "profile": str, "started_at": str, "finished_at": str, "at": str,
+    "medium": str, "run_dir": str, "compose_env": str, "manifests": str, "previous": str | None,
+    "mode": JsonObject, "from": SideJson, "to": SideJson, "candidate": SideJson, "plan": JsonObject,
+    "qualification": str | None, "forced": bool, "budget_s": float | None, "receipts": dict[str, str],
+    "seconds": "float | dict[str, float]", "verdict": str | None, "reasons": list[str], "outcome": str, "why": str,
+    "window": JsonObject, "proof": JsonObject, "rollback": JsonObject, "ranks": JsonObject, "canary": list[JsonObject],
+    "cleared": JsonObject, "obtained_install_s": float, "record": str,
+}, total=False)
+"""An upgrade record (record.json) as its writers build it: plan, qualify, promote, rollback, each on its medium.
+RecordShape below holds what its readers take, on the way back in."""
+
+
 @dataclass(frozen=True)
 class Record:
     path: Path
     """The record's folder."""
-    data: dict[str, Any]
+    data: RecordJson
 
     @property
     def id(self) -> str:
@@ -61,7 +85,7 @@ def new_record(profile: str, kind: Kind, channel: str, home: Path | None = None)
             n += 1
 
 
-def write_record(folder: Path, data: dict[str, Any]) -> Path:
+def write_record(folder: Path, data: RecordJson) -> Path:
     path = folder / RECORD
     write_json_atomic(path, {"schema": SCHEMA, "id": folder.name, **data}, indent=2)
     return path
@@ -114,7 +138,7 @@ class RecordShape(_Open):
     window: _Window | None = None
 
 
-def read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Path) -> RecordJson:
     """One record.json through the strict reader (a regular file, bounded, no lone surrogate or deep nesting) and
     held to RecordShape; ApplianceError naming the file and the field otherwise."""
     from appliance.jsonstrict import load_file

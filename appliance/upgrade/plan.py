@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 from appliance.channels.capabilities import capabilities_of, capability_changes
 from appliance.channels.engines import EngineInstall, engines_root, find_engine
 from appliance.channels.facts import EngineFacts, load_facts, nearest
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.lock import ChannelLock
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.model import Profile
@@ -35,15 +35,15 @@ GIB = 1024**3
 
 def _rendered(profile: Profile) -> list[tuple[str, list[str], dict[str, str]]]:
     """(role, argv, env) of every rank; a profile the renderer refuses renders nothing (its rule says why)."""
-    from appliance.render import Placement, build_plan
+    from appliance.render.plan import build_plan, rank_placements
 
     out = []
-    for rank in range(profile.hardware.nodes):
+    for at in rank_placements(profile, _RENDER_HEAD):
         try:
-            plan = build_plan(profile, Placement(node_rank=rank, master_addr=_RENDER_HEAD))
+            plan = build_plan(profile, at)
         except ApplianceError:
             continue
-        out.append((role_for(profile, rank), plan.argv, plan.env))
+        out.append((at.role, plan.argv, plan.env))
     return out
 
 
@@ -64,11 +64,11 @@ def _used_names(profile: Profile) -> dict[str, str]:
     return {k: v for k, v in used.items() if v}
 
 
-def profile_facts_delta(profile: Profile, a: EngineFacts, b: EngineFacts) -> dict[str, list[dict[str, Any]]]:
+def profile_facts_delta(profile: Profile, a: EngineFacts, b: EngineFacts) -> dict[str, list[JsonObject]]:
     """What this profile renders on channel A that channel B's engine lacks (each with B's nearest name)."""
-    flags: dict[str, dict[str, Any]] = {}
-    values: dict[str, dict[str, Any]] = {}
-    env: dict[str, dict[str, Any]] = {}
+    flags: dict[str, JsonObject] = {}
+    values: dict[str, JsonObject] = {}
+    env: dict[str, JsonObject] = {}
     b_options, b_env = b.options(), sorted(b.env)
     for role, argv, plan_env in _rendered(profile):
         for flag, value in _options(argv):
@@ -109,11 +109,11 @@ def engine_counts(a: EngineFacts, b: EngineFacts) -> dict[str, dict[str, int]]:
             "backends": count(backends_a, backends_b)}
 
 
-def _finding_json(f: Finding) -> dict[str, Any]:
+def _finding_json(f: Finding) -> JsonObject:
     return {"rule": f.rule, "severity": f.severity, "path": f.path, "message": f.message, "fix": f.fix}
 
 
-def rule_changes(incumbent: LoadedProfile, candidate: LoadedProfile) -> list[dict[str, Any]]:
+def rule_changes(incumbent: LoadedProfile, candidate: LoadedProfile) -> list[JsonObject]:
     """Findings that appear or go between the incumbent and the candidate (by rule, severity and field)."""
     def key(f: Finding) -> tuple[str, str, str]:
         return f.rule, f.severity, f.path
@@ -126,7 +126,7 @@ def rule_changes(incumbent: LoadedProfile, candidate: LoadedProfile) -> list[dic
     return out
 
 
-def expectation_changes(incumbent: LoadedProfile, candidate: LoadedProfile) -> list[dict[str, Any]]:
+def expectation_changes(incumbent: LoadedProfile, candidate: LoadedProfile) -> list[JsonObject]:
     from appliance.health.context import HealthContext
 
     out = []
@@ -147,7 +147,7 @@ def expectation_changes(incumbent: LoadedProfile, candidate: LoadedProfile) -> l
     return out
 
 
-def unprinted_lines(candidate: LoadedProfile, facts: EngineFacts) -> list[dict[str, Any]]:
+def unprinted_lines(candidate: LoadedProfile, facts: EngineFacts) -> list[JsonObject]:
     """Log patterns the candidate's expectations read that its engine's sources do not print (fail closed)."""
     from appliance.channels.facts import load_sources
     from appliance.health.context import HealthContext
@@ -176,7 +176,7 @@ def _size(install: EngineInstall | None) -> int | None:
     return sum(p.stat().st_size for p in Path(sys.prefix).rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def disk(from_ch: ChannelLock, to_ch: ChannelLock) -> dict[str, Any]:
+def disk(from_ch: ChannelLock, to_ch: ChannelLock) -> JsonObject:
     """The candidate's engine on this host: there (its size), or what installing it would take (estimated by the
     incumbent's engine of the same target) against the free space where it would go."""
     if to_ch.target == "gpu":
@@ -197,7 +197,7 @@ def disk(from_ch: ChannelLock, to_ch: ChannelLock) -> dict[str, Any]:
             "fits": None if estimate is None else free > estimate * 1.2}
 
 
-def make_plan(pair: Pair, *, procfs: Path, mode: Requested = "auto") -> dict[str, Any]:
+def make_plan(pair: Pair, *, procfs: Path, mode: Requested = "auto") -> JsonObject:
     a, b = pair.from_channel, pair.to_channel
     fa, fb = load_facts(a.name), load_facts(b.name)
     findings = evaluate(context_for(pair.candidate.profile))
@@ -240,7 +240,7 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / GIB:.1f} GiB"
 
 
-def render_plan(plan: dict[str, Any]) -> str:
+def render_plan(plan: JsonObject) -> str:
     a, b = plan["from"], plan["to"]
     lines = [f"upgrade plan {plan['profile']}: {a['channel']} -> {b['channel']}",
              f"  from: {a['engine']} ({a['status']}, lock {a['lock_digest'][:12]}; facts {a['facts']})",

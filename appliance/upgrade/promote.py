@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.profile.active import Active, active_path, read_active, write_active
 from appliance.profile.loader import LoadedProfile
 from appliance.rules.upgrade import RULES
@@ -37,7 +37,7 @@ from appliance.upgrade.candidate import (
     read_serve_launch,
     require_renderable,
 )
-from appliance.upgrade.history import Record, latest_qualification, new_record, utc_now, write_record
+from appliance.upgrade.history import Record, RecordJson, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
 from appliance.upgrade.serve import Expect, Ready, RunningServe, exporter_change, wait_ready
 from appliance.upgrade.unfinished import close_killed, either_side, refuse_stacking, switched_and_unfinished
@@ -61,10 +61,10 @@ class Proof:
     ok: bool
     why: str
     ready: Ready | None = None
-    canary: list[dict[str, Any]] = field(default_factory=list)
+    canary: list[JsonObject] = field(default_factory=list)
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         r = self.ready
         return {"ok": self.ok, "why": self.why, "seconds": round(self.seconds, 1),
                 "ready": None if r is None else {"ok": r.ok, "seconds": round(r.seconds, 1), "why": r.why,
@@ -90,7 +90,7 @@ def require_qualification(pair: Pair, force: bool) -> Record | None:
 
 
 def canary_rounds(url: str, loaded: LoadedProfile, rounds: int, calibration: Path | None,
-                  report: Report) -> list[dict[str, Any]]:
+                  report: Report) -> list[JsonObject]:
     """`rounds` canary rounds against the switched serve; each round's verdict, seconds and signatures."""
     from appliance.canary.session import one_round, plan_for
 
@@ -216,7 +216,7 @@ def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
     return NativeSwitch(req, load_incumbent(req).profile.name, opts.run_dir, report)
 
 
-def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:
+def promote(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:
     sw = _native(req, opts, report)
     refuse_stacking(sw.name, read_active(sw.name), opts.run_dir)  # first: the active channel is not the incumbent
     pair = pair_for(req)
@@ -240,7 +240,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> dict[
                              fix="in a container, promote through --compose-env or --k8s-out")
     folder = new_record(pair.name, "promote", pair.to_channel.name)
     budget = opts.budget_s or default_budget(pair.candidate.profile)
-    record: dict[str, Any] = {
+    record: RecordJson = {
         "kind": "promote", "profile": pair.name, "started_at": utc_now(), "medium": "native",
         "run_dir": str(opts.run_dir), "from": {"channel": pair.from_channel.name, "profile_digest":
                                                 pair.incumbent.digest, "lock_digest": pair.from_channel.digest},
@@ -306,7 +306,7 @@ def _said(exc: BaseException) -> str:
     return exc.message if isinstance(exc, ApplianceError) else f"{type(exc).__name__}: {exc}"[:400]
 
 
-def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict[str, Any]:
+def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:
     """Back to the record the active one replaced (none: the profile's own channel), restarted and waited for."""
     sw = _native(req, opts, report)
     name = sw.name
@@ -327,12 +327,12 @@ def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> dict
     target = load_previous(req, previous)
     folder = new_record(name, "rollback", target.profile.engine.channel or "profile")
     budget = opts.budget_s or default_budget(target.profile)
-    record: dict[str, Any] = {"kind": "rollback", "profile": name, "started_at": utc_now(), "medium": "native",
-                              "run_dir": str(opts.run_dir),
-                              "from": {"channel": active.channel, "decision": active.decision,
-                                       "profile_digest": current.digest},
-                              "to": {"channel": target.profile.engine.channel, "profile_digest": target.digest,
-                                     "decision": previous.decision if previous else None}}
+    record: RecordJson = {"kind": "rollback", "profile": name, "started_at": utc_now(), "medium": "native",
+                          "run_dir": str(opts.run_dir),
+                          "from": {"channel": active.channel, "decision": active.decision,
+                                   "profile_digest": current.digest},
+                          "to": {"channel": target.profile.engine.channel, "profile_digest": target.digest,
+                                 "decision": previous.decision if previous else None}}
     write_record(folder, record)
     began = time.monotonic()
     proof = _switch_back(sw, previous, target, str(target.profile.engine.channel), budget, report)

@@ -14,19 +14,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict
 
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.lock import image_tag
 from appliance.placement import api_port_of
 from appliance.profile.active import Active, cut_chain
 from appliance.profile.loader import LoadedProfile
 from appliance.render.serveplan import http_url
 from appliance.upgrade.candidate import Pair, Request, pair_for, require_renderable
-from appliance.upgrade.history import new_record, shaped, utc_now, write_record
+from appliance.upgrade.history import RecordJson, new_record, shaped, utc_now, write_record
 from appliance.upgrade.media import (
     ComposeEnv,
     compose_service,
@@ -42,6 +43,9 @@ from appliance.upgrade.promote import Proof, calibration_of, canary_rounds, requ
 from appliance.upgrade.qualify import default_budget
 from appliance.upgrade.serve import Expect, ServeStatus, wait_ready
 
+if TYPE_CHECKING:
+    from appliance.health.monitor import StatusJson
+
 Report = Callable[[str], None]
 K8S_STATE = "upgrade.json"
 
@@ -53,7 +57,7 @@ class MediaOptions:
     env_files: list[Path] = field(default_factory=list)
     """The deployment's own env files, read before the upgrade's (compose reads `.env` only without --env-file)."""
     k8s_out: Path | None = None
-    k8s: dict[str, Any] = field(default_factory=dict)
+    k8s: dict[str, object] = field(default_factory=dict)
     no_rdma: bool = False
     image: str | None = None
     exporter: str | None = None
@@ -69,7 +73,7 @@ def _exporter_url(loaded: LoadedProfile, given: str | None) -> str:
     return (given or http_url("127.0.0.1", port)).rstrip("/")
 
 
-def _status(url: str) -> dict[str, Any] | None:
+def _status(url: str) -> StatusJson | None:
     try:
         return httpx.get(f"{url}/status", timeout=5).json()
     except (httpx.HTTPError, ValueError):
@@ -87,9 +91,9 @@ def check_ranks(pair: Pair, opts: MediaOptions) -> str | None:
     return check_one_lock(_status(url), nodes, url)
 
 
-def _record(pair: Pair, medium: str, qual: Any, budget: float | None) -> tuple[Path, dict[str, Any]]:
+def _record(pair: Pair, medium: str, qual: Any, budget: float | None) -> tuple[Path, RecordJson]:
     folder = new_record(pair.name, "promote", pair.to_channel.name)
-    record: dict[str, Any] = {
+    record: RecordJson = {
         "kind": "promote", "profile": pair.name, "started_at": utc_now(), "medium": medium,
         "from": {"channel": pair.from_channel.name, "profile_digest": pair.incumbent.digest,
                  "lock_digest": pair.from_channel.digest},
@@ -145,7 +149,7 @@ def _compose_prove(opts: MediaOptions, loaded: LoadedProfile, channel: str, budg
     return Proof(True, f"ready in {ready.seconds:.0f} s and {len(rows)} canary round(s) healthy", ready, rows, took)
 
 
-def promote_compose(req: Request, opts: MediaOptions, report: Report) -> dict[str, Any]:
+def promote_compose(req: Request, opts: MediaOptions, report: Report) -> RecordJson:
     assert opts.compose_env is not None
     pair = _compose_pair(req, opts.compose_env)
     require_renderable(pair.candidate, "nothing was switched")
@@ -183,7 +187,7 @@ def promote_compose(req: Request, opts: MediaOptions, report: Report) -> dict[st
     return record | {"record": str(folder)}
 
 
-def rollback_compose(req: Request, opts: MediaOptions, report: Report) -> dict[str, Any]:
+def rollback_compose(req: Request, opts: MediaOptions, report: Report) -> RecordJson:
     assert opts.compose_env is not None
     from appliance.profile.loader import load_profile
 
@@ -191,13 +195,12 @@ def rollback_compose(req: Request, opts: MediaOptions, report: Report) -> dict[s
     current = read_compose_env(opts.compose_env, plain.name, plain.hardware.target)
     restore_compose_env(opts.compose_env)
     back = read_compose_env(opts.compose_env, plain.name, plain.hardware.target)
-    channel = back.active.channel if back and back.active else str(load_profile(req.profile, active=False)
-                                                                     .profile.engine.channel)
+    channel = back.active.channel if back and back.active else str(plain.engine.channel)
     folder = new_record(plain.name, "rollback", channel)
-    record: dict[str, Any] = {"kind": "rollback", "profile": plain.name, "started_at": utc_now(), "medium": "compose",
-                              "compose_env": str(opts.compose_env),
-                              "from": {"channel": current.active.channel if current and current.active else None},
-                              "to": {"channel": channel}}
+    record: RecordJson = {"kind": "rollback", "profile": plain.name, "started_at": utc_now(), "medium": "compose",
+                          "compose_env": str(opts.compose_env),
+                          "from": {"channel": current.active.channel if current and current.active else None},
+                          "to": {"channel": channel}}
     if opts.compose_file is None:
         record.update(outcome="rolled back", finished_at=utc_now(),
                       apply=f"docker compose --env-file .env --env-file {opts.compose_env} --profile LAYOUT up -d")
@@ -227,7 +230,7 @@ class _K8sState(BaseModel):
 MAX_K8S_STATE_BYTES = 1024 * 1024
 
 
-def _k8s_state(out: Path, profile: str) -> dict[str, Any] | None:
+def _k8s_state(out: Path, profile: str) -> JsonObject | None:
     """The state a promote left (None: none yet), through the strict reader: an unreadable or edited one was taken
     as "none", so a rollback restored the manifests without knowing what it rolled back to."""
     import os
@@ -244,7 +247,7 @@ def _k8s_state(out: Path, profile: str) -> dict[str, Any] | None:
                   reason="a rollback switches to what this file says")
 
 
-def promote_k8s(req: Request, opts: MediaOptions, report: Report) -> dict[str, Any]:
+def promote_k8s(req: Request, opts: MediaOptions, report: Report) -> RecordJson:
     assert opts.k8s_out is not None
     from appliance.paths import write_json_atomic
     from appliance.profile.loader import load_profile
@@ -279,7 +282,7 @@ def promote_k8s(req: Request, opts: MediaOptions, report: Report) -> dict[str, A
     return record | {"record": str(folder)}
 
 
-def rollback_k8s(req: Request, opts: MediaOptions, report: Report) -> dict[str, Any]:
+def rollback_k8s(req: Request, opts: MediaOptions, report: Report) -> RecordJson:
     assert opts.k8s_out is not None
     from appliance.paths import write_json_atomic
     from appliance.profile.loader import load_profile

@@ -39,7 +39,7 @@ from appliance.upgrade.candidate import (
     read_serve_launch,
     require_renderable,
 )
-from appliance.upgrade.history import latest_receipt, new_record, utc_now, write_record
+from appliance.upgrade.history import RecordJson, latest_receipt, new_record, utc_now, write_record
 from appliance.upgrade.mode import OMP_BIND_ENV, ModeChoice, Requested, candidate_cpu_bind, choose_mode
 from appliance.upgrade.serve import Expect, Ready, RunningServe, StartedServe, start_serve, wait_ready
 from appliance.upgrade.verdict import Judgement, judge, never_ready
@@ -151,7 +151,7 @@ class Qualification:
         return receipt, str(folder / "incumbent" / "receipt.json")
 
     def candidate_ports(self, serve: RunningServe) -> tuple[int, int]:
-        taken = {int(serve.launch.profile["server"]["port"]), int(serve.exporter_url.rsplit(":", 1)[1])}
+        taken = {serve.launch.placement.api_port, serve.launch.exporter.port}
         api = self.opts.candidate_port or free_port(taken)
         health = self.opts.candidate_health_port or free_port(taken | {api})
         if api in taken or health in taken or api == health:
@@ -209,7 +209,7 @@ class Qualification:
         return receipt
 
     # --- the run -------------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> RecordJson:
         pair = pair_for(self.req)
         require_renderable(pair.candidate, "nothing was installed or started")
         serve = self.incumbent(pair)
@@ -217,7 +217,7 @@ class Qualification:
         folder = new_record(pair.name, "qualify", pair.to_channel.name)
         self.report(f"qualify {pair.name}: {pair.from_channel.name} -> {pair.to_channel.name}, {choice.mode} "
                     f"({choice.why}); record {folder}")
-        record: dict[str, Any] = {
+        record: RecordJson = {
             "kind": "qualify", "profile": pair.name, "started_at": utc_now(), "mode": choice.to_json(),
             "from": {"channel": pair.from_channel.name, "lock_digest": pair.from_channel.digest,
                      "profile_digest": pair.incumbent.digest},
@@ -240,7 +240,7 @@ class Qualification:
         return record
 
     def _qualify(self, pair: Pair, serve: RunningServe, choice: ModeChoice, folder: Path,
-                 record: dict[str, Any]) -> Judgement:
+                 record: RecordJson) -> Judgement:
         inc_receipt, inc_path = self.incumbent_receipt(pair, serve, folder)
         record["receipts"]["incumbent"] = inc_path
         began = time.monotonic()
@@ -257,7 +257,7 @@ class Qualification:
             return self._candidate(pair, folder, ports, record, inc_receipt, beside=True)
         return self._window(pair, serve, folder, ports, record, inc_receipt)
 
-    def _candidate(self, pair: Pair, folder: Path, ports: tuple[int, int], record: dict[str, Any],
+    def _candidate(self, pair: Pair, folder: Path, ports: tuple[int, int], record: RecordJson,
                    inc_receipt: Receipt, beside: bool = False) -> Judgement:
         cand, ready = self.serve_candidate(pair, folder, ports, beside)
         try:
@@ -273,7 +273,7 @@ class Qualification:
             self.report(f"stopping the candidate serve ({cand.stop():.0f} s)")
 
     def _window(self, pair: Pair, serve: RunningServe, folder: Path, ports: tuple[int, int],
-                record: dict[str, Any], inc_receipt: Receipt) -> Judgement:
+                record: RecordJson, inc_receipt: Receipt) -> Judgement:
         runs = serve.look().runs
         self.report(f"window: stopping the incumbent's engine in {serve.run_dir}")
         began = time.monotonic()
@@ -303,14 +303,14 @@ class Qualification:
                           alive=serve.alive, report=self.report)
 
 
-def qualify(req: Request, opts: QualifyOptions, report: Report = print) -> dict[str, Any]:
+def qualify(req: Request, opts: QualifyOptions, report: Report = print) -> RecordJson:
     """SIGTERM (a `kill`, a timeout, systemd) unwinds like Ctrl-C: the candidate serve is stopped, a window's
     incumbent started again and the record marked `error`. SIGKILL unwinds nothing; the tether stops the candidate."""
     with sigterm_as_interrupt():
         return Qualification(req, opts, report).run()
 
 
-def render_result(record: dict[str, Any]) -> str:
+def render_result(record: RecordJson) -> str:
     m, t = record["mode"], record["seconds"]
     lines = [f"{str(record['verdict']).upper()}: {record['profile']} {record['from']['channel']} -> "
              f"{record['candidate']['channel']} ({record['record']})",

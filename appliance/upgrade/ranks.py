@@ -8,13 +8,16 @@ and ranks on different engine lines hang in the NCCL handshake instead of failin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from appliance.errors import ApplianceError
 from appliance.rules.upgrade import RULES
 
+if TYPE_CHECKING:
+    from appliance.health.monitor import StatusJson
 
-def rank_locks(status: dict[str, Any]) -> dict[int, tuple[str | None, str | None, str | None]]:
+
+def rank_locks(status: StatusJson) -> dict[int, tuple[str | None, str | None, str | None]]:
     """rank -> (channel, lock digest, why unknown) from the head's /status."""
     out: dict[int, tuple[str | None, str | None, str | None]] = {
         0: (status.get("channel"), status.get("lock_digest"), None)}
@@ -26,7 +29,7 @@ def rank_locks(status: dict[str, Any]) -> dict[int, tuple[str | None, str | None
     return out
 
 
-def check_one_lock(status: dict[str, Any] | None, nodes: int, where: str) -> str:
+def check_one_lock(status: StatusJson | None, nodes: int, where: str) -> str:
     """ApplianceError (exit 2) unless every one of `nodes` ranks reports the head's lock; the agreement as text."""
     u5 = RULES["U5"]
     if status is None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -30,6 +30,9 @@ from appliance.render.serveplan import http_url
 from appliance.render.supervisord import CONF_FILE
 from appliance.run.launchfile import ExporterSection, LaunchFile
 from appliance.run.tether import tether_env
+
+if TYPE_CHECKING:
+    from appliance.health.monitor import StatusJson
 
 Report = Callable[[str], None]
 POLL_S = 1.0
@@ -53,7 +56,7 @@ def exporter_change(before: ExporterSection, after: ExporterSection) -> str:
 class ServeStatus:
     """One look at a serve: the exporter's /status (None when it did not answer) and the engine program's state."""
 
-    status: dict[str, Any] | None
+    status: StatusJson | None
     program: str
     """supervisord's state of the engine program (RUNNING, STARTING, BACKOFF, EXITED, FATAL, STOPPED) or `gone`."""
     pid: int | None
@@ -64,7 +67,7 @@ class ServeStatus:
         return engine_runs(self.status)
 
 
-def engine_runs(status: dict[str, Any] | None) -> int:
+def engine_runs(status: StatusJson | None) -> int:
     """The engine starts the exporter has read in the log (a `reset` line each, healthchecks/logchecks.yaml)."""
     return int(((status or {}).get("log") or {}).get("runs") or 0)
 
@@ -80,7 +83,7 @@ class RunningServe:
 
     @property
     def api_url(self) -> str:
-        return http_url("127.0.0.1", int(self.launch.profile["server"]["port"]))
+        return http_url("127.0.0.1", self.launch.placement.api_port)
 
     @property
     def exporter_url(self) -> str:
@@ -206,7 +209,7 @@ class Ready:
     ok: bool
     seconds: float
     why: str
-    status: dict[str, Any] | None = None
+    status: StatusJson | None = None
     looks: int = 0
     restarts: int = 0
 
@@ -222,7 +225,7 @@ class Expect:
     reasons: list[str] = field(default_factory=list)
 
 
-def _mismatch(status: dict[str, Any], want: Expect) -> str | None:
+def _mismatch(status: StatusJson, want: Expect) -> str | None:
     if want.channel and status.get("channel") != want.channel:
         return f"the exporter judges channel {status.get('channel')}, not {want.channel}"
     if want.profile_digest and (status.get("profile") or {}).get("digest") != want.profile_digest:
@@ -232,7 +235,7 @@ def _mismatch(status: dict[str, Any], want: Expect) -> str | None:
     return None
 
 
-def _starts_since(status: dict[str, Any] | None, want: Expect) -> int:
+def _starts_since(status: StatusJson | None, want: Expect) -> int:
     """Engine starts the exporter has read in the log since the restart. The pids seen count only the runs a poll
     happened to land in: on a loaded host a poll takes seconds and a start that dies in ten is missed, and then the
     serve's own crash guard stops supervisord before the loop is seen."""

@@ -4,9 +4,9 @@ target, and the history of plans, qualifications and decisions with the receipts
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.jsonstrict import JsonObject
 from appliance.profile.active import Active, ActiveError, read_active
 from appliance.upgrade.exclusive import holder_now
 from appliance.upgrade.history import Record, profiles_with_history, records
@@ -52,7 +52,7 @@ def _unfinished(profile: str, rec: Record, active: Active | None, holder: str | 
     return "unfinished: stopped without an outcome (no process is finishing it)"
 
 
-def _one(profile: str) -> dict[str, Any]:
+def _one(profile: str) -> JsonObject:
     try:
         active = read_active(profile)
         error = None
@@ -62,8 +62,8 @@ def _one(profile: str) -> dict[str, Any]:
     holder = holder_now(profile)
     for rec in records(profile):
         d = rec.data
-        row: dict[str, Any] = {"id": rec.id, "kind": d.get("kind"), "at": d.get("started_at") or d.get("at"),
-                               "path": str(rec.path)}
+        row: JsonObject = {"id": rec.id, "kind": d.get("kind"), "at": d.get("started_at") or d.get("at"),
+                           "path": str(rec.path)}
         if d.get("kind") == "plan":
             plan = d.get("plan") or {}
             row |= {"from": (plan.get("from") or {}).get("channel"), "to": (plan.get("to") or {}).get("channel"),
@@ -83,7 +83,7 @@ def _one(profile: str) -> dict[str, Any]:
             "history": history}
 
 
-def status(profile: str | None) -> list[dict[str, Any]]:
+def status(profile: str | None) -> list[JsonObject]:
     from appliance.redact import redact_tree
 
     names = [history_name(profile)] if profile else profiles_with_history()
@@ -91,7 +91,7 @@ def status(profile: str | None) -> list[dict[str, Any]]:
     return redact_tree([_one(n) for n in names])
 
 
-def render_status(rows: list[dict[str, Any]]) -> str:
+def render_status(rows: list[JsonObject]) -> str:
     if not rows:
         return "no upgrade history (APPLIANCE_HOME/upgrades/ is empty)"
     lines = []

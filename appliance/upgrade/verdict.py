@@ -12,10 +12,11 @@ noise rules (receipts of two channels, compared knowingly: `across_channels`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from appliance.gate.compare import ReceiptComparison, compare
 from appliance.gate.receipt_model import Receipt
+from appliance.jsonstrict import JsonObject
 
 Verdict = Literal["promote", "refuse", "inconclusive"]
 EXIT: dict[Verdict, int] = {"promote": 0, "refuse": 1, "inconclusive": 3}
@@ -28,7 +29,7 @@ class Judgement:
     notes: list[str] = field(default_factory=list)
     comparison: ReceiptComparison | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"verdict": self.verdict, "reasons": self.reasons, "notes": self.notes,
                 "comparison": self.comparison.to_json() if self.comparison else None}
 

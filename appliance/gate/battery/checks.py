@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -24,6 +24,10 @@ from appliance.gate.battery.sizing import CoherenceParams
 from appliance.gate.client import ServeError, get_json
 from appliance.gate.context import GateContext
 from appliance.gate.result import CheckResult, GateStatus, utc_now
+from appliance.jsonstrict import JsonObject
+
+if TYPE_CHECKING:
+    from appliance.health.monitor import StatusJson
 
 
 def _run(ctx: GateContext) -> BatteryRun:
@@ -52,7 +56,7 @@ def _bounded(ctx: GateContext, check_id: str, make: Callable[[], Coroutine[Any, 
                      began)
 
 
-def _status(ctx: GateContext) -> tuple[dict[str, Any] | None, str]:
+def _status(ctx: GateContext) -> tuple[StatusJson | None, str]:
     url = _run(ctx).exporter
     if not url:
         return None, "no health exporter to read the serve's log back from"
@@ -80,7 +84,7 @@ def c1_boots(ctx: GateContext) -> CheckResult:
 
 # --- C2-C4, D1, D2: read back from the serve's log ----------------------------------------------------------
 
-def _facts_line(ctx: GateContext, check_id: str, judge: Callable[[dict[str, Any]], tuple[bool, str]]) -> CheckResult:
+def _facts_line(ctx: GateContext, check_id: str, judge: Callable[[JsonObject], tuple[bool, str]]) -> CheckResult:
     started, began = utc_now(), time.monotonic()
     status, why = _status(ctx)
     if status is None:
@@ -92,7 +96,7 @@ def _facts_line(ctx: GateContext, check_id: str, judge: Callable[[dict[str, Any]
                                                     "guard_total", "guard_managers", "python_name_errors")})
 
 
-def _guard(facts: dict[str, Any]) -> str | None:
+def _guard(facts: JsonObject) -> str | None:
     active, total = facts.get("guard_active"), facts.get("guard_total")
     if not isinstance(active, int) or not isinstance(total, int):
         return None
@@ -101,7 +105,7 @@ def _guard(facts: dict[str, Any]) -> str | None:
 
 
 def c2_runner(ctx: GateContext) -> CheckResult:
-    def judge(facts: dict[str, Any]) -> tuple[bool, str]:
+    def judge(facts: JsonObject) -> tuple[bool, str]:
         if facts.get("runner_v2"):
             return True, "Using V2 Model Runner"
         reason = facts.get("runner_fallback_reason")
@@ -110,7 +114,7 @@ def c2_runner(ctx: GateContext) -> CheckResult:
 
 
 def c3_guard(ctx: GateContext) -> CheckResult:
-    def judge(facts: dict[str, Any]) -> tuple[bool, str]:
+    def judge(facts: JsonObject) -> tuple[bool, str]:
         line = _guard(facts)
         if line is None:
             return False, "no guard line at all"
@@ -120,7 +124,7 @@ def c3_guard(ctx: GateContext) -> CheckResult:
 
 
 def c4_name_errors(ctx: GateContext) -> CheckResult:
-    def judge(facts: dict[str, Any]) -> tuple[bool, str]:
+    def judge(facts: JsonObject) -> tuple[bool, str]:
         n = facts.get("python_name_errors")
         if not isinstance(n, int):
             return False, "not counted: this exporter reports no python_name_errors fact"
@@ -129,7 +133,7 @@ def c4_name_errors(ctx: GateContext) -> CheckResult:
 
 
 def d1_v1(ctx: GateContext) -> CheckResult:
-    def judge(facts: dict[str, Any]) -> tuple[bool, str]:
+    def judge(facts: JsonObject) -> tuple[bool, str]:
         guard = _guard(facts) or "no guard line"
         if facts.get("runner_v2"):
             return False, f"V2 banner present; {guard}"
@@ -140,7 +144,7 @@ def d1_v1(ctx: GateContext) -> CheckResult:
 def d2_noguard(ctx: GateContext) -> CheckResult:
     unguarded = _run(ctx).unguarded_channel
 
-    def judge(facts: dict[str, Any]) -> tuple[bool, str]:
+    def judge(facts: JsonObject) -> tuple[bool, str]:
         line = _guard(facts)
         if line is None:
             return False, ("no line" if unguarded is None else

@@ -17,11 +17,12 @@ import itertools
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from appliance.canary.client import ApiRequest
 from appliance.gate.battery.sizing import CoherenceParams
 from appliance.gate.client import ServeClient, ServeError, chat_text, count_tokens, prompt_tokens
 from appliance.gate.context import GateContext
+from appliance.jsonstrict import JsonObject
 
 CODES = ("amber-falcon-23", "cedar-lynx-58", "onyx-heron-91")
 _CONTROL_TOKEN = re.compile(r"<｜[^｜<>]{1,40}｜>")
@@ -122,22 +123,22 @@ async def fit(client: ServeClient, ctx: GateContext, p: CoherenceParams) -> Cohe
     return prompt
 
 
-def body(ctx: GateContext, prompt: CoherencePrompt, p: CoherenceParams) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": ctx.model, "messages": [{"role": "user", "content": prompt.text}],
-                           "max_tokens": p.max_tokens, "temperature": 0.0}
+def body(ctx: GateContext, prompt: CoherencePrompt, p: CoherenceParams) -> ApiRequest:
+    out: ApiRequest = {"model": ctx.model, "messages": [{"role": "user", "content": prompt.text}],
+                       "max_tokens": p.max_tokens, "temperature": 0.0}
     if ctx.profile.server.reasoning_parser:
         out["reasoning_effort"] = "none"  # thinking off: the fragile direct path, as the harness asks
     return out
 
 
 async def one_run(client: ServeClient, ctx: GateContext, prompt: CoherencePrompt, p: CoherenceParams,
-                  label: str) -> list[dict[str, Any]]:
+                  label: str) -> list[JsonObject]:
     """`concurrency` requests at once, `repeat` times over: one row per request."""
     sem = asyncio.Semaphore(p.concurrency)
     done = 0
     total = p.concurrency * p.repeat
 
-    async def one(index: int) -> dict[str, Any]:
+    async def one(index: int) -> JsonObject:
         nonlocal done
         async with sem:
             started = time.monotonic()
@@ -157,7 +158,7 @@ async def one_run(client: ServeClient, ctx: GateContext, prompt: CoherencePrompt
     return list(await asyncio.gather(*(one(i) for i in range(total))))
 
 
-async def run(ctx: GateContext, p: CoherenceParams) -> dict[str, Any]:
+async def run(ctx: GateContext, p: CoherenceParams) -> JsonObject:
     """Every run's `passed=N/total`, the rows, and the prompt's shape."""
     async with ServeClient(ctx.url, timeout=p.timeout_s, transport=ctx.transport) as client:
         prompt = await fit(client, ctx, p)

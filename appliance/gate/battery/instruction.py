@@ -12,11 +12,12 @@ of strings. The request's wording is this module's own.
 from __future__ import annotations
 
 import json
-from typing import Any
 
+from appliance.canary.client import ApiRequest
 from appliance.gate.battery.sizing import InstructionParams
 from appliance.gate.client import ServeClient, ServeError, chat_text, finish_reason
 from appliance.gate.context import GateContext
+from appliance.jsonstrict import JsonObject
 
 SYSTEM = """You file engineering notes into a small set of shelves. For the note you are given, choose 2 to 4
 shelf labels.
@@ -93,10 +94,10 @@ def judge_answer(text: str) -> tuple[bool, str]:
     return True, f"JSON only: {json.dumps(value)[:120]}"
 
 
-async def run(ctx: GateContext, p: InstructionParams) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": ctx.model, "messages": [{"role": "system", "content": SYSTEM},
-                                                             {"role": "user", "content": NOTE}],
-                            "max_tokens": p.max_tokens, "temperature": 0.0, "top_p": 1.0}
+async def run(ctx: GateContext, p: InstructionParams) -> JsonObject:
+    body: ApiRequest = {"model": ctx.model, "messages": [{"role": "system", "content": SYSTEM},
+                                                         {"role": "user", "content": NOTE}],
+                        "max_tokens": p.max_tokens, "temperature": 0.0, "top_p": 1.0}
     if ctx.profile.server.reasoning_parser:
         body["reasoning_effort"] = "none"
     async with ServeClient(ctx.url, timeout=p.timeout_s, transport=ctx.transport) as client:

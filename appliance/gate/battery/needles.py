@@ -16,11 +16,12 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from appliance.canary.client import ApiRequest
 from appliance.gate.battery.sizing import NeedleParams
 from appliance.gate.client import ServeClient, ServeError, chat_text, finish_reason, prompt_tokens
 from appliance.gate.context import GateContext
+from appliance.jsonstrict import JsonObject
 
 STEMS = ("ALDER", "BIRCH", "CEDAR", "DAPHNE", "ELM", "FIR", "GORSE", "HAZEL", "IVY", "JUNIPER", "KALMIA", "LARCH",
          "MAPLE", "NUTMEG", "OLIVE", "POPLAR", "QUINCE", "ROWAN", "SPRUCE", "TAMARIND", "UMBRA", "VIBURNUM",
@@ -69,30 +70,30 @@ def _paired(text: str, key: str, code: str) -> bool:
     return re.search(pattern, text.upper()) is not None
 
 
-def score(text: str, prompt: NeedlePrompt) -> dict[str, Any]:
+def score(text: str, prompt: NeedlePrompt) -> JsonObject:
     hit = [k for k, c in prompt.needles if _paired(text, k, c)]
     leaked = [k for k, c in prompt.distractors if _paired(text, k, c)]
     return {"needles_hit": len(hit), "needles_total": len(prompt.needles),
             "missed": [k for k, _ in prompt.needles if k not in hit], "leaked": leaked}
 
 
-def row_passes(row: dict[str, Any]) -> bool:
+def row_passes(row: JsonObject) -> bool:
     return (not row.get("error") and not row.get("truncated") and row.get("needles_hit") == row.get("needles_total")
             and not row.get("leaked"))
 
 
-async def run(ctx: GateContext, p: NeedleParams) -> list[dict[str, Any]]:
+async def run(ctx: GateContext, p: NeedleParams) -> list[JsonObject]:
     rows = []
     async with ServeClient(ctx.url, timeout=p.timeout_s, transport=ctx.transport) as client:
         for lines in p.line_counts:
             for repeat in range(1, p.repeats + 1):
                 prompt = build_prompt(lines, p.needles, p.distractors, p.seed + repeat)
                 ctx.progress.step(f"{lines} lines, repeat {repeat}/{p.repeats}")
-                body: dict[str, Any] = {"model": ctx.model, "messages": [{"role": "user", "content": prompt.text}],
-                                        "max_tokens": p.max_tokens, "temperature": 0.0}
+                body: ApiRequest = {"model": ctx.model, "messages": [{"role": "user", "content": prompt.text}],
+                                    "max_tokens": p.max_tokens, "temperature": 0.0}
                 if ctx.profile.server.reasoning_parser:
                     body["reasoning_effort"] = "none"
-                row: dict[str, Any] = {"line_count": lines, "repeat": repeat}
+                row: JsonObject = {"line_count": lines, "repeat": repeat}
                 started = time.monotonic()
                 try:
                     reply = await client.post("/v1/chat/completions", body, timeout=p.timeout_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from appliance.channels.capabilities import ENV_GUARD, profile_capabilities, profile_channel
 from appliance.errors import ApplianceError
@@ -19,6 +19,7 @@ from appliance.gate.battery.definition import ARM_SERVES, ARMS, BATTERIES, Arm, 
 from appliance.gate.battery.run_context import BatteryRun
 from appliance.gate.battery.sizing import REFERENCE_PP2048_D8192, BatteryParams, battery_params_for
 from appliance.gate.sizing import GateParams
+from appliance.jsonstrict import JsonObject
 from appliance.profile.model import Profile
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def serve_of(run: BatteryRun) -> str:
     return ARM_SERVES[run.arm]
 
 
-def receipt_section(run: BatteryRun, lock: ChannelLock, image: dict[str, str] | None) -> dict[str, Any]:
+def receipt_section(run: BatteryRun, lock: ChannelLock, image: dict[str, str] | None) -> JsonObject:
     """What the receipt says about the battery before its lines: the definition, this arm, what is not run.
     `lock`: the profile's channel."""
     b = run.battery

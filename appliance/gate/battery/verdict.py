@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from appliance.gate.battery.definition import Battery
 from appliance.gate.receipt_model import Check
+from appliance.jsonstrict import JsonObject
 
 
 def word(status: str) -> str:
@@ -41,7 +41,7 @@ class BatteryResult:
             parts.append(f"{self.recorded} recorded, at least {self.minimum} needed")
         return "; ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"accepted": self.accepted, "passed": self.passed, "recorded": self.recorded, "minimum": self.minimum,
                 "blockers": self.blockers, "missing": self.missing, "why": self.why}
 
