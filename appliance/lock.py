@@ -337,11 +337,11 @@ def read_skipped(path: Path, platform: str) -> dict[str, str]:
 
 
 def group_state(ch: ChannelLock, versions: Mapping[str, str | None] | None = None,
-                skipped: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+                skipped: Mapping[str, str] | None = None) -> dict[str, JsonObject]:
     """group -> {present, installed, absent, why}: whether this environment holds each group of the channel's pins
     (FlashInfer's jit-cache: the shim and its SM12x provider), and the build's reason where it left them out.
     ``versions`` overrides the lookup (tests); ``skipped``: the build's record (skipped-pins.json) for this platform."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     skipped = skipped or {}
     for group, names in ch.groups().items():
         got = {n: (versions.get(n) if versions is not None else installed_version(n)) for n in names}

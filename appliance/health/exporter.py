@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from appliance.health.canary_metrics import CanaryCollector
 from appliance.health.canary_state import read_state
@@ -30,6 +29,7 @@ from appliance.health.server import (
 from appliance.health.startup_metrics import StartupCollector
 from appliance.health.tail import LogTailer
 from appliance.health.verdicts import Verdicts
+from appliance.jsonstrict import JsonObject
 from appliance.lock import ChannelLock
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.topology import Role
@@ -113,7 +113,7 @@ def identity_of(config: ExporterConfig, loaded: LoadedProfile, ctx: HealthContex
                             lock_versions=lock_versions(ctx.lock), groups=installed_groups(ctx.lock))
 
 
-def installed_groups(lock: ChannelLock) -> dict[str, Any]:
+def installed_groups(lock: ChannelLock) -> dict[str, JsonObject]:
     """The channel's pin groups as this environment holds them (the image's venv is the engine's), with the build's
     reason for any it left out: /status says whether FlashInfer's jit-cache is present."""
     from appliance.lock import SKIPPED_RECORD, group_state, host_platform, image_record, read_skipped

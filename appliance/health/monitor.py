@@ -73,7 +73,7 @@ class ExporterIdentity:
     log: str
     engine_url: str | None
     lock_versions: dict[str, str] = field(default_factory=dict)
-    groups: dict[str, Any] = field(default_factory=dict)
+    groups: dict[str, JsonObject] = field(default_factory=dict)
     """The channel's pin groups as installed here (lock.group_state): whether FlashInfer's jit-cache is present."""
 
 
