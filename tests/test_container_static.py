@@ -648,10 +648,15 @@ def test_every_locked_wheel_is_fetched_alone_per_platform_and_a_skipped_optional
         in final
     jit = lockfile.pin(GPU_CH, "flashinfer-jit-cache")
     assert set(jit["optional_on"]) == {"linux/arm64"} and "JIT" in jit["optional_on"]["linux/arm64"]
-    # Only the jit-cache may be absent, and only on arm64: everything else is required on every platform.
+    # Only the jit-cache may be absent (from FlashInfer 0.7 its shim and SM12x provider, one group), and only on
+    # arm64: everything else is required on every platform.
     for name in lockfile.channel_names(LOCK):
-        assert [p["name"] for p in lockfile.pins(lockfile.channel(LOCK, name)) if p.get("optional_on")] in (
-            [], ["flashinfer-jit-cache"]), name
+        optional = [p for p in lockfile.pins(lockfile.channel(LOCK, name)) if p.get("optional_on")]
+        assert [p["name"] for p in optional] in (
+            [], ["flashinfer-jit-cache"], ["flashinfer-jit-cache", "flashinfer-jit-cache-sm120f"]), name
+        assert all(set(p["optional_on"]) == {"linux/arm64"} for p in optional), name
+    # The group goes in without dependencies, after the main install (the shim's name every architecture's provider).
+    assert "-r /opt/appliance/lock/no-deps.txt" in final
 
 
 def test_use_existing_torch_strips_only_the_torch_pins() -> None:

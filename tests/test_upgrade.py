@@ -222,6 +222,34 @@ def test_plan_of_the_fork_profile_to_upstream_names_what_is_gone_and_refuses_wit
     assert not json.loads(ok.stdout)["blocking"]
 
 
+def test_plan_from_the_fork_to_vllm_0_33_0_names_the_guard_loss_and_its_k4_consequence(home: Path) -> None:
+    """Issue 32 item 5: the move off the fork to upstream 0.33.0 says what changes: torch and FlashInfer move, B12X
+    comes, the fork's switches go, and the same-step guard is lost, with what that does to this profile (K4
+    refuses prefix caching with DSpark: U1, exit 2) until prefix caching is turned off."""
+    out = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.33.0", "--json")
+    assert out.returncode == 2
+    plan = json.loads(out.stdout)
+    assert {"torch: 2.13.0 -> 2.14.0", "flashinfer-python: 0.6.16.post3 -> 0.7.2.post1"} <= set(
+        plan["packages"]["changed"])
+    assert {"b12x", "vllm"} <= set(plan["packages"]["added"])
+    guard = next(c for c in plan["capabilities"] if c["name"] == "guard")
+    assert (guard["from"], guard["to"], guard["rule"]) == (True, False, "K4")
+    assert any(r["rule"] == "K4" and r["path"] == "cache.prefix_caching" and r["change"] == "new on the candidate"
+               for r in plan["rules"])
+    assert [f["rule"] for f in plan["blocking"]] == ["K4"]
+    assert {e["name"] for e in plan["renders"]["env"]} == {"VLLM_DEEPSEEK_V4_FLASHINFER_SM120_DECODE",
+                                                           "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL"}
+    text = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.33.0")
+    assert text.returncode == 2
+    assert ("~ guard (the same-step ghost-block guard; rule K4): yes -> no; for this profile: + K4 error on "
+            "cache.prefix_caching") in text.stdout
+    assert "U1 the profile cannot be rendered on the candidate:\n  K4 cache.prefix_caching" in text.stdout
+    ok = cli("upgrade", "plan", "gb10-tp2", "--to", "vllm-0.33.0", "--with", "cache.prefix_caching=false", "--json")
+    assert ok.returncode == 0, ok.stdout[-2000:]
+    fine = json.loads(ok.stdout)
+    assert not fine["blocking"] and not any(r["rule"] == "K4" for r in fine["rules"])
+
+
 def test_plan_refuses_bad_input_with_exit_2(home: Path) -> None:
     for args, words in ((["cpu-smoke", "--to", "vllm-cpu-0.3"], "did you mean"),
                         (["cpu-smoke", "--to", NEW], "already runs channel"),

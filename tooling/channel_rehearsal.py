@@ -10,9 +10,11 @@ Steps, per channel:
             rehearsal's resolver, tooling/rehearsal.py); CPU channels: their install is the resolve.
   install   the channel's engine into ~/.cache/appliance-channels/<channel>-<lock digest 12>/venv (or
             $APPLIANCE_CHANNELS_CACHE): a CPU channel through scripts/install-engine.sh, a GPU channel (a fork: its
-            base release) with the channel's own pins as constraints on Python 3.11, where the machine's CPU torch
-            build stands in for the CUDA one (the facts are read from the engine's parser, env module, registries and
-            sources, none of which the torch build changes; the CUDA stack itself is the GPU-stack rehearsal's).
+            base release) with the channel's own pins as constraints on Python 3.11, its wheels downloaded into one
+            wheelhouse all channels share (<cache>/wheelhouse), where the machine's CPU torch build of the locked
+            torch (when it has one) stands in for the CUDA one (the facts are read from the engine's parser, env
+            module, registries and sources, none of which the torch build changes; the CUDA stack itself is the
+            GPU-stack rehearsal's).
   facts     the engine's facts re-extracted (tooling/channel_facts.py) and compared with the committed ones.
   parse     every profile of the channel, every rank, through the engine's own `vllm serve` parser.
   patterns  every log pattern the channel's profiles expect (all roles, readiness included) found in the engine's
@@ -58,6 +60,11 @@ class ChannelRehearsalError(Exception):
 
 def cache_root() -> Path:
     return Path(os.environ.get("APPLIANCE_CHANNELS_CACHE") or Path.home() / ".cache" / "appliance-channels")
+
+
+def wheelhouse() -> Path:
+    """The wheels every GPU channel's install downloaded, shared across channels and lock digests."""
+    return cache_root() / "wheelhouse"
 
 
 def channel_dir(lock: dict, name: str) -> Path:
@@ -121,8 +128,14 @@ def _install_gpu(lock: dict, name: str, venv: Path) -> None:
     python = gpu_rehearsal.find_python(FACTS_PYTHON)
     _run([python, "-m", "venv", str(venv)], f"channel {name}: venv")
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
-    _run([*pip, "install", "-q", "-r", str(folder / "requirements.txt"), "-c", str(folder / "constraints.txt")],
-         f"channel {name}: pip install")
+    # One wheelhouse for every channel's install (pip's HTTP cache keeps nothing where the index answers no-store):
+    # a channel whose lock moved, or another channel sharing its stack, downloads only the wheels it lacks.
+    house = wheelhouse()
+    house.mkdir(parents=True, exist_ok=True)
+    lists = ["-r", str(folder / "requirements.txt"), "-c", str(folder / "constraints.txt")]
+    _run([*pip, "download", "-q", "--dest", str(house), "--find-links", str(house), *lists],
+         f"channel {name}: pip download")
+    _run([*pip, "install", "-q", "--find-links", str(house), *lists], f"channel {name}: pip install")
     # The CUDA builds of these extras beside a CPU torch break `import vllm` (the CPU engine's fix-up drops them too).
     extras = [x for x in CPU_CUDA_EXTRAS if x != "triton"]
     _run([*pip, "uninstall", "-y", "-q", *extras], f"channel {name}: drop CUDA-only extras")

@@ -65,7 +65,7 @@ _ENV_READ = re.compile(r"""(?:getenv|environ\.get|environ\.setdefault|environ\[)
 # --- flags --------------------------------------------------------------------------------------
 
 def serve_flags() -> dict[str, dict[str, Any]]:
-    """Every option of `vllm serve`, from vLLM's own parser: --name -> {form, choices?, aliases?}."""
+    """Every option of `vllm serve`, from vLLM's own parser: --name -> {form, choices?, aliases?, default?}."""
     from tooling.platform_double import install_sm12x_platform_double, needs_double
 
     if needs_double():
@@ -93,12 +93,27 @@ def serve_flags() -> dict[str, dict[str, Any]]:
         aliases = sorted(set(longs) - {main})
         if aliases:
             entry["aliases"] = aliases
+        default = _scalar_default(action.default)
+        if default is not None:
+            entry["default"] = default
         out[main] = entry
     return dict(sorted(out.items()))
 
 
 def _plain(value: object) -> str:
     return value.name if isinstance(value, enum.Enum) else str(value)
+
+
+def _scalar_default(value: object) -> bool | int | float | str | None:
+    """A flag's default as the parser holds it, when it is one plain value (a config object, a container or None
+    says nothing a channel diff could show)."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str) and value != argparse.SUPPRESS:
+        return value
+    return None
 
 
 # --- env ----------------------------------------------------------------------------------------
@@ -287,11 +302,23 @@ def _sources(root: Path) -> list[tuple[str, str]]:
     return _SOURCE_CACHE[root]
 
 
+def package_root(name: str) -> Path | None:
+    """The installed package's folder, found without importing it (None when it is not installed here)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
 def markers(specs: list[dict[str, Any]], roots: list[Path]) -> dict[str, dict[str, Any]]:
-    """marker id -> {found, files}: a marker is found when one of its strings is in a source file."""
+    """marker id -> {found, files}: a marker is found when one of its strings is in a source file of the engine
+    (`roots`), or of the package the marker names (`package`: a dependency the engine calls, e.g. flashinfer)."""
     out = {}
     for spec in specs:
-        files = sorted({rel for root in roots for rel, text in _sources(root)
+        package = spec.get("package")
+        where = roots if not package else [r for r in [package_root(package)] if r is not None]
+        files = sorted({rel for root in where for rel, text in _sources(root)
                         if any(s in text for s in spec["strings"])})
         out[spec["id"]] = {"found": bool(files), **({"files": files[:3]} if files else {})}
     return dict(sorted(out.items()))

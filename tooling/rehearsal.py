@@ -92,6 +92,14 @@ class Inputs:
     unchecked: dict[str, str] = field(default_factory=dict)
     """requirement -> why it is not checked here (its index is not reachable/configured)."""
     extra_indexes: list[str] = field(default_factory=list)
+    no_deps: list[str] = field(default_factory=list)
+    """Pins installed without their dependencies (FlashInfer's jit-cache shim and its provider), resolved one by one."""
+    optional: dict[str, dict[str, str]] = field(default_factory=dict)
+    """requirement -> {platform: why} where the lock lets the build leave it out (optional_on)."""
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    """group -> its requirements: left out together (a shim without its provider loads nothing)."""
+    index_url: str | None = None
+    """The default index instead of the installer's (tests: a local folder standing in for FlashInfer's index)."""
 
 
 def channel_of(lock: dict, name: str | None = None) -> tuple[str, dict]:
@@ -114,7 +122,12 @@ def stack_inputs(lock: dict, env: dict[str, str] | None = None, channel: str | N
     stand_in = [] if ch["engine"]["source"] == "pypi" else [
         f"{ch['engine']['base']['name']}=={ch['engine']['base']['version']}"]
     inputs = Inputs(requirements=[*lines["requirements.txt"], *lines["appliance.txt"], *stand_in],
-                    constraints=lines["constraints.txt"], last=lines["last.txt"])
+                    constraints=lines["constraints.txt"], last=lines["last.txt"], no_deps=lines["no-deps.txt"])
+    for p in lockfile.pins(ch):
+        if p.get("optional_on"):
+            inputs.optional[lockfile.requirement(p)] = dict(p["optional_on"])
+        if p.get("group"):
+            inputs.groups.setdefault(p["group"], []).append(lockfile.requirement(p))
     for p in lockfile.pins(ch):
         index = p.get("index", "pypi")
         if index == "pypi":
@@ -126,6 +139,7 @@ def stack_inputs(lock: dict, env: dict[str, str] | None = None, channel: str | N
         req = lockfile.requirement(p)
         inputs.unchecked[req] = f"only on index {index!r}; set {var} to check it here"
         inputs.requirements = [r for r in inputs.requirements if r != req]
+        inputs.no_deps = [r for r in inputs.no_deps if r != req]
         inputs.constraints = [c for c in inputs.constraints if c != lockfile.requirement(p, constraint=True)]
     return inputs
 
@@ -159,7 +173,8 @@ def explain_pip_failure(output: str, platform: str, pins: dict[str, str] | None 
 
 
 def _pip_dry_run(python: str, platform: str, glibc: str, python_version: str, reqs: list[str],
-                 constraints: list[str], extra_indexes: list[str], report: Path, *, no_deps: bool) -> None:
+                 constraints: list[str], extra_indexes: list[str], report: Path, *, no_deps: bool,
+                 index_url: str | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp:
         req_file, con_file = Path(tmp, "requirements.txt"), Path(tmp, "constraints.txt")
         req_file.write_text("".join(f"{r}\n" for r in reqs))
@@ -172,6 +187,8 @@ def _pip_dry_run(python: str, platform: str, glibc: str, python_version: str, re
                "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
                *platform_flags(platform, glibc), "--target", str(Path(tmp, "target")),
                "-r", str(req_file), "-c", str(con_file)]
+        if index_url:
+            cmd += ["--index-url", index_url]
         for url in extra_indexes:
             cmd += ["--extra-index-url", url]
         if no_deps:
@@ -215,15 +232,61 @@ def resolve(lock: dict, platforms: list[str], python: str = sys.executable,
             errors.append(str(exc))
             continue
         resolved = _resolved(work / f"{tag}.json") | _resolved(work / f"{tag}-last.json")
+        alone, left_out = _resolve_no_deps(python, platform, glibc, pyver, inputs, work / tag, errors)
+        resolved |= alone
         for req in [*inputs.constraints, *inputs.last]:
             name, want = req.split("==")
-            if resolved.get(_canon(name)) != want:
+            if req in left_out:
+                continue
+            if resolved.get(_canon(name)) != want and not _local_of(resolved.get(_canon(name)), want):
                 errors.append(f"{name}=={want} resolved as {resolved.get(_canon(name))} on {platform}")
         out["platforms"][platform] = {"packages": len(resolved), "seconds": round(time.monotonic() - start, 1),
-                                      "resolved": dict(sorted(resolved.items()))}
+                                      "resolved": dict(sorted(resolved.items())), "left_out": left_out,
+                                      "groups": _group_report(inputs, left_out)}
     if errors:
         raise RehearsalError("the locked GPU stack does not resolve:\n  " + "\n  ".join(errors))
     return out
+
+
+def _local_of(got: str | None, want: str) -> bool:
+    """0.7.2.post1+cu130 is the locked 0.7.2.post1 (a local version label names the CUDA build)."""
+    return got is not None and got.split("+", 1)[0] == want
+
+
+def _resolve_no_deps(python: str, platform: str, glibc: str, pyver: str, inputs: Inputs, work: Path,
+                     errors: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Each no-deps pin alone for this platform, as the build fetches it: (resolved, left_out). A pin optional on
+    the platform that has no wheel there is left out with its reason, and its group with it; any other failure is
+    an error naming the pin."""
+    resolved: dict[str, str] = {}
+    left_out: dict[str, str] = {}
+    for req in inputs.no_deps:
+        report = work.with_name(f"{work.name}-{_canon(req.split('==')[0])}.json")
+        try:
+            _pip_dry_run(python, platform, glibc, pyver, [req], [], inputs.extra_indexes, report, no_deps=True,
+                         index_url=inputs.index_url)
+        except RehearsalError as exc:
+            why = inputs.optional.get(req, {}).get(platform)
+            if why and "does not resolve" in str(exc):
+                left_out[req] = f"no {platform} wheel on its index; optional on {platform}: {why}"
+            else:
+                errors.append(str(exc))
+            continue
+        resolved |= _resolved(report)
+    for members in inputs.groups.values():
+        gone = [m for m in members if m in left_out]
+        for m in members:
+            if gone and m not in left_out:
+                left_out[m] = f"left out with {', '.join(gone)} (installed together or not at all)"
+                resolved.pop(_canon(m.split("==")[0]), None)
+    return resolved, left_out
+
+
+def _group_report(inputs: Inputs, left_out: dict[str, str]) -> dict[str, dict[str, list[str]]]:
+    return {g: {"installed": [m for m in members if m not in left_out and m not in inputs.unchecked],
+                "left_out": [m for m in members if m in left_out],
+                "unchecked": [m for m in members if m in inputs.unchecked]}
+            for g, members in inputs.groups.items()}
 
 
 # --- install ------------------------------------------------------------------------------------
@@ -300,6 +363,11 @@ def install(lock: dict, python: str | None = None) -> dict[str, object]:
                       str(lockdir / "constraints.txt"), "-r", str(lockdir / "requirements.txt")])
     timed("install-reinstall", [*pip, "install", "--no-index", "--find-links", str(wheels), "--no-deps",
                                 "--force-reinstall", "-r", str(lockdir / "reinstall.txt")])
+    if inputs.no_deps:  # the jit-cache shim and its provider, without the shim's every-architecture dependencies
+        timed("download-no-deps", [*pip, "download", "--only-binary=:all:", "--no-deps", "--dest", str(wheels),
+                                   *extra, "--cache-dir", str(root / "pip"), *inputs.no_deps])
+        timed("install-no-deps", [*pip, "install", "--no-index", "--find-links", str(wheels), "--no-deps",
+                                  *inputs.no_deps])
     timed("install-last", [*pip, "install", "--no-index", "--find-links", str(wheels), "--no-deps",
                            "-r", str(lockdir / "last.txt")])
     timed("install-appliance", [*pip, "install", "--no-index", "--no-deps", "--no-build-isolation", str(ROOT)])

@@ -12,6 +12,7 @@ from functools import cache
 from typing import Literal
 
 from appliance.channels.facts import EngineFacts, load_facts
+from appliance.jsonstrict import JsonObject
 from appliance.profile.model import Profile
 
 ENV_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
@@ -28,6 +29,13 @@ NVFP4_CUTLASS = "FLASHINFER_CUTLASS"
 """The MoE backend the seed's NVFP4 checkpoint auto-selects (K8); the log expectation names it."""
 MARKER_V1_PIECEWISE = "v1-piecewise-refusal"
 MARKER_GUARD = "same-step-guard"
+MARKER_DSV4_TOPK_CHECK = "dsv4-sm120-topk-check"
+MARKER_FLASHINFER_DSV4_DECODE = "flashinfer-dsv4-sm120-decode"
+MOE_BACKEND_PACKAGES = {"b12x": "b12x"}
+"""--moe-backend value -> the package whose kernels it runs, which the channel's lock must install: upstream's B12X
+MoE experts take their kernels from the `b12x` package (vllm 0.33.0 vllm/model_executor/layers/fused_moe/b12x.py:29
+through vllm/utils/b12x.py:25, `find_spec("b12x")`), which vLLM ships only as its optional `b12x` extra (its wheel's
+METADATA: Requires-Dist: b12x==1.5.1; extra == "b12x")."""
 
 Sm120Switch = Literal["env", "backend"]
 
@@ -50,11 +58,41 @@ class Capabilities:
     """The fork's eager scratch pool switch (K6) exists."""
     runner_switch: bool
     """VLLM_USE_V2_MODEL_RUNNER exists (K5)."""
+    dsv4_topk_check: bool = False
+    """The engine refuses to build DeepSeek-V4's SM120 FlashInfer attention without FlashInfer's DSV4 sparse-MLA
+    decode specialization for the layer's (heads, top-k) (E10)."""
+    flashinfer_dsv4_decode: bool = False
+    """The channel's FlashInfer carries that DSV4 SM120 decode dispatch (read from its installed sources)."""
 
     def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["nvfp4_moe_backends"] = list(self.nvfp4_moe_backends)
         return out
+
+
+CAPABILITY_RULES: dict[str, tuple[str, str]] = {
+    "guard": ("K4", "the same-step ghost-block guard"),
+    "refuses_v1_piecewise": ("K5", "the #51768 refusal of V1 with a PIECEWISE cudagraph mode"),
+    "runner_switch": ("K5", "the V2 model runner switch"),
+    "sm120_decode": ("E6", "how the SM120 FlashInfer decode path is chosen"),
+    "sm120_prefill": ("E6", "a separate SM120 prefill switch"),
+    "dspark": ("E5", "the DSpark draft method"),
+    "mtp": ("E5", "the MTP draft method"),
+    "nvfp4_moe_backends": ("E8", "the NVFP4 MoE backends"),
+    "scratch_pool": ("E9", "the eager scratch pool switch"),
+    "dsv4_topk_check": ("E10", "the refusal of an SM120 DeepSeek-V4 attention without FlashInfer's DSV4 decode "
+                               "specialization"),
+    "flashinfer_dsv4_decode": ("E10", "FlashInfer's DSV4 SM120 decode dispatch"),
+}
+"""capability -> (the rule that consults it, what it is): a change between two channels is said with the rule whose
+verdicts it moves (channels diff, upgrade plan)."""
+
+
+def capability_changes(a: Capabilities, b: Capabilities) -> list[JsonObject]:
+    """Each capability that differs between two channels' engines: its name, what it is, both values and its rule."""
+    ja, jb = a.to_json(), b.to_json()
+    return [{"name": k, "from": ja[k], "to": jb[k], "rule": CAPABILITY_RULES[k][0], "what": CAPABILITY_RULES[k][1]}
+            for k in sorted(CAPABILITY_RULES) if ja[k] != jb[k]]
 
 
 def capabilities_of(facts: EngineFacts) -> Capabilities:
@@ -73,6 +111,8 @@ def capabilities_of(facts: EngineFacts) -> Capabilities:
         nvfp4_moe_backends=tuple(facts.registry("nvfp4_moe_backends")),
         scratch_pool=facts.has_env(ENV_SCRATCH_POOL),
         runner_switch=facts.has_env(ENV_RUNNER),
+        dsv4_topk_check=facts.marker(MARKER_DSV4_TOPK_CHECK),
+        flashinfer_dsv4_decode=facts.marker(MARKER_FLASHINFER_DSV4_DECODE),
     )
 
 

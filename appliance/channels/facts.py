@@ -233,6 +233,8 @@ class Marker(_Strict):
     strings: list[str] = Field(min_length=1)
     why: str
     source: str
+    package: str | None = None
+    """Looked for in this installed package's sources instead of the engine's (a dependency the engine calls)."""
 
 
 class PrintedOutside(_Strict):

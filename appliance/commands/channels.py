@@ -78,9 +78,11 @@ def _capability(c: JsonObject) -> str:
     was, now = c["from"], c["to"]
     if isinstance(was, list) and isinstance(now, list):
         gone, new = sorted(set(was) - set(now)), sorted(set(now) - set(was))
-        return f"  ~ {c['name']}: " + "; ".join(x for x in (f"+ {', '.join(new)}" if new else "",
-                                                           f"- {', '.join(gone)}" if gone else "") if x)
-    return f"  ~ {c['name']}: {was} -> {now}"
+        said = "; ".join(x for x in (f"+ {', '.join(new)}" if new else "", f"- {', '.join(gone)}" if gone else "")
+                         if x)
+    else:
+        said = f"{was} -> {now}"
+    return f"  ~ {c['name']}: {said} (rule {c['rule']}: {c['what']})"
 
 
 def _rules(d: JsonObject, one: bool, fit: int | None) -> list[str]:
@@ -123,6 +125,10 @@ def render_diff(d: JsonObject, fit: int | None = None) -> str:
              f"  to:   {b['engine']} ({b['status']}, lock {b['lock_digest'][:12]}); facts {b['facts']['engine']}",
              "packages:", *(_delta("pins", d["packages"], fit) or ["  (same pins)"])]
     lines += ["capabilities:"] + ([_capability(c) for c in d["capabilities"]] or ["  (same)"])
+    lines += ["flag defaults that change (a serve that does not set them gets the new one"
+              + (f"; the flags {d['profile']} leaves unset" if one else "") + "):"]
+    lines += [_items(f"  ~ defaults changed ({len(d['defaults'])})", d["defaults"], fit)] if d["defaults"] else [
+        "  (same)"]
     if one:
         lines += [f"the command of {d['profile']} (`appliance render {d['profile']}` on each channel):",
                   *(_delta("flags", d["command"]["flags"], fit) + _delta("env", d["command"]["env"], fit)

@@ -23,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
         check,
         detect_channel,
         engine_source_drift,
+        group_state,
         host_platform,
         image_record,
         installed_version,
@@ -58,9 +59,11 @@ def run(args: argparse.Namespace) -> int:
         if ch.engine.source == "fork" and (engine := engine_source_drift(ch, image_record(ENGINE_RECORD))):
             drifts.append(engine)  # the commit the image's vLLM was built from, read back
         drifts += overwritten_files(ch)  # cutlass-dsl's libs-cu13 not overwritten by another libs wheel
+    groups = group_state(ch, skipped=skipped)
     if args.json:
         print(json.dumps({"channel": ch.name, "target": ch.target, "digest": ch.digest, "ok": not drifts,
-                          "platform": platform, "skipped": skipped, "drift": [d.__dict__ for d in drifts]}, indent=2))
+                          "platform": platform, "skipped": skipped, "groups": groups,
+                          "drift": [d.__dict__ for d in drifts]}, indent=2))
     else:
         rows = []
         for pin in ch.pins():
@@ -72,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         print(render(["state", "package", "locked", "installed"], rows, wide=args.output == "wide"))
         for name, why in skipped.items():
             print(line(f"skipped {name} on {platform}: {why}"))
+        for group, state in groups.items():
+            print(line(f"{group}: " + ("present (" + ", ".join(state["installed"]) + ")" if state["present"] else
+                                       "absent" + (f": {state['why']}" if state.get("why") else ""))))
         for d in drifts:
             print(d.message, file=sys.stderr)
         print(line(f"channel {ch.name} ({how}): {'no drift' if not drifts else f'{len(drifts)} drift(s)'}"))

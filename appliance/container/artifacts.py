@@ -12,7 +12,9 @@ its URL from that index's build arg), so what is missing is said by name and pla
 - a pin that is required on this platform and has no wheel there stops the build, listing every such pin;
 - a pin marked `optional_on` this platform (flashinfer-jit-cache on linux/arm64: FlashInfer JIT-compiles instead)
   is skipped, with the reason, into skipped.json. The image's install leaves it out (lockcli.py lock-files
-  --skipped) and `appliance versions --check` reads the file back, so the absence is recorded, never silent.
+  --skipped) and `appliance versions --check` reads the file back, so the absence is recorded, never silent;
+- pins of one `group` (FlashInfer's jit-cache shim and its SM12x provider) are installed together or not at all:
+  where one of them is skipped, the others are left out with it, and the build names which it installed.
 
 Only "no such wheel" is a reason to skip; a network or index error fails the build whatever the pin.
 """
@@ -93,7 +95,25 @@ def fetch(lock: dict, ch: dict, platform: str, dest: Path, *, env: dict[str, str
                 missing.append(f"{req}: no {platform} wheel on its index ({cause})")
         else:
             missing.append(f"{req}: the index failed ({cause})")  # never a reason to skip
+    for pin in pins(ch):  # a group is whole or absent: its other members leave with a skipped one
+        group = pin.get("group")
+        gone = [p["name"] for p in pins(ch) if p.get("group") == group and p["name"] in skipped] if group else []
+        if gone and pin["name"] not in skipped:
+            skipped[pin["name"]] = (f"left out with {', '.join(gone)} (group {group}: installed together or not at "
+                                    f"all); optional on {platform}: {pin.get('optional_on', {}).get(platform, '')}")
+            downloaded = [d for d in downloaded if d != requirement(pin)]
     return Fetched(downloaded, skipped, missing)
+
+
+def groups(ch: dict, fetched: Fetched) -> dict[str, dict[str, list[str]]]:
+    """group -> {installed, left_out}: what the build says of each group of pins (e.g. the jit-cache shim and its
+    providers)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for pin in pins(ch):
+        if pin.get("group"):
+            side = "left_out" if pin["name"] in fetched.skipped else "installed"
+            out.setdefault(pin["group"], {"installed": [], "left_out": []})[side].append(pin["name"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for name, why in result.skipped.items():
         print(f"artifacts: skipped {name} on {args.platform}: {why}")
-    args.skipped_out.write_text(json.dumps({"platform": args.platform, "skipped": result.skipped}, indent=2) + "\n")
+    named = groups(ch, result)
+    for group, sides in named.items():
+        print(f"artifacts: group {group} on {args.platform}: installs {', '.join(sides['installed']) or 'nothing'}"
+              + (f"; leaves out {', '.join(sides['left_out'])}" if sides["left_out"] else ""))
+    args.skipped_out.write_text(json.dumps({"platform": args.platform, "skipped": result.skipped, "groups": named},
+                                           indent=2) + "\n")
     print(f"artifacts: {len(result.downloaded)} locked wheel(s) for {args.platform}, {len(result.skipped)} skipped")
     return 0
 

@@ -170,8 +170,8 @@ def lock_files(ch: dict, pyproject: Path, skipped: frozenset[str] = frozenset())
     build-only.txt   build-time tools that never reach a final image
     """
     target = ch["target"]
-    nodeps = NO_DEPS[target]
     mine = [p for p in pins(ch) if p["name"] not in skipped]
+    nodeps = set(NO_DEPS[target]) | {p["name"] for p in mine if p.get("no_deps")}
 
     def text(lines: list[str]) -> str:
         return "".join(f"{line}\n" for line in lines)

@@ -29,6 +29,7 @@ from appliance.health.server import (
 from appliance.health.startup_metrics import StartupCollector
 from appliance.health.tail import LogTailer
 from appliance.health.verdicts import Verdicts
+from appliance.jsonstrict import JsonObject
 from appliance.lock import ChannelLock
 from appliance.profile.loader import LoadedProfile
 from appliance.profile.topology import Role
@@ -109,7 +110,17 @@ class Exporter:
 def identity_of(config: ExporterConfig, loaded: LoadedProfile, ctx: HealthContext) -> ExporterIdentity:
     return ExporterIdentity(profile=loaded.profile.name, profile_digest=loaded.digest, lock_digest=ctx.lock_digest,
                             channel=ctx.lock.name, role=config.role, log=str(config.log), engine_url=config.engine_url,
-                            lock_versions=lock_versions(ctx.lock))
+                            lock_versions=lock_versions(ctx.lock), groups=installed_groups(ctx.lock))
+
+
+def installed_groups(lock: ChannelLock) -> dict[str, JsonObject]:
+    """The channel's pin groups as this environment holds them (the image's venv is the engine's), with the build's
+    reason for any it left out: /status says whether FlashInfer's jit-cache is present."""
+    from appliance.lock import SKIPPED_RECORD, group_state, host_platform, image_record, read_skipped
+
+    if not lock.groups():
+        return {}
+    return group_state(lock, skipped=read_skipped(image_record(SKIPPED_RECORD), host_platform()))
 
 
 def _follower(config: ExporterConfig) -> Callable[[], tuple[Judge, ExporterIdentity] | None]:

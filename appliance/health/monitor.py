@@ -73,6 +73,8 @@ class ExporterIdentity:
     log: str
     engine_url: str | None
     lock_versions: dict[str, str] = field(default_factory=dict)
+    groups: dict[str, JsonObject] = field(default_factory=dict)
+    """The channel's pin groups as installed here (lock.group_state): whether FlashInfer's jit-cache is present."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class Snapshot:
             "nccl_library": self.facts.get("nccl_lib_version"),
             "channel": identity.channel,
             "lock": identity.lock_versions,
+            "groups": identity.groups,
         }
 
     def report(self, identity: ExporterIdentity) -> LogReport:

@@ -135,6 +135,7 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
         "--kv-offloading-size", p.engine.kv_offload_gib if p.engine.kv_offload_gib > 0 else None)),
     EngineFlag("engine.sm120_decode", ("--attention-backend",),
                lambda p, _, facts, __: _value("--attention-backend", sm120_backend(p, facts))),
+    EngineFlag("engine.moe_backend", ("--moe-backend",), lambda p, *_: _value("--moe-backend", p.engine.moe_backend)),
     EngineFlag("server.host", ("--host",), lambda p, *_: _value("--host", p.server.host)),
     # the resolved placement's api_port (server.port, read by the placement alone)
     EngineFlag("server.port", ("--port",),

@@ -1,10 +1,10 @@
-"""Channel rules (E1–E9): what a plan renders must exist in its channel's engine, and what the profile asks for must
+"""Channel rules (E1–E11): what a plan renders must exist in its channel's engine, and what the profile asks for must
 have a mechanism there. Every name is checked against the channel's extracted facts (channels/facts/), so a flag,
 env var or backend the engine does not know is refused before anything starts, naming the nearest one it knows."""
 
 from __future__ import annotations
 
-from appliance.channels.capabilities import DSV4_FLASHINFER, NVFP4_CUTLASS
+from appliance.channels.capabilities import DSV4_FLASHINFER, MOE_BACKEND_PACKAGES, NVFP4_CUTLASS
 from appliance.channels.facts import nearest
 from appliance.profile.model import Profile
 from appliance.render.passthrough import passed_options
@@ -210,3 +210,38 @@ def e9_scratch_pool(ctx: RuleContext, r: Rule) -> list[Finding]:
                       f"channel {ctx.channel.name} has no eager scratch pool switch (the fork's "
                       f"VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL): the setting would be ignored",
                       "set engine.eager_scratch_pool: false")]
+
+
+@rule("E10", "the channel's FlashInfer carries the DeepSeek-V4 SM120 sparse-MLA decode dispatch its engine demands",
+      "engines from upstream vLLM 0.32.0 on refuse to build DeepSeek-V4's SM120 FlashInfer attention "
+      "(DeepseekV4FlashInferSM120Attention, their default on SM12x) when FlashInfer's DSV4 decode dispatch has no "
+      "specialization for the layer's (heads, top-k): a RuntimeError at model construction naming "
+      "flashinfer-ai/flashinfer#4380 (vllm 0.33.0 vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py:660-670)",
+      lambda ctx: deepseek_on_gpu(ctx) and ctx.gpu.is_sm12x and ctx.caps.dsv4_topk_check and on_its_target(ctx),
+      fix="use a channel whose FlashInfer carries the DSV4 SM120 decode dispatch (appliance channels)")
+def e10_dsv4_topk(ctx: RuleContext, r: Rule) -> list[Finding]:
+    if not ctx.profile.engine.sm120_decode or ctx.caps.flashinfer_dsv4_decode:
+        return []
+    return [r.finding("error", "engine.channel", ctx.channel.name,
+                      f"channel {ctx.channel.name}'s engine builds DeepSeek-V4's SM120 FlashInfer attention only "
+                      f"with FlashInfer's DSV4 sparse-MLA decode dispatch, and its FlashInfer "
+                      f"({ctx.channel.lock.pin('flashinfer-python').version}) has none: every rank would stop at "
+                      f"model construction", "use a channel whose FlashInfer carries it (flashinfer-ai/flashinfer"
+                                          "#4380), or set engine.sm120_decode: false (FlashMLA's sparse path)")]
+
+
+@rule("E11", "a MoE backend asked for by name (opt-in) has its kernels in the channel's lock",
+      "the engine picks its MoE backend itself unless one is named; a named one whose kernel package the image "
+      "does not install fails when the MoE layers are built (upstream's b12x needs vLLM's optional b12x extra)",
+      lambda ctx: ctx.profile.engine.moe_backend is not None and on_its_target(ctx),
+      fix="set engine.moe_backend: null (the engine's own choice), or use a channel whose lock installs the kernels")
+def e11_moe_backend(ctx: RuleContext, r: Rule) -> list[Finding]:
+    backend = ctx.profile.engine.moe_backend
+    package = MOE_BACKEND_PACKAGES.get(str(backend))
+    locked = {p.name for p in ctx.channel.lock.pins()}
+    if package is None or package in locked:
+        return []
+    return [r.finding("error", "engine.moe_backend", backend,
+                      f"--moe-backend {backend} runs the {package} package's kernels, which channel "
+                      f"{ctx.channel.name}'s lock does not install", "set engine.moe_backend: null, or use a channel "
+                      f"whose lock pins {package} (vllm-0.33.0 carries vLLM's b12x extra)")]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from appliance.channels.capabilities import capabilities_of, capability_changes
 from appliance.channels.engines import EngineInstall, engines_root, find_engine
 from appliance.channels.facts import EngineFacts, load_facts, nearest
 from appliance.errors import ApplianceError
@@ -216,6 +217,7 @@ def make_plan(pair: Pair, *, procfs: Path, mode: Requested = "auto") -> JsonObje
         "packages": pin_delta(a, b),
         "renders": profile_facts_delta(pair.incumbent.profile, fa, fb),
         "engines": engine_counts(fa, fb),
+        "capabilities": capability_changes(capabilities_of(fa), capabilities_of(fb)),
         "rules": rule_changes(pair.incumbent, pair.candidate),
         "expectations": expectation_changes(pair.incumbent, pair.candidate),
         "unprinted_lines": unprinted_lines(pair.candidate, fb),
@@ -224,6 +226,14 @@ def make_plan(pair: Pair, *, procfs: Path, mode: Requested = "auto") -> JsonObje
         "blocking": blocking,
         "renderable": not blocking,
     }
+
+
+def _said(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    return "none" if value is None else str(value)
 
 
 def _gib(n: int | None) -> str:
@@ -254,6 +264,14 @@ def render_plan(plan: JsonObject) -> str:
     e = plan["engines"]
     lines.append("the engines apart (all of their facts): " + ", ".join(
         f"{k} +{v['added']} -{v['removed']}" for k, v in e.items()) + "  (appliance channels diff for the names)")
+    lines.append("engine capabilities that change (and what each moves for this profile):")
+    for c in plan["capabilities"]:
+        moved = [f"{'+' if r['change'].startswith('new') else '-'} {r['rule']} {r['severity']} on {r['path']}"
+                 for r in plan["rules"] if r["rule"] == c["rule"]]
+        lines.append(f"  ~ {c['name']} ({c['what']}; rule {c['rule']}): {_said(c['from'])} -> {_said(c['to'])}"
+                     + (f"; for this profile: {', '.join(moved)}" if moved else ""))
+    if not plan["capabilities"]:
+        lines.append("  (none)")
     lines.append("rules whose verdict changes for this profile:")
     lines += [f"  {'+' if c['change'].startswith('new') else '-'} {c['rule']} {c['severity']} on {c['path']}: "
               f"{c['message']}" for c in plan["rules"]] or ["  (none)"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,68 @@ def test_the_install_runs_again_when_the_lock_or_dockerfile_changes(tmp_path: Pa
     assert rehearsal.changed_since_last_pass() == (False, f"unchanged since the last passing install "
                                                           f"({rehearsal.change_key()[:12]})")
     assert rehearsal.main(["changed"]) == 1
+
+
+def _platform_wheel(index: Path, name: str, version: str, tag: str, requires: tuple[str, ...] = ()) -> None:
+    """One wheel of a simple index folder (PEP 503: index/<name>/index.html links the file). No files inside but
+    its metadata: pip reads only that in a dry run."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    folder = index / name
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{dist}-{tag}.whl"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    files = {f"{dist}.dist-info/METADATA": meta,
+             f"{dist}.dist-info/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n"}
+    record = [f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(v.encode())}" for k, v in files.items()]
+    with zipfile.ZipFile(wheel, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+        z.writestr(f"{dist}.dist-info/RECORD", "\n".join([*record, f"{dist}.dist-info/RECORD,,"]) + "\n")
+    links = "".join(f'<a href="{w.name}">{w.name}</a>\n' for w in sorted(folder.glob("*.whl")))
+    (folder / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+
+
+def test_the_jit_cache_shim_and_its_provider_resolve_per_platform_or_leave_together(tmp_path: Path) -> None:
+    """FlashInfer's jit-cache as packaged since its #5096: a shim whose dependencies name every architecture's
+    provider, and per-architecture providers. A local simple index stands in for FlashInfer's CUDA-13 sub-index
+    (which this machine cannot reach): the shim for both CPU architectures, the SM12x provider for x86_64 only.
+    The rehearsal resolves each alone without its dependencies, as the build fetches them: on amd64 both resolve;
+    on arm64 the provider has no wheel, so both are left out, named, because the lock makes them optional there."""
+    index = tmp_path / "simple"
+    version = "0.7.0.post1+cu130"
+    for arch in ("x86_64", "aarch64"):
+        _platform_wheel(index, "flashinfer-jit-cache", version, f"cp39-abi3-manylinux_2_28_{arch}",
+                        requires=("flashinfer-jit-cache-sm90a==0.7.0.post1+cu130",
+                                  "flashinfer-jit-cache-sm120f==0.7.0.post1+cu130"))
+    _platform_wheel(index, "flashinfer-jit-cache-sm120f", version, "cp39-abi3-manylinux_2_28_x86_64")
+    url = index.as_uri()
+    inputs = rehearsal.stack_inputs(LOCK, env={"FLASHINFER_JIT_CACHE_INDEX_URL": url}, channel="vllm-0.32.0")
+    assert inputs.no_deps == ["flashinfer-jit-cache==0.7.0.post1", "flashinfer-jit-cache-sm120f==0.7.0.post1"]
+    assert inputs.groups == {"flashinfer-jit-cache": inputs.no_deps}
+    assert "flashinfer-cubin==0.7.0.post1" in inputs.unchecked  # its own index is not given: named, not passed
+    inputs.index_url = url  # nothing else is asked of any index here
+    ch = lockfile.channel(LOCK, "vllm-0.32.0")
+    glibc, pyver = str(ch["images"]["glibc"]), str(ch["python"])
+    errors: list[str] = []
+    got, left = rehearsal._resolve_no_deps(sys.executable, "linux/amd64", glibc, pyver, inputs, tmp_path / "a", errors)
+    assert errors == [] and left == {}
+    assert got == {"flashinfer-jit-cache": version, "flashinfer-jit-cache-sm120f": version}  # no sm90a: --no-deps
+    got, left = rehearsal._resolve_no_deps(sys.executable, "linux/arm64", glibc, pyver, inputs, tmp_path / "b", errors)
+    assert errors == [] and got == {}
+    assert "no linux/arm64 wheel on its index; optional on linux/arm64: GB10" in left[inputs.no_deps[1]]
+    assert left[inputs.no_deps[0]] == (f"left out with {inputs.no_deps[1]} (installed together or not at all)")
+    assert rehearsal._group_report(inputs, left) == {"flashinfer-jit-cache": {
+        "installed": [], "left_out": inputs.no_deps, "unchecked": []}}
+    # A pin that is required on the platform is an error, never left out.
+    inputs.optional = {}
+    rehearsal._resolve_no_deps(sys.executable, "linux/arm64", glibc, pyver, inputs, tmp_path / "c", errors)
+    assert len(errors) == 1 and "flashinfer-jit-cache-sm120f==0.7.0.post1 does not resolve for linux/arm64" in errors[0]
 
 
 # --- the real index: every CI run ---------------------------------------------------------------
