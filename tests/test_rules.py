@@ -64,7 +64,7 @@ FAILING: dict[str, tuple[str, tuple[str, ...], str, str]] = {
     "E7": ("gb10-tp2", ("engine.channel=vllm-0.32.0",), "warning", "engine.channel"),
     "E9": ("gb10-tp2", ("engine.channel=vllm-0.32.0", "engine.eager_scratch_pool=true",
                         "engine.accept_scratch_pool_corruption_risk=true"), "error", "engine.eager_scratch_pool"),
-    "E11": ("rtx-pro-6000-tp2-vllm033-b12x", ("engine.channel=vllm-0.32.0",), "error", "engine.moe_backend"),
+    "E11": ("rtx-pro-6000-tp2-v033-b12x", ("engine.channel=vllm-0.32.0",), "error", "engine.moe_backend"),
     "W1": ("gb10-tp2", (f"model.revision={'f' * 40}",), "warning", "model.revision"),
     "W4": ("cpu-smoke", ("distributed.sync_model=true",), "warning", "distributed.sync_model"),
     "X1": ("cpu-smoke", ("engine.extra_args=[--chat-templat, x]",), "error", "engine.extra_args"),

@@ -33,9 +33,10 @@ MARKER_DSV4_TOPK_CHECK = "dsv4-sm120-topk-check"
 MARKER_FLASHINFER_DSV4_DECODE = "flashinfer-dsv4-sm120-decode"
 MOE_BACKEND_PACKAGES = {"b12x": "b12x"}
 """--moe-backend value -> the package whose kernels it runs, which the channel's lock must install: upstream's B12X
-MoE experts take their kernels from the `b12x` package (vllm 0.33.0 vllm/model_executor/layers/fused_moe/b12x.py:29
-through vllm/utils/b12x.py:25, `find_spec("b12x")`), which vLLM ships only as its optional `b12x` extra (its wheel's
-METADATA: Requires-Dist: b12x==1.5.1; extra == "b12x")."""
+MoE experts take their kernels from the `b12x` package (the vllm-0.33.0 channel's
+vllm/model_executor/layers/fused_moe/b12x.py:29 through vllm/utils/b12x.py:25, `find_spec("b12x")`), which vLLM
+ships only as its optional `b12x` extra (its wheel's METADATA: a Requires-Dist of b12x under `extra == "b12x"`, the
+version the channel's lock pins)."""
 
 Sm120Switch = Literal["env", "backend"]
 

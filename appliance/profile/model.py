@@ -143,7 +143,7 @@ class Engine(Section):
     """--kv-offloading-size in GiB; 0 = off."""
     fp4_indexer_cache: bool = False
     """attention_config.use_fp4_indexer_cache; needs DeepGEMM kernels SM12x lacks."""
-    moe_backend: str | None = Field(None, pattern=r"^[a-z0-9_]+$", max_length=64)
+    moe_backend: Annotated[ArgWord, Field(max_length=64, pattern=r"^[a-z0-9_]+$")] | None = None
     """--moe-backend: a MoE kernel backend asked for by name (e.g. b12x), opt-in; null = the engine's own choice (not
     rendered). E2 checks the value against the channel's engine, E11 that its lock installs the kernels."""
     flashinfer_autotune: bool | None = None

@@ -216,7 +216,8 @@ def e9_scratch_pool(ctx: RuleContext, r: Rule) -> list[Finding]:
       "engines from upstream vLLM 0.32.0 on refuse to build DeepSeek-V4's SM120 FlashInfer attention "
       "(DeepseekV4FlashInferSM120Attention, their default on SM12x) when FlashInfer's DSV4 decode dispatch has no "
       "specialization for the layer's (heads, top-k): a RuntimeError at model construction naming "
-      "flashinfer-ai/flashinfer#4380 (vllm 0.33.0 vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py:660-670)",
+      "flashinfer-ai/flashinfer#4380 (the vllm-0.33.0 channel's "
+      "vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py:660-670)",
       lambda ctx: deepseek_on_gpu(ctx) and ctx.gpu.is_sm12x and ctx.caps.dsv4_topk_check and on_its_target(ctx),
       fix="use a channel whose FlashInfer carries the DSV4 SM120 decode dispatch (appliance channels)")
 def e10_dsv4_topk(ctx: RuleContext, r: Rule) -> list[Finding]:
