@@ -4,7 +4,7 @@
 #   APPLIANCE_REVISION=$(git rev-parse HEAD) FLASHINFER_INDEX_URL=<FlashInfer's root wheel index> \
 #     FLASHINFER_JIT_CACHE_INDEX_URL=<its CUDA-13 sub-index> \
 #     docker buildx bake gpu-arm64             on a GB10 (or an arm64 builder): one platform, loaded into the
-#                                              local image store -> ghcr.io/appliance-dev/appliance:jasl-sm120-20260809-c8f378ee3473
+#                                              local image store -> ghcr.io/appliance-dev/appliance:jasl-sm120-20260809-005ef615ea91
 #     docker buildx bake gpu-amd64             on an RTX host (x86_64): the same for linux/amd64
 #     docker buildx bake gpu --push            both platforms at once, to a registry only: the default builder
 #                                              cannot load a two-platform image, and an arm64 build under QEMU
@@ -46,7 +46,7 @@ target "_lock_jasl_sm120_20260809" {
   dockerfile = "Dockerfile"
   args = {
     APPLIANCE_CHANNEL               = "jasl-sm120-20260809"
-    APPLIANCE_LOCK_DIGEST           = "c8f378ee3473c1e5e3c1b0d6f1abe7aa1bb6d56e7c215ddababdbbc1456eb935"
+    APPLIANCE_LOCK_DIGEST           = "005ef615ea9179b518edb2120e3e22df4b606d15e5a69f6bd1a90de01ac88bc1"
     ENGINE_SOURCE                   = "fork"
     ENGINE_REPO                     = "jasl/vllm"
     ENGINE_REF                      = "sm120-pr-41834-stable-preview-20260809"
@@ -180,7 +180,7 @@ target "gpu" {
   inherits  = ["_lock_jasl_sm120_20260809"]
   target    = "gpu"
   platforms = ["linux/amd64", "linux/arm64"]
-  tags      = ["ghcr.io/appliance-dev/appliance:jasl-sm120-20260809-c8f378ee3473"]
+  tags      = ["ghcr.io/appliance-dev/appliance:jasl-sm120-20260809-005ef615ea91"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"

@@ -26,7 +26,10 @@ from appliance.lockfile import engine_record_problems
 from appliance.paths import versions_path
 
 Target = Literal["gpu", "cpu"]
-Status = Literal["validated", "community", "unvalidated"]
+Status = Literal["validated", "partial", "community", "unvalidated"]
+"""The harness's definition (issue 36): validated = every check of an acceptance run PASSed; partial = a run with
+non-PASS checks, each named in provenance.blockers; community = measured by others, not gated here; unvalidated =
+nothing measured."""
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
 """The NCCL wheels vLLM may load, the CUDA 13 one first (K15)."""
 CHANNEL_ENV = "APPLIANCE_CHANNEL"
@@ -118,6 +121,9 @@ class EngineSource(_Strict):
 class Provenance(_Strict):
     source: str
     date: str | None = None
+    blockers: list[str] = []
+    """Each check of the acceptance run that did not PASS (status partial): the harness's "anything not PASS is a
+    blocker"."""
 
 
 class ChannelLock(_Strict):
@@ -150,6 +156,16 @@ class ChannelLock(_Strict):
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    @model_validator(mode="after")
+    def _blockers_match_status(self) -> ChannelLock:
+        """partial names its blockers; validated has none (a run with a non-PASS check is not validated)."""
+        if self.status == "partial" and not self.provenance.blockers:
+            raise ValueError("status partial needs provenance.blockers: name each check of the run that did not PASS")
+        if self.status != "partial" and self.provenance.blockers:
+            raise ValueError(f"status {self.status} with provenance.blockers: a run with a check that did not PASS "
+                             "is partial")
+        return self
 
     @model_validator(mode="after")
     def _whole_groups(self) -> ChannelLock:

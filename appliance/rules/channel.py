@@ -173,14 +173,16 @@ def e6_sm120(ctx: RuleContext, r: Rule) -> list[Finding]:
 
 
 @rule("E7", "the channel's status is said",
-      "only a validated channel has had an acceptance run (the fork's: the seed's, 17 of 18 checks passing; the "
-      "CPU channel's: CI); community and unvalidated ones have not",
+      "only a validated channel has had an acceptance run whose every check PASSed (the CPU channel's: CI); a partial "
+      "one ran with checks that did not PASS, each a blocker (the fork's: the seed's, 17 of 18 passing), and community "
+      "and unvalidated ones have had none here",
       lambda ctx: ctx.channel.lock.status != "validated",
       fix="run the acceptance gate on this channel (appliance gate) before users rely on it")
 def e7_status(ctx: RuleContext, r: Rule) -> list[Finding]:
     ch = ctx.channel.lock
+    blockers = f"; blockers: {'; '.join(ch.provenance.blockers)}" if ch.provenance.blockers else ""
     return [r.finding("warning", "engine.channel", ch.name,
-                      f"channel {ch.name} is {ch.status}: {ch.provenance.source}",
+                      f"channel {ch.name} is {ch.status}: {ch.provenance.source}{blockers}",
                       "gate it on your hardware (appliance gate, several fresh serves) before serving users")]
 
 
