@@ -51,23 +51,23 @@ def test_the_flagship_is_quiet_on_validate_and_render_and_says_why_in_profiles_s
     validate = cli("validate", "gb10-tp2")
     assert validate.returncode == 0 and "WARNING" not in validate.stdout + validate.stderr, validate.stdout
     assert "gb10-tp2: ok (0 error(s), 0 warning(s))" in validate.stdout
-    assert "3 accepted caveat(s) (K31 engine.flashinfer_autotune, K38 engine.runner, P1 limits.max_model_len): " \
-           "`appliance profiles show gb10-tp2` says why" in validate.stdout
+    assert "4 accepted caveat(s) (E7 engine.channel, K31 engine.flashinfer_autotune, K38 engine.runner, " \
+           "P1 limits.max_model_len): `appliance profiles show gb10-tp2` says why" in validate.stdout
     render = cli("render", "gb10-tp2")
-    assert render.returncode == 0 and "WARNING" not in render.stderr and "3 accepted caveat(s)" in render.stderr
+    assert render.returncode == 0 and "WARNING" not in render.stderr and "4 accepted caveat(s)" in render.stderr
     assert "autotune" not in render.stdout  # still the seed's command flag for flag
     show = cli("profiles", "show", "gb10-tp2")
     assert show.returncode == 0, show.stderr
     assert "accepted    K31 engine.flashinfer_autotune" in show.stdout
     assert "accepted because the seed's reference command sets no FlashInfer autotuning flag" in show.stdout
     findings = json.loads(cli("validate", "gb10-tp2", "--json").stdout)["findings"]
-    assert {f["rule"] for f in findings if f["accepted"]} == {"K31", "K38", "P1"}  # --json keeps every finding
+    assert {f["rule"] for f in findings if f["accepted"]} == {"E7", "K31", "K38", "P1"}  # --json keeps every finding
 
 
 def test_a_warning_an_override_causes_is_printed_in_full_beside_the_accepted_ones() -> None:
     out = cli("validate", "gb10-tp2", "--set", "cache.guard=0")
     assert out.returncode == 0 and "WARNING K4 cache.guard=0" in out.stderr, out.stderr
-    assert "(0 error(s), 1 warning(s))" in out.stdout and "3 accepted caveat(s)" in out.stdout
+    assert "(0 error(s), 1 warning(s))" in out.stdout and "4 accepted caveat(s)" in out.stdout
 
 
 def test_a_caveat_that_names_no_rule_and_field_or_gives_no_reason_is_exit_2_naming_it(tmp_path: Path) -> None:
@@ -83,6 +83,6 @@ def test_a_caveat_that_names_no_rule_and_field_or_gives_no_reason_is_exit_2_nami
 def test_k8s_says_the_warnings_validate_says_on_stderr_beside_clean_manifests() -> None:
     out = cli("k8s", "gb10-tp2", "--set", "cache.guard=0")
     assert out.returncode == 0, out.stderr
-    assert "WARNING K4 cache.guard=0" in out.stderr and "3 accepted caveat(s)" in out.stderr
+    assert "WARNING K4 cache.guard=0" in out.stderr and "4 accepted caveat(s)" in out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     assert docs and all(isinstance(d, dict) and "kind" in d for d in docs)  # stdout stays the manifests alone
