@@ -218,10 +218,10 @@ def test_gate_run_is_the_bare_gate_and_keeps_what_was_given_before_it() -> None:
     assert (before.arm, before.overrides, before.checks, before.url) == ("v1", ["a.b=1"], "bench", None)
 
 
-def test_the_readme_lists_every_gate_action() -> None:
+def test_the_guide_lists_every_gate_action() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
     for action in ("battery", "compare", "serves", "paired", "report"):
         assert f"appliance gate {action} " in readme, action
 

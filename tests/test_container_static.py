@@ -252,7 +252,7 @@ def test_the_exporters_default_port_is_no_gpu_node_agents_and_every_copy_follows
     assert f'socket="appliance-probe-${{APPLIANCE_HEALTH_PORT:-{DEFAULT_HEALTH_PORT}}}"' in probe
     targets = yaml.safe_load((ROOT / "monitoring" / "prometheus" / "targets" / "exporter.yml").read_text())
     assert targets[0]["targets"] == [f"127.0.0.1:{DEFAULT_HEALTH_PORT}"]
-    for doc in ("README.md", "docs/monitoring.md", "docs/containers.md"):
+    for doc in ("docs/guide.md", "docs/monitoring.md", "docs/containers.md"):
         assert f"default {DEFAULT_HEALTH_PORT}" in (ROOT / doc).read_text(), doc
 
 

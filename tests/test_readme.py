@@ -24,9 +24,27 @@ def test_the_two_fresh_machine_commands_open_the_readme() -> None:
     assert lines == ["scripts/demo.sh --once", "scripts/test.sh"]
 
 
-def test_the_hardware_paths_come_before_the_cpu_demo_and_the_seed_is_said_where_it_first_appears() -> None:
+def test_the_first_screen_is_what_it_does_then_the_hardware_paths_then_the_cpu_demo() -> None:
+    """Issue 37: what it does, the three hardware paths (pull, then run), the CPU demo; the rest lives in docs/."""
     spark, rtx, k8s = (README.index(s) for s in ("**Two DGX Sparks", "**One RTX PRO 6000", "**Kubernetes**"))
-    assert spark < rtx < k8s < README.index("## What it is")
+    assert README.index("## What it does") < spark < rtx < k8s < README.index("## The CPU demo")
+    for profile in ("gb10-tp2", "rtx-pro-6000-tp2"):
+        assert README.index(f"docker compose --profile {profile} pull") < README.index(f"--profile {profile} up -d")
+    assert len(README.splitlines()) <= 120 and "docs/guide.md" in README
+
+
+def test_every_relative_link_of_the_readme_and_the_guide_names_a_file_that_exists() -> None:
+    links = 0
+    for doc in (ROOT / "README.md", ROOT / "docs" / "guide.md"):
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if target.startswith(("http://", "https://", "#")):
+                continue
+            links += 1
+            assert (doc.parent / target.split("#")[0]).exists(), f"{doc.name}: {target}"
+    assert links > 20
+
+
+def test_the_seed_is_said_where_it_first_appears() -> None:
     first = README.index("the seed")
     assert "pull request #41834" in README[first:first + 200]
 
