@@ -42,6 +42,10 @@ SECONDS = {
     "tests/test_gemma_tp2_engine.py": 183, "tests/test_memory_watchdog_engine.py": 176,
     "tests/test_multinode_appliance_run.py": 146,
     "tests/test_fuzz.py": 127, "tooling/tests/test_engine_facts.py": 111, "tests/test_multinode_engine.py": 103,
+    # Not its warm time (seconds) but its cold one: on a fresh machine it installs every GPU channel's stack (about
+    # half an hour, mostly downloads and unpacking), so it starts first, beside the upgrade story; warm, going first
+    # costs nothing.
+    "tooling/tests/test_channel_rehearsal.py": 1800,
 }
 """Seconds per work unit in a serial run of the whole suite (a clean clone of f2e8e8a, 2026-12-03, these 2 cores;
 shared-serve: its two files' sum then, each with its own serve)."""

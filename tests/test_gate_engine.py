@@ -47,7 +47,7 @@ def gate_cmd(serve: Serve, out: Path, *extra: str) -> list[str]:
 
 def test_gate_on_the_cpu_serve_writes_a_receipt_whose_facts_match_the_serve(ready: Serve, tmp_path: Path):
     out = tmp_path / "receipt"
-    done = subprocess.run(gate_cmd(ready, out), env=ready.env, capture_output=True, text=True, timeout=900,
+    done = subprocess.run(gate_cmd(ready, out), env=ready.env, capture_output=True, text=True, timeout=1800,
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     r = load(out / "receipt.json")

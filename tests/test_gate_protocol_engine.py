@@ -30,7 +30,7 @@ def receipts(smoke_serve: Serve, tmp_path_factory: pytest.TempPathFactory) -> di
         folder = root / f"cpu-smoke-{name}"
         done = subprocess.run([str(BIN / "appliance"), "gate", "--url", smoke_serve.url, "--exporter",
                                smoke_serve.exporter, "--out", str(folder), "--bench-protocol", name],
-                              env=smoke_serve.env, capture_output=True, text=True, timeout=900, check=False)
+                              env=smoke_serve.env, capture_output=True, text=True, timeout=1800, check=False)
         assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr[-3000:]}"
         out[name] = folder / "receipt.json"
     return out

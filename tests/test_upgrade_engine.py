@@ -49,7 +49,7 @@ class Story:
     client: SteadyClient
     figures: dict[str, Any] = field(default_factory=dict)
 
-    def upgrade(self, *args: str, timeout: float = 1500) -> tuple[int, dict[str, Any] | None, str]:
+    def upgrade(self, *args: str, timeout: float = 2700) -> tuple[int, dict[str, Any] | None, str]:
         argv = [str(BIN / "appliance"), "upgrade", *args]
         done = subprocess.run(argv, env=self.serve.env, capture_output=True, text=True, timeout=timeout, check=False)
         body = None
