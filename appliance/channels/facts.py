@@ -156,9 +156,7 @@ def _locked_engine(channel: str) -> tuple[str, str] | None:
         engine = load_lock().channel(channel).engine
     except (ApplianceError, LookupError):
         return None
-    if engine.source == "fork":
-        return (engine.base.name, engine.base.version) if engine.base is not None else None
-    return (engine.name or "", engine.version or "")
+    return engine.facts_engine
 
 
 def _belongs(facts: EngineFacts, channel: str, path: Path) -> None:
