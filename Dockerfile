@@ -23,7 +23,8 @@ ARG BUILD_MODE=online
 # fork: build vLLM from the channel's commit; pypi: take the channel's release wheel (vllm-build-${ENGINE_SOURCE}).
 ARG ENGINE_SOURCE
 # image: the channel's published engine image by digest (versions.json engine.image@engine.digest; target gpu-prebuilt).
-ARG ENGINE_IMAGE
+# The default only keeps an old BuildKit, which expands every stage's FROM, valid for the other targets.
+ARG ENGINE_IMAGE=scratch
 # BuildKit's own (the platform being built): picks the runtime stage of that platform (gpu-runtime-amd64/-arm64).
 ARG TARGETARCH
 

@@ -121,7 +121,8 @@ class EngineSource(_Strict):
                 "image": ("image", "release", "base")}[self.source]
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
-            raise ValueError(f"a {self.source} engine needs {', '.join(missing)}")
+            article = "an" if self.source == "image" else "a"
+            raise ValueError(f"{article} {self.source} engine needs {', '.join(missing)}")
         if self.source == "image":
             if self.digest is not None and not DIGEST.match(self.digest):
                 raise ValueError(f"engine.digest {self.digest!r} is no image digest (sha256:<64 lower-case hex>)")

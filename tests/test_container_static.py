@@ -704,7 +704,8 @@ def test_a_pypi_channel_takes_the_releases_wheel_and_a_fork_is_built_from_its_co
             # A CPU image is built by scripts/build-cpu-image.sh's `docker build`, which may leave TARGETARCH blank.
             given = buildargs.all_build_args(LOCK, name, ROOT).get(var)
             assert given, f"channel {name}'s build leaves FROM ${var} blank"
-    assert {lockfile.channel(LOCK, n)["engine"]["source"] for n in lockfile.channel_names(LOCK)} == {"fork", "pypi"}
+    assert {lockfile.channel(LOCK, n)["engine"]["source"] for n in lockfile.channel_names(LOCK)} == {
+        "fork", "pypi", "image"}
     pypi = " ".join(DOCKERFILE.stage("vllm-build-pypi").runs())
     assert 'pip download --no-deps --only-binary=:all: --dest /wheels "${ENGINE_DIST}==${ENGINE_VERSION}"' in pypi
     assert "engine-source.json" in pypi and "git clone" not in pypi

@@ -157,6 +157,10 @@ def from_only_args(lock: dict, channel_name: str) -> dict[str, str]:
     """The other target's base images, only for the build to parse: docker.io 20.10's BuildKit expands every
     stage's FROM (`base name (${GPU_BUILD_IMAGE}) should not be blank`) though it builds only the target's stages.
     The other target's default channel names them; no stage of this build pulls them; verify() never checks them."""
+    if channel(lock, channel_name)["engine"]["source"] == "image":  # the build stages of the other GPU channels
+        images = channel(lock, default_channel(lock, "gpu"))["images"]
+        return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"],
+                "GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"]}
     if channel(lock, channel_name)["target"] == "gpu":
         return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"]}
     images = channel(lock, default_channel(lock, "gpu"))["images"]
