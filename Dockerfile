@@ -429,7 +429,8 @@ ARG GPU_ENGINE
 ARG TORCH_CUDA_ARCH_LIST_AMD64
 ARG FLASHINFER_CUDA_ARCH_LIST_AMD64
 ARG CUTE_DSL_ARCH_AMD64
-ARG ENGINE_PYTHON=/opt/venv/bin/python
+# The image's engine interpreter (versions.json images.engine_python): the appliance goes into the same venv.
+ARG ENGINE_PYTHON
 # The args against the lock first; then what the image holds, frozen, so the appliance's install cannot move it.
 RUN test -n "${APPLIANCE_CHANNEL}" || { echo "APPLIANCE_CHANNEL is empty: build with docker buildx bake TARGET" >&2; exit 1; } \
     && "${ENGINE_PYTHON}" /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json \
@@ -471,7 +472,7 @@ RUN appliance versions --check
 # committed channels/facts/<channel>.json: every overlay entry and every flag, env var and backend there must hold;
 # a difference stops the build naming the entry (tooling/channel_facts.py overlay-check, as for a fork).
 FROM gpu-prebuilt-base AS gpu-prebuilt-facts-check
-ARG ENGINE_PYTHON=/opt/venv/bin/python
+ARG ENGINE_PYTHON
 COPY tooling /opt/appliance/tooling
 WORKDIR /opt/appliance
 RUN "${ENGINE_PYTHON}" -m tooling.channel_facts overlay-check --channel "${APPLIANCE_CHANNEL}" --python "${ENGINE_PYTHON}" \

@@ -79,6 +79,7 @@ target "_lock_lil_karmic_kraken_20260922" {
     APPLIANCE_LOCK_DIGEST           = "945171be1e46a1ab37894ea7f77051464cb7c470eb63b467dbf70f1a4b6cc9b2"
     ENGINE_SOURCE                   = "image"
     ENGINE_IMAGE                    = "ghcr.io/local-inference-lab/vllm:karmic-kraken-beta-20260922-e5fef1d4361a77ea@sha256:37a1aeeaddad12f395eec8735e56b62443a0c091a0657cc97bda22e55d276d88"
+    ENGINE_PYTHON                   = "/opt/venv/bin/python"
     GPU_PYTHON                      = "3.12"
     GPU_ENGINE                      = "ghcr.io/local-inference-lab/vllm:karmic-kraken-beta-20260922-e5fef1d4361a77ea@sha256:37a1aeeaddad12f395eec8735e56b62443a0c091a0657cc97bda22e55d276d88"
     TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"

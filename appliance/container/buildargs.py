@@ -114,8 +114,8 @@ def _image_args(lock: dict, ch: dict) -> dict[str, str]:
     """An image channel's build args: its image by digest (refused without one) and the arch lists of its platforms;
     nothing to build the engine from (its stack is the image's)."""
     args = {"APPLIANCE_CHANNEL": ch["name"], "APPLIANCE_LOCK_DIGEST": channel_digest(lock, ch["name"]),
-            "ENGINE_SOURCE": "image", "ENGINE_IMAGE": engine_image(ch), "GPU_PYTHON": ch["python"],
-            "GPU_ENGINE": engine_image(ch)}
+            "ENGINE_SOURCE": "image", "ENGINE_IMAGE": engine_image(ch), "ENGINE_PYTHON": ch["images"]["engine_python"],
+            "GPU_PYTHON": ch["python"], "GPU_ENGINE": engine_image(ch)}
     for platform in ch["images"]["platforms"]:
         torch_arch = ch["torch_cuda_arch_list"][platform]
         args[arch_arg(platform)] = torch_arch
