@@ -447,7 +447,10 @@ RUN apt-get update \
         /var/lib/appliance/run
 COPY pyproject.toml /src/pyproject.toml
 COPY appliance /src/appliance
-RUN "${ENGINE_PYTHON}" -m pip install --no-cache-dir -c /opt/appliance/engine-frozen.txt /src \
+# The gate's bench tool is the one package the lock adds to the image (llama-benchy, at the channel's pin).
+RUN benchy="$("${ENGINE_PYTHON}" /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json \
+        --channel "${APPLIANCE_CHANNEL}" version llama-benchy)" \
+    && "${ENGINE_PYTHON}" -m pip install --no-cache-dir -c /opt/appliance/engine-frozen.txt /src "llama-benchy==${benchy}" \
     && rm -rf /src
 COPY profiles /opt/appliance/profiles
 COPY healthchecks /opt/appliance/healthchecks

@@ -76,7 +76,7 @@ target "_lock_lil_karmic_kraken_20260922" {
   dockerfile = "Dockerfile"
   args = {
     APPLIANCE_CHANNEL               = "lil-karmic-kraken-20260922"
-    APPLIANCE_LOCK_DIGEST           = "945171be1e46a1ab37894ea7f77051464cb7c470eb63b467dbf70f1a4b6cc9b2"
+    APPLIANCE_LOCK_DIGEST           = "17a1ea502af2d2672f7921036c7c7c6e0993e26c5f27c36424ea6852c914f0de"
     ENGINE_SOURCE                   = "image"
     ENGINE_IMAGE                    = "ghcr.io/local-inference-lab/vllm:karmic-kraken-beta-20260922-e5fef1d4361a77ea@sha256:37a1aeeaddad12f395eec8735e56b62443a0c091a0657cc97bda22e55d276d88"
     ENGINE_PYTHON                   = "/opt/venv/bin/python"
@@ -225,7 +225,7 @@ target "gpu-lil-karmic-kraken-20260922" {
   inherits  = ["_lock_lil_karmic_kraken_20260922"]
   target    = "gpu-prebuilt"
   platforms = ["linux/amd64"]
-  tags      = ["ghcr.io/appliance-dev/appliance:lil-karmic-kraken-20260922-945171be1e46"]
+  tags      = ["ghcr.io/appliance-dev/appliance:lil-karmic-kraken-20260922-17a1ea502af2"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
