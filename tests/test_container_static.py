@@ -742,7 +742,7 @@ def test_the_modules_a_build_runs_by_path_are_copied_with_every_module_they_impo
     missing one is a ModuleNotFoundError mid-build, as appliance.safe_write was)."""
     import ast
 
-    for stage in ("gpu-base", "cpu-stack"):
+    for stage in ("gpu-base", "cpu-stack", "gpu-prebuilt-base"):
         copied: set[str] = set()
         for op, rest in DOCKERFILE.stage(stage).instructions:
             words = rest.split()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +153,32 @@ def test_the_lil_profile_validates_renders_the_recipe_and_cites_it_for_every_set
             j -= 1
         assert any("recipe" in b for b in block), lines[i]
     assert yaml.safe_load(PROFILE.read_text())["engine"]["channel"] == KK
+
+
+def test_the_prebuilt_stages_first_runs_pass_on_the_locks_args_and_stop_on_any_other(tmp_path: Path) -> None:
+    """What gpu-prebuilt-base runs by path before the appliance is installed (lockcli verify, lockcli version), run
+    the same way here: a bare interpreter with only the files that stage copies."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stage = dockerfile.split("AS gpu-prebuilt-base\n", 1)[1].split("\nFROM ", 1)[0]
+    copies = re.findall(r"^COPY ((?:[^\n]*\\\n)*[^\n]*)", stage, re.M)
+    for copy_line in copies:
+        *sources, dest = copy_line.replace("\\\n", " ").split()
+        if dest.startswith("/opt/appliance/lock/"):
+            folder = tmp_path / dest.removeprefix("/opt/appliance/")
+            folder.mkdir(parents=True, exist_ok=True)
+            for source in sources:
+                (folder / Path(source).name).write_bytes((ROOT / source).read_bytes())
+    lockcli = tmp_path / "lock" / "appliance" / "container" / "lockcli.py"
+    base = [sys.executable, "-I", "-S", str(lockcli), "--versions", str(ROOT / "versions.json"), "--channel", KK]
+    args = buildargs.lock_args(LOCK, KK)
+
+    def run(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *argv], capture_output=True, text=True, timeout=60, check=False,
+                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env})
+
+    assert run("verify", env=args).returncode == 0
+    drift = run("verify", env=args | {"ENGINE_IMAGE": LOCK["channels"][KK]["engine"]["image"]})  # the tag alone
+    assert drift.returncode != 0 and "build arg ENGINE_IMAGE=" in drift.stderr
+    benchy = run("version", "llama-benchy", env={})
+    assert benchy.returncode == 0 and benchy.stdout.strip() == next(
+        p["version"] for p in LOCK["channels"][KK]["packages"] if p["name"] == "llama-benchy")

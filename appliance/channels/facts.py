@@ -76,7 +76,7 @@ class EngineFacts:
 
     @property
     def label(self) -> str:
-        base = f" + fork overlay ({self.overlay['entries']} entries)" if self.overlay else ""
+        base = f" + overlay ({self.overlay['entries']} entries)" if self.overlay else ""
         return f"{self.engine.get('distribution')} {self.engine.get('version')}{base}"
 
     def has_option(self, option: str) -> bool:
@@ -222,7 +222,7 @@ class Overlay(_Strict):
 
 
 def load_overlay(channel: str, root: Path | None = None) -> Overlay:
-    return load_data_table(facts_dir(root) / "overlays" / f"{channel}.yaml", Overlay, "fork overlay")
+    return load_data_table(facts_dir(root) / "overlays" / f"{channel}.yaml", Overlay, "channel overlay")
 
 
 class Marker(_Strict):
