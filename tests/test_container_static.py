@@ -36,7 +36,9 @@ FINAL = ("gpu-image", "cpu-image")
 PROBE = "/opt/appliance/healthchecks/probe"
 # ARGs that may carry a default: none of them is a version.
 DEFAULTED_ARGS = {"BUILD_MODE", "TORCH_INDEX_URL", "FLASHINFER_INDEX_URL", "FLASHINFER_JIT_CACHE_INDEX_URL",
-                  "ENGINE_GIT_URL", "FLASH_ATTN_GIT_URL", "MAX_JOBS", "NVCC_THREADS"}
+                  "ENGINE_GIT_URL", "FLASH_ATTN_GIT_URL", "MAX_JOBS", "NVCC_THREADS",
+                  # an image channel's FROM; the default (scratch) only keeps the other targets parseable
+                  "ENGINE_IMAGE"}
 # Set by BuildKit itself.
 AUTOMATIC_ARGS = {"TARGETPLATFORM", "TARGETOS", "TARGETARCH"}
 
@@ -294,6 +296,9 @@ def test_the_scripts_take_the_cpu_stack_from_versions_json_too() -> None:
 def test_dockerfile_args_are_exactly_the_generated_build_args_plus_documented_knobs() -> None:
     declared = DOCKERFILE.all_args()
     generated = set(buildargs.all_build_args(LOCK, GPU, ROOT)) | set(buildargs.all_build_args(LOCK, CPU, ROOT))
+    # an image channel's own (ENGINE_PYTHON), and its ENGINE_IMAGE, which the Dockerfile defaults for the others
+    generated |= {a for n in lockfile.channel_names(LOCK) for a in buildargs.all_build_args(LOCK, n, ROOT)}
+    generated -= {"ENGINE_IMAGE"}
     without_default = {name for name, default in declared.items() if default is None} - AUTOMATIC_ARGS
     assert without_default == generated - AUTOMATIC_ARGS  # TARGETARCH: a CPU build's parse-only arg (from_only_args)
     assert {name for name, default in declared.items() if default is not None} == DEFAULTED_ARGS
@@ -704,7 +709,8 @@ def test_a_pypi_channel_takes_the_releases_wheel_and_a_fork_is_built_from_its_co
             # A CPU image is built by scripts/build-cpu-image.sh's `docker build`, which may leave TARGETARCH blank.
             given = buildargs.all_build_args(LOCK, name, ROOT).get(var)
             assert given, f"channel {name}'s build leaves FROM ${var} blank"
-    assert {lockfile.channel(LOCK, n)["engine"]["source"] for n in lockfile.channel_names(LOCK)} == {"fork", "pypi"}
+    assert {lockfile.channel(LOCK, n)["engine"]["source"] for n in lockfile.channel_names(LOCK)} == {
+        "fork", "pypi", "image"}
     pypi = " ".join(DOCKERFILE.stage("vllm-build-pypi").runs())
     assert 'pip download --no-deps --only-binary=:all: --dest /wheels "${ENGINE_DIST}==${ENGINE_VERSION}"' in pypi
     assert "engine-source.json" in pypi and "git clone" not in pypi
@@ -736,7 +742,7 @@ def test_the_modules_a_build_runs_by_path_are_copied_with_every_module_they_impo
     missing one is a ModuleNotFoundError mid-build, as appliance.safe_write was)."""
     import ast
 
-    for stage in ("gpu-base", "cpu-stack"):
+    for stage in ("gpu-base", "cpu-stack", "gpu-prebuilt-base"):
         copied: set[str] = set()
         for op, rest in DOCKERFILE.stage(stage).instructions:
             words = rest.split()

@@ -32,7 +32,7 @@ from appliance.channels.facts import (  # noqa: E402
     load_overlay,
     load_sources,
 )
-from appliance.lockfile import channel, load  # noqa: E402
+from appliance.lockfile import base_channel, channel, load  # noqa: E402
 from tooling.engine_facts import dumps  # noqa: E402
 
 
@@ -91,6 +91,9 @@ def code_path_section(name: str, python: Path, root: Path = ROOT) -> dict[str, A
     from tooling.code_path import PathError, code_path, spec_path
 
     spec = spec_path(name, root)
+    base = base_channel(load(root / "versions.json"), name)
+    if not spec.is_file() and base is not None:
+        spec = spec_path(base, root)  # an image channel: its base release's DeepSeek-V4 path, re-checked in the image
     if not spec.is_file():
         return None
     try:
@@ -122,7 +125,8 @@ def channel_facts(name: str, python: Path, root: Path = ROOT) -> dict[str, Any]:
     ch = channel(lock, name)
     raw = extract_raw(python, root)
     eng = ch["engine"]
-    want = (eng["base"]["name"], eng["base"]["version"]) if eng["source"] == "fork" else (eng["name"], eng["version"])
+    based = eng["source"] in ("fork", "image")  # its base release's facts plus its cited overlay stand for it
+    want = (eng["base"]["name"], eng["base"]["version"]) if based else (eng["name"], eng["version"])
     got = (raw["engine"]["distribution"], raw["engine"]["version"].split("+")[0])
     if got != want:
         raise FactsError(f"channel {name} wants the facts of {want[0]}=={want[1]} but {python} has "
@@ -131,7 +135,7 @@ def channel_facts(name: str, python: Path, root: Path = ROOT) -> dict[str, Any]:
     path = code_path_section(name, python, root)
     if path is not None:
         facts["code_path"] = path
-    if eng["source"] == "fork":
+    if based:
         facts = apply_overlay(facts, load_overlay(name, root))
     return facts
 
@@ -146,40 +150,58 @@ def check_committed(name: str, facts: dict[str, Any], root: Path = ROOT) -> list
 
 
 def overlay_check(name: str, python: Path, root: Path = ROOT) -> list[str]:
-    """In the image build of a fork: every overlay entry must hold in the real fork, and every flag, env var and
-    backend the committed facts hold must still be there (the fork may add more; that is said, not refused)."""
+    """In the image build of a fork or an image channel: every overlay entry must hold in the real engine, and every
+    flag, env var and backend the committed facts hold must still be there (it may add more; that is said, not
+    refused)."""
     raw = {"channel": name, **extract_raw(python, root)}
-    overlay = load_overlay(name, root)
+    committed = json.loads(facts_path(name, root).read_text())
+    noun = "the image" if channel(load(root / "versions.json"), name)["engine"]["source"] == "image" else "the fork"
+    return overlay_problems(raw, load_overlay(name, root), committed,
+                            lambda e: _overlay_chain_problems(e, python), noun)
+
+
+def overlay_problems(raw: dict[str, Any], overlay: Overlay, committed: dict[str, Any],
+                     chains: Any = lambda e: [], engine: str = "the fork") -> list[str]:
+    """The engine's freshly extracted facts (`raw`) against its overlay and the committed facts: one line per
+    differing entry, naming it. `chains` checks a code_path entry's hops against the engine's sources; `engine` is
+    how the lines name the engine (the fork, the image)."""
     problems = []
     for e in overlay.entries:
         section = raw.get(e.section, {})
         if e.section == "registries":
             present = e.name in section.get(e.registry or "", [])
             if present == e.remove:
-                problems.append(f"overlay {e.key}: the fork {'still has' if e.remove else 'has no'} {e.name} "
+                problems.append(f"overlay {e.key}: {engine} {'still has' if e.remove else 'has no'} {e.name} "
                                 f"({e.source})")
         elif e.section == "code_path":
-            problems += _overlay_chain_problems(e, python)
+            problems += chains(e)
         elif e.remove:
             if e.name in section:
-                problems.append(f"overlay {e.key}: the fork still has it ({e.source})")
+                problems.append(f"overlay {e.key}: {engine} still has it ({e.source})")
         elif e.section == "log_lines":
             want, got = e.value or {}, section.get(e.name) or {}
             who = lambda entry: sorted({(s["process"], s["ranks"]) for s in entry.get("sources", [])})  # noqa: E731
             if bool(got.get("found")) != bool(want.get("found")) or not set(who(want)) <= set(who(got)):
-                problems.append(f"overlay {e.key}: the fork has found={got.get('found')} printed by {who(got)}, "
+                problems.append(f"overlay {e.key}: {engine} has found={got.get('found')} printed by {who(got)}, "
                                 f"the overlay says found={want.get('found')} printed by {who(want)} ({e.source})")
-        elif section.get(e.name) != e.value:
-            problems.append(f"overlay {e.key}: the fork has {json.dumps(section.get(e.name))}, the overlay says "
+        elif not _holds(section.get(e.name), e.value):
+            problems.append(f"overlay {e.key}: {engine} has {json.dumps(section.get(e.name))}, the overlay says "
                             f"{json.dumps(e.value)} ({e.source})")
-    committed = json.loads(facts_path(name, root).read_text())
     for section in ("flags", "env"):
         gone = sorted(set(committed.get(section, {})) - set(raw.get(section, {})))
-        problems += [f"{section} {n}: in the committed facts, not in the fork" for n in gone]
+        problems += [f"{section} {n}: in the committed facts, not in {engine}" for n in gone]
     for reg, names in committed.get("registries", {}).items():
         gone = sorted(set(names) - set(raw.get("registries", {}).get(reg, [])))
-        problems += [f"registries.{reg} {n}: in the committed facts, not in the fork" for n in gone]
+        problems += [f"registries.{reg} {n}: in the committed facts, not in {engine}" for n in gone]
     return problems
+
+
+def _holds(got: Any, want: Any) -> bool:
+    """An overlay value holds when the engine's entry has every key the overlay gives (a public source may show a
+    flag's form but not its default): the keys it does not give are the engine's, not compared."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return all(got.get(k) == v for k, v in want.items())
+    return bool(got == want)
 
 
 def _overlay_chain_problems(e: Any, python: Path) -> list[str]:
@@ -206,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write channels/facts/<channel>.json")
     mode.add_argument("--check", action="store_true", help="exit 1 when the committed facts differ")
-    p = sub.add_parser("overlay-check", help="(image build of a fork) the overlay against the real fork")
+    p = sub.add_parser("overlay-check", help="(image build of a fork or an image channel) the overlay against it")
     p.add_argument("--channel", required=True)
     p.add_argument("--python", type=Path, default=Path(sys.executable))
     args = parser.parse_args(argv)
@@ -216,10 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             for line in problems:
                 print(f"engine facts: channel {args.channel}: {line}", file=sys.stderr)
             if problems:
-                print(f"engine facts: the fork does not match channel {args.channel}'s facts: fix the overlay "
+                print(f"engine facts: the engine does not match channel {args.channel}'s facts: fix the overlay "
                       f"(channels/overlays/{args.channel}.yaml) or the lock; stopped", file=sys.stderr)
                 return 1
-            print(f"engine facts: channel {args.channel}: every overlay entry holds in the fork")
+            print(f"engine facts: channel {args.channel}: every overlay entry holds in the engine")
             return 0
         facts = channel_facts(args.channel, args.python)
         if args.write:

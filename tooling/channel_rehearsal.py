@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 from appliance.channels.engines import prune_stale  # noqa: E402
 from appliance.container.buildargs import lock_files  # noqa: E402
 from appliance.container.cpu_engine import CPU_CUDA_EXTRAS  # noqa: E402
-from appliance.lockfile import channel, channel_digest, channel_names, load  # noqa: E402
+from appliance.lockfile import base_channel, channel, channel_digest, channel_names, load  # noqa: E402
 from tooling import rehearsal as gpu_rehearsal  # noqa: E402
 
 FACTS_PYTHON = "3.11"
@@ -142,9 +142,17 @@ def _install_gpu(lock: dict, name: str, venv: Path) -> None:
 
 
 def install(lock: dict, name: str, venv_override: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """The channel's engine venv (installed once per lock digest) and what this call did."""
+    """The channel's engine venv (installed once per lock digest) and what this call did. An image channel installs
+    nothing: its base channel's venv (the release whose facts stand for the image's) is reused."""
     if venv_override is not None:
         return venv_override, {"venv": str(venv_override), "installed": False, "seconds": 0.0, "given": True}
+    if channel(lock, name)["engine"]["source"] == "image":
+        base = base_channel(lock, name)
+        if base is None:
+            raise ChannelRehearsalError(f"channel {name}: its engine.base is no PyPI channel of the lock: nothing "
+                                        f"installs the release its facts come from")
+        venv, result = install(lock, base)
+        return venv, {**result, "base_channel": base}
     folder = channel_dir(lock, name)
     venv = folder / "venv"
     key = channel_digest(lock, name)
@@ -314,6 +322,8 @@ def resolve(lock: dict, name: str) -> dict[str, Any]:
     ch = channel(lock, name)
     if ch["target"] != "gpu":
         return {"resolved": False, "why": "a CPU channel resolves in its install (linux/amd64 only)"}
+    if ch["engine"]["source"] == "image":
+        return {"resolved": False, "why": "an image channel's stack is its published image's, pinned by digest"}
     folder = channel_dir(lock, name)
     key = channel_digest(lock, name)
     if (hit := _passed(folder, "resolve", key)) is not None:

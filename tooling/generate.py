@@ -352,7 +352,8 @@ def _channel_target(lock: dict, channel: str) -> str:
     ch = lockfile.channel(lock, channel)
     name = bake_target(lock, channel)
     lines = [f'target "{name}" {{', f'  inherits  = ["_lock_{slug(channel).replace("-", "_")}"]',
-             f'  target    = "{ch["target"]}"', f"  platforms = {json.dumps(ch['images']['platforms'])}",
+             f'  target    = "{ch.get("image", {}).get("target", ch["target"])}"',
+             f"  platforms = {json.dumps(ch['images']['platforms'])}",
              f'  tags      = ["{buildargs.image_tag(lock, channel)}"]']
     if ch["target"] == "gpu":
         lines += ["  args = {", '    FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"',

@@ -76,7 +76,7 @@ class EngineFacts:
 
     @property
     def label(self) -> str:
-        base = f" + fork overlay ({self.overlay['entries']} entries)" if self.overlay else ""
+        base = f" + overlay ({self.overlay['entries']} entries)" if self.overlay else ""
         return f"{self.engine.get('distribution')} {self.engine.get('version')}{base}"
 
     def has_option(self, option: str) -> bool:
@@ -156,9 +156,7 @@ def _locked_engine(channel: str) -> tuple[str, str] | None:
         engine = load_lock().channel(channel).engine
     except (ApplianceError, LookupError):
         return None
-    if engine.source == "fork":
-        return (engine.base.name, engine.base.version) if engine.base is not None else None
-    return (engine.name or "", engine.version or "")
+    return engine.facts_engine
 
 
 def _belongs(facts: EngineFacts, channel: str, path: Path) -> None:
@@ -224,7 +222,7 @@ class Overlay(_Strict):
 
 
 def load_overlay(channel: str, root: Path | None = None) -> Overlay:
-    return load_data_table(facts_dir(root) / "overlays" / f"{channel}.yaml", Overlay, "fork overlay")
+    return load_data_table(facts_dir(root) / "overlays" / f"{channel}.yaml", Overlay, "channel overlay")
 
 
 class Marker(_Strict):

@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from appliance.errors import ApplianceError
 from appliance.lockfile import IMAGE_REPO as IMAGE_REPO  # the image's name lives in the lock reader (doctor reads it)
 from appliance.lockfile import channel, channel_digest, default_channel, engine_pin, pins, requirement
 from appliance.lockfile import image_tag as image_tag
@@ -49,14 +50,33 @@ def engine_label(ch: dict) -> str:
     if engine is not None:
         return requirement(engine)
     src = ch["engine"]
+    if src["source"] == "image":
+        return engine_image(ch)
     return f"{src['repo']}@{src['commit']}"
+
+
+def engine_image(ch: dict) -> str:
+    """An image channel's engine as the build's FROM: NAME:TAG@sha256:... (the digest is what is pulled; the tag only
+    says which release it is). A channel whose digest no public record names is refused here, before any build
+    starts: a build must never pull a tag, which can move."""
+    src = ch["engine"]
+    if not src.get("digest"):
+        raise ApplianceError(
+            f"channel {ch.get('name', '?')}: engine.digest is null: no public release record names the digest of "
+            f"{src['image']}", field="engine.digest", value="null",
+            fix="put the digest from the publisher's release record in versions.json (engine.digest, citing it in "
+                "engine.confirmed.digest), or build another channel",
+            reason="an image channel is built FROM its image by digest only; a tag can move to another image")
+    return f"{src['image']}@{src['digest']}"
 
 
 def lock_args(lock: dict, channel_name: str) -> dict[str, str]:
     """Every build arg whose value comes from versions.json, for one channel (its target's args only)."""
-    ch = channel(lock, channel_name)
+    ch = {**channel(lock, channel_name), "name": channel_name}
     src = ch["engine"]
     fork = src["source"] == "fork"
+    if src["source"] == "image":
+        return _image_args(lock, ch)
     args = {
         "APPLIANCE_CHANNEL": channel_name,
         "APPLIANCE_LOCK_DIGEST": channel_digest(lock, channel_name),
@@ -87,6 +107,19 @@ def lock_args(lock: dict, channel_name: str) -> dict[str, str]:
             "CPU_PYTHON": ch["python"],
             "CPU_ENGINE": engine_label(ch),
         }
+    return args
+
+
+def _image_args(lock: dict, ch: dict) -> dict[str, str]:
+    """An image channel's build args: its image by digest (refused without one) and the arch lists of its platforms;
+    nothing to build the engine from (its stack is the image's)."""
+    args = {"APPLIANCE_CHANNEL": ch["name"], "APPLIANCE_LOCK_DIGEST": channel_digest(lock, ch["name"]),
+            "ENGINE_SOURCE": "image", "ENGINE_IMAGE": engine_image(ch), "ENGINE_PYTHON": ch["images"]["engine_python"],
+            "GPU_PYTHON": ch["python"], "GPU_ENGINE": engine_image(ch)}
+    for platform in ch["images"]["platforms"]:
+        torch_arch = ch["torch_cuda_arch_list"][platform]
+        args[arch_arg(platform)] = torch_arch
+        args |= {arch_arg(platform, name): derive(torch_arch) for name, derive in RUNTIME_ARCH_ARGS.items()}
     return args
 
 
@@ -124,6 +157,10 @@ def from_only_args(lock: dict, channel_name: str) -> dict[str, str]:
     """The other target's base images, only for the build to parse: docker.io 20.10's BuildKit expands every
     stage's FROM (`base name (${GPU_BUILD_IMAGE}) should not be blank`) though it builds only the target's stages.
     The other target's default channel names them; no stage of this build pulls them; verify() never checks them."""
+    if channel(lock, channel_name)["engine"]["source"] == "image":  # the build stages of the other GPU channels
+        images = channel(lock, default_channel(lock, "gpu"))["images"]
+        return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"],
+                "GPU_BUILD_IMAGE": images["build"], "GPU_RUNTIME_IMAGE": images["runtime"]}
     if channel(lock, channel_name)["target"] == "gpu":
         return {"CPU_BASE_IMAGE": channel(lock, default_channel(lock, "cpu"))["images"]["base"]}
     images = channel(lock, default_channel(lock, "gpu"))["images"]

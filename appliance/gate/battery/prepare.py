@@ -157,7 +157,8 @@ def receipt_section(run: BatteryRun, lock: ChannelLock, image: dict[str, str] | 
     `lock`: the profile's channel."""
     b = run.battery
     e = lock.engine
-    pinned = (f"{e.repo}@{e.commit}" if e.source == "fork" else f"{e.name}=={e.version} from a package index")
+    pinned = {"fork": f"{e.repo}@{e.commit}", "image": f"the published image {e.label}"}.get(
+        e.source, f"{e.name}=={e.version} from a package index")
     tree = (f"channel {lock.name} of versions.json pins {pinned}"
             + (f"; image label engine commit {image['engine_commit']}" if image and image.get("engine_commit") else "")
             + f"; the battery was accepted on {b.expect}")
