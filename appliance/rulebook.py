@@ -180,10 +180,10 @@ def build() -> list[RuleEntry]:
 
     for rule_id in REGISTRY:
         entry(rule_id).enforced.append(Enforcement("validate", "appliance validate / run refuse or warn"))
-    for pin in {p.name: p for ch in load_lock().channels.values() for p in ch.pins()}.values():
-        if pin.rule:
-            # The name only: a version is written in versions.json and nowhere else (K16).
-            entry(pin.rule).enforced.append(Enforcement("lock", f"versions --check / doctor: {pin.name} as locked"))
+    # A package some channel pins under a rule (an image channel lists its wheels for the record, with no rule).
+    for pin in {p.name: p for ch in load_lock().channels.values() for p in ch.pins() if p.rule}.values():
+        # The name only: a version is written in versions.json and nowhere else (K16).
+        entry(pin.rule).enforced.append(Enforcement("lock", f"versions --check / doctor: {pin.name} as locked"))
     table = load_table()
     for fact in table.facts:
         if fact.rule:

@@ -223,7 +223,9 @@ def test_docker_and_kubernetes_probes_ask_the_reserved_socket() -> None:
     assert probes and all(p["exec"]["command"][0].endswith("/healthchecks/probe") and len(p["exec"]["command"]) == 2
                           for p in probes)  # no URL argument: the probe asks @appliance-probe-$APPLIANCE_HEALTH_PORT
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert dockerfile.count('CMD ["/opt/appliance/healthchecks/probe", "ready"]') == 2
+    # Every image's HEALTHCHECK (gpu, gpu-prebuilt, cpu) asks the probe, never a URL.
+    checks = dockerfile.count("\nHEALTHCHECK ")
+    assert checks == 3 and dockerfile.count('CMD ["/opt/appliance/healthchecks/probe", "ready"]') == checks
 
 
 def _containers(manifest: dict) -> list[dict]:

@@ -27,7 +27,7 @@ from tooling import channel_rehearsal
 from tooling.channel_facts import apply_overlay, overlay_problems
 
 ROOT = Path(__file__).resolve().parents[1]
-KK = "lil-karmic-kraken-20260922"
+KK = "lil-kk-20260922"
 LOCK = load(ROOT / "versions.json")
 PROFILE = ROOT / "profiles" / "rtx-pro-6000-tp2-lil-kk.yaml"
 

@@ -81,13 +81,15 @@ def test_a_value_outside_the_flags_choices_is_refused() -> None:
 
 
 def _rendered_flags() -> set[str]:
-    """Every flag any shipped profile renders, on every rank: the managed set, from the renderer."""
+    """Every flag any shipped profile renders, on every rank, less its own passthrough (engine.extra_args, which a
+    profile may carry, e.g. rtx-pro-6000-tp2-lil-kk's recipe defaults): the managed set, from the renderer."""
     out = set()
     for name in list_profiles():
         profile = load_profile(name).profile
+        passthrough = {a.split("=", 1)[0] for a in profile.engine.extra_args if a.startswith("--")}
         for rank in range(profile.hardware.nodes):
             at = resolve_placement(profile, Placement(node_rank=rank, master_addr=HEAD))
-            out |= {w for w in build_plan(profile, at).argv if w.startswith("--")}
+            out |= {w for w in build_plan(profile, at).argv if w.startswith("--")} - passthrough
     return out
 
 
