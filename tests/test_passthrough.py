@@ -75,9 +75,10 @@ def test_a_flag_the_channels_engine_lacks_is_refused_naming_the_nearest(args: li
 
 
 def test_a_value_outside_the_flags_choices_is_refused() -> None:
-    (err,) = errors(args=["--dtype", "bfloat61"])
+    # (--mamba-cache-dtype: not --dtype, which model.dtype owns)
+    (err,) = errors(args=["--mamba-cache-dtype", "bfloat61"])
     assert err.rule == "X1" and "auto | bfloat16" in err.message and err.fix == "use bfloat16"
-    assert errors(args=["--dtype", "bfloat16"]) == []
+    assert errors(args=["--mamba-cache-dtype", "bfloat16"]) == []
 
 
 def _rendered_flags() -> set[str]:

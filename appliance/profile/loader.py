@@ -42,11 +42,18 @@ class LoadedProfile:
         return self.origins.get(path, "default")
 
 
-def profile_digest(profile: Profile) -> str:
-    dump = profile.model_dump(mode="json")
-    if not dump["caveats"]:  # a profile that accepts no caveat keeps the digest it had before the field existed
+def _as_before(dump: dict) -> dict:
+    """A field added later, left at its default, is left out: a profile that does not use it keeps the digest it had
+    before the field existed (caveats none, model.dtype auto)."""
+    if not dump.get("caveats", True):
         del dump["caveats"]
-    return canonical_digest(dump)
+    if dump["model"].get("dtype") == "auto":
+        del dump["model"]["dtype"]
+    return dump
+
+
+def profile_digest(profile: Profile) -> str:
+    return canonical_digest(_as_before(profile.model_dump(mode="json")))
 
 
 # What does not change the engine's compiled artefacts: names, ports, parsers, rendezvous, the memory watchdog,
@@ -56,7 +63,7 @@ _NOT_ENGINE = {"name", "description", "provenance", "server", "distributed", "me
 
 def engine_digest(profile: Profile) -> str:
     """Digest of what shapes compiled kernels and graphs; keys the compile caches so a port change reuses them."""
-    return canonical_digest(profile.model_dump(mode="json", exclude=_NOT_ENGINE))
+    return canonical_digest(_as_before(profile.model_dump(mode="json", exclude=_NOT_ENGINE)))
 
 
 def resolve_path(name_or_path: str, root: Path | None = None) -> Path:

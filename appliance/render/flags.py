@@ -87,6 +87,8 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
         "--served-model-name", p.server.served_model_name or (p.model.checkpoint if model_dir else None))),
     EngineFlag("model.trust_remote_code", ("--trust-remote-code",),
                lambda p, *_: _when("--trust-remote-code", p.model.trust_remote_code)),
+    EngineFlag("model.dtype", ("--dtype",),
+               lambda p, *_: _value("--dtype", p.model.dtype if p.model.dtype != "auto" else None)),
     EngineFlag("server.tokenizer_mode", ("--tokenizer-mode",),
                lambda p, *_: _value("--tokenizer-mode", p.server.tokenizer_mode)),
     EngineFlag("server.tool_call_parser", ("--tool-call-parser", "--enable-auto-tool-choice"), lambda p, *_: (
