@@ -92,7 +92,9 @@ def story(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     if not ready:
         serve.stop()
         pytest.fail(f"the incumbent on {OLD} never turned ready:\n{serve.output.read_text()[-4000:]}")
-    client = SteadyClient(serve.url, serve.exporter, "smollm2")
+    # A request a second, not back to back: the story's windows last tens of seconds, and on 2 cores a client that
+    # keeps the incumbent busy for the story's half hour takes a core from the candidate beside it.
+    client = SteadyClient(serve.url, serve.exporter, "smollm2", pause_s=1.0)
     s = Story(serve, profile, client, {"incumbent_start_s": round(time.monotonic() - began, 1)})
     with client:
         yield s
