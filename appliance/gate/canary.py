@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.canary.calibration import RECEIPT_KEY, Calibration, new_calibration, save_calibration
-from appliance.canary.session import one_round, plan_for
+from appliance.canary.session import one_round, plan_for_profile
 from appliance.gate.context import GateContext
 from appliance.gate.receipt import SCHEMA
 from appliance.gate.result import CheckResult, utc_now
@@ -29,7 +29,7 @@ FIELD = "--record-calibration"
 
 def run(ctx: GateContext) -> CheckResult:
     started, began = utc_now(), time.monotonic()
-    plan = plan_for(ctx.profile.canary, ctx.profile.server.reasoning_parser)
+    plan = plan_for_profile(ctx.profile)
     ctx.progress.step(f"one round: {plan.concurrency} requests on a shared prefix, a {plan.long_decode_tokens}-token "
                       "greedy decode, needles on both endpoints, streamed and not")
     result = asyncio.run(one_round(ctx.url, model=ctx.model, plan=plan, calibration_path=None, record=True,

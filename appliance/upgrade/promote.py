@@ -102,10 +102,10 @@ def require_qualification(pair: Pair, force: bool) -> Record | None:
 def canary_rounds(url: str, loaded: LoadedProfile, rounds: int, calibration: Path | None,
                   report: Report) -> list[JsonObject]:
     """`rounds` canary rounds against the switched serve; each round's verdict, seconds and signatures."""
-    from appliance.canary.session import one_round, plan_for
+    from appliance.canary.session import one_round, plan_for_profile
 
     p = loaded.profile
-    plan = plan_for(p.canary, p.server.reasoning_parser)
+    plan = plan_for_profile(p)
     out = []
     for i in range(rounds):
         began = time.monotonic()
