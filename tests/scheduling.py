@@ -96,6 +96,21 @@ def group_and_order(items: list[pytest.Item]) -> None:
                                 "xdist worker runs them all and the serve starts once")
     first_seen = {name: i for i, name in reversed(list(enumerate(_file(item) for item in items)))}
     items.sort(key=lambda item: (-SECONDS.get(_unit(_file(item)), 0), rank[_file(item)], first_seen[_file(item)]))
+    _readers_in_a_row([item for item in items if _unit(_file(item)) == "shared-serve"])
+
+
+def _readers_in_a_row(unit: list[pytest.Item]) -> None:
+    """Fails the collection when a test that does not read the shared serve sits between two that do: the serve
+    stops after the last reader of a row (tests/conftest.py), so the next reader would start it again (a 255 s start
+    in a run of 2026-12-06)."""
+    reads = [SHARED_SERVE in getattr(item, "fixturenames", ()) for item in unit]
+    if True in reads:
+        first, last = reads.index(True), len(reads) - 1 - reads[::-1].index(True)
+        between = [item.nodeid for item, r in zip(unit[first:last], reads[first:last], strict=True) if not r]
+        if between:
+            raise pytest.UsageError(f"tests/scheduling.py: {between} do not read the shared serve and run between "
+                                    "tests that do; move them before the first reader of their file, so that the "
+                                    "serve starts once")
 
 
 def _unit(file: str) -> str:

@@ -45,6 +45,58 @@ def gate_cmd(serve: Serve, out: Path, *extra: str) -> list[str]:
             *extra]
 
 
+# Before the tests that read the shared serve, not among them: a test between two readers stops the serve and the
+# next reader starts it again (tests/conftest.py pytest_runtest_teardown), which cost a 255 s start in a run of
+# 2026-12-06. tests/scheduling.py refuses a file that interleaves them.
+def test_llama_benchy_gets_the_api_key_from_the_environment_never_a_command_line(smoke_model_dir: Path,
+                                                                                tmp_path: Path) -> None:
+    """The real llama-benchy, started as the gate starts it, against a recorder standing in for a keyed serve:
+    its requests carry the key, and at that moment no process on this machine has the key in its argv."""
+    import http.server
+    import os
+    import threading
+
+    from appliance.gate.bench import launch
+    from appliance.paths import venv_executable
+
+    key, seen = "sk-gate-test-5b1e", []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            on_argv = [p.parent.name for p in Path("/proc").glob("[0-9]*/cmdline")
+                       if key.encode() in p.read_bytes()] if self.path.startswith("/v1") else []
+            seen.append((self.path, self.headers.get("Authorization"), on_argv))
+            body = b"filler text " * 4000 if self.path == "/book.txt" else b"{}"  # then a reply it cannot use
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    cmd = [str(venv_executable("llama-benchy")), "--base-url", f"{url}/v1", "--model", "smollm2", "--tokenizer",
+           str(smoke_model_dir), "--pp", "8", "--tg", "4", "--runs", "1", "--skip-coherence",
+           "--book-url", f"{url}/book.txt"]
+    env = {**os.environ, "VLLM_API_KEY": key, "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VLLM_API_KEY", key)
+            argv = launch(cmd)
+        assert not any(key in a for a in argv)
+        subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        server.shutdown()
+    api = [(path, auth, on_argv) for path, auth, on_argv in seen if path.startswith("/v1")]
+    assert api, f"llama-benchy never reached the API: {seen}"
+    assert all(auth == f"Bearer {key}" and on_argv == [] for _, auth, on_argv in api), api
+
+
 def test_gate_on_the_cpu_serve_writes_a_receipt_whose_facts_match_the_serve(ready: Serve, tmp_path: Path):
     out = tmp_path / "receipt"
     done = subprocess.run(gate_cmd(ready, out), env=ready.env, capture_output=True, text=True, timeout=1800,
@@ -178,55 +230,6 @@ def test_checks_of_which_none_applies_measure_nothing_and_say_so_never_pass(read
     assert r["verdict"] == "nothing_measured" and r["complete"]
     assert [(c["name"], c["status"]) for c in r["checks"]] == [("reasoning", "not_applicable")]
     assert "NOTHING MEASURED" in (out / "summary.md").read_text()
-
-
-def test_llama_benchy_gets_the_api_key_from_the_environment_never_a_command_line(smoke_model_dir: Path,
-                                                                                tmp_path: Path) -> None:
-    """The real llama-benchy, started as the gate starts it, against a recorder standing in for a keyed serve:
-    its requests carry the key, and at that moment no process on this machine has the key in its argv."""
-    import http.server
-    import os
-    import threading
-
-    from appliance.gate.bench import launch
-    from appliance.paths import venv_executable
-
-    key, seen = "sk-gate-test-5b1e", []
-
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            on_argv = [p.parent.name for p in Path("/proc").glob("[0-9]*/cmdline")
-                       if key.encode() in p.read_bytes()] if self.path.startswith("/v1") else []
-            seen.append((self.path, self.headers.get("Authorization"), on_argv))
-            body = b"filler text " * 4000 if self.path == "/book.txt" else b"{}"  # then a reply it cannot use
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_POST = do_GET
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    cmd = [str(venv_executable("llama-benchy")), "--base-url", f"{url}/v1", "--model", "smollm2", "--tokenizer",
-           str(smoke_model_dir), "--pp", "8", "--tg", "4", "--runs", "1", "--skip-coherence",
-           "--book-url", f"{url}/book.txt"]
-    env = {**os.environ, "VLLM_API_KEY": key, "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("VLLM_API_KEY", key)
-            argv = launch(cmd)
-        assert not any(key in a for a in argv)
-        subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
-    finally:
-        server.shutdown()
-    api = [(path, auth, on_argv) for path, auth, on_argv in seen if path.startswith("/v1")]
-    assert api, f"llama-benchy never reached the API: {seen}"
-    assert all(auth == f"Bearer {key}" and on_argv == [] for _, auth, on_argv in api), api
 
 
 def test_the_seed_battery_runs_every_check_of_every_arm_and_records_each_with_evidence(ready: Serve,

@@ -128,3 +128,20 @@ def test_a_file_reading_the_shared_serve_left_out_of_its_unit_stops_the_collecti
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "['test_s1.py'] hold tests that read the shared serve and are not in SHARED_SERVE_FILES" in \
         result.stderr.str()
+
+
+def test_a_test_between_two_readers_of_the_shared_serve_stops_the_collection(pytester: pytest.Pytester) -> None:
+    """The serve stops after a row of readers and the next reader starts it again: one test placed between them cost
+    a whole start (255 s on 2026-12-06). The same tests with the other one first are collected."""
+    pytester.makeconftest(HOOKS + "scheduling.SHARED_SERVE_FILES = ('test_s1.py',)\n"
+                          "import pytest\n@pytest.fixture(scope='session')\ndef shared_serve():\n"
+                          "    return 'a serve'\n")
+    reader, other = "def test_r{}(shared_serve):\n    pass\n", "def test_other():\n    pass\n"
+    pytester.makepyfile(test_s1=reader.format(1) + other + reader.format(2))
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "['test_s1.py::test_other'] do not read the shared serve and run between tests that do" in \
+        result.stderr.str()
+    pytester.makepyfile(test_s1=other + reader.format(1) + reader.format(2))
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
