@@ -32,7 +32,7 @@ def plan_for_profile(profile: Profile) -> RoundPlan:
     """The round a profile's serve gets when no watch runs it (gate, promote): its `canary:` section, else the
     defaults, with the shorter decode on the CPU build."""
     section = profile.canary
-    if section is None and profile.hardware.gpu == "cpu":
+    if section is None and profile.hardware.target == "cpu":
         section = Canary(long_decode_tokens=CPU_LONG_DECODE_TOKENS)
     return plan_for(section, profile.server.reasoning_parser)
 

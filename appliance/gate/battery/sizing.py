@@ -89,11 +89,9 @@ def _standard() -> BatteryParams:
     )
 
 
-def _smoke() -> BatteryParams:
-    # Sized for SmolLM2-135M at max_model_len 2048 on 2 cores; the pass lines stay the harness's. The coherence
-    # prompt has the fewest lines that hold its three codes apart (coherence.build_prompt's floor, ~1,000 tokens):
-    # at 72 lines (~1,900 tokens) C5 alone took 315 s of a CI run's seed battery (2026-12-05), all prefill.
-    lines = 40
+def _smoke(max_len: int) -> BatteryParams:
+    # Sized for SmolLM2-135M at max_model_len 2048 on 2 cores; the pass lines stay the harness's.
+    lines = max(40, min(72, (max_len - 200) // 26))
     return BatteryParams(
         size="smoke",
         arthur_c12=CoherenceParams(line_count=lines, concurrency=12, repeat=2, max_tokens=48, runs=3, min_passed=18,
@@ -110,5 +108,5 @@ def _smoke() -> BatteryParams:
 
 def battery_params_for(profile: Profile) -> BatteryParams:
     """The battery's column of the gate's sizing (`size_for`), llama-benchy as the profile serves (`bench_for`)."""
-    params = _smoke() if size_for(profile) == "smoke" else _standard()
+    params = _smoke(profile.limits.max_model_len) if size_for(profile) == "smoke" else _standard()
     return replace(params, bench=bench_for(params.bench, profile))
