@@ -101,6 +101,13 @@ DEFINED_HERE: dict[str, tuple[str, str, str]] = {
            "build); a cache that does not load makes every start cold, silently",
            "keep APPLIANCE_HOME/cache (keyed by lock digest + engine digest) across starts, or carry it in a bundle; "
            "the log check names the engine's reason when a cache does not load"),
+    "W6": ("a one-rank CPU serve runs its worker inside the engine core",
+           "vLLM's CPU platform turns a one-rank serve's `uni` executor into `mp` while V1 multiprocessing is on, "
+           "which spawns a third Python process: its imports alone cost ~15 s of each start on 2 cores (57.8 s to "
+           "healthy against 42.9 s without it, the medians of benchmarks/time_to_ready.py --engine-default; decode "
+           "the same)",
+           "nothing: the CPU plan renders VLLM_ENABLE_V1_MULTIPROCESSING=0 for one rank; a serve of several ranks "
+           "keeps the `mp` executor its ranks need"),
     # The doctor's own checks (appliance/doctor/report.py names them): what a host must give the serve that no
     # profile rule can judge, since only the machine in front of the doctor knows it.
     "H1": ("the profile's GPUs are visible: as many as hardware.gpus_per_node",
@@ -241,6 +248,8 @@ def build() -> list[RuleEntry]:
         Enforcement("run", "the CPU plan compiles with VLLM_USE_AOT_COMPILE=0 (the CPU build's AOT artefact never "
                            "loads); the caches are keyed by lock + engine digest under APPLIANCE_HOME/cache"),
         Enforcement("bundle", "appliance bundle carries the keyed caches to another machine")]
+    entry("W6").enforced.append(Enforcement("run", "the one-rank CPU plan renders VLLM_ENABLE_V1_MULTIPROCESSING=0 "
+                                                   "(render/plan.py)"))
     return sorted(entries.values(), key=lambda r: _key(r.id))
 
 

@@ -6,7 +6,10 @@ arms). One unrecorded warm-up start per arm first, so both meet warm caches (vLL
 model-inspection results in its cache root; the appliance's is keyed, the bare arm's the default).
 Target: appliance overhead <= 5 % of the median.
 
-    .venv/bin/python benchmarks/time_to_ready.py --reps 3
+`--engine-default` adds a third arm: the bare arm without VLLM_ENABLE_V1_MULTIPROCESSING, vLLM's own default, whose
+CPU platform then spawns a worker process beside the engine core (W6): what the appliance's plan saves a start.
+
+    .venv/bin/python benchmarks/time_to_ready.py --reps 3 [--engine-default]
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from pathlib import Path
 import httpx
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from appliance.channels.capabilities import ENV_V1_MULTIPROCESSING  # noqa: E402
 
 
 def free_port() -> int:
@@ -69,6 +76,8 @@ def one(arm: str, model_dir: Path, work: Path, timeout: float) -> float:
         plan = json.loads(subprocess.run([str(BIN / "appliance"), "render", "cpu-smoke", "--format", "json"],
                                          env=env, capture_output=True, text=True, check=True).stdout)
         cmd, env = [str(BIN / "vllm"), *plan["argv"][1:]], env | plan["env"]
+        if arm == "engine-default":  # W6's baseline: vLLM's CPU platform chooses the processes
+            env.pop(ENV_V1_MULTIPROCESSING, None)
     log = (work / f"{arm}-{port}.log").open("wb")
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -83,18 +92,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--engine-default", action="store_true",
+                    help="a third arm: bare vllm serve under vLLM's own process layout (W6's baseline)")
     args = ap.parse_args()
     from appliance.run.model_location import prepared_model_dir
     from appliance.smoke_model import SMOKE_CHECKPOINT, prepare_smoke_model
 
     model = prepare_smoke_model(prepared_model_dir(SMOKE_CHECKPOINT))
-    times: dict[str, list[float]] = {"bare": [], "appliance": []}
+    arms = ["bare", "appliance", *(["engine-default"] if args.engine_default else [])]
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
-        for arm in ("bare", "appliance"):
+        for arm in arms:
             print(f"warm-up {arm:<9} ready in {one(arm, model, Path(tmp), args.timeout):6.1f} s (not counted)",
                   flush=True)
         for rep in range(args.reps):
-            order = ["bare", "appliance"] if rep % 2 == 0 else ["appliance", "bare"]
+            order = arms if rep % 2 == 0 else arms[::-1]
             for arm in order:
                 t = one(arm, model, Path(tmp), args.timeout)
                 times[arm].append(t)
@@ -105,6 +117,10 @@ def main() -> int:
     print(f"\nmedian bare {med['bare']:.1f} s, appliance {med['appliance']:.1f} s; "
           f"paired differences {', '.join(f'{d:+.1f}' for d in paired)} s")
     print(f"appliance overhead {overhead:+.1f} % (target <= 5 %): {'PASS' if overhead <= 5 else 'FAIL'}")
+    if args.engine_default:
+        saved = [d - b for d, b in zip(times["engine-default"], times["bare"], strict=True)]
+        print(f"W6: vLLM's default layout median {med['engine-default']:.1f} s; the plan's saves "
+              f"{med['engine-default'] - med['bare']:.1f} s a start (paired {', '.join(f'{d:+.1f}' for d in saved)} s)")
     return 0
 
 

@@ -353,12 +353,37 @@ def stop_supervisord(proc: subprocess.Popen[bytes], timeout: float = 90) -> floa
     return time.monotonic() - start
 
 
+SERVE_CACHES: Path | None = None
+"""This worker's one `cache` folder, which each start_serve home links to (`_serve_caches`), as one user's
+APPLIANCE_HOME keeps its caches across starts; the rest of a home (upgrade records, the active channel) stays each
+serve's own. A home's first start otherwise runs vLLM's model inspection in a spawned interpreter (vllm 0.32.0
+model_executor/models/registry.py, `_run_in_subprocess`; the result is cached under VLLM_CACHE_ROOT/modelinfos): 19 s
+of each start on this machine (61.0 s to healthy against 41.7 s, benchmarks/time_to_ready.py). None outside pytest
+(the benchmarks): each home its own caches."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _serve_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
+    global SERVE_CACHES
+    SERVE_CACHES = tmp_path_factory.mktemp("serve-caches")
+
+
+def serve_home(run_dir: Path, own_caches: bool = False) -> Path:
+    """The APPLIANCE_HOME of a serve in `run_dir`: beside it, its `cache` folder this worker's shared one unless
+    `own_caches` (a test that measures what a start writes into the caches)."""
+    home = run_dir.parent / "home"
+    if SERVE_CACHES is not None and not own_caches and not (home / "cache").exists():
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "cache").symlink_to(SERVE_CACHES, target_is_directory=True)
+    return home
+
+
 def start_serve(run_dir: Path, model_dir: Path, *overrides: str, env: dict[str, str] | None = None,
-                profile: str = "cpu-smoke") -> Serve:
+                profile: str = "cpu-smoke", own_caches: bool = False) -> Serve:
     port, health_port = free_port(), free_port()
     sets = [f"server.port={port}", f"server.health_port={health_port}", *overrides]
     full_env = {**os.environ, "APPLIANCE_PROFILE": profile, "APPLIANCE_MODEL_DIR": str(model_dir),
-                "APPLIANCE_HOME": str(run_dir.parent / "home"), "HF_HUB_OFFLINE": "1",
+                "APPLIANCE_HOME": str(serve_home(run_dir, own_caches)), "HF_HUB_OFFLINE": "1",
                 "APPLIANCE_SET": ";".join(sets), "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **(env or {})}
     output = run_dir.parent / f"{run_dir.name}.out"
     proc = subprocess.Popen([str(BIN / "appliance"), "run", "--run-dir", str(run_dir)], env=full_env,

@@ -15,7 +15,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import BIN, Rank, free_port, http_ok, master_port, stop_supervisord, supervisorctl, wait_for_ranks
+from tests.conftest import (
+    BIN,
+    Rank,
+    free_port,
+    http_ok,
+    master_port,
+    serve_home,
+    stop_supervisord,
+    supervisorctl,
+    wait_for_ranks,
+)
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +39,8 @@ def gemma_model_dir(vllm_engine: Path) -> Path:
 def start_rank(tmp: Path, model: Path, rank: int, host_ip: str, api: int, master: int,
                health: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "APPLIANCE_PROFILE": "cpu-gemma-tp2-2node", "APPLIANCE_MODEL_DIR": str(model),
-           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(tmp / "home"), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(serve_home(tmp / f"rank{rank}")),
+           "PATH": f"{BIN}:{os.environ['PATH']}",
            "APPLIANCE_SET": f"server.port={api}", "APPLIANCE_NODE_RANK": str(rank),
            "APPLIANCE_MASTER_ADDR": "127.0.0.1", "APPLIANCE_MASTER_PORT": str(master),
            "APPLIANCE_HOST_IP": host_ip, "APPLIANCE_HEALTH_PORT": str(health)}

@@ -19,6 +19,7 @@ from tests.conftest import (
     free_port,
     http_ok,
     master_port,
+    serve_home,
     stop_supervisord,
     supervisorctl,
     wait_for,
@@ -29,7 +30,8 @@ from tests.conftest import (
 def start_rank(tmp: Path, model: Path, rank: int, host_ip: str, api: int, master: int) -> tuple[subprocess.Popen[bytes],
                                                                                                   dict[str, str], Path]:
     env = {**os.environ, "APPLIANCE_PROFILE": "cpu-smoke-2node", "APPLIANCE_MODEL_DIR": str(model),
-           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(tmp / "home"), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(serve_home(tmp / f"rank{rank}")),
+           "PATH": f"{BIN}:{os.environ['PATH']}",
            "APPLIANCE_SET": f"server.port={api}", "APPLIANCE_NODE_RANK": str(rank),
            "APPLIANCE_MASTER_ADDR": "127.0.0.1", "APPLIANCE_MASTER_PORT": str(master),
            "APPLIANCE_HOST_IP": host_ip, "APPLIANCE_HEALTH_PORT": str(free_port())}

@@ -135,7 +135,7 @@ def test_cpu_smoke_renders_eager_with_a_fixed_kv_size() -> None:
     p = plan("cpu-smoke")
     assert "--enforce-eager" in p.argv and "--gpu-memory-utilization" not in p.argv
     assert p.argv[p.argv.index("--kv-cache-memory-bytes") + 1] == str(1024**3)
-    assert p.env == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert p.env == {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # W6: one rank
 
 
 @pytest.mark.parametrize("name", list_profiles())

@@ -47,6 +47,18 @@ def test_the_argv_supervisor_runs_is_the_rendered_plan(smoke_serve: Serve) -> No
     assert {k: environ.get(k) for k in plan["env"]} == plan["env"]  # type: ignore[union-attr]
 
 
+def test_the_one_rank_cpu_engine_is_two_processes_its_worker_inside_the_engine_core(smoke_serve: Serve) -> None:
+    """W6 on the real engine: the API server and its engine core, which runs the worker itself (vLLM's own layout on
+    the CPU build adds a worker process, whose imports cost ~15 s of each start)."""
+    import psutil
+
+    api = psutil.Process(smoke_serve.program_pid("vllm"))
+    tracker = "from multiprocessing.resource_tracker import main"  # spawn's bookkeeping process, no engine part
+    engine = [p for p in api.children(recursive=True) if not any(tracker in word for word in p.cmdline())]
+    assert [p.name() for p in engine] == ["VLLM::EngineCore"], [(p.name(), p.cmdline()[:3]) for p in engine]
+    assert engine[0].ppid() == api.pid and not engine[0].children()  # no worker beneath it
+
+
 def test_sigkill_of_the_engine_is_restarted_and_serves_again_without_orphans(smoke_serve: Serve) -> None:
     pid = smoke_serve.program_pid("vllm")
     children = subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True).stdout.split()

@@ -55,13 +55,14 @@ def _profiles_on_a_terminal(columns: int) -> list[str]:
     return _on_a_terminal(["profiles"], columns)
 
 
-def _on_a_terminal(argv: list[str], columns: int, codes: tuple[int, ...] = (0,)) -> list[str]:
+def _on_a_terminal(argv: list[str], columns: int, codes: tuple[int, ...] = (0,),
+                   env: dict[str, str] | None = None) -> list[str]:
     """`appliance ARGV` with its stdout on a real pseudo-terminal `columns` wide."""
     import pty
 
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "appliance", *argv], stdout=follower, stderr=subprocess.PIPE,
-                            env={**os.environ, "COLUMNS": str(columns)})
+                            env={**os.environ, **(env or {}), "COLUMNS": str(columns)})
     os.close(follower)
     chunks = []
     while True:
@@ -156,10 +157,11 @@ def test_profiles_path_names_the_folder_and_a_profiles_file() -> None:
     assert _piped(["profiles", "path", "gb10-tp2"]) == [str(profiles_dir() / "gb10-tp2.yaml")]
 
 
-def _piped(argv: list[str], codes: tuple[int, ...] = (0,), columns: int = 80) -> list[str]:
+def _piped(argv: list[str], codes: tuple[int, ...] = (0,), columns: int = 80,
+           env: dict[str, str] | None = None) -> list[str]:
     """`appliance ARGV` with its stdout no terminal, in-process (tests/in_process.py: a StringIO is no terminal, as a
     pipe is not); what a terminal does is `_on_a_terminal`'s, through a real process and a pseudo-terminal."""
-    done = run_main(argv, env={"COLUMNS": str(columns)}, limit_s=120)
+    done = run_main(argv, env={**(env or {}), "COLUMNS": str(columns)}, limit_s=120)
     assert done.returncode in codes, done.stderr
     return done.stdout.splitlines()
 
@@ -181,12 +183,20 @@ def _left_edge(lines: list[str], header: str) -> list[str]:
     return [line.split()[0] for line in lines[start:] if line[:1] not in (" ", "")]
 
 
+def _frozen_procfs(tmp_path: Path) -> dict[str, str]:
+    """A procfs whose meminfo is one snapshot of this host's: the two runs compared word by word read the same
+    memory (`profiles --host` prints MemAvailable, which moves between two reads of the live /proc: CI of f9f0565)."""
+    (tmp_path / "meminfo").write_bytes(Path("/proc/meminfo").read_bytes())
+    return {"APPLIANCE_PROCFS": str(tmp_path)}
+
+
 @pytest.mark.parametrize(("argv", "header", "codes", "wide"), TABLES, ids=[" ".join(t[0]) for t in TABLES])
 def test_each_human_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(
-        argv: list[str], header: str, codes: tuple[int, ...], wide: bool) -> None:
-    narrow = _on_a_terminal(argv, 80, codes)
+        argv: list[str], header: str, codes: tuple[int, ...], wide: bool, tmp_path: Path) -> None:
+    host = _frozen_procfs(tmp_path)
+    narrow = _on_a_terminal(argv, 80, codes, host)
     assert max(len(line) for line in narrow) <= 80, "\n".join(narrow)
-    piped = _piped(argv, codes)
+    piped = _piped(argv, codes, env=host)
     assert not wide or max(len(line) for line in piped) > 80  # the same rows, unwrapped
     rows = _left_edge(piped, header)
     assert len(rows) > 2 and rows == _left_edge(narrow, header)  # no row lost or split on the terminal
@@ -195,10 +205,11 @@ def test_each_human_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(
     _no_word_folded(narrow, piped)  # what wraps (a heading, a summary) wraps between words
 
 
-def test_the_doctor_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(vllm_engine: Path) -> None:
+def test_the_doctor_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(vllm_engine: Path,
+                                                                              tmp_path: Path) -> None:
     """doctor's rows are those of a host with the engine installed (without it, a `fix:` line follows a FAIL)."""
     test_each_human_table_fits_an_80_column_terminal_and_pipes_one_line_a_row(["doctor", "cpu-smoke"], "STATUS",
-                                                                              (0, 1), True)
+                                                                              (0, 1), True, tmp_path)
 
 
 def test_config_shows_values_as_a_person_reads_them_without_json_escapes() -> None:

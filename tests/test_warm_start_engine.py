@@ -22,7 +22,7 @@ COMPILE_ON = "engine.enforce_eager=false"
 
 def start(label: str, base: Path, model: Path, caches: Path) -> tuple[dict[str, tuple[int, int]], dict[str, object]]:
     before = inventory(caches)
-    serve = start_serve(base / f"run-{label}", model, COMPILE_ON)
+    serve = start_serve(base / f"run-{label}", model, COMPILE_ON, own_caches=True)  # it measures what a start writes
     try:
         wait_for(lambda: serve.proc.poll() is not None or http_ok(f"{serve.url}/health"), timeout=600, interval=1)
         assert serve.proc.poll() is None and http_ok(f"{serve.url}/health"), \

@@ -1,16 +1,17 @@
-"""W5 without starting an engine: the CPU plan turns vLLM's AOT compile off when it compiles, and the log check
-names a compile cache that failed to load, on the real logs of two warm starts of the CPU engine (SmolLM2 with
-torch.compile, the caches of a first start kept): one under vLLM's default (AOT on: the artefact does not load and
-the engine compiles again), one under the appliance's plan (AOT off)."""
+"""W5 and W6 without starting an engine. W6: only a one-rank CPU plan turns V1 multiprocessing off. W5: the CPU
+plan turns vLLM's AOT compile off when it compiles, and the log check names a compile cache that failed to load, on
+the real logs of two warm starts of the CPU engine (SmolLM2 with torch.compile, the caches of a first start kept): one
+under vLLM's default (AOT on: the artefact does not load and the engine compiles again), one under the appliance's
+plan (AOT off)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from appliance.channels.capabilities import ENV_AOT_COMPILE
+from appliance.channels.capabilities import ENV_AOT_COMPILE, ENV_V1_MULTIPROCESSING
 from appliance.profile import load_profile
-from appliance.render.plan import build_plan
+from appliance.render.plan import build_plan, engine_env, plan_facts
 from tests.in_process import run_main
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -49,3 +50,17 @@ def test_the_appliances_warm_start_loads_its_caches_and_says_nothing() -> None:
     facts = result["logs"][0]["facts"]
     assert "compile_cache_load_failure" not in facts and "compile_cache_saved" not in facts
     assert [f["status"] for f in w5(result)] == ["pass"]
+
+
+def test_only_a_one_rank_cpu_plan_runs_its_worker_inside_the_engine_core() -> None:
+    """W6: one rank on the CPU build renders V1 multiprocessing off (its worker then runs in the engine core); every
+    plan of several ranks, and every GPU plan, leaves vLLM's process layout alone."""
+    def env(name: str, *sets: str) -> dict[str, str]:  # engine_env: what every rank of the plan gets
+        profile = load_profile(name, cli_overrides=list(sets)).profile
+        return engine_env(profile, plan_facts(profile))
+
+    assert env("cpu-smoke")[ENV_V1_MULTIPROCESSING] == "0"
+    assert env("cpu-smoke-canary")[ENV_V1_MULTIPROCESSING] == "0"
+    for several in (env("cpu-smoke", "parallel.tensor=2"), env("cpu-smoke", "parallel.pipeline=2"),
+                    env("cpu-smoke-2node"), env("cpu-gemma-tp2-2node"), env("rtx-pro-6000-tp2"), env("gb10-tp2")):
+        assert ENV_V1_MULTIPROCESSING not in several

@@ -22,6 +22,7 @@ ENV_SM120_PREFILL = "VLLM_DEEPSEEK_V4_FLASHINFER_SM120_PREFILL"
 ENV_SCRATCH_POOL = "VLLM_DEEPSEEK_V4_EAGER_SCRATCH_POOL"
 ENV_EXECUTE_TIMEOUT = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"  # vllm/envs.py of every channel's engine (K26)
 ENV_AOT_COMPILE = "VLLM_USE_AOT_COMPILE"  # vllm/envs.py: use_aot_compile(), default on from torch 2.10 (W5)
+ENV_V1_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"  # vllm/envs.py; the CPU platform reads it raw (W6)
 # Upstream's DeepSeek-V4 sparse-MLA attention backends: FlashInfer's (on SM12x its SM120 kernels) and FlashMLA's.
 DSV4_FLASHINFER = "FLASHINFER_MLA_SPARSE_DSV4"
 DSV4_FLASHMLA = "FLASHMLA_SPARSE_DSV4"

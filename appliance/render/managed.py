@@ -14,6 +14,7 @@ from appliance.channels.capabilities import (
     ENV_SCRATCH_POOL,
     ENV_SM120_DECODE,
     ENV_SM120_PREFILL,
+    ENV_V1_MULTIPROCESSING,
 )
 from appliance.redact import LIBRARY_SECRET_ENV
 from appliance.render.flags import SECRET_OWNER, owners
@@ -34,6 +35,8 @@ ENGINE_ENV_OWNERS: dict[str, str] = {
     # W5: the CPU build's AOT artefact never loads (render/plan.py), so a compiling CPU serve runs without AOT.
     ENV_EXECUTE_TIMEOUT: "engine.execute_model_timeout_s (K26: a mid-serve JIT outlasting the 300 s default)",
     ENV_AOT_COMPILE: "engine.enforce_eager (off on the CPU build: its AOT compile artefact never loads, W5)",
+    ENV_V1_MULTIPROCESSING: "hardware and parallel (off on a one-rank CPU serve: its worker runs in the engine core, "
+                            "W6)",
 }
 """The engine's own switches the renderer sets (render/plan.engine_env): the same on every rank of a serve."""
 

@@ -74,6 +74,12 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
         # start recompiles. Without AOT compile the start re-traces and takes inductor's own cache (C++ kernels and
         # FX graphs in TORCHINDUCTOR_CACHE_DIR): measured cold vs warm in benchmarks/warm_start.py.
         env[engine_vars.ENV_AOT_COMPILE] = "0"
+    if p.hardware.target == "cpu" and p.hardware.nodes * p.parallel.tensor * p.parallel.pipeline == 1:
+        # W6: while V1 multiprocessing is on, the CPU platform turns a one-rank serve's `uni` executor into `mp`
+        # (platforms/cpu.py, check_and_update_config, in both CPU channels): a third spawned Python process, whose
+        # imports alone take ~15 s of every start on 2 cores. Off, the worker runs inside the engine core, which stays
+        # its own process (AsyncLLM always takes the multiprocess client: v1/engine/async_llm.py).
+        env[engine_vars.ENV_V1_MULTIPROCESSING] = "0"
     if p.hardware.gpu != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
         # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the
