@@ -109,7 +109,7 @@ def network_rows(loaded: Any) -> dict[str, JsonObject]:
     from appliance.settings import load_settings
 
     profile = loaded.profile
-    if profile.hardware.nodes < 2 or profile.hardware.gpu == "cpu":
+    if profile.hardware.nodes < 2 or profile.hardware.target == "cpu":
         return {}
     try:
         settings = load_settings()

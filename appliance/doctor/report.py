@@ -141,7 +141,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
     if engines:
         pid, cmd = engines[0]
         # On a GPU a second engine holds the memory this one needs; on the CPU target it only costs speed.
-        status: CheckStatus = "warn" if profile.hardware.gpu == "cpu" else "fail"
+        status: CheckStatus = "warn" if profile.hardware.target == "cpu" else "fail"
         cost = "they compete for the CPU" if status == "warn" else "they hold GPU memory. Stop them first"
         out.append(Check("engine", status, f"{len(engines)} vLLM process(es) already running (pid {pid}: {cmd}); "
                          f"{cost}", NO_OTHER_ENGINE))
@@ -150,7 +150,7 @@ def check_stale_engine(profile: Profile, engines: list[tuple[int, str]], port_bu
 
 def uses_rdma(profile: Profile) -> bool:
     """NCCL's IB/RoCE transport is in play: a multi-node GPU serve that does not disable IB (K10, K27, K35)."""
-    return profile.hardware.gpu != "cpu" and profile.hardware.nodes > 1 and not profile.distributed.nccl_ib_disable
+    return profile.hardware.target != "cpu" and profile.hardware.nodes > 1 and not profile.distributed.nccl_ib_disable
 
 
 MEMLOCK_FIX = ("run the engine with an unlimited memlock: compose sets `ulimits: memlock: -1` (compose.yaml does); "

@@ -114,7 +114,7 @@ Size = Literal["smoke", "standard"]
 def size_for(profile: Profile) -> Size:
     """The column every gate setup picks, the checks' (`params_for`) and the battery's (battery/sizing.py): smoke on
     the CPU build (seconds-long, for the tiny model), the benchmark standard on a GPU."""
-    return "smoke" if profile.hardware.gpu == "cpu" else "standard"
+    return "smoke" if profile.hardware.target == "cpu" else "standard"
 
 
 def bench_for(bench: BenchParams, profile: Profile) -> BenchParams:

@@ -15,7 +15,7 @@ Predicate = Callable[[Profile], bool]
 
 
 def _gpu(p: Profile) -> bool:
-    return p.hardware.gpu != "cpu"
+    return p.hardware.target != "cpu"
 
 
 def _sm12x(p: Profile) -> bool:

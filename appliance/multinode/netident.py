@@ -215,13 +215,13 @@ class NetIdentity:
 
 
 def uses_rdma(profile: Profile) -> bool:
-    return profile.hardware.gpu != "cpu" and not profile.distributed.nccl_ib_disable
+    return profile.hardware.target != "cpu" and not profile.distributed.nccl_ib_disable
 
 
 def needs_identity(profile: Profile, role: str) -> bool:
     """A rank of a multi-node GPU serve. The CPU build's multi-node profiles are one-host rehearsals: their ranks
     meet on loopback on purpose (tests give each rank its 127.0.0.x), so they are left as they are."""
-    return role != "single" and profile.hardware.gpu != "cpu"
+    return role != "single" and profile.hardware.target != "cpu"
 
 
 def resolve_identity(profile: Profile, place: ResolvedPlacement, tables: Tables | None = None) -> NetIdentity:

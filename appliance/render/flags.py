@@ -112,7 +112,7 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("limits.max_num_batched_tokens", ("--max-num-batched-tokens",),
                lambda p, *_: _value("--max-num-batched-tokens", p.limits.max_num_batched_tokens)),
     EngineFlag("limits.gpu_memory_utilization", ("--gpu-memory-utilization",), lambda p, *_: _value(
-        "--gpu-memory-utilization", p.limits.gpu_memory_utilization if p.hardware.gpu != "cpu" else None)),
+        "--gpu-memory-utilization", p.limits.gpu_memory_utilization if p.hardware.target != "cpu" else None)),
     EngineFlag("limits.kv_cache_memory_gib", ("--kv-cache-memory-bytes",), lambda p, *_: _value(
         "--kv-cache-memory-bytes",
         int(p.limits.kv_cache_memory_gib * 1024**3) if p.limits.kv_cache_memory_gib else None)),

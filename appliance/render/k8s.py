@@ -75,7 +75,7 @@ CPU_BUDGET = ProbeBudget(startup_period_s=5, startup_failures=60)  # 5 min
 
 
 def probe_budget(profile: Profile) -> ProbeBudget:
-    return CPU_BUDGET if profile.hardware.gpu == "cpu" else GPU_BUDGET
+    return CPU_BUDGET if profile.hardware.target == "cpu" else GPU_BUDGET
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
         # manifest serves every node.
         if opts.fabric_ifname:
             env.append(_value("APPLIANCE_FABRIC_IFNAME", opts.fabric_ifname))
-        elif not (opts.rdma_resource and profile.hardware.gpu != "cpu"):  # a GPU rank: netident.needs_identity
+        elif not (opts.rdma_resource and profile.hardware.target != "cpu"):  # a GPU rank: netident.needs_identity
             env.append({"name": "APPLIANCE_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     env += [_value(k, v) for k, v in sorted(plan.env.items()) if k not in PER_NODE_ENV]
     env += [_value("HF_HOME", HF_HOME), _value("APPLIANCE_HOME", APPLIANCE_HOME),
@@ -192,12 +192,12 @@ def storage_of(profile: Profile, opts: K8sOptions) -> Storage:
         return opts.storage
     if opts.host_cache:
         return "host"
-    multi_gpu = profile.hardware.nodes > 1 and profile.hardware.gpu != "cpu"
+    multi_gpu = profile.hardware.nodes > 1 and profile.hardware.target != "cpu"
     return "per-rank" if multi_gpu or opts.storage_class else "ephemeral"
 
 
 def cache_gib(profile: Profile, name: str) -> int | None:
-    gpu = profile.hardware.gpu != "cpu"
+    gpu = profile.hardware.target != "cpu"
     if name == "hf-cache":
         return hf_cache_gib(profile) if gpu else None
     return COMPILE_CACHE_GIB if gpu else None
@@ -272,7 +272,7 @@ def rendezvous_wait_s(profile: Profile, opts: K8sOptions) -> int | None:
     covers the whole checkpoint at the floor rate `download_mbps`; None = no download in the pod, the default
     wait (APPLIANCE_RENDEZVOUS_TIMEOUT_S, 900 s) holds."""
     facts = load_catalogue().checkpoints.get(profile.model.checkpoint)
-    if profile.hardware.nodes < 2 or profile.hardware.gpu == "cpu" or opts.prestaged or not facts:
+    if profile.hardware.nodes < 2 or profile.hardware.target == "cpu" or opts.prestaged or not facts:
         return None
     wait = max(DEFAULT_RENDEZVOUS_S, -(-int(facts.size_bytes / (opts.download_mbps * 1e6)) // 60) * 60)
     if wait > MAX_RENDEZVOUS_S:
@@ -340,7 +340,7 @@ def _fetch_model(profile: Profile, opts: K8sOptions, env: list[dict[str, Any]]) 
 
 def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: dict[str, str],
                   place: ResolvedPlacement) -> Manifest:
-    gpu = profile.hardware.gpu != "cpu"
+    gpu = profile.hardware.target != "cpu"
     ports = [{"name": "metrics", "containerPort": profile.server.health_port, "protocol": "TCP"}]
     if plan.role != "worker":
         ports.insert(0, {"name": "http", "containerPort": place.api_port, "protocol": "TCP"})

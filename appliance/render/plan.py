@@ -66,7 +66,7 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
         env[engine_vars.ENV_SCRATCH_POOL] = "1"
     if p.engine.execute_model_timeout_s is not None:
         env[engine_vars.ENV_EXECUTE_TIMEOUT] = str(p.engine.execute_model_timeout_s)
-    if p.hardware.gpu == "cpu" and not p.engine.enforce_eager:
+    if p.hardware.target == "cpu" and not p.engine.enforce_eager:
         # W5: the CPU platform compiles in DYNAMO_TRACE_ONCE mode with torch's own inductor backend
         # (vllm/platforms/cpu.py: `compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE`), whose AOT artefact
         # holds a plain function; loading it calls `compiled_fn.finalize_loading` (vllm/compilation/decorators.py,
@@ -80,7 +80,7 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
         # imports alone take ~15 s of every start on 2 cores. Off, the worker runs inside the engine core, which stays
         # its own process (AsyncLLM always takes the multiprocess client: v1/engine/async_llm.py).
         env[engine_vars.ENV_V1_MULTIPROCESSING] = "0"
-    if p.hardware.gpu != "cpu":
+    if p.hardware.target != "cpu":
         # INFO, not VERSION: under VERSION NCCL prints its version once, from rank 0 only, so a worker node never
         # shows it (shared/evidence/nccl-h200x2). Under INFO every rank prints its version (K15) and the
         # transport it chose, IB or Socket (K10); INIT,NET keeps that to the start-up lines.
@@ -98,7 +98,7 @@ def fabric_env_origins(profile: Profile, place: ResolvedPlacement) -> dict[str, 
     if place.fabric_ifname:
         out |= {name: (place.fabric_ifname, place.origin("fabric_ifname")) for name in SOCKET_IFNAME_ENV}
     d = profile.distributed
-    if profile.hardware.gpu != "cpu" and (d.nccl_ib_hca or place.rdma_device):
+    if profile.hardware.target != "cpu" and (d.nccl_ib_hca or place.rdma_device):
         out["NCCL_IB_HCA"] = ((d.nccl_ib_hca, "profile:distributed.nccl_ib_hca") if d.nccl_ib_hca
                               else (str(place.rdma_device), place.origin("rdma_device")))
     return out
@@ -106,7 +106,7 @@ def fabric_env_origins(profile: Profile, place: ResolvedPlacement) -> dict[str, 
 
 def fabric_env(profile: Profile, place: ResolvedPlacement) -> dict[str, str]:
     env = {name: value for name, (value, _) in fabric_env_origins(profile, place).items()}
-    if profile.hardware.gpu != "cpu":
+    if profile.hardware.target != "cpu":
         env["NCCL_IB_DISABLE"] = "1" if profile.distributed.nccl_ib_disable else "0"
         d = profile.distributed
         merge = d.nccl_ib_merge_nics
