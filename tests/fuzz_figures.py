@@ -6,7 +6,9 @@ print how many inputs each class tried and what came of them: tracebacks, hangs,
 and writes outside (a file outside the command's targets created, changed or removed, or a special file destroyed).
 
 Each fuzz module prints the table at its end and merges its figures into $APPLIANCE_FUZZ_REPORT (a JSON object
-keyed by module; a file lock keeps two xdist workers from losing each other's part).
+keyed by module; a file lock keeps two xdist workers from losing each other's part). Under xdist's `--dist load` a
+module's tests run on several workers, each with its own figures: the file keeps each worker's part (`parts`) and
+the module's entry is their sum, so no worker's figures replace another's.
 """
 
 from __future__ import annotations
@@ -121,7 +123,31 @@ def report(figures: Figures, module: str, request: pytest.FixtureRequest) -> Non
         merge(Path(target), module, figures.to_json())
 
 
-def merge(path: Path, module: str, figures: dict[str, Any]) -> None:
+def this_part() -> str:
+    """This process's part of a run: xdist's run id (one per `pytest` call) and worker; one process's own pid."""
+    return f"{os.environ.get('PYTEST_XDIST_TESTRUNUID', f'pid{os.getpid()}')}/" \
+           f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+
+
+def combined(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of one module from its workers' parts: every count added, the slowest input of them all."""
+    total = Figures()
+    for part in parts:
+        for area, row in part["per_area"].items():
+            outcomes = total._area(area)
+            for name in OUTCOMES:
+                setattr(outcomes, name, getattr(outcomes, name) + row[name])
+        for key, n in part["exits"].items():
+            total.exits[key] = total.exits.get(key, 0) + n
+        if part["slowest_s"] > total.slowest_s:
+            total.slowest_s, total.slowest = part["slowest_s"], part["slowest"]
+    return total.to_json()
+
+
+def merge(path: Path, module: str, figures: dict[str, Any], part: str | None = None) -> None:
+    """`figures` as this worker's part of `module`: parts of the same run add up, a later run's replace them."""
+    part = part or this_part()
+    run = part.split("/")[0]
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -129,5 +155,9 @@ def merge(path: Path, module: str, figures: dict[str, Any]) -> None:
         except ValueError:
             known = {}
         known = known if isinstance(known, dict) else {}
-        known[module] = figures
+        parts = known.get("parts") if isinstance(known.get("parts"), dict) else {}
+        mine = {k: v for k, v in (parts.get(module) or {}).items() if k.split("/")[0] == run}
+        mine[part] = figures
+        parts[module] = mine
+        known["parts"], known[module] = parts, combined(list(mine.values()))
         path.write_text(json.dumps(known, indent=1) + "\n")
