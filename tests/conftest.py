@@ -391,6 +391,23 @@ def start_serve(run_dir: Path, model_dir: Path, *overrides: str, env: dict[str, 
     return Serve(proc, run_dir, port, health_port, sets, full_env, output)
 
 
+def start_rank(tmp: Path, profile: str, model: Path, rank: int, host_ip: str, api: int, master: int,
+               health: int | None = None) -> tuple[subprocess.Popen[bytes], dict[str, str], Path]:
+    """Rank `rank` of a two-rank `appliance run` of `profile` on this host, at its own loopback address `host_ip`:
+    (its supervisord, its environment, its run folder tmp/rankN; its output beside it in tmp/rankN.out)."""
+    env = {**os.environ, "APPLIANCE_PROFILE": profile, "APPLIANCE_MODEL_DIR": str(model),
+           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(serve_home(tmp / f"rank{rank}")),
+           "PATH": f"{BIN}:{os.environ['PATH']}",
+           "APPLIANCE_SET": f"server.port={api}", "APPLIANCE_NODE_RANK": str(rank),
+           "APPLIANCE_MASTER_ADDR": "127.0.0.1", "APPLIANCE_MASTER_PORT": str(master),
+           "APPLIANCE_HOST_IP": host_ip, "APPLIANCE_HEALTH_PORT": str(health or free_port())}
+    run_dir = tmp / f"rank{rank}"
+    proc = subprocess.Popen([str(BIN / "appliance"), "run", "--run-dir", str(run_dir)], env=env,
+                            stdout=(tmp / f"rank{rank}.out").open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    return proc, env, run_dir
+
+
 def render_json(serve: Serve, profile: str = "cpu-smoke") -> dict[str, object]:
     out = subprocess.run([str(BIN / "appliance"), "render", profile, "--format", "json"], env=serve.env,
                          capture_output=True, text=True, check=True).stdout

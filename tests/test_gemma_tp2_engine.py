@@ -7,8 +7,6 @@ the K24 watchdog, and the head's cross-rank checks through the worker's exporter
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,12 +14,11 @@ import httpx
 import pytest
 
 from tests.conftest import (
-    BIN,
     Rank,
     free_port,
     http_ok,
     master_port,
-    serve_home,
+    start_rank,
     stop_supervisord,
     supervisorctl,
     wait_for_ranks,
@@ -36,19 +33,6 @@ def gemma_model_dir(vllm_engine: Path) -> Path:
     return prepare_gemma_model()
 
 
-def start_rank(tmp: Path, model: Path, rank: int, host_ip: str, api: int, master: int,
-               health: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "APPLIANCE_PROFILE": "cpu-gemma-tp2-2node", "APPLIANCE_MODEL_DIR": str(model),
-           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(serve_home(tmp / f"rank{rank}")),
-           "PATH": f"{BIN}:{os.environ['PATH']}",
-           "APPLIANCE_SET": f"server.port={api}", "APPLIANCE_NODE_RANK": str(rank),
-           "APPLIANCE_MASTER_ADDR": "127.0.0.1", "APPLIANCE_MASTER_PORT": str(master),
-           "APPLIANCE_HOST_IP": host_ip, "APPLIANCE_HEALTH_PORT": str(health)}
-    return subprocess.Popen([str(BIN / "appliance"), "run", "--run-dir", str(tmp / f"rank{rank}")], env=env,
-                            stdout=(tmp / f"rank{rank}.out").open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
 def complete(api: int, prompt: str) -> httpx.Response:
     return httpx.post(f"http://127.0.0.1:{api}/v1/completions", timeout=120,
                       json={"model": "gemma3", "prompt": prompt, "max_tokens": 6, "temperature": 0})
@@ -57,9 +41,10 @@ def complete(api: int, prompt: str) -> httpx.Response:
 def test_tensor_parallel_two_ranks_on_two_addresses_answer_with_every_check_live(
         tmp_path: Path, gemma_model_dir: Path) -> None:
     api, master, head_health, worker_health = free_port(), master_port(), free_port(), free_port()
-    worker = start_rank(tmp_path, gemma_model_dir, 1, "127.0.0.2", api, master, worker_health)
+    profile = "cpu-gemma-tp2-2node"
+    worker, _, _ = start_rank(tmp_path, profile, gemma_model_dir, 1, "127.0.0.2", api, master, worker_health)
     time.sleep(2)
-    head = start_rank(tmp_path, gemma_model_dir, 0, "127.0.0.1", api, master, head_health)
+    head, _, _ = start_rank(tmp_path, profile, gemma_model_dir, 0, "127.0.0.1", api, master, head_health)
     ranks = [Rank("rank 0 (head)", head, tmp_path / "rank0.out"),
              Rank("rank 1 (worker)", worker, tmp_path / "rank1.out")]
     try:

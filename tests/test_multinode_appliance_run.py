@@ -5,7 +5,6 @@ rendered argv and engine env on both ranks, and the worker turning unhealthy whe
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -19,27 +18,12 @@ from tests.conftest import (
     free_port,
     http_ok,
     master_port,
-    serve_home,
+    start_rank,
     stop_supervisord,
     supervisorctl,
     wait_for,
     wait_for_ranks,
 )
-
-
-def start_rank(tmp: Path, model: Path, rank: int, host_ip: str, api: int, master: int) -> tuple[subprocess.Popen[bytes],
-                                                                                                  dict[str, str], Path]:
-    env = {**os.environ, "APPLIANCE_PROFILE": "cpu-smoke-2node", "APPLIANCE_MODEL_DIR": str(model),
-           "HF_HUB_OFFLINE": "1", "APPLIANCE_HOME": str(serve_home(tmp / f"rank{rank}")),
-           "PATH": f"{BIN}:{os.environ['PATH']}",
-           "APPLIANCE_SET": f"server.port={api}", "APPLIANCE_NODE_RANK": str(rank),
-           "APPLIANCE_MASTER_ADDR": "127.0.0.1", "APPLIANCE_MASTER_PORT": str(master),
-           "APPLIANCE_HOST_IP": host_ip, "APPLIANCE_HEALTH_PORT": str(free_port())}
-    run_dir = tmp / f"rank{rank}"
-    out = tmp / f"rank{rank}.out"
-    proc = subprocess.Popen([str(BIN / "appliance"), "run", "--run-dir", str(run_dir)], env=env,
-                            stdout=out.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, env, run_dir
 
 
 def proc_env(pid: int) -> dict[str, str]:
@@ -51,9 +35,10 @@ def test_head_and_worker_appliance_runs_form_one_serve_and_the_worker_fails_when
         tmp_path: Path, smoke_model_dir: Path) -> None:
     api, master = free_port(), master_port()
     # The worker starts first: its rendezvous retries until the head answers.
-    worker, worker_env, worker_dir = start_rank(tmp_path, smoke_model_dir, 1, "127.0.0.2", api, master)
+    profile = "cpu-smoke-2node"
+    worker, worker_env, worker_dir = start_rank(tmp_path, profile, smoke_model_dir, 1, "127.0.0.2", api, master)
     time.sleep(3)
-    head, head_env, head_dir = start_rank(tmp_path, smoke_model_dir, 0, "127.0.0.1", api, master)
+    head, head_env, head_dir = start_rank(tmp_path, profile, smoke_model_dir, 0, "127.0.0.1", api, master)
     ranks = [Rank("rank 0 (head)", head, tmp_path / "rank0.out"),
              Rank("rank 1 (worker)", worker, tmp_path / "rank1.out")]
     try:

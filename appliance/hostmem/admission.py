@@ -65,7 +65,7 @@ class Admission:
 
 
 def _ranks_on_node(p: Profile) -> int:
-    return max(1, p.parallel.tensor * p.parallel.pipeline // p.hardware.nodes)
+    return max(1, p.parallel.ranks // p.hardware.nodes)
 
 
 def need_for(ctx: RuleContext) -> Need:

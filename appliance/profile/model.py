@@ -91,6 +91,11 @@ class Parallel(Section):
     expert: bool = False
     """--enable-expert-parallel."""
 
+    @property
+    def ranks(self) -> int:
+        """Engine ranks of the serve: tensor x pipeline (K10 holds it to nodes x GPUs per node)."""
+        return self.tensor * self.pipeline
+
 
 class Speculative(Section):
     method: Literal["dspark", "mtp"]

@@ -74,7 +74,7 @@ def engine_env(profile: Profile, facts: PlanFacts) -> dict[str, str]:
         # start recompiles. Without AOT compile the start re-traces and takes inductor's own cache (C++ kernels and
         # FX graphs in TORCHINDUCTOR_CACHE_DIR): measured cold vs warm in benchmarks/warm_start.py.
         env[engine_vars.ENV_AOT_COMPILE] = "0"
-    if p.hardware.target == "cpu" and p.hardware.nodes * p.parallel.tensor * p.parallel.pipeline == 1:
+    if p.hardware.target == "cpu" and p.parallel.ranks == 1:
         # W6: while V1 multiprocessing is on, the CPU platform turns a one-rank serve's `uni` executor into `mp`
         # (platforms/cpu.py, check_and_update_config, in both CPU channels): a third spawned Python process, whose
         # imports alone take ~15 s of every start on 2 cores. Off, the worker runs inside the engine core, which stays

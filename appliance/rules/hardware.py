@@ -30,13 +30,13 @@ def weights_per_rank_gib(ctx: RuleContext) -> float:
     """Weights one engine rank holds: checkpoint bytes / ranks (+ NVFP4's SM12x overhead). K20 and the
     memory admission (appliance.hostmem.admission, K23) both use this figure."""
     p = ctx.profile
-    return ctx.checkpoint.size_gib / (p.parallel.tensor * p.parallel.pipeline) + nvfp4_overhead_gib(ctx)
+    return ctx.checkpoint.size_gib / p.parallel.ranks + nvfp4_overhead_gib(ctx)
 
 
 def predicted_kv_gib(ctx: RuleContext) -> tuple[float, float, float]:
     """(KV GiB per GPU, budget GiB, non-KV GiB per GPU) as the calibrated K20 model predicts them."""
     p, gpu, ck = ctx.profile, ctx.gpu, ctx.checkpoint
-    ranks = p.parallel.tensor * p.parallel.pipeline
+    ranks = p.parallel.ranks
     resident = RESIDENT_PER_CHECKPOINT_GIB * ck.size_gib / ranks + nvfp4_overhead_gib(ctx)
     util = p.limits.gpu_memory_utilization or ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION
     budget = util * (gpu.budget_base_gib or 0.0)
@@ -49,7 +49,7 @@ def predicted_kv_gib(ctx: RuleContext) -> tuple[float, float, float]:
       fix="make parallel.tensor x parallel.pipeline equal nodes x GPUs per node")
 def k10_parallel(ctx: RuleContext, r: Rule) -> list[Finding]:
     p, hw = ctx.profile.parallel, ctx.profile.hardware
-    ranks, gpus = p.tensor * p.pipeline, hw.gpus_per_node * hw.nodes
+    ranks, gpus = p.ranks, hw.gpus_per_node * hw.nodes
     out: list[Finding] = []
     if ranks != gpus:
         out.append(r.finding("error", "parallel.tensor", p.tensor,
@@ -76,7 +76,7 @@ def k20_weights_fit(ctx: RuleContext, r: Rule) -> list[Finding]:
     p, gpu, ck = ctx.profile, ctx.gpu, ctx.checkpoint
     if gpu.budget_base_gib is None:
         return []
-    ranks = p.parallel.tensor * p.parallel.pipeline
+    ranks = p.parallel.ranks
     kv, budget, resident = predicted_kv_gib(ctx)
     util = p.limits.gpu_memory_utilization or ENGINE_DEFAULT_GPU_MEMORY_UTILIZATION
     where = (f"{ck.size_gib:.1f} GiB of checkpoint ({ck.source}) over {ranks} GPU(s) ~ {resident:.1f} GiB/GPU "

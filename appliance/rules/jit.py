@@ -14,7 +14,7 @@ JIT_SAFE_EXECUTE_TIMEOUT_S = 1800
 def _sm12x_multiproc(ctx: RuleContext) -> bool:
     # The timeout lives in the multiproc executor: one rank alone runs in-process and has none.
     p = ctx.profile
-    return ctx.gpu.is_sm12x and p.parallel.tensor * p.parallel.pipeline > 1
+    return ctx.gpu.is_sm12x and p.parallel.ranks > 1
 
 
 @rule("K26", "the engine's step timeout outlasts a mid-serve JIT",

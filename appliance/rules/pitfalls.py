@@ -19,7 +19,7 @@ from appliance.rules.base import Finding, Rule, RuleContext, deepseek_on_gpu, on
 
 def _multi_node(ctx: RuleContext) -> bool:
     p = ctx.profile
-    return on_gpu(ctx) and p.hardware.nodes > 1 and p.parallel.tensor * p.parallel.pipeline > 1
+    return on_gpu(ctx) and p.hardware.nodes > 1 and p.parallel.ranks > 1
 
 
 @rule("K31", "FlashInfer autotuning does not desynchronize the ranks of a TP launch",
@@ -38,7 +38,7 @@ def k31_flashinfer_autotune(ctx: RuleContext, r: Rule) -> list[Finding]:
     e, p = ctx.profile.engine, ctx.profile
     if e.flashinfer_autotune is not None:
         return []
-    ranks = p.parallel.tensor * p.parallel.pipeline
+    ranks = p.parallel.ranks
     return [r.finding("warning", "engine.flashinfer_autotune", None,
                       f"{ranks} ranks over {p.hardware.nodes} nodes tune FlashInfer kernels at start-up (the engine's "
                       f"default), each node with its own cache: a rank "
