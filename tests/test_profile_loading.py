@@ -31,6 +31,46 @@ def test_true_false_and_quoted_words_still_load() -> None:
     assert load_text("a: true\nb: False\nc: 'off'\n") == {"a": True, "b": False, "c": "off"}
 
 
+def _pure_python_twin() -> type:
+    """The strict loader's rules on PyYAML's pure-Python parser: what the loader was before it took libyaml's."""
+    import yaml
+
+    from appliance import yamlstrict
+
+    strict = yamlstrict._StrictLoader
+    return type("PureStrict", (yaml.SafeLoader,), {"source": "<yaml>", "yaml_constructors": strict.yaml_constructors,
+                                                   "yaml_implicit_resolvers": strict.yaml_implicit_resolvers})
+
+
+def test_libyaml_reads_every_shipped_yaml_as_the_pure_python_parser_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    from appliance import yamlstrict
+
+    assert yamlstrict._StrictLoader.__mro__[1] is yaml.CSafeLoader  # the wheels carry libyaml: else this is moot
+    root = Path(__file__).parents[1]
+    files = sorted(f for d in ("profiles", "appliance", "channels", "compose", "deploy") if (root / d).is_dir()
+                   for f in (root / d).rglob("*.y*ml"))
+    assert len(files) > 20
+    fast = {f: yamlstrict.load_file(f) for f in files}
+    monkeypatch.setattr(yamlstrict, "_StrictLoader", _pure_python_twin())
+    assert {f: yamlstrict.load_file(f) for f in files} == fast
+
+
+@pytest.mark.parametrize("text", ["a: 1\na: 2\n", "a: yes\n", "a: 010\n", "a: 1_000\n", "a: [1,\n",
+                                  "a: !!python/none x\n", "a: &x [*x]\n", "x: " + "[" * 5000 + "]" * 5000 + "\n"])
+def test_libyaml_and_the_pure_python_parser_refuse_the_same_documents(monkeypatch: pytest.MonkeyPatch,
+                                                                       text: str) -> None:
+    from appliance import yamlstrict
+
+    with pytest.raises(ApplianceError) as fast:
+        load_text(text, "p.yaml")
+    monkeypatch.setattr(yamlstrict, "_StrictLoader", _pure_python_twin())
+    with pytest.raises(ApplianceError) as pure:
+        load_text(text, "p.yaml")
+    assert fast.value.fix == pure.value.fix  # the same class of refusal (the parser's own words may differ)
+
+
 def test_extends_merges_bases_in_order_and_records_each_origin() -> None:
     loaded = load_profile("gb10-tp2")
     p = loaded.profile

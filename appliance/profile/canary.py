@@ -9,7 +9,7 @@ class Thresholds(BaseModel):
     """When text counts as degenerate. Defaults are loose enough for a tiny model's healthy greedy text;
     the profile's `canary.thresholds` may tighten them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     loop_max_period_chars: int = Field(200, ge=1, le=2000)
     """Longest repeating unit looked for at the end of a reply."""
@@ -39,7 +39,7 @@ RUNG_SECTIONS = ("cache", "engine", "speculative", "limits")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Rung(_Section):

@@ -50,7 +50,9 @@ ArgWord = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_a
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True)
+    # The docstrings under the fields are for readers: nothing reads them as descriptions, and pydantic's
+    # use_attribute_docstrings re-reads and tokenizes the source on every import (~60 ms of each CLI call).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Hardware(Section):
