@@ -17,12 +17,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.health.prefilter import AnchorFinder, Engine, Found, group_lines, make_prefilter, resolve_engine
-from appliance.health.table import FactPattern, FatalPattern, LogTable, Pattern
+from appliance.health.scantable import LinePattern, ScanTable
 from appliance.jsonstrict import JsonObject
-from appliance.redact import redact
+
+if TYPE_CHECKING:
+    from appliance.health.table import LogTable
 
 MAX_DISTINCT = 16
 MAX_TEXT = 400
@@ -81,30 +83,82 @@ def _float(raw: str) -> float:
 def _text(raw: str) -> str:
     """A free-text fact (a version, a fallback reason): masked once here, so no reader of the facts (logscan,
     /status, /metrics labels, a receipt) can show a secret the line carried; then capped."""
+    from appliance.redact import redact  # here: a scan that meets no such line does not import it
+
     return redact(raw.strip())[:MAX_TEXT]
 
 
 _CASTS: dict[str, Callable[[str], Any]] = {"int": _int, "float": _float, "str": _text}
 
 
-@dataclass(frozen=True, slots=True)
 class _Compiled:
-    """A pattern prepared for the hot path (plain attributes, casts resolved)."""
+    """A pattern prepared for the hot path (plain attributes, casts resolved; the regex compiled when the first
+    candidate line of it is met: most of a table's patterns never meet one in a serve log)."""
 
-    search: Callable[[str], re.Match[str] | None]
-    pattern: Pattern
-    fatal: bool
-    reset: bool
-    casts: tuple[tuple[str, Callable[[str], Any]], ...]
-    constants: tuple[tuple[str, Any], ...]
-    keep: str
+    __slots__ = ("_search", "casts", "constants", "fatal", "keep", "needs", "pattern", "reset", "tail")
 
-    @classmethod
-    def of(cls, p: Pattern) -> _Compiled:
-        if isinstance(p, FactPattern):
-            casts = tuple((g, _CASTS[p.types.get(g, "str")]) for g in p.compiled.groupindex)
-            return cls(p.compiled.search, p, False, p.reset, casts, tuple(p.set.items()), p.keep)
-        return cls(p.compiled.search, p, True, False, (), (), "last")
+    def __init__(self, p: LinePattern, tail: frozenset[str]) -> None:
+        types = dict(p.types)
+        self.pattern = p
+        self.fatal = p.fatal
+        self.reset = p.reset
+        self.casts: tuple[tuple[str, Callable[[str], Any]], ...] = () if p.fatal else tuple(
+            (g, _CASTS[types.get(g, "str")]) for g in p.groups)
+        self.constants = p.constants
+        self.keep = p.keep
+        self.tail = tail
+        """Facts of the line's optional tail: a line without them clears them (the line is one record)."""
+        self.needs = frozenset() if p.fatal else frozenset(p.groups) - frozenset(p.optional)
+        """Groups every match sets (a cast may still fail on what the regex admitted)."""
+        self._search: Callable[[str], re.Match[str] | None] | None = None
+
+    def search(self, text: str) -> re.Match[str] | None:
+        if self._search is None:
+            self._search = re.compile(self.pattern.regex).search
+        return self._search(text)
+
+    def found(self, m: re.Match[str]) -> list[tuple[str, Any]]:
+        """The facts a match gives: each group the match set whose value casts, then the constants."""
+        out: list[tuple[str, Any]] = []
+        for name, cast in self.casts:
+            raw = m[name]
+            if raw is not None:
+                try:
+                    out.append((name, cast(raw)))
+                except ValueError:
+                    continue  # a number the regex admitted but Python cannot read: no evidence
+        out += self.constants
+        return out
+
+
+class _Latest:
+    """Walking one pattern's lines from the chunk's end: the lines to keep so that each fact comes from the last
+    line that gives it, as the reference reading has it. That is the last match, and an earlier one only where it
+    gives a required group the later matches could not cast; the optional tail is the last match's (its record)."""
+
+    __slots__ = ("c", "needed")
+
+    def __init__(self, c: _Compiled) -> None:
+        self.c = c
+        self.needed: set[str] | None = None
+        """None: no match yet; then the required groups no kept line has given."""
+
+    @property
+    def done(self) -> bool:
+        return self.needed is not None and not self.needed
+
+    def keeps(self, text: str) -> bool:
+        m = self.c.search(text)
+        if m is None:
+            return False
+        given = {name for name, _ in self.c.found(m)} if self.c.needs else set()
+        if self.needed is None:
+            self.needed = set(self.c.needs) - given
+            return True
+        if not self.needed & given:
+            return False
+        self.needed -= given
+        return True
 
 
 class Extractor:
@@ -114,9 +168,21 @@ class Extractor:
     last line of a `keep: last` pattern per chunk, dense anchors found from the chunk's end): every
     candidate line is matched in order, the plain reading every other engine must agree with."""
 
-    def __init__(self, table: LogTable, engine: Engine = "auto") -> None:
+    def __init__(self, table: LogTable | ScanTable, engine: Engine = "auto") -> None:
         self.engine = resolve_engine(engine)
-        self._compiled = [_Compiled.of(p) for p in (*table.facts, *table.fatal)]
+        scan = table if isinstance(table, ScanTable) else table.scan_table
+        producers = Counter(name for p in scan.facts for name in set(p.produces()))
+        quiet = set(scan.quiet_after)
+
+        def tail(p: LinePattern) -> frozenset[str]:
+            """A one-form `keep: last` line's optional tail is its own (no other pattern gives those facts): the
+            line is one record, and a later line without the tail clears it (a line printed without the guard's
+            manager list does not keep an earlier line's list)."""
+            own = all(producers[name] == 1 for name in p.optional)
+            return frozenset(p.optional) if (not p.fatal and not p.reset and p.keep == "last" and p.one_form
+                                             and own) else frozenset()
+
+        self._compiled = [_Compiled(p, tail(p)) for p in (*scan.facts, *scan.fatal)]
         self._anchors: dict[bytes, list[int]] = {}
         for index, c in enumerate(self._compiled):
             for anchor in c.pattern.anchors:
@@ -129,15 +195,15 @@ class Extractor:
         # A `count` fact is 0 until its line is seen: zero NameErrors is evidence, not its absence.
         self._counted = tuple(name for c in self._compiled if c.keep == "count" for name in c.pattern.produces())
         self.facts = Facts(values=dict.fromkeys(self._counted, 0))
-        self._quiet_after = table.quiet_after
+        self._quiet_after = scan.quiet_after
         self._resets = {i for i, c in enumerate(self._compiled) if c.reset}
         # `keep: last` facts that nothing reads in line order (quiet_after does), of a line with one form
-        # (table.FactPattern.one_form): within one chunk only their last line can count, so the earlier ones
-        # are dropped before they are decoded.
-        quiet = set(table.quiet_after)
+        # (table.FactPattern.one_form) whose tail is its record: within one chunk only their last line counts
+        # (and an earlier one only for a number the last could not cast: _Latest), so the others are dropped
+        # before they are decoded.
         self._last_only = {i for i, c in enumerate(self._compiled) if not c.fatal and not c.reset
-                           and c.keep == "last" and not quiet & set(c.pattern.produces())  # type: ignore[attr-defined]
-                           and c.pattern.one_form()  # type: ignore[attr-defined]
+                           and c.keep == "last" and not quiet & set(c.pattern.produces())
+                           and c.pattern.one_form and c.tail == frozenset(c.pattern.optional)
                            and self.engine != "reference"}
         self._dense: set[bytes] = set()
 
@@ -203,10 +269,9 @@ class Extractor:
         return any(self._compiled[i].search(text) for i in indexes)
 
     def _drop_overwritten(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]]) -> None:
-        """Keep, of each last-only pattern, only its last matching line (none is left before the chunk's last
-        reset: group_lines kept only reset patterns there)."""
+        """Keep, of each last-only pattern, the lines _Latest keeps: its last matching line, as a rule (none is
+        left before the chunk's last reset: group_lines kept only reset patterns there)."""
         order = sorted(hits)
-        compiled = self._compiled
 
         def line(start: int) -> str:
             return chunk[start:hits[start][0]].decode("utf-8", "replace")
@@ -216,11 +281,9 @@ class Extractor:
             for i in hits[start][1] & self._last_only:
                 by_pattern.setdefault(i, []).append(start)
         for i, starts in by_pattern.items():
-            kept = False
+            latest = _Latest(self._compiled[i])
             for start in reversed(starts):
-                if not kept and compiled[i].search(line(start)):
-                    kept = True
-                else:
+                if latest.done or not latest.keeps(line(start)):
                     hits[start][1].discard(i)
         for start in order:
             if not hits[start][1]:
@@ -228,20 +291,21 @@ class Extractor:
 
     def _add_dense(self, chunk: bytes, hits: dict[int, tuple[int, set[int]]], last_reset: int) -> None:
         """For each dense anchor, walk back from the chunk's end to the last line each of its patterns
-        matches (bytes.rfind: a few microseconds where the regex pass would stop at every line)."""
+        matches (bytes.rfind: a few microseconds where the regex pass would stop at every line), and on where
+        _Latest needs an earlier line."""
         for anchor in self._dense:
-            todo, pos = set(self._anchors[anchor]), len(chunk)
-            while todo and (at := chunk.rfind(anchor, 0, pos)) >= 0:
+            walks = {i: _Latest(self._compiled[i]) for i in self._anchors[anchor]}
+            pos = len(chunk)
+            while (todo := [i for i, w in walks.items() if not w.done]) and (at := chunk.rfind(anchor, 0, pos)) >= 0:
                 start = chunk.rfind(b"\n", 0, at) + 1
                 if start < last_reset:
                     break
                 end = chunk.find(b"\n", at)
                 end = len(chunk) if end < 0 else end
                 text = chunk[start:end].decode("utf-8", "replace")
-                matched = {i for i in todo if self._compiled[i].search(text)}
-                if matched:
-                    hits.setdefault(start, (end, set()))[1].update(matched)
-                    todo -= matched
+                kept = {i for i in todo if walks[i].keeps(text)}
+                if kept:
+                    hits.setdefault(start, (end, set()))[1].update(kept)
                 pos = start
 
     def feed_text(self, text: str) -> None:
@@ -280,7 +344,7 @@ class Extractor:
             self._reset(line)
         for c, m in matches:
             if c.fatal:
-                self._fatal(c.pattern, text, line)  # type: ignore[arg-type]
+                self._fatal(c.pattern, text, line)
             else:
                 self._fact(c, m, line)
 
@@ -294,11 +358,13 @@ class Extractor:
         """A `quiet_after` fact was seen in this run: the engine is shutting down on request."""
         return any(name in self.facts.values for name in self._quiet_after)
 
-    def _fatal(self, pattern: FatalPattern, text: str, line: int) -> None:
+    def _fatal(self, pattern: LinePattern, text: str, line: int) -> None:
         hits = self.facts.quiet if self.stopping else self.facts.fatal
         hit = hits.get(pattern.id)
         if hit is None:
             # The line is echoed by logscan and the unauthenticated /status: secrets masked here, once.
+            from appliance.redact import redact
+
             hits[pattern.id] = FatalHit(pattern.id, pattern.rule, pattern.message, line,
                                         redact(text.strip())[:MAX_TEXT])
         else:
@@ -306,18 +372,13 @@ class Extractor:
 
     def _fact(self, c: _Compiled, m: re.Match[str], line: int) -> None:
         values, lines, keep = self.facts.values, self.facts.lines, c.keep
-        found: list[tuple[str, Any]] = []
-        for name, cast in c.casts:
-            raw = m[name]
-            if raw is not None:
-                try:
-                    found.append((name, cast(raw)))
-                except ValueError:
-                    continue  # a number the regex admitted but Python cannot read: no evidence
-        found += c.constants
+        found = c.found(m)
         if keep == "last":
             values.update(found)
             lines.update((name, line) for name, _ in found)
+            for name in c.tail.difference(name for name, _ in found):
+                values.pop(name, None)
+                lines.pop(name, None)
             return
         if keep == "count":
             for name, _ in found:

@@ -7,13 +7,14 @@ import operator
 import re
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from appliance.health.predicates import PREDICATES
+from appliance.health.scantable import LinePattern, ScanTable
 from appliance.paths import healthchecks_dir
 from appliance.profile.model import Profile
 from appliance.profile.topology import RankView, Role
@@ -213,8 +214,9 @@ class FactPattern(Pattern):
         group. Then its last line in a chunk stands for the others (facts.py's last-only shortcut). A line that
         names a hub id or a folder (load_from_hub | load_model_path), or whose only group is optional, keeps each
         group from the last line that set it, as the reference reading does. An optional tail beside a required
-        group (the acceptance rate of positions 2-7, the guard's manager list) is one line's form within an engine
-        run: it keeps the shortcut, which the frequent SpecDecoding line needs for the scan's >= 0.5x grep."""
+        group (the acceptance rate of positions 2-7, the guard's manager list) belongs to its line: every reading
+        takes the tail of the pattern's last line and clears what that line lacks (facts.Extractor), so the last
+        line stands for the others exactly, as the frequent SpecDecoding line needs for the scan's speed."""
         optional, branched = optional_groups(self.regex)
         groups = set(self.compiled.groupindex)
         return not branched and (not groups or bool(groups - optional))
@@ -384,6 +386,20 @@ class LogTable(_Strict):
 
     def fact_names(self) -> set[str]:
         return {name for p in self.facts for name in p.produces()}
+
+    @cached_property
+    def scan_table(self) -> ScanTable:
+        """What a log scan reads of this table (health/scantable.py: cached, so a scan need not load the rest)."""
+        def line(p: Pattern) -> LinePattern:
+            groups = tuple(p.compiled.groupindex)
+            if isinstance(p, FatalPattern):
+                return LinePattern(p.id, tuple(p.anchors), p.regex, True, p.rule, p.message, groups)
+            assert isinstance(p, FactPattern)
+            return LinePattern(p.id, tuple(p.anchors), p.regex, False, p.rule, "", groups,
+                               tuple(sorted(optional_groups(p.regex)[0])), tuple(p.types.items()),
+                               tuple(p.set.items()), p.keep, p.reset, p.one_form())
+
+        return ScanTable(tuple(map(line, self.facts)), tuple(map(line, self.fatal)), tuple(self.quiet_after))
 
     def printed_by(self) -> dict[str, list[PrintedBy | None]]:
         """fact name -> who prints each line it comes from (None: a pattern that does not say)."""
