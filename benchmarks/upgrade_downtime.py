@@ -34,6 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.phase_clock import LineClock  # noqa: E402
 from tests.conftest import BIN, start_serve, wait_for  # noqa: E402  (the tests' way to start a serve)
 from tests.steady_client import SteadyClient  # noqa: E402
 
@@ -47,17 +48,45 @@ def settle(client: SteadyClient, exporter: str, timeout: float = 600) -> None:
     time.sleep(3)
 
 
-def event(client: SteadyClient, name: str, argv: list[str], env: dict[str, str], exporter: str) -> dict[str, object]:
+def back_in_service(client: SteadyClient, began: float) -> tuple[float, float] | None:
+    """(the first failed request's start, the next success's end) after `began`: the out-of-service window."""
+    with client._lock:
+        events = [e for e in client.events if e.start >= began]
+    down = next((e for e in events if not e.ok), None)
+    if down is None:
+        return None
+    up = next((e for e in events if e.ok and e.start > down.start), None)
+    return (down.start, up.end) if up is not None else None
+
+
+def event(client: SteadyClient, name: str, argv: list[str], env: dict[str, str], exporter: str,
+          log: Path) -> dict[str, object]:
     began = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800, check=False)
-    took = time.monotonic() - began
-    settle(client, exporter)
+    with LineClock(log, began) as clock:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        took = time.monotonic() - began
+        settle(client, exporter)
     w = client.between(name, began, time.monotonic()).to_json()
-    w |= {"command_s": round(took, 1), "rc": done.returncode}
+    w |= {"command_s": round(took, 1), "rc": done.returncode, "load": os.getloadavg()[0]}
+    window = back_in_service(client, began)
+    if window is not None:  # the engine's start, from the moment service stopped to the first request served
+        w["down_at_s"] = round(window[0] - began, 1)
+        w["phases"] = clock.phases(window[1] - began, window[0] - began, restart=True)
     if done.returncode != 0:
         w["output"] = (done.stdout + done.stderr)[-1500:]
+    elif "--json" in argv:
+        w["steps"] = json.loads(done.stdout).get("steps")
     print(json.dumps(w), flush=True)
     return w
+
+
+def median_phases(events: list[dict[str, object]]) -> dict[str, float]:
+    """Each engine-start phase's median seconds over `events` (in the order the phases run)."""
+    rows: dict[str, list[float]] = {}
+    for e in events:
+        for phase, seconds in e.get("phases") or []:  # type: ignore[attr-defined]
+            rows.setdefault(phase, []).append(seconds)
+    return {phase: round(statistics.median(values), 1) for phase, values in rows.items()}
 
 
 def main() -> int:
@@ -91,10 +120,10 @@ def main() -> int:
                 for rnd in range(args.rounds):
                     to = NEW if on == OLD else OLD
                     upgrade = [str(BIN / "appliance"), "upgrade", "promote", str(profile), "--to", to, "--force",
-                               "--run-dir", str(serve.run_dir)]
+                               "--run-dir", str(serve.run_dir), "--json"]
                     arms = [("bare", ctl), ("promote", upgrade)]
                     for arm, argv in (arms if rnd % 2 == 0 else arms[::-1]):
-                        w = event(client, arm, argv, serve.env, serve.exporter)
+                        w = event(client, arm, argv, serve.env, serve.exporter, serve.run_dir / "vllm.log")
                         w |= {"round": rnd + 1, "channel": on if arm == "bare" else f"{on} -> {to}"}
                         events.append(w)
                         if arm == "promote" and w["rc"] == 0:
@@ -110,6 +139,16 @@ def main() -> int:
               for b in events if b["round"] == r and b["phase"] == "bare"
               for p in events if p["round"] == r and p["phase"] == "promote"]
     summary["promote_minus_bare_out_of_service_s"] = [round(x, 1) for x in paired]
+    oos, failed = summary["out_of_service_s"], summary["failed"]
+    summary["promote_over_bare"] = {  # the goals: <= 1.1 out of service, <= 1 failed requests (issue 38, P9)
+        "out_of_service": round(oos["promote"] / oos["bare"], 2) if oos["bare"] else None,  # type: ignore[index]
+        "failed": round(failed["promote"] / failed["bare"], 2) if failed["bare"] else None}  # type: ignore[index]
+    summary["phases_median_s"] = {arm: median_phases([e for e in events if e["phase"] == arm])
+                                  for arm in ("bare", "promote")}
+    steps = [e["steps"] for e in events if e.get("steps")]
+    summary["promote_steps_median_s"] = {k: round(statistics.median(float(x[k]) for x in steps if k in x), 1)
+                                         for k in (steps[0] if steps else {})}
+    summary["load"] = [e["load"] for e in events]
     print(json.dumps({k: v for k, v in summary.items() if k != "events"}, indent=2))
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))

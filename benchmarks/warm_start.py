@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.phase_clock import LineClock  # noqa: E402
 from tests.conftest import BIN, free_port, http_ok, start_serve, wait_for  # noqa: E402  (the tests' way to serve)
 
 COMPILE_ON = "engine.enforce_eager=false"
@@ -60,18 +62,29 @@ def appliance_start(label: str, base: Path, model: Path, timeout: float, home: P
     caches = _cache_folder(home)
     before = inventory(caches)
     env = {"APPLIANCE_HOME": str(home)}
+    run_dir = base / f"run-{label}"
+    cpu = cpu_children()
     started = time.monotonic()
-    serve = start_serve(base / f"run-{label}", model, COMPILE_ON, env=env)
+    serve = start_serve(run_dir, model, COMPILE_ON, env=env)
     try:
-        if not wait_for(lambda: serve.proc.poll() is not None or http_ok(f"{serve.url}/health"), timeout=timeout,
-                        interval=0.5) or serve.proc.poll() is not None:
-            raise RuntimeError(f"{label}: not ready in {timeout:g} s:\n{serve.output.read_text()[-3000:]}")
-        ready = time.monotonic() - started
+        with LineClock(run_dir / "vllm.log", started, launch=run_dir / "launch.json") as clock:
+            if not wait_for(lambda: serve.proc.poll() is not None or http_ok(f"{serve.url}/health"),
+                            timeout=timeout, interval=0.5) or serve.proc.poll() is not None:
+                raise RuntimeError(f"{label}: not ready in {timeout:g} s:\n{serve.output.read_text()[-3000:]}")
+            ready = time.monotonic() - started
     finally:
         serve.stop()
     time.sleep(2)
-    return {"start": label, "ready_s": round(ready, 1), "wrote": written(before, inventory(caches)),
+    return {"start": label, "ready_s": round(ready, 1), "cpu_s": round(cpu_children() - cpu, 1),
+            "phases": clock.phases(ready), "load": os.getloadavg()[0], "wrote": written(before, inventory(caches)),
             **_facts(serve.run_dir / "vllm.log")}
+
+
+def cpu_children() -> float:
+    """CPU seconds (user + system) of this process's waited-for descendants: a start's processes, once stopped
+    (a worker its engine core left to init when killed is not counted: a floor, not the whole)."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 def engine_default_start(label: str, base: Path, model: Path, timeout: float) -> dict[str, Any]:
@@ -89,13 +102,15 @@ def engine_default_start(label: str, base: Path, model: Path, timeout: float) ->
     port = free_port()
     log = base / f"{label}.log"
     before = inventory(caches)
+    cpu = cpu_children()
     started = time.monotonic()
     proc = subprocess.Popen([str(BIN / "vllm"), *plan["argv"][1:], "--port", str(port)], env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        if not wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/health"), timeout=timeout, interval=0.5):
-            raise RuntimeError(f"{label}: not ready in {timeout:g} s:\n{log.read_text()[-3000:]}")
-        ready = time.monotonic() - started
+        with LineClock(log, started) as clock:
+            if not wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/health"), timeout=timeout, interval=0.5):
+                raise RuntimeError(f"{label}: not ready in {timeout:g} s:\n{log.read_text()[-3000:]}")
+            ready = time.monotonic() - started
     finally:
         import signal
 
@@ -106,7 +121,9 @@ def engine_default_start(label: str, base: Path, model: Path, timeout: float) ->
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
     time.sleep(2)
-    return {"start": label, "ready_s": round(ready, 1), "wrote": written(before, inventory(caches)), **_facts(log)}
+    return {"start": label, "ready_s": round(ready, 1), "cpu_s": round(cpu_children() - cpu, 1),
+            "phases": clock.phases(ready), "load": os.getloadavg()[0], "wrote": written(before, inventory(caches)),
+            **_facts(log)}
 
 
 def bundle_start(base: Path, model: Path, timeout: float) -> dict[str, Any]:
@@ -137,8 +154,10 @@ def show(row: dict[str, Any]) -> str:
     if "compile_cache_saved" in row:
         said.append("AOT artefact saved")
     init = row.get("init_engine_seconds")
-    return (f"{row['start']:<22} ready {row['ready_s']:6.1f} s  init engine {init if init is not None else '?':>7} s"
-            f"  wrote: {wrote or 'nothing'}{'  [' + '; '.join(said) + ']' if said else ''}")
+    phases = "\n".join(f"    {seconds:6.1f} s  {phase}" for phase, seconds in row["phases"])
+    return (f"{row['start']:<22} ready {row['ready_s']:6.1f} s  CPU {row['cpu_s']:6.1f} s  load {row['load']:.1f}"
+            f"  init engine {init if init is not None else '?':>7} s"
+            f"  wrote: {wrote or 'nothing'}{'  [' + '; '.join(said) + ']' if said else ''}\n{phases}")
 
 
 def main() -> int:

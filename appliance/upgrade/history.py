@@ -51,7 +51,7 @@ RecordJson = TypedDict("RecordJson", {
     "qualification": str | None, "forced": bool, "budget_s": float | None, "receipts": dict[str, str],
     "seconds": "float | dict[str, float]", "verdict": str | None, "reasons": list[str], "outcome": str, "why": str,
     "window": JsonObject, "proof": JsonObject, "rollback": JsonObject, "ranks": JsonObject, "canary": list[JsonObject],
-    "cleared": str, "switching_back": str, "obtained_install_s": float, "record": str,
+    "cleared": str, "switching_back": str, "obtained_install_s": float, "record": str, "steps": JsonObject,
 }, total=False)
 """An upgrade record (record.json) as its writers build it: plan, qualify, promote, rollback, each on its medium.
 RecordShape below holds what its readers take, on the way back in."""
@@ -116,6 +116,23 @@ class _Window(_Open):
     seconds: float | int | None = None
 
 
+class _Steps(BaseModel):
+    """A switch's seconds per step (appliance/upgrade/steps.py); nothing else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    prepare_s: float | int | None = None
+    switch_s: float | int | None = None
+    restart_s: float | int | None = None
+    ready_s: float | int | None = None
+    canary_s: float | int | None = None
+    out_of_service_s: float | int | None = None
+
+
+class _Proof(_Open):
+    ok: bool | None = None
+    steps: _Steps | None = None
+
+
 class RecordShape(_Open):
     """The fields the readers of a record take (status, promote, rollback), each of its type; other fields are
     carried as written."""
@@ -139,6 +156,10 @@ class RecordShape(_Open):
     cleared: str | None = None
     """A rollback's: the id of the killed promote or return it finished (matched against the folders, never a path)."""
     switching_back: str | None = None
+    steps: _Steps | None = None
+    """A promote's or rollback's seconds per step, the restart's included (its proof carries those too)."""
+    proof: _Proof | None = None
+    rollback: _Proof | None = None
 
 
 def read_record(path: Path) -> RecordJson:

@@ -42,6 +42,7 @@ from appliance.upgrade.candidate import (
 from appliance.upgrade.history import Record, RecordJson, latest_qualification, new_record, utc_now, write_record
 from appliance.upgrade.qualify import default_budget
 from appliance.upgrade.serve import Expect, Ready, RunningServe, exporter_change, wait_ready
+from appliance.upgrade.steps import StepClock, Steps
 from appliance.upgrade.unfinished import (
     SWITCHING_BACK,
     close_chain,
@@ -73,13 +74,15 @@ class Proof:
     ready: Ready | None = None
     canary: list[JsonObject] = field(default_factory=list)
     seconds: float = 0.0
+    steps: Steps = field(default_factory=Steps)
+    """The restart's steps (restart, ready, canary, out of service)."""
 
     def to_json(self) -> JsonObject:
         r = self.ready
         return {"ok": self.ok, "why": self.why, "seconds": round(self.seconds, 1),
                 "ready": None if r is None else {"ok": r.ok, "seconds": round(r.seconds, 1), "why": r.why,
                                                  "restarts": r.restarts},
-                "canary": self.canary}
+                "canary": self.canary, "steps": self.steps.to_json()}
 
 
 def require_qualification(pair: Pair, force: bool) -> Record | None:
@@ -186,25 +189,33 @@ class NativeSwitch:
                           calibration: Path | None) -> Proof:
         serve = self.serve
         runs = serve.look().runs
+        steps = Steps()
+        timer = StepClock(steps)
         began = time.monotonic()
         self.report(f"restarting the engine on channel {channel} (budget {budget_s:g} s)")
-        serve.engine("restart")
-        ready = wait_ready(serve.look, Expect(channel, loaded.digest, after_runs=runs),
-                           max(1.0, budget_s - (time.monotonic() - began)), alive=serve.alive, report=self.report)
+        with timer.step("restart"):
+            serve.engine("restart")
+        with timer.step("ready"):
+            ready = wait_ready(serve.look, Expect(channel, loaded.digest, after_runs=runs),
+                               max(1.0, budget_s - (time.monotonic() - began)), alive=serve.alive,
+                               report=self.report)
+        steps.out_of_service_s = time.monotonic() - began
         if not ready.ok:
-            return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began)
+            return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began, steps=steps)
         self.report(f"ready on {channel} after {time.monotonic() - began:.0f} s")
-        rows = canary_rounds(serve.api_url, loaded, rounds, calibration, self.report) if rounds else []
+        with timer.step("canary"):
+            rows = canary_rounds(serve.api_url, loaded, rounds, calibration, self.report) if rounds else []
         bad = next((r for r in rows if not r["healthy"]), None)
         took = time.monotonic() - began
         if bad is not None:
             return Proof(False, f"canary round {bad['round']} failed: " +
                          (bad.get("error") or ", ".join(bad["signatures"]) + "; " + "; ".join(bad["evidence"])),
-                         ready, rows, took)
+                         ready, rows, took, steps)
         if took > budget_s:
             return Proof(False, f"ready and canary rounds took {took:.0f} s, past the budget of {budget_s:g} s",
-                         ready, rows, took)
-        return Proof(True, f"ready in {ready.seconds:.0f} s and {len(rows)} canary round(s) healthy", ready, rows, took)
+                         ready, rows, took, steps)
+        return Proof(True, f"ready in {ready.seconds:.0f} s and {len(rows)} canary round(s) healthy", ready, rows, took,
+                     steps)
 
 
 def calibration_of(qual: Record | None) -> Path | None:
@@ -235,6 +246,7 @@ def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
 
 
 def promote(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:
+    entered = time.monotonic()
     sw = _native(req, opts, report)
     refuse_stacking(sw.name, read_active(sw.name), opts.run_dir)  # first: the active channel is not the incumbent
     pair = pair_for(req)
@@ -275,6 +287,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
                     previous.to_json() if previous else None)
     began = time.monotonic()
     sw.switch(active, pair.candidate.digest)
+    steps = Steps(prepare_s=began - entered, switch_s=time.monotonic() - began)
     report(f"switched {pair.name} to channel {pair.to_channel.name} (active.json, launch.json)")
     try:
         proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds, calibration)
@@ -292,6 +305,7 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
         write_record(folder, record)
         raise
     record["proof"] = proof.to_json()
+    record["steps"] = steps.to_json() | proof.steps.to_json()
     if proof.ok:
         record.update(outcome="promoted", finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
         write_record(folder, record)
