@@ -752,3 +752,16 @@ def test_a_kubernetes_promote_writes_what_appliance_k8s_prints_for_the_candidate
                   "--k8s-out", str(tmp_path / "k8s2"), "--force", "--k8s-rdma", "--k8s-no-rdma")
     assert refused.returncode == 2 and "--no-rdma: not allowed with --rdma" in refused.stderr
     assert not (tmp_path / "k8s2").exists()
+
+
+def test_each_step_of_a_switch_is_timed_even_when_it_raises() -> None:
+    from appliance.upgrade.steps import StepClock, Steps
+
+    ticks = iter([10.0, 12.5, 20.0, 20.25])
+    steps = Steps(prepare_s=1.0)
+    clock = StepClock(steps, clock=lambda: next(ticks))
+    with clock.step("restart"):
+        pass
+    with pytest.raises(RuntimeError), clock.step("ready"):
+        raise RuntimeError("the engine died")
+    assert steps.to_json() == {"prepare_s": 1.0, "restart_s": 2.5, "ready_s": 0.25}  # unset steps are left out

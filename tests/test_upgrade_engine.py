@@ -159,7 +159,12 @@ def test_promote_switches_to_the_new_channel_and_proves_it(story: Story) -> None
     launch = json.loads((story.serve.run_dir / "launch.json").read_text())
     assert launch["profile"]["resolved"]["engine"]["channel"] == NEW
     assert not launch["programs"]["vllm"]["argv"][0].startswith(engines_root())  # this environment's 0.32.0
-    w = story.phase("promote", "promote", promote_s=rec["seconds"], ready_s=rec["proof"]["ready"]["seconds"])
+    steps = rec["steps"]  # each step timed into the record (issue 38): where the out-of-service window goes
+    assert set(steps) == {"prepare_s", "switch_s", "restart_s", "ready_s", "canary_s", "out_of_service_s"}, steps
+    assert steps["restart_s"] + steps["ready_s"] <= steps["out_of_service_s"] + 0.05 < rec["seconds"] + 0.05
+    assert rec["proof"]["steps"]["ready_s"] == steps["ready_s"] > 0
+    w = story.phase("promote", "promote", promote_s=rec["seconds"], ready_s=rec["proof"]["ready"]["seconds"],
+                    steps=steps)
     assert w["failed"] < w["requests"]
 
 
@@ -209,6 +214,7 @@ def test_a_candidate_that_never_turns_ready_is_rolled_back_automatically(story: 
     assert code == 1, out
     assert rec["outcome"] == "rolled back" and rec["forced"], out
     assert "not ready" in rec["why"] and rec["rollback"]["ok"], rec
+    assert "canary_s" not in rec["proof"]["steps"] and rec["rollback"]["steps"]["out_of_service_s"] > 0  # never ready
     st = story.status()
     assert st["channel"] == OLD and st["state"] == "ready" and story.answers()
     story.phase("bad candidate: never ready", "bad-never-ready", outcome=rec["outcome"], why=rec["why"],
