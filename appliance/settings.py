@@ -7,6 +7,7 @@ CPU its import costs (asyncio, dotenv, the cloud secret sources)."""
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -80,13 +81,13 @@ class ApplianceSettings(BaseModel):
     @classmethod
     def _printable(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, str):
-            check_text(f"APPLIANCE_{info.field_name.upper()}", value)
+            check_text(f"{ENV_PREFIX}{info.field_name.upper()}", value)
         return value
 
     @field_validator("master_addr", "host_ip", "exporter_host")
     @classmethod
     def _address(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return value if value is None else check_host(f"APPLIANCE_{str(info.field_name).upper()}", value)
+        return value if value is None else check_host(f"{ENV_PREFIX}{str(info.field_name).upper()}", value)
 
     @field_validator("fabric_ifname")
     @classmethod
@@ -103,14 +104,16 @@ class ApplianceSettings(BaseModel):
         return [part.strip() for part in self.set.split(";") if part.strip()]
 
 
-def _from_environment() -> ApplianceSettings:
+@cache
+def _from_environment() -> type[ApplianceSettings]:
+    """The settings read from the environment: built once, on the first call that has an APPLIANCE_ variable."""
     from pydantic_settings import BaseSettings, SettingsConfigDict
 
     class FromEnvironment(BaseSettings, ApplianceSettings):
         # pydantic-settings' default is case-insensitive names: `appliance_profile` counts too
         model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
-    return FromEnvironment()
+    return FromEnvironment
 
 
 def load_settings() -> ApplianceSettings:
@@ -120,10 +123,10 @@ def load_settings() -> ApplianceSettings:
 
     try:
         if any(name.upper().startswith(ENV_PREFIX) for name in os.environ):
-            return _from_environment()
+            return _from_environment()()
         return ApplianceSettings()
     except ValidationError as exc:
-        problems = [f"APPLIANCE_{str(e['loc'][0]).upper()}={show(e.get('input'))}: {e['msg']}" for e in exc.errors()]
+        problems = [f"{ENV_PREFIX}{str(e['loc'][0]).upper()}={show(e.get('input'))}: {e['msg']}" for e in exc.errors()]
         raise ApplianceError(
             "invalid environment: " + "; ".join(problems),
             field=problems[0].split("=")[0], fix="correct or unset the variable(s) named",

@@ -1,10 +1,10 @@
 """Where an engine start spends its time, for the benchmarks (warm_start.py, upgrade_downtime.py): the serve log read
-as it is written, each mark the moment the first line holding its anchor appeared, on the benchmark's own clock
-(the log's timestamps have one-second steps and say nothing of the appliance's own steps before the engine).
+as it is written through the log-check table (healthchecks/logchecks.yaml: the patterns, their anchors and the
+engine source lines each follows live there), each mark the moment its fact first appeared, on the benchmark's own
+clock (the log's timestamps have one-second steps and say nothing of the appliance's own steps before the engine).
 
-The marks (MARKS) follow the CPU engine's start in the order it runs; vLLM 0.32.0 and 0.31.0 print each anchor
-at the place named. The CPU platform forces the `mp` executor and `spawn` (vllm/platforms/cpu.py:341, :409), so the
-API server, the engine core and the worker are three processes that each import vLLM and torch from scratch.
+The marks follow the CPU engine's start in the order it runs. With W6 (a one-rank CPU serve) the API server and the
+engine core are two processes that each import vLLM and torch, and the worker runs inside the engine core.
 """
 
 from __future__ import annotations
@@ -12,43 +12,42 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+
+from appliance.health.facts import Extractor
+from appliance.health.table import LogTable, load_table
 
 
 @dataclass(frozen=True)
 class Mark:
     id: str
-    anchor: str
-    """A literal piece of the line (first sight counts)."""
+    facts: tuple[str, ...]
+    """Facts of the log-check table: the mark is the first sight of any of them."""
     phase: str
     """What ran between the mark before and this one."""
-    source: str
 
 
 MARKS = (
-    Mark("banner", "non-default args:", "API server process: python imports (vllm, torch), arguments",
-         "vllm/entrypoints/serve/utils/api_utils.py:286"),
-    Mark("engine-core", "Initializing a V1 LLM engine", "config, model inspection, engine-core process spawned "
-         "(imports vllm, torch again)", "vllm/v1/engine/core.py:134 (0.31.0 :130)"),
-    Mark("worker", "Starting to load model", "worker process spawned (imports again), distributed init",
-         "vllm/v1/worker/cpu_model_runner.py:68 (0.31.0 :69)"),
-    Mark("weights", "Loading weights took", "model construction and weights read",
-         "vllm/model_executor/model_loader/default_loader.py:502 (0.31.0 :485)"),
-    Mark("warmup-start", "Warming up model for the compilation", "memory setup before the warm-up",
-         "vllm/v1/worker/cpu_model_runner.py:87 (0.31.0 :88)"),
-    Mark("warmup-done", "Warming up done.", "warm-up: torch.compile (Dynamo trace, Inductor or its cache)",
-         "vllm/v1/worker/cpu_model_runner.py:91 (0.31.0 :92)"),
-    Mark("kv", "KV cache size:", "KV cache sized and allocated", "vllm/v1/core/kv_cache_utils.py:2328 (0.31.0 :2465)"),
-    Mark("init-engine", "init engine (profile, create kv cache, warmup model) took", "engine core's last steps",
-         "vllm/v1/engine/core.py:403 (0.31.0 :381)"),
-    Mark("api-up", "Application startup complete", "API server: tokenizer, chat template, routes",
-         "uvicorn/lifespan/on.py:62"),
+    Mark("banner", ("engine_started",), "API server process: python imports (vllm, torch), arguments"),
+    Mark("load", ("load_model_path", "load_from_hub"), "config, model inspection, engine-core process spawned "
+         "(imports vllm, torch again), the worker set up in it"),
+    Mark("weights", ("weights_load_seconds",), "model construction and weights read"),
+    Mark("warmup-start", ("warmup_started",), "memory setup before the warm-up"),
+    Mark("kv", ("kv_tokens",), "warm-up: torch.compile (Dynamo trace, Inductor or its cache), KV cache sized"),
+    Mark("init-engine", ("init_engine_seconds",), "engine core's last steps"),
+    Mark("api-up", ("startup_complete",), "API server: tokenizer, chat template, routes"),
 )
+
+
+@cache
+def _table() -> LogTable:
+    return load_table()
 
 
 @dataclass
 class LineClock:
-    """A thread that reads `path` as it grows and keeps when each mark's anchor first appeared (seconds since
+    """A thread that reads `path` as it grows and keeps when each mark's fact first appeared (seconds since
     `t0`, time.monotonic), and when `launch` (a file `appliance run` writes before it execs supervisord) appeared."""
 
     path: Path
@@ -59,6 +58,7 @@ class LineClock:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _partial: bytes = b""
+    _extractor: Extractor = field(default_factory=lambda: Extractor(_table()))
 
     def __enter__(self) -> LineClock:
         try:
@@ -96,14 +96,15 @@ class LineClock:
         self.offset += len(chunk)
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
+        if not lines:
+            return
         now = time.monotonic() - self.t0
-        for raw in lines:
-            if "first-line" not in self.seen:
-                self.seen["first-line"] = now
-            text = raw.decode("utf-8", "replace")
-            for mark in MARKS:
-                if mark.id not in self.seen and mark.anchor in text:
-                    self.seen[mark.id] = now
+        self.seen.setdefault("first-line", now)
+        self._extractor.feed(b"\n".join(lines) + b"\n")
+        values = self._extractor.facts.values
+        for mark in MARKS:
+            if mark.id not in self.seen and any(name in values for name in mark.facts):
+                self.seen[mark.id] = now
 
     def phases(self, ready_s: float, since_s: float = 0.0, restart: bool = False) -> list[tuple[str, float]]:
         """(phase, seconds) in order, from `since_s` to `ready_s` (seconds since t0): the appliance's own steps (to

@@ -765,3 +765,20 @@ def test_each_step_of_a_switch_is_timed_even_when_it_raises() -> None:
     with pytest.raises(RuntimeError), clock.step("ready"):
         raise RuntimeError("the engine died")
     assert steps.to_json() == {"prepare_s": 1.0, "restart_s": 2.5, "ready_s": 0.25}  # unset steps are left out
+
+
+def test_a_records_steps_are_the_step_clocks_fields_and_numbers(tmp_path: Path) -> None:
+    from dataclasses import fields
+
+    from appliance.upgrade.history import read_record
+    from appliance.upgrade.steps import Steps
+
+    every = {f.name: 1.5 for f in fields(Steps)}
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"schema": "appliance-upgrade-record/1", "steps": every, "proof": {"steps": every}}))
+    assert read_record(good)["steps"] == every
+    for steps in ({"stop_s": 1.0}, {"ready_s": "1"}):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"schema": "appliance-upgrade-record/1", "steps": steps}))
+        with pytest.raises(ApplianceError, match="steps"):
+            read_record(bad)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from appliance.health.prefilter import AnchorFinder, Engine, Found, group_lines, make_prefilter, resolve_engine
 from appliance.health.scantable import LinePattern, ScanTable
 from appliance.jsonstrict import JsonObject
+from appliance.redact import redact
 
 if TYPE_CHECKING:
     from appliance.health.table import LogTable
@@ -83,8 +84,6 @@ def _float(raw: str) -> float:
 def _text(raw: str) -> str:
     """A free-text fact (a version, a fallback reason): masked once here, so no reader of the facts (logscan,
     /status, /metrics labels, a receipt) can show a secret the line carried; then capped."""
-    from appliance.redact import redact  # here: a scan that meets no such line does not import it
-
     return redact(raw.strip())[:MAX_TEXT]
 
 
@@ -363,8 +362,6 @@ class Extractor:
         hit = hits.get(pattern.id)
         if hit is None:
             # The line is echoed by logscan and the unauthenticated /status: secrets masked here, once.
-            from appliance.redact import redact
-
             hits[pattern.id] = FatalHit(pattern.id, pattern.rule, pattern.message, line,
                                         redact(text.strip())[:MAX_TEXT])
         else:

@@ -389,7 +389,7 @@ class LogTable(_Strict):
 
     @cached_property
     def scan_table(self) -> ScanTable:
-        """What a log scan reads of this table (health/scantable.py: cached, so a scan need not load the rest)."""
+        """What a log scan reads of this table (health/scantable.py), derived once per table."""
         def line(p: Pattern) -> LinePattern:
             groups = tuple(p.compiled.groupindex)
             if isinstance(p, FatalPattern):

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from appliance.errors import ApplianceError
 from appliance.jsonstrict import JsonObject
 from appliance.paths import write_json_atomic
 from appliance.profile.active import profile_dir, upgrades_dir
+from appliance.upgrade.steps import Steps
 
 Kind = Literal["plan", "qualify", "promote", "rollback"]
 RECORD = "record.json"
@@ -116,16 +117,9 @@ class _Window(_Open):
     seconds: float | int | None = None
 
 
-class _Steps(BaseModel):
-    """A switch's seconds per step (appliance/upgrade/steps.py); nothing else."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    prepare_s: float | int | None = None
-    switch_s: float | int | None = None
-    restart_s: float | int | None = None
-    ready_s: float | int | None = None
-    canary_s: float | int | None = None
-    out_of_service_s: float | int | None = None
+# A switch's seconds per step: the fields of upgrade/steps.py's Steps (one list, held here as numbers only).
+_Steps = create_model("_Steps", __config__=ConfigDict(extra="forbid", strict=True),
+                      **{f.name: (float | int | None, None) for f in fields(Steps)})
 
 
 class _Proof(_Open):
