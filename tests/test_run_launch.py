@@ -16,12 +16,14 @@ from supervisor.options import ServerOptions
 from appliance.errors import ApplianceError
 from appliance.placement import Placement, resolve_placement
 from appliance.profile.loader import LoadedProfile, load_profile
+from appliance.render.supervisord import STOP_WAIT_S
 from appliance.run.launch import (
     Launch,
     resolve_launch,
     resolve_place,
     resolve_serve,
     run_files,
+    supervisord_conf,
     verify_conf,
     write_launch,
 )
@@ -78,6 +80,23 @@ def test_a_hostile_value_cannot_add_a_program_or_change_a_command(value: str, tm
     # The value reaches the engine intact, through the launch file.
     argv = read_launch(launch.launch_file).programs["vllm"].argv
     assert argv[argv.index("--served-model-name") + 1] == value
+
+
+def test_a_cpu_engines_stop_wait_is_the_cpu_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU engine's stop is SIGKILLed after 15 s (it bounds vLLM 0.31.0's wait on a request its killed engine never
+    answers); a GPU serve keeps a minute for its NCCL teardown (render_conf's default: tests/test_run_path.py; a GPU
+    launch needs its engine on the host)."""
+    monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
+    loaded = load_profile("cpu-smoke")
+    assert loaded.profile.hardware.target == "cpu"
+    conf = tmp_path / "supervisord.conf"
+    conf.write_text(supervisord_conf(launch_of(loaded, tmp_path)))
+    options = ServerOptions()
+    options.configfile = str(conf)
+    options.process_config(do_usage=False)
+    engine = next(p for g in options.process_group_configs for p in g.process_configs if p.name == "vllm")
+    assert engine.stopwaitsecs == STOP_WAIT_S["cpu"] == 15 < STOP_WAIT_S["gpu"]
+    assert engine.killasgroup and engine.stopasgroup
 
 
 def test_a_set_value_with_comment_and_percent_signs_reaches_the_engine_unchanged(tmp_path: Path) -> None:

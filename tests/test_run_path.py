@@ -38,7 +38,7 @@ def test_engine_program_is_stopped_as_a_group_with_a_long_timeout_and_bounded_re
     conf = conf_for(ServePlan(["vllm", "serve", "m"], {}, "single"), tmp_path)
     vllm = dict(conf.items("program:vllm"))
     assert vllm["stopasgroup"] == vllm["killasgroup"] == "true"
-    assert int(vllm["stopwaitsecs"]) == STOP_WAIT_S >= 30
+    assert int(vllm["stopwaitsecs"]) == STOP_WAIT_S["gpu"] >= 30  # render_conf's default: the longer wait
     assert vllm["autorestart"] == "true" and int(vllm["startretries"]) <= 5
     assert vllm["stdout_logfile"] == str(tmp_path / "vllm.log")
     assert conf.get("program:logtail", "stdout_logfile") == "/dev/stdout"

@@ -43,7 +43,7 @@ from appliance.placement import Placement, ResolvedPlacement
 from appliance.profile.loader import LoadedProfile, engine_digest
 from appliance.profile.model import Profile
 from appliance.render.serveplan import ServePlan
-from appliance.render.supervisord import CrashguardSection, LogtailSection, RunFiles, render_conf
+from appliance.render.supervisord import STOP_WAIT_S, CrashguardSection, LogtailSection, RunFiles, render_conf
 from appliance.rules import context_for, require_valid
 from appliance.rules.caveats import to_show
 from appliance.run.caches import cache_env
@@ -376,7 +376,8 @@ def supervisord_conf(launch: Launch) -> str:
     programs = ServePlan(commands["vllm"], {}, launch.plan.role,
                          [commands[f"setup{i}"] for i in range(len(launch.plan.setup))])
     return render_conf(programs, launch.files, {}, commands[EXPORTER], commands.get(CANARY),
-                       crashguard=launch.sections.crashguard, logtail=launch.sections.logtail)
+                       crashguard=launch.sections.crashguard, logtail=launch.sections.logtail,
+                       stop_wait_s=STOP_WAIT_S[launch.loaded.profile.hardware.target])
 
 
 def write_launch(launch: Launch) -> str:
