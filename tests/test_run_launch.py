@@ -90,7 +90,10 @@ def test_a_cpu_engines_stop_wait_is_the_cpu_targets(tmp_path: Path, monkeypatch:
     loaded = load_profile("cpu-smoke")
     assert loaded.profile.hardware.target == "cpu"
     conf = tmp_path / "supervisord.conf"
-    conf.write_text(supervisord_conf(launch_of(loaded, tmp_path)))
+    serve = resolve_serve(loaded, resolve_place(loaded, Placement()), None)
+    launch = resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home",
+                            measure_fabric=False)  # the fabric's measurement runs the engine's torch
+    conf.write_text(supervisord_conf(launch))
     options = ServerOptions()
     options.configfile = str(conf)
     options.process_config(do_usage=False)

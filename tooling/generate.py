@@ -243,8 +243,8 @@ x-service: &service
   restart: ${{APPLIANCE_RESTART:-unless-stopped}}
   # Host networking: multi-node rendezvous and NCCL need the node's own addresses (and no port mapping).
   network_mode: host
-  # supervisord stops the engine within {STOP_WAIT_S} s (TERM, then KILL of its process group).
-  stop_grace_period: {STOP_WAIT_S + 30}s
+  # supervisord stops the engine within {max(STOP_WAIT_S.values())} s (TERM, then KILL of its process group).
+  stop_grace_period: {max(STOP_WAIT_S.values()) + 30}s
   security_opt: ["no-new-privileges:true"]
   volumes:
     # A host folder instead of a named volume: APPLIANCE_HF_CACHE=/data/hf (readable by uid 10001).
