@@ -118,6 +118,21 @@ def test_a_single_node_profile_is_a_deployment_that_never_needs_two_sets_of_gpus
     assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
 
 
+@pytest.mark.parametrize("name", ["cpu-smoke", "rtx-pro-6000-tp2", "gb10-tp2"])
+def test_a_pods_termination_grace_outlasts_its_engines_stop_wait(name: str) -> None:
+    """The kubelet's SIGKILL must come after supervisord's own (STOP_WAIT_S of the profile's target), or a stop that
+    runs to supervisord's bound loses the process group's teardown; compose's stop grace covers the longest wait."""
+    from appliance.render.supervisord import STOP_WAIT_S
+
+    target = load_profile(name).profile.hardware.target
+    graces = [t["spec"]["terminationGracePeriodSeconds"] for d in manifests(name)
+              if d["kind"] in ("Deployment", "LeaderWorkerSet") for t in pod_templates(d)]
+    assert graces and all(g > STOP_WAIT_S[target] for g in graces), (graces, STOP_WAIT_S[target])
+    compose = yaml.safe_load((Path(__file__).resolve().parents[1] / "compose.yaml").read_text())
+    grace = compose["x-service"]["stop_grace_period"]
+    assert grace.endswith("s") and int(grace[:-1]) > max(STOP_WAIT_S.values())
+
+
 @pytest.mark.parametrize("name", list_profiles())
 def test_every_pod_has_shm_caches_probes_scrape_annotations_and_secret_refs_only(name: str) -> None:
     profile = load_profile(name).profile

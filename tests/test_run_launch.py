@@ -32,10 +32,13 @@ from appliance.settings import load_settings
 from tests.in_process import CliRun, run_main
 
 
-def launch_of(loaded: LoadedProfile, tmp_path: Path, given: Placement | None = None) -> Launch:
-    """The launch `appliance run` resolves, in this process (no doctor, no checkpoint on disk)."""
+def launch_of(loaded: LoadedProfile, tmp_path: Path, given: Placement | None = None, *,
+              measure_fabric: bool = True) -> Launch:
+    """The launch `appliance run` resolves, in this process (no doctor, no checkpoint on disk). The fabric's
+    measurement runs the engine's torch: without it, no engine is needed."""
     serve = resolve_serve(loaded, resolve_place(loaded, given or Placement()), None)
-    return resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home")
+    return resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home",
+                          measure_fabric=measure_fabric)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,12 +51,17 @@ HOSTILE = [
 ]
 
 
-def programs_in(conf: Path) -> dict[str, str]:
-    """What supervisor itself reads from the file: program name -> command."""
+def process_configs(conf: Path) -> dict[str, Any]:
+    """What supervisor itself reads from the file: program name -> its process config."""
     options = ServerOptions()
     options.configfile = str(conf)
     options.process_config(do_usage=False)
-    return {p.name: p.command for g in options.process_group_configs for p in g.process_configs}
+    return {p.name: p for g in options.process_group_configs for p in g.process_configs}
+
+
+def programs_in(conf: Path) -> dict[str, str]:
+    """program name -> command, as supervisor reads them."""
+    return {name: p.command for name, p in process_configs(conf).items()}
 
 
 def hostile_launch(value: str, tmp_path: Path) -> LoadedProfile:
@@ -90,14 +98,8 @@ def test_a_cpu_engines_stop_wait_is_the_cpu_targets(tmp_path: Path, monkeypatch:
     loaded = load_profile("cpu-smoke")
     assert loaded.profile.hardware.target == "cpu"
     conf = tmp_path / "supervisord.conf"
-    serve = resolve_serve(loaded, resolve_place(loaded, Placement()), None)
-    launch = resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home",
-                            measure_fabric=False)  # the fabric's measurement runs the engine's torch
-    conf.write_text(supervisord_conf(launch))
-    options = ServerOptions()
-    options.configfile = str(conf)
-    options.process_config(do_usage=False)
-    engine = next(p for g in options.process_group_configs for p in g.process_configs if p.name == "vllm")
+    conf.write_text(supervisord_conf(launch_of(loaded, tmp_path, measure_fabric=False)))
+    engine = process_configs(conf)["vllm"]
     assert engine.stopwaitsecs == STOP_WAIT_S["cpu"] == 15 < STOP_WAIT_S["gpu"]
     assert engine.killasgroup and engine.stopasgroup
 
@@ -196,9 +198,7 @@ def test_launch_json_read_back_is_the_serve_that_was_resolved(tmp_path: Path, mo
     monkeypatch.setenv("APPLIANCE_HOME", str(tmp_path / "home"))
     loaded = load_profile("cpu-smoke", cli_overrides=["server.port=8123"])
     given = Placement(health_port=9555, origins={"health_port": "env:APPLIANCE_HEALTH_PORT"})
-    serve = resolve_serve(loaded, resolve_place(loaded, given), None)
-    launch = resolve_launch(serve, load_settings(), run_files(tmp_path / "run"), tmp_path / "home",
-                            measure_fabric=False)
+    launch = launch_of(loaded, tmp_path, given, measure_fabric=False)
     write_launch(launch)
     sent, back = launch.serve, read_serve(launch.launch_file)
     assert (back.loaded.digest, back.loaded.origins) == (sent.loaded.digest, sent.loaded.origins)

@@ -12,10 +12,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.render.plan import ServePlan
 
-STOP_WAIT_S: dict[str, int] = {"gpu": 60, "cpu": 15}
+if TYPE_CHECKING:
+    from appliance.lock import Target
+
+STOP_WAIT_S: dict[Target, int] = {"gpu": 60, "cpu": 15}
 """Seconds supervisord waits for the engine's own stop before it SIGKILLs the engine's group, by target. A GPU serve's
 clean shutdown (engine core, workers, NCCL teardown) takes seconds: a minute. The CPU build's takes under a second,
 except where vLLM 0.31.0's API server waits for a request its killed engine never answers (docs/performance.md, P9):
