@@ -1,3 +1,3 @@
-from appliance.cli import main
+from appliance.replay import main
 
 raise SystemExit(main())

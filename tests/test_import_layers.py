@@ -64,6 +64,7 @@ LAYERS: list[set[str]] = [
     {"commands"},  # parse and delegate
     {"cli"},  # the `appliance` program
     {"completion"},  # `appliance completion SHELL`: generated from cli's parser of every command (shtab)
+    {"replay"},  # the entry point: a pure command's answer replayed when nothing it read changed, else cli's main
     {"__main__"},  # python -m appliance
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
