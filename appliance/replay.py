@@ -20,10 +20,7 @@ import stat
 import sys
 from typing import Any
 
-try:  # CPython's own BLAKE2: hashlib would load OpenSSL first (~3 ms of a ~35 ms replay)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - a build without it
-    from hashlib import blake2b
+from appliance.fastdigest import blake2b
 
 PURE = frozenset({"validate", "render", "rules", "profiles"})
 """Commands whose answer depends only on what the recorder sees. `config` is left out: it reads the host's memory."""

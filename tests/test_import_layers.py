@@ -19,6 +19,7 @@ BUILD_TOOLING = "tooling"
 
 LAYERS: list[set[str]] = [
     {"errors"},  # the one error type (stdlib only)
+    {"fastdigest"},  # BLAKE2 without loading OpenSSL (stdlib only)
     # leaves (metricfamilies: prometheus-client only; table: rich; interrupts: SIGTERM as Ctrl-C, stdlib only)
     {"redact", "apikey", "metricfamilies", "table", "interrupts"},
     # the limits of every value from outside (text, ports, addresses); port_holder: who holds a port, from procfs

@@ -1,6 +1,7 @@
 """What a log scan needs of the log-check table: its line patterns (facts and fatal signatures) and `quiet_after`,
 as plain frozen records (standard library only). health/table.py validates the table and derives them
-(`LogTable.scan_table`); health/facts.py reads only these, so the scan's hot loop touches no pydantic model.
+(`LogTable.scan_table`); health/facts.py reads only these, so the scan's hot loop touches no pydantic model, and
+health/compiled.py keeps them compiled, so a scan's start needs none either.
 """
 
 from __future__ import annotations
@@ -40,3 +41,4 @@ class ScanTable:
     facts: tuple[LinePattern, ...]
     fatal: tuple[LinePattern, ...]
     quiet_after: tuple[str, ...] = ()
+
