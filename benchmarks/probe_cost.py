@@ -89,6 +89,9 @@ def main() -> int:
             # As shipped: Docker's HEALTHCHECK and the Kubernetes probes ask the reserved probe socket.
             "healthchecks/probe ready": [probe, "ready"],
             "healthchecks/probe ready URL": [probe, "ready", base],
+            # the probe's transport without its script: which part of the probe's cost is the socket, which the sh
+            "bare curl, probe socket": ["curl", "-fsS", "-o", "/dev/null", "--abstract-unix-socket",
+                                        f"appliance-probe-{port}", "http://localhost/ready"],
             "python3 -I -S http.client": [os.path.realpath(sys.executable), "-I", "-S", "-c", PY_PROBE, str(port)],
             "python3 (site-packages)": [sys.executable, "-c", PY_PROBE, str(port)],
         }
@@ -109,7 +112,7 @@ def main() -> int:
         for name in names:
             wall = statistics.median(w for w, _ in results[name])
             cpu = statistics.median(c for _, c in results[name])
-            print(f"  {name:<28} wall {wall:6.2f} ms ({wall / bare_wall:4.2f}x)   cpu {cpu:6.2f} ms "
+            print(f"  {name:<30} wall {wall:6.2f} ms ({wall / bare_wall:4.2f}x)   cpu {cpu:6.2f} ms "
                   f"({cpu / bare_cpu:4.2f}x)")
         probe_wall = statistics.median(w for w, _ in results[names[1]])
         probe_cpu = statistics.median(c for _, c in results[names[1]])

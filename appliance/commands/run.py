@@ -30,7 +30,7 @@ def _stderr(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.paths import appliance_home, venv_executable
+    from appliance.paths import appliance_home
     from appliance.run.launch import (
         check_profile,
         describe,
@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
         print(conf)
         print(describe(launch))
         return 0
-    supervisord = venv_executable("supervisord") or "supervisord"
     print(f"appliance run: {loaded.profile.name} as {launch.plan.role}; log {launch.files.engine_log}; "
           "exec supervisord", flush=True)
-    os.execv(supervisord, [supervisord, "-n", "-c", str(launch.files.conf)])
+    # supervisord whose first poll does not idle a second before the engine starts (run/supervisord_boot.py)
+    os.execv(sys.executable, [sys.executable, "-m", "appliance.run.supervisord_boot", "-n", "-c",
+                              str(launch.files.conf)])
     return 0  # not reached
