@@ -27,8 +27,8 @@ PURE = frozenset({"validate", "render", "rules", "profiles"})
 IMPURE_FLAGS = frozenset({"--host"})
 """`profiles --host` probes the GPU and memory through interfaces that no audit event names."""
 FORMAT = 1
-KEEP = 256
-"""Entries kept; the oldest are removed past this (a few KB each)."""
+KEEP = 64
+"""Entries kept; the oldest are removed past this (~100 KB each: a command's dependencies, ~560 paths)."""
 VOLATILE_ENV = frozenset({"_", "OLDPWD"})
 """Set by the shell per command or directory change; nothing the appliance reads."""
 CONTENT_LIMIT = 8 << 20
@@ -44,11 +44,16 @@ _TAINTING = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn"
 def main() -> int:
     argv = sys.argv[1:]
     command = next((a for a in argv if not a.startswith("-")), None)
-    if command not in PURE or IMPURE_FLAGS & set(argv) or "-" in argv:
+    # argparse takes an unambiguous prefix of a flag (`--ho` for `--host`)
+    impure = any(len(a) > 3 and flag.startswith(a) for a in argv for flag in IMPURE_FLAGS)
+    if command not in PURE or impure or "-" in argv or sys.stdout is None or sys.stderr is None:
         return _run_cli(argv)
-    from appliance.paths import appliance_home
+    try:
+        from appliance.paths import appliance_home
 
-    entry = os.path.join(appliance_home(), "replay", _key(argv) + ".marshal")
+        entry = os.path.join(appliance_home(), "replay", _key(argv) + ".marshal")
+    except (OSError, RuntimeError):  # a working folder that is gone, a user without a home: no replay, the command
+        return _run_cli(argv)
     replayed = _replay(entry)
     if replayed is not None:
         return replayed
@@ -64,15 +69,17 @@ def _run_cli(argv: list[str]) -> int:
 def _key(argv: list[str]) -> str:
     env = sorted((k, v) for k, v in os.environ.items() if k not in VOLATILE_ENV)
     ttys = tuple(os.isatty(fd) for fd in (0, 1, 2))
+    # a table and argparse's help fit the terminal (shutil.get_terminal_size asks the descriptor, unseen by the hook)
+    size = tuple(os.get_terminal_size(1)) if ttys[1] else tuple(os.get_terminal_size(2)) if ttys[2] else ()
     basis = (FORMAT, sys.executable, sys.version, tuple(sys.path), tuple(os.uname()), os.getcwd(), argv, env, ttys,
-             _here_signatures())
+             size)
     return blake2b(marshal.dumps(basis), digest_size=20).hexdigest()
 
 
-def _here_signatures() -> list[Any]:
-    """This module and the package's __init__: imported before the recorder starts, so it cannot see them."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    return [_stat_signature(os.path.join(here, name)) for name in ("__init__.py", "replay.py")]
+def _loaded_before() -> list[str]:
+    """The files of the modules already imported when the recorder starts (this one, appliance.paths, the standard
+    library's start-up modules): the hook cannot see their reads, so they are dependencies from the start."""
+    return [f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if isinstance(f, str)]
 
 
 def _stat_signature(path: str, *, follow: bool = True) -> Any:
@@ -184,7 +191,8 @@ class _Recorder:
         self.argv, self.entry = argv, entry
         self.recording = False
         self.tainted = False
-        self.deps: dict[tuple[str, str], None] = {}
+        self.deps: dict[tuple[str, str], Any] = {}
+        self.roots = _installed_roots()
         self.chunks: list[tuple[int, str]] = []
 
     def taint(self) -> None:
@@ -198,12 +206,24 @@ class _Recorder:
         except (TypeError, ValueError):
             self.taint()
             return
-        self.deps[(kind, path)] = None
+        self._sign(kind, path)
         folder, name = os.path.split(path)
         if kind == "read" and name.endswith(".pyc") and os.path.basename(folder) == "__pycache__":
             # the import system checks the bytecode against its source's stat without an audit event: an edited
             # source must miss as it makes Python recompile
-            self.deps[("stat", os.path.join(os.path.dirname(folder), name.split(".", 1)[0] + ".py"))] = None
+            self._sign("stat", os.path.join(os.path.dirname(folder), name.split(".", 1)[0] + ".py"))
+
+    def _sign(self, kind: str, path: str) -> None:
+        """A dependency's signature when the command first meets it (the recorder's own reads unrecorded): the save
+        signs it again, and a file that changed in between (an editor's save during the run) makes the run
+        unrecordable, since what was printed may follow either version."""
+        if (kind, path) in self.deps:
+            return
+        was, self.recording = self.recording, False
+        try:
+            self.deps[(kind, path)] = _signature(kind, path, self.roots)
+        finally:
+            self.recording = was
 
     def _hook(self) -> Any:
         """The audit hook: called for every audited operation (thousands per command: each compile, exec, id()),
@@ -236,7 +256,10 @@ class _Recorder:
 
         def watched(path: Any, *args: Any, **kwargs: Any) -> Any:
             if self.recording:
-                self._note(kind, path)
+                if kwargs.get("dir_fd") is not None:  # relative to a descriptor: not a path to check again
+                    self.taint()
+                else:
+                    self._note("lstat" if kwargs.get("follow_symlinks") is False else kind, path)
             return real(path, *args, **kwargs)
 
         setattr(os, name, watched)
@@ -249,6 +272,8 @@ class _Recorder:
         streams = sys.stdout, sys.stderr, sys.stdin
         sys.stdout, sys.stderr = _Tee(streams[0], 1, self), _Tee(streams[1], 2, self)  # type: ignore[assignment]
         sys.stdin = _Stdin(streams[2], self)  # type: ignore[assignment]
+        for path in _loaded_before():
+            self._note("read", path)
         self.recording = True
         code: Any = None
         try:
@@ -266,13 +291,21 @@ class _Recorder:
         return code
 
     def _save(self, code: int) -> None:
-        roots = _installed_roots()
-        deps = [(kind, path, _signature(kind, path, roots)) for kind, path in self.deps]
+        deps = [(kind, path, sig) for (kind, path), sig in self.deps.items()]
+        if any(_signature(kind, path, self.roots) != sig for kind, path, sig in deps):
+            return  # a file changed while the command ran
+        from appliance.redact import redact
+
+        # the output passed the one redaction; a path or an argument could carry a secret (a token as a profile
+        # name): such a run is not written down
+        said = "\n".join([*self.argv, *(path for _, path, _ in deps), *(text for _, text in self.chunks)])
+        if redact(said) != said:
+            return
         folder = os.path.dirname(self.entry)
         temp = f"{self.entry}.{os.getpid()}.tmp"
         try:
-            os.makedirs(folder, exist_ok=True)
-            with open(temp, "wb") as f:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
                 marshal.dump((FORMAT, deps, self.chunks, code), f)
             os.replace(temp, self.entry)
             _prune(folder)

@@ -161,3 +161,73 @@ def test_the_oldest_entries_go_past_the_limit(tmp_path: Path, monkeypatch: pytes
         os.utime(path, ns=(i * 10**9, i * 10**9))
     replay._prune(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["2.marshal", "3.marshal", "4.marshal"]
+
+
+def test_a_file_edited_while_the_command_runs_is_not_recorded(tmp_path: Path, data_root: Path) -> None:
+    """An editor's save between the command's read and the record: the record would pair the new file with the old
+    answer. The save is made at that moment by wrapping the recorder's save (the only way to place it there)."""
+    profile = data_root / "profiles" / "cpu-smoke.yaml"
+    edit = (f"import pathlib, appliance.replay as r; p = pathlib.Path({str(profile)!r}); save = r._Recorder._save; "
+            "r._Recorder._save = lambda self, code: (p.write_text(p.read_text() + '\\n# edited during the run\\n'), "
+            "save(self, code))[1]; ")
+    env = {**os.environ, "APPLIANCE_HOME": str(tmp_path), "APPLIANCE_ROOT": str(data_root)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    proc = subprocess.run([sys.executable, "-c", edit + ENTRY, "validate", "cpu-smoke"], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert entries(tmp_path) == []
+    assert call(["validate", "cpu-smoke"], tmp_path, env={"APPLIANCE_ROOT": str(data_root)})[3]
+
+
+def test_a_secret_in_an_argument_is_never_written_down(tmp_path: Path, data_root: Path) -> None:
+    secret = "hf_replayTestSecretValue0123456789"
+    code, _, err, ran = call(["validate", secret], tmp_path,
+                             env={"APPLIANCE_ROOT": str(data_root), "HF_TOKEN": secret})
+    assert ran and code == 2 and secret not in err
+    assert entries(tmp_path) == []
+
+
+def test_what_ran_before_the_recorder_is_a_dependency_too(tmp_path: Path, data_root: Path) -> None:
+    import marshal
+
+    call(["validate", "cpu-smoke"], tmp_path, env={"APPLIANCE_ROOT": str(data_root)})
+    (entry,) = entries(tmp_path)
+    _, deps, _, _ = marshal.loads(entry.read_bytes())
+    paths = {path for _, path, _ in deps}
+    assert str(ROOT / "appliance" / "paths.py") in paths and str(ROOT / "appliance" / "replay.py") in paths
+
+
+def test_a_vanished_working_folder_or_a_closed_stdout_runs_the_command(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    prelude = f"import os; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+    env = {**os.environ, "APPLIANCE_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-c", prelude + ENTRY, "rules", "K1"], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and "K1" in proc.stdout, proc.stderr
+    closed = subprocess.run([sys.executable, "-c", ENTRY, "rules", "K1"], capture_output=True, text=True, env=env,
+                            cwd=ROOT, timeout=120, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 0, closed.stderr
+
+
+def test_the_terminal_size_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "isatty", lambda fd: True)
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((200, 50)))
+    wide = replay._key(["profiles"])
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((60, 50)))
+    assert replay._key(["profiles"]) != wide
+
+
+def test_a_stat_that_does_not_follow_links_is_checked_as_one(tmp_path: Path) -> None:
+    link = tmp_path / "dangling.yaml"
+    link.symlink_to(tmp_path / "nowhere")
+    recorder = replay._Recorder([], str(tmp_path / "entry.marshal"))
+    real = recorder._watch("stat", "stat")
+    try:
+        recorder.recording = True
+        os.stat(link, follow_symlinks=False)
+    finally:
+        recorder.recording = False
+        os.stat = real
+    assert ("lstat", str(link)) in recorder.deps and ("stat", str(link)) not in recorder.deps
+    assert recorder.deps[("lstat", str(link))] is not None  # the link itself is there; a stat of it would say not

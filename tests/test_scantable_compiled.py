@@ -77,3 +77,13 @@ def test_a_scan_from_the_compiled_table_imports_no_pydantic_and_tells_what_the_v
                            cwd=ROOT, timeout=120, check=True).stdout.splitlines() for _ in range(2)]
     assert runs[0][0] == runs[1][0]
     assert runs[0][1] == "True" and runs[1][1] == "False"
+
+
+def test_the_table_is_validated_from_its_file_now_not_from_an_earlier_cached_read(home: Path, tmp_path: Path) -> None:
+    table = tmp_path / "logchecks.yaml"
+    table.write_text(TABLE.read_text())
+    load_table(table)  # a process that read the table once keeps it (functools.cache)
+    table.write_text(TABLE.read_text() + "\nnot_a_key: 1\n")
+    with pytest.raises(ApplianceError):
+        load_scan_table(table)
+    assert compiled(home) == []

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"appliance run: {loaded.profile.name} as {launch.plan.role}; log {launch.files.engine_log}; "
           "exec supervisord", flush=True)
     # supervisord whose first poll does not idle a second before the engine starts (run/supervisord_boot.py)
-    os.execv(sys.executable, [sys.executable, "-m", "appliance.run.supervisord_boot", "-n", "-c",
+    # -P: the working folder (the image's writable state folder) is not put first on the import path
+    os.execv(sys.executable, [sys.executable, "-P", "-m", "appliance.run.supervisord_boot", "-n", "-c",
                               str(launch.files.conf)])
     return 0  # not reached
