@@ -29,6 +29,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from appliance.health.server import probe_socket_name
+
 ROOT = Path(__file__).resolve().parent.parent
 LOG = ROOT / "tests" / "fixtures" / "logs" / "cpu-smoke-serve.log"
 PY_PROBE = ("import http.client,sys; c=http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]), timeout=3); "
@@ -91,7 +94,7 @@ def main() -> int:
             "healthchecks/probe ready URL": [probe, "ready", base],
             # the probe's transport without its script: which part of the probe's cost is the socket, which the sh
             "bare curl, probe socket": ["curl", "-fsS", "-o", "/dev/null", "--abstract-unix-socket",
-                                        f"appliance-probe-{port}", "http://localhost/ready"],
+                                        probe_socket_name(port), "http://localhost/ready"],
             "python3 -I -S http.client": [os.path.realpath(sys.executable), "-I", "-S", "-c", PY_PROBE, str(port)],
             "python3 (site-packages)": [sys.executable, "-c", PY_PROBE, str(port)],
         }

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from appliance.errors import ApplianceError
+from tests.data_copy import copy_data_root
 from tests.in_process import CliRun, run_main, time_limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,12 +29,7 @@ def cli(*args: str, env: dict[str, str] | None = None, limit_s: float = 30) -> t
 def data_root(tmp_path: Path) -> Path:
     """A copy of the data root (versions.json, profiles/, healthchecks/, channels/) a test may break; APPLIANCE_ROOT
     points there for each call (tests/in_process.py empties the caches that would keep the first root)."""
-    root = tmp_path / "root"
-    root.mkdir()
-    for name in ("versions.json", "profiles", "healthchecks", "channels"):
-        src = ROOT / name
-        shutil.copytree(src, root / name) if src.is_dir() else shutil.copy(src, root / name)
-    return root
+    return copy_data_root(tmp_path)
 
 
 def run_in(root: Path, *args: str, timeout: float = 60, **env: str) -> CliRun:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from appliance.weights.snapshot import check_folder
+from tests.data_copy import copy_data_root
 from tests.hubdouble import checkpoint_files
 from tests.in_process import CliRun, run_main, time_limit
 
@@ -249,15 +250,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _data_root(tmp_path: Path) -> Path:
-    import shutil
-
-    root = tmp_path / "root"
-    root.mkdir()
-    for name in ("versions.json", "profiles", "healthchecks", "channels", "monitoring"):
-        src = ROOT / name
-        if src.exists():
-            shutil.copytree(src, root / name) if src.is_dir() else shutil.copy(src, root / name)
-    return root
+    return copy_data_root(tmp_path)
 
 
 def in_root(root: Path, *args: str) -> CliRun:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from appliance import replay
+from tests.data_copy import copy_data_root
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "\nREPLAY-TEST pydantic imported: "
@@ -52,12 +53,7 @@ def entries(home: Path) -> list[Path]:
 
 @pytest.fixture
 def data_root(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    root.mkdir()
-    for name in ("versions.json", "profiles", "channels", "healthchecks"):
-        src = ROOT / name
-        shutil.copytree(src, root / name) if src.is_dir() else shutil.copy(src, root / name)
-    return root
+    return copy_data_root(tmp_path)
 
 
 def test_a_second_validate_replays_the_first_answer_without_running(tmp_path: Path, data_root: Path) -> None:

@@ -41,4 +41,3 @@ class ScanTable:
     facts: tuple[LinePattern, ...]
     fatal: tuple[LinePattern, ...]
     quiet_after: tuple[str, ...] = ()
-
