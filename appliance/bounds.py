@@ -40,6 +40,9 @@ EXPORTER_BIND_ALL = "0.0.0.0"
 (Prometheus scrapes the pod IP, the leader asks each worker's pod) set explicitly, and a native worker's bind when
 its address on the fabric is not known before it joins."""
 IFNAMSIZ = 16
+MAX_DRAIN_S = 3600.0
+"""The longest a stopping pod waits for its running requests (`appliance drain`, `appliance k8s --drain-s`): an
+hour; the pod's termination grace period holds the wait."""
 MAX_NODES = 16
 """Nodes a serve may span (the profile's hardware.nodes); ranks are 0 (the head) .. MAX_NODES - 1."""
 

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("appliance.commands.exporter", "health exporter: /live /ready /status /metrics"),
     "exec": ("appliance.commands.exec_program", "start one program of a launch `run` wrote (supervisord's)"),
     "k8s": ("appliance.commands.k8s", "Kubernetes manifests for a profile"),
+    "drain": ("appliance.commands.drain", "before a stop: wait until the engine runs no request (a pod's preStop)"),
     "gate": ("appliance.commands.gate", "acceptance gate against a running serve, writing a receipt"),
     "canary": ("appliance.commands.canary", "one round of golden checks: is the serve's text still right?"),
     "upgrade": ("appliance.commands.upgrade", "move a serve to another engine channel: plan, qualify, promote, "

@@ -172,6 +172,13 @@ def add_k8s_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, p
     add("monitoring", action="store_true",
         help="also a PodMonitor scraping both ports (exporter and vLLM) and a PrometheusRule with the appliance's "
              "alert rules (prometheus-operator, e.g. kube-prometheus-stack)")
+    add("rollout", choices=["recreate", "surge"], default="recreate",
+        help="how a changed template replaces the pod: recreate (stop it, then start the new one: the default, one "
+             "set of GPUs) or surge (start the new one beside it, stop the old once the new is ready and the old "
+             "has drained: no downtime where the cluster has room for a second pod; single-node profiles)")
+    add("drain-s", type=float, default=60.0, metavar="S",
+        help="surge: how long a stopping pod waits for its running requests before vLLM's stop aborts them "
+             "(default %(default)s)")
     add("gpu-product", action="append", metavar="LABEL",
         help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the profile GPU's "
              "product names)")
@@ -188,7 +195,8 @@ def k8s_options(args: argparse.Namespace, prefix: str = "") -> dict[str, object]
             "gpu_products": tuple(get("gpu-product") or ()), "monitoring": get("monitoring"),  # type: ignore[arg-type]
             "storage": "ephemeral" if get("ephemeral-cache") else None, "storage_class": get("storage-class"),
             "host_cache": get("host-cache"), "prestaged": get("prestaged"), "download_mbps": get("download-mbps"),
-            "tolerations": tuple(get("toleration") or ()), "runtime_class": get("runtime-class")}  # type: ignore[arg-type]
+            "tolerations": tuple(get("toleration") or ()), "runtime_class": get("runtime-class"),  # type: ignore[arg-type]
+            "rollout": get("rollout"), "drain_s": get("drain-s")}
 
 
 def k8s_manifests(loaded: Any, options: dict[str, object], *, image: str | None, overrides: tuple[str, ...],

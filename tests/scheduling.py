@@ -52,7 +52,8 @@ SECONDS = {
 shared-serve: its two files' sum then, each with its own serve)."""
 DOCKER_FILES = ("tests/test_bundle_offline.py", "tests/test_container_engine.py")
 """The files of `docker` tests, from the root: one work unit."""
-SHARED_SERVE_FILES = ("tests/test_gate_engine.py", "tests/test_monitoring_engine.py")
+SHARED_SERVE_FILES = ("tests/test_gate_engine.py", "tests/test_monitoring_engine.py",
+                      "tests/test_surge_drain_engine.py")
 """The files of the tests that read the session's shared serve (fixture `shared_serve`), from the root: one unit."""
 SHARED_SERVE = "shared_serve"
 LOCK_KEY = "appliance_serial_lock"

@@ -118,6 +118,44 @@ def test_a_single_node_profile_is_a_deployment_that_never_needs_two_sets_of_gpus
     assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
 
 
+@pytest.mark.parametrize("name", ["cpu-smoke", "rtx-pro-6000-tp2"])
+def test_a_surge_rollout_starts_the_new_pod_beside_the_old_which_drains_before_it_stops(name: str) -> None:
+    """--rollout surge: a rolling update that never leaves the Service without a ready pod (maxUnavailable 0), and an
+    old pod that keeps serving while the proxies drop it and until its requests are done (`appliance drain`), all
+    inside its termination grace period. The manifests are what the Kubernetes schemas accept."""
+    from appliance.render.supervisord import STOP_WAIT_S
+
+    profile = load_profile(name).profile
+    deploy, _ = manifests(name, K8sOptions(image="appliance:test", rollout="surge", drain_s=90))
+    k8s_validate(deploy)
+    assert deploy["spec"]["strategy"] == {"type": "RollingUpdate",
+                                          "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pod = deploy["spec"]["template"]["spec"]
+    hook = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook == ["appliance", "drain", "--url", f"http://127.0.0.1:{profile.server.port}", "--settle-s",
+                    str(k8s.SETTLE_S), "--max-s", "90"]
+    # the drain, then supervisord's own bound on the engine's stop, before the kubelet's SIGKILL
+    assert pod["terminationGracePeriodSeconds"] > k8s.SETTLE_S + 90 + STOP_WAIT_S[profile.hardware.target]
+    startup = pod["containers"][0]["startupProbe"]
+    assert deploy["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
+
+
+def test_recreate_stays_the_default_without_a_hook_and_a_multi_node_surge_is_refused() -> None:
+    deploy, _ = manifests("cpu-smoke")
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert "lifecycle" not in deploy["spec"]["template"]["spec"]["containers"][0]
+    refused = cli("gb10-tp2", "--image", "appliance:x", "--rollout", "surge")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "--rollout surge: a multi-node profile's group is recreated as a whole" in refused.stderr
+    assert "fix: drop --rollout surge" in refused.stderr
+    bound = cli("cpu-smoke", "--image", "appliance:x", "--rollout", "surge", "--drain-s", "7200")
+    assert bound.returncode == 2 and bound.stdout == "" and "--drain-s=7200: outside 0-3600" in bound.stderr
+    given = cli("cpu-smoke", "--image", "appliance:x", "--rollout", "surge", "--drain-s", "15")
+    assert given.returncode == 0, given.stderr
+    container = yaml.safe_load_all(given.stdout).__next__()["spec"]["template"]["spec"]["containers"][0]
+    assert container["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["--max-s", "15"]
+
+
 @pytest.mark.parametrize("name", ["cpu-smoke", "rtx-pro-6000-tp2", "gb10-tp2"])
 def test_a_pods_termination_grace_outlasts_its_engines_stop_wait(name: str) -> None:
     """The kubelet's SIGKILL must come after supervisord's own (STOP_WAIT_S of the profile's target), or a stop that

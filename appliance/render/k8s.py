@@ -10,6 +10,7 @@ as well, so that a reviewer (and a test) sees that head and workers get the same
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ from appliance.render.serveplan import ResolvedPlacement, ServePlan, rank_placem
 
 Manifest = dict[str, Any]
 Storage = Literal["per-rank", "host", "ephemeral"]
+Rollout = Literal["recreate", "surge"]
 PROBE = "/opt/appliance/healthchecks/probe"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 # LWS puts these first in every container's env, so `$(VAR)` references to them expand.
@@ -72,6 +74,7 @@ class ProbeBudget:
 # A ~160 GB DeepSeek checkpoint loads for many minutes before graph capture; the tiny CPU model ~1 min.
 GPU_BUDGET = ProbeBudget(startup_period_s=10, startup_failures=240)  # 40 min
 CPU_BUDGET = ProbeBudget(startup_period_s=5, startup_failures=60)  # 5 min
+READY_PERIOD_S = 10
 
 
 def probe_budget(profile: Profile) -> ProbeBudget:
@@ -121,6 +124,12 @@ class K8sOptions:
     """Add a PodMonitor (both ports) and a PrometheusRule (the bundle's alerts) for prometheus-operator."""
     overrides: tuple[str, ...] = field(default_factory=tuple)
     """`a.b=v` overrides the manifests were rendered with; they reach the pods as APPLIANCE_SET."""
+    rollout: Rollout = "recreate"
+    """How a new template replaces the running pod: `recreate` stops it first (one set of GPUs, out of service
+    while the new one starts); `surge` starts the new pod beside it and stops the old one once the new is ready and
+    the old has drained (zero downtime where the cluster has room for a second pod). Single-node profiles only."""
+    drain_s: float = 60.0
+    """surge: how long a stopping pod waits for its running requests (`appliance drain`, the preStop hook)."""
 
 
 def resource_name(profile: Profile, opts: K8sOptions) -> str:
@@ -177,6 +186,33 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": opts.secret, "key": key, "optional": True}}}
             for key in SECRET_ENV]
     return env
+
+
+SETTLE_S = 5
+"""surge: seconds a stopping pod keeps serving while the Service's proxies drop it (kube-proxy and most ingress
+controllers follow an EndpointSlice change within a second or two)."""
+
+
+def progress_deadline_s(profile: Profile) -> int:
+    """A Deployment's progressDeadlineSeconds: a new pod may take its whole startup budget (a GPU pod's checkpoint
+    load is minutes) and one readiness period before the rollout counts as stalled. The default 600 s would call a
+    normal GPU start a failed rollout (`kubectl rollout status` exits 1)."""
+    budget = probe_budget(profile)
+    return budget.startup_period_s * budget.startup_failures + READY_PERIOD_S + 60
+
+
+def termination_grace_s(profile: Profile, opts: K8sOptions) -> int:
+    """K22: a rank's process group needs time to stop, and supervisord escalates to SIGKILL within it; a surge pod's
+    drain (preStop) runs first, inside the same grace period."""
+    base = 120 if profile.hardware.target != "cpu" else 60
+    return base + (SETTLE_S + math.ceil(opts.drain_s) if opts.rollout == "surge" else 0)
+
+
+def _drain_hook(opts: K8sOptions, place: ResolvedPlacement) -> dict[str, Any]:
+    """The preStop hook of a surge pod: keep serving while the proxies drop the pod, then wait for the requests."""
+    return {"preStop": {"exec": {"command": ["appliance", "drain", "--url", str(place.engine_url),
+                                             "--settle-s", str(SETTLE_S),
+                                             "--max-s", f"{opts.drain_s:g}"]}}}
 
 
 def _probe(kind: str, period: int, failures: int) -> dict[str, Any]:
@@ -379,9 +415,11 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
                                budget.startup_failures + -(-(wait_s or 0) // budget.startup_period_s)),
         # The exporter already debounces (progress window, engine polls): one failed probe means not ready,
         # so traffic leaves a wedged or dead engine within two periods.
-        "readinessProbe": _probe("ready", 10, 1),
+        "readinessProbe": _probe("ready", READY_PERIOD_S, 1),
         "livenessProbe": _probe("live", 15, 4),
     }
+    if opts.rollout == "surge":
+        container["lifecycle"] = _drain_hook(opts, place)
     # RDMA registers (pins) NCCL's buffers, bounded by RLIMIT_MEMLOCK. No IPC_LOCK here: a capability added to a
     # non-root container (uid 10001) is never effective, so it lifts nothing; the memlock limit is the container
     # runtime's (containerd: LimitMEMLOCK in its unit, docs/kubernetes.md), and `appliance run` refuses to start
@@ -409,8 +447,7 @@ def _pod_template(profile: Profile, opts: K8sOptions, plan: ServePlan, labels: d
             # Service links would put e.g. VLLM_PORT=tcp://… into the env of every pod in the namespace
             # that has a Service named vllm, and vLLM reads VLLM_PORT.
             "enableServiceLinks": False,
-            # K22: a rank's process group needs time to stop; supervisord escalates to SIGKILL within it.
-            "terminationGracePeriodSeconds": 120 if gpu else 60,
+            "terminationGracePeriodSeconds": termination_grace_s(profile, opts),
             "containers": [container],
             "volumes": [
                 {"name": "dshm", "emptyDir": {"medium": "Memory",
@@ -480,7 +517,10 @@ def _workload(profile: Profile, opts: K8sOptions, lock_digest: str, profile_dige
             "metadata": _metadata(name, opts, labels),
             "spec": {
                 "replicas": 1,
-                "strategy": {"type": "Recreate"},  # a rolling update would need a second set of GPUs
+                # Recreate by default: a rolling update needs room for a second pod (a GPU profile: its GPUs again)
+                "strategy": ({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+                             if opts.rollout == "surge" else {"type": "Recreate"}),
+                "progressDeadlineSeconds": progress_deadline_s(profile),
                 "selector": {"matchLabels": {"app.kubernetes.io/instance": name, "appliance/role": "single"}},
                 "template": template,
             },

@@ -13,11 +13,12 @@ Rules (Kubernetes API conventions, "Object Names and IDs"; the container image r
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from appliance.bounds import check_fabric_ifnames, control_char, show
+from appliance.bounds import MAX_DRAIN_S, check_fabric_ifnames, control_char, show
 from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
@@ -205,3 +206,19 @@ def check_options(opts: K8sOptions, profile_name: str, multi_node: bool, storage
     if opts.host_cache is not None:
         check_host_dir("--host-cache", opts.host_cache)
     check_storage(opts, storage)
+    check_rollout(opts, multi_node)
+
+
+def check_rollout(opts: K8sOptions, multi_node: bool) -> None:
+    """--rollout surge: a single-node Deployment's rolling update; --drain-s within what a stop may wait."""
+    if opts.rollout == "surge" and multi_node:
+        raise ApplianceError(
+            "--rollout surge: a multi-node profile's group is recreated as a whole", field="--rollout",
+            value=opts.rollout, fix="drop --rollout surge (the default recreate), or serve a single-node profile",
+            reason="a surge would start a second group of every node (their GPUs again), and its per-rank claims "
+                   "would download the checkpoint again on each of them; this is not offered")
+    if not (math.isfinite(opts.drain_s) and 0 <= opts.drain_s <= MAX_DRAIN_S):
+        raise ApplianceError(f"--drain-s={opts.drain_s:g}: outside 0-{MAX_DRAIN_S:g}", field="--drain-s",
+                             value=opts.drain_s, fix="give the seconds a stopping pod may wait for its requests",
+                             reason="the pod's termination grace period holds the wait, and a stop waits at most "
+                                    "an hour")
