@@ -176,9 +176,9 @@ def add_k8s_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, p
         help="how a changed template replaces the pod: recreate (stop it, then start the new one: the default, one "
              "set of GPUs) or surge (start the new one beside it, stop the old once the new is ready and the old "
              "has drained: no downtime where the cluster has room for a second pod; single-node profiles)")
-    add("drain-s", type=float, default=60.0, metavar="S",
-        help="surge: how long a stopping pod waits for its running requests before vLLM's stop aborts them "
-             "(default %(default)s)")
+    add("drain-s", type=float, metavar="S",
+        help="with --rollout surge: how long a stopping pod waits for its running requests before vLLM's stop "
+             "aborts them (default 60)")
     add("gpu-product", action="append", metavar="LABEL",
         help="a nvidia.com/gpu.product node label the pods may run on (repeatable; default: the profile GPU's "
              "product names)")

@@ -148,12 +148,15 @@ def test_recreate_stays_the_default_without_a_hook_and_a_multi_node_surge_is_ref
     assert refused.returncode == 2 and refused.stdout == ""
     assert "--rollout surge: a multi-node profile's group is recreated as a whole" in refused.stderr
     assert "fix: drop --rollout surge" in refused.stderr
+    alone = cli("cpu-smoke", "--image", "appliance:x", "--drain-s", "30")
+    assert alone.returncode == 2 and alone.stdout == "" and "--drain-s=30 without --rollout surge" in alone.stderr
     bound = cli("cpu-smoke", "--image", "appliance:x", "--rollout", "surge", "--drain-s", "7200")
     assert bound.returncode == 2 and bound.stdout == "" and "--drain-s=7200: outside 0-3600" in bound.stderr
-    given = cli("cpu-smoke", "--image", "appliance:x", "--rollout", "surge", "--drain-s", "15")
-    assert given.returncode == 0, given.stderr
-    container = yaml.safe_load_all(given.stdout).__next__()["spec"]["template"]["spec"]["containers"][0]
-    assert container["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["--max-s", "15"]
+    for flags, bound_s in ((["--drain-s", "15"], "15"), ([], "60")):
+        given = cli("cpu-smoke", "--image", "appliance:x", "--rollout", "surge", *flags)
+        assert given.returncode == 0, given.stderr
+        container = next(yaml.safe_load_all(given.stdout))["spec"]["template"]["spec"]["containers"][0]
+        assert container["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["--max-s", bound_s]
 
 
 @pytest.mark.parametrize("name", ["cpu-smoke", "rtx-pro-6000-tp2", "gb10-tp2"])

@@ -128,8 +128,13 @@ class K8sOptions:
     """How a new template replaces the running pod: `recreate` stops it first (one set of GPUs, out of service
     while the new one starts); `surge` starts the new pod beside it and stops the old one once the new is ready and
     the old has drained (zero downtime where the cluster has room for a second pod). Single-node profiles only."""
-    drain_s: float = 60.0
-    """surge: how long a stopping pod waits for its running requests (`appliance drain`, the preStop hook)."""
+    drain_s: float | None = None
+    """surge: how long a stopping pod waits for its running requests (`appliance drain`, the preStop hook); None =
+    DEFAULT_DRAIN_S. Refused with recreate, where no hook runs."""
+
+    @property
+    def drain_bound_s(self) -> float:
+        return DEFAULT_DRAIN_S if self.drain_s is None else self.drain_s
 
 
 def resource_name(profile: Profile, opts: K8sOptions) -> str:
@@ -189,6 +194,7 @@ def _env(profile: Profile, plan: ServePlan, opts: K8sOptions, master_port: int) 
 
 
 SETTLE_S = 5
+DEFAULT_DRAIN_S = 60.0
 """surge: seconds a stopping pod keeps serving while the Service's proxies drop it (kube-proxy and most ingress
 controllers follow an EndpointSlice change within a second or two)."""
 
@@ -205,14 +211,14 @@ def termination_grace_s(profile: Profile, opts: K8sOptions) -> int:
     """K22: a rank's process group needs time to stop, and supervisord escalates to SIGKILL within it; a surge pod's
     drain (preStop) runs first, inside the same grace period."""
     base = 120 if profile.hardware.target != "cpu" else 60
-    return base + (SETTLE_S + math.ceil(opts.drain_s) if opts.rollout == "surge" else 0)
+    return base + (SETTLE_S + math.ceil(opts.drain_bound_s) if opts.rollout == "surge" else 0)
 
 
 def _drain_hook(opts: K8sOptions, place: ResolvedPlacement) -> dict[str, Any]:
     """The preStop hook of a surge pod: keep serving while the proxies drop the pod, then wait for the requests."""
     return {"preStop": {"exec": {"command": ["appliance", "drain", "--url", str(place.engine_url),
                                              "--settle-s", str(SETTLE_S),
-                                             "--max-s", f"{opts.drain_s:g}"]}}}
+                                             "--max-s", f"{opts.drain_bound_s:g}"]}}}
 
 
 def _probe(kind: str, period: int, failures: int) -> dict[str, Any]:

@@ -217,6 +217,13 @@ def check_rollout(opts: K8sOptions, multi_node: bool) -> None:
             value=opts.rollout, fix="drop --rollout surge (the default recreate), or serve a single-node profile",
             reason="a surge would start a second group of every node (their GPUs again), and its per-rank claims "
                    "would download the checkpoint again on each of them; this is not offered")
+    if opts.drain_s is None:
+        return
+    if opts.rollout != "surge":
+        raise ApplianceError(f"--drain-s={opts.drain_s:g} without --rollout surge", field="--drain-s",
+                             value=opts.drain_s, fix="add --rollout surge, or drop --drain-s",
+                             reason="only a surge pod drains before it stops (its preStop hook); a recreate stops "
+                                    "the pod at once")
     if not (math.isfinite(opts.drain_s) and 0 <= opts.drain_s <= MAX_DRAIN_S):
         raise ApplianceError(f"--drain-s={opts.drain_s:g}: outside 0-{MAX_DRAIN_S:g}", field="--drain-s",
                              value=opts.drain_s, fix="give the seconds a stopping pod may wait for its requests",
