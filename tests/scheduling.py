@@ -41,6 +41,7 @@ SECONDS = {
     "tests/test_health_engine_e2e.py": 393, "tests/test_run_engine.py": 262, "tests/test_warm_start_engine.py": 200,
     "tests/test_gemma_tp2_engine.py": 183, "tests/test_memory_watchdog_engine.py": 176,
     "tests/test_multinode_appliance_run.py": 146,
+    "tests/test_promote_beside_engine.py": 240,  # two engine starts and a bridge's; 120 s alone (2026-12-06)
     "tests/test_gate_protocol_engine.py": 400,  # three gate runs on its serve; unlisted, it started last (2026-12-05)
     "tests/test_fuzz.py": 127, "tooling/tests/test_engine_facts.py": 111, "tests/test_multinode_engine.py": 103,
     # Not its warm time (seconds) but its cold one: on a fresh machine it installs every GPU channel's stack (about

@@ -299,22 +299,22 @@ def test_a_cpu_candidate_beside_the_incumbent_binds_the_cores_the_incumbent_leav
     """vLLM's `auto` OpenMP binding takes the lowest cores: a second engine beside the first would spin on the
     incumbent's (on 2 cores its worker never started). The candidate takes the upper half, in its process
     environment only (the profile qualified is the one a promote serves)."""
-    from appliance.upgrade.candidate import Request
     from appliance.upgrade.mode import OMP_BIND_ENV, candidate_cpu_bind
-    from appliance.upgrade.qualify import Qualification, QualifyOptions
+    from appliance.upgrade.qualify import beside_env
 
     assert candidate_cpu_bind({0, 1}) == "1" and candidate_cpu_bind({0}) is None
     assert candidate_cpu_bind({4, 5, 6, 7, 0, 1, 2, 3}) == "4,5,6,7"
     monkeypatch.delenv(OMP_BIND_ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    q = Qualification(Request("cpu-smoke", to=OLD), QualifyOptions(run_dir=home / "run"), print)
+    said: list[str] = []
     loaded = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}"])
-    assert q.beside_env(loaded) == {OMP_BIND_ENV: "1"}
-    assert q.beside_env(load_profile("gb10-tp2")) == {}  # a GPU candidate: its memory, not its cores, is shared
+    assert beside_env(loaded, said.append) == {OMP_BIND_ENV: "1"}
+    assert said and "binds to cores 1" in said[0]
+    assert beside_env(load_profile("gb10-tp2"), said.append) == {}  # a GPU candidate: its memory, not its cores
     pinned = load_profile("cpu-smoke", cli_overrides=[f"engine.channel={OLD}", f"engine.extra_env.{OMP_BIND_ENV}=0"])
-    assert q.beside_env(pinned) == {}  # the profile's own binding is the user's
+    assert beside_env(pinned, said.append) == {}  # the profile's own binding is the user's
     monkeypatch.setenv(OMP_BIND_ENV, "nobind")
-    assert q.beside_env(loaded) == {}
+    assert beside_env(loaded, said.append) == {}
 
 
 def judge(incumbent: dict[str, Any], candidate: dict[str, Any]) -> Any:

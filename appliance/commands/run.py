@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     files = run_files(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir
                       else "APPLIANCE_HOME")
     launch = resolve_launch(serve, settings, files, home, measure_fabric=not args.dry_run)
-    conf = write_launch(launch)
+    conf = write_launch(launch, starting=True)
     from appliance.run.exposure import exposure_warnings
 
     for warning in exposure_warnings(place.role, loaded.profile.server.host, place.api_port, launch.exporter_host,

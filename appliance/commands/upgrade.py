@@ -88,6 +88,9 @@ def register(parser: argparse.ArgumentParser) -> None:
             x.add_argument("--canary-rounds", type=int, default=1, choices=range(0, 11), metavar="N",
                            help="healthy canary rounds the switched serve must pass (default 1)")
             x.add_argument("--force", action="store_true", help="promote without a qualification (not advised)")
+            x.add_argument("--beside", action="store_true",
+                           help="no time out of service: the candidate serves as a bridge behind the serve's front "
+                                "(server.front) while the engine restarts on it; needs room for both (U3)")
         media = x.add_argument_group("containers (instead of the native active launch)")
         media.add_argument("--compose-env", type=Path, metavar="FILE",
                            help="the env file compose reads the image and active channel from (docker compose "
@@ -198,6 +201,12 @@ def _promote(args: argparse.Namespace, action: str) -> int:
         from appliance.bounds import check_http_url
 
         check_http_url("--exporter", args.exporter)
+    if getattr(args, "beside", False) and (args.compose_env or args.k8s_out):
+        from appliance.errors import ApplianceError
+
+        raise ApplianceError("--beside with --compose-env or --k8s-out", field="--beside",
+                             fix="drop --beside: Kubernetes moves the traffic itself (--k8s-rollout surge); compose "
+                                 "has no front", reason="--beside routes through a native serve's front (server.front)")
     from appliance.profile import load_profile
     from appliance.upgrade.exclusive import one_switch
 
@@ -207,7 +216,8 @@ def _promote(args: argparse.Namespace, action: str) -> int:
         else:
             opts = PromoteOptions(run_dir=_run_dir(args, req), budget_s=args.budget_s,
                                   canary_rounds=getattr(args, "canary_rounds", 0),
-                                  force=getattr(args, "force", False), procfs=settings.procfs)
+                                  force=getattr(args, "force", False), procfs=settings.procfs,
+                                  beside=getattr(args, "beside", False))
             record = (promote if action == "promote" else rollback)(req, opts, _say)
     if args.json:
         print(json.dumps(record, indent=2, default=str))

@@ -296,6 +296,17 @@ def check_provable(found: Sequence[Any]) -> list[Check]:
                   f"reports them unknown and never waits for them", found[0].rule, parts=parts)]
 
 
+def check_behind_front(profile: Profile, role: str) -> list[Check]:
+    """With the front (server.front) the engine listens on server.engine_port behind it: that port must be free too."""
+    if not profile.server.front or role == "worker":
+        return []
+    port = profile.server.behind_front_port
+    if port_in_use(port):
+        return [Check("engine.port", "fail", f"port {port} (server.engine_port: the engine's, behind the front) is "
+                      f"already in use; stop what holds it or set server.engine_port", PORT_FREE)]
+    return []
+
+
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
                kmsg: Path | None = None, api_port: int | None = None, lock: ChannelLock | None = None) -> list[Check]:
     """`procfs`/`kmsg`: APPLIANCE_PROCFS / APPLIANCE_KMSG (settings); defaults /proc and this boot's kernel log.
@@ -310,6 +321,7 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
         *check_memory(profile, target, mem_available_gib(procfs), kernel_log,
                       source=f"MemAvailable in {procfs}/meminfo", device_free=device_free),
         *check_stale_engine(profile, running_engines(), port_busy, api_port),
+        *check_behind_front(profile, role),
         *check_memlock(profile, target, memlock_limit()),
         *check_kernel(profile, target, *kernel_release(procfs)),
         *check_versions(profile, lock=lock),

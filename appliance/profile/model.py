@@ -219,6 +219,12 @@ class Server(Section):
     """--tool-call-parser; also turns on --enable-auto-tool-choice."""
     reasoning_parser: ArgWord | None = None
     """--reasoning-parser (deepseek_v4 for DeepSeek-V4, K19)."""
+    front: bool = False
+    """The appliance's HTTP front owns `port` and forwards each request to the engine, which listens on loopback at
+    `engine_port` behind it: `appliance upgrade promote --beside` then moves the traffic to a bridge serve while the
+    engine restarts on the new channel, with no time out of service (appliance/run/front.py). Single node only."""
+    engine_port: int | None = Field(None, ge=PORT_MIN, le=PORT_MAX)
+    """With `front`: the engine's own port on loopback; null = `port` + 1."""
 
     @field_validator("host")
     @classmethod
@@ -231,7 +237,21 @@ class Server(Section):
     def _two_ports(self) -> Server:
         if self.health_port == self.port:
             raise ValueError(f"health_port {self.health_port} is the API port too; give the exporter another port")
+        if self.engine_port is not None and not self.front:
+            raise ValueError(f"engine_port {self.engine_port} without front: the engine listens on `port` itself; "
+                             f"set front: true, or drop engine_port")
+        if self.front and self.engine_port is None and self.port == PORT_MAX:
+            raise ValueError(f"port {self.port} with front: the engine's default port (port + 1) is past {PORT_MAX}; "
+                             f"give engine_port")
+        if self.front and self.behind_front_port in (self.port, self.health_port):
+            raise ValueError(f"engine_port {self.behind_front_port} is the front's or the exporter's port too; give "
+                             f"the engine a port of its own")
         return self
+
+    @property
+    def behind_front_port(self) -> int:
+        """With `front`, where the engine listens on loopback."""
+        return self.engine_port if self.engine_port is not None else self.port + 1
 
 
 class Fabric(Section):
@@ -378,6 +398,13 @@ class Profile(Section):
             if not why.strip() or len(why) > 1000:
                 raise ValueError(f"caveat {key!r} needs its reason (1 to 1000 characters): why it is accepted")
         return value
+
+    @model_validator(mode="after")
+    def _a_front_serves_one_node(self) -> Profile:
+        if self.server.front and self.hardware.nodes > 1:
+            raise ValueError(f"server.front on {self.hardware.nodes} nodes: the front serves a single-node profile "
+                             f"(a bridge beside a multi-node group would need a second set of nodes); set front: false")
+        return self
 
     @model_validator(mode="after")
     def _validated_means_every_check_passed_at_this_shape(self) -> Profile:

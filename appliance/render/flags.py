@@ -138,10 +138,12 @@ ENGINE_FLAGS: tuple[EngineFlag, ...] = (
     EngineFlag("engine.sm120_decode", ("--attention-backend",),
                lambda p, _, facts, __: _value("--attention-backend", sm120_backend(p, facts))),
     EngineFlag("engine.moe_backend", ("--moe-backend",), lambda p, *_: _value("--moe-backend", p.engine.moe_backend)),
-    EngineFlag("server.host", ("--host",), lambda p, *_: _value("--host", p.server.host)),
-    # the resolved placement's api_port (server.port, read by the placement alone)
+    # behind the front (server.front) the engine answers on loopback only: clients reach it through the front
+    EngineFlag("server.host", ("--host",),
+               lambda p, *_: _value("--host", "127.0.0.1" if p.server.front else p.server.host)),
+    # the resolved placement's listen_port: server.port, or behind the front its engine_port (read by the placement)
     EngineFlag("server.port", ("--port",),
-               lambda _p, _m, _f, api_port: _value("--port", api_port if api_port != DEFAULT_PORT else None)),
+               lambda _p, _m, _f, port: _value("--port", port if port != DEFAULT_PORT else None)),
     # The multi-node launcher's (render/launcher.py).
     EngineFlag("distributed.backend", ("--distributed-executor-backend",)),
     EngineFlag("hardware.nodes", ("--nnodes",)),
@@ -164,6 +166,7 @@ def owners() -> dict[str, str]:
     return {flag: entry.owner for entry in ENGINE_FLAGS for flag in entry.flags}
 
 
-def serve_flags(profile: Profile, model_dir: Path | None, facts: PlanFacts, api_port: int) -> list[str]:
+def serve_flags(profile: Profile, model_dir: Path | None, facts: PlanFacts, listen_port: int) -> list[str]:
     """The managed flags of `vllm serve` for the profile, in the table's order (without the launcher's)."""
-    return [word for entry in ENGINE_FLAGS if entry.words for word in entry.words(profile, model_dir, facts, api_port)]
+    return [word for entry in ENGINE_FLAGS if entry.words
+            for word in entry.words(profile, model_dir, facts, listen_port)]

@@ -32,11 +32,11 @@ ENGINE_ENV_KEYS = tuple(ENGINE_ENV_OWNERS)
 MANAGED_SPELLINGS = frozenset(flag for entry in ENGINE_FLAGS for flag in entry.flags)
 
 
-def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts, api_port: int) -> list[str]:
+def engine_argv(profile: Profile, model_dir: Path | None, facts: PlanFacts, listen_port: int) -> list[str]:
     """`vllm serve …` for the profile, in the seed's reference order, without launcher flags: the words of
     render/flags.py's entries, each flag checked against the owners derived from them (render/managed.py);
-    `api_port`: the resolved placement's."""
-    words = serve_flags(profile, model_dir, facts, api_port)
+    `listen_port`: the resolved placement's (behind the front, the engine's own port)."""
+    words = serve_flags(profile, model_dir, facts, listen_port)
     for word in words:
         if word in MANAGED_SPELLINGS:
             flag_owner(word)  # every flag rendered has an owner a passthrough is refused in favour of
@@ -128,7 +128,7 @@ def build_plan(profile: Profile, place: ResolvedPlacement | None = None, *,
         raise TypeError(f"build_plan takes a resolved placement, not {type(place).__name__}")
     at = place or rank_placements(profile)[0]
     facts = facts or plan_facts(profile)
-    argv = engine_argv(profile, at.model_dir, facts, at.api_port)
+    argv = engine_argv(profile, at.model_dir, facts, at.listen_port)
     env = engine_env(profile, facts)
     if at.role == "single":
         return _with_passthrough(profile, ServePlan(argv, env, at.role))

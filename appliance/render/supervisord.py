@@ -129,10 +129,12 @@ def _program(name: str, argv: list[str], env: dict[str, str], *, kind: str = "pr
 
 
 def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], exporter_argv: list[str],
-                canary_argv: list[str] | None = None, *, crashguard: CrashguardSection | None = None,
+                canary_argv: list[str] | None = None, front_argv: list[str] | None = None, *,
+                crashguard: CrashguardSection | None = None,
                 logtail: LogtailSection | None = None, stop_wait_s: int = STOP_WAIT_S["gpu"]) -> str:
     """The whole config. `engine_env` = plan env + caches; secrets are inherited, never written here.
     `canary_argv`: the correctness canary's watch (appliance/canary/watch.py), when the profile runs one.
+    `front_argv`: the HTTP front on the API port (appliance/run/front.py), when the profile has one.
     `crashguard`, `logtail`: their sections (default: the run folder's)."""
     log = str(files.engine_log)
     crashguard, logtail = crashguard or CrashguardSection.of(files), logtail or LogtailSection.of(files)
@@ -148,6 +150,13 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
     for i, step in enumerate(plan.setup):
         sections.append(_program(f"setup{i}", step, engine_env, autorestart=False, startsecs=0, priority=10,
                                  redirect_stderr=True, stdout_logfile=log, stdout_logfile_maxbytes=0))
+    if front_argv:  # before the engine: clients meet the front's 502 while it starts, never a refused connection
+        sections.append(_program(
+            "front", front_argv, {}, priority=15, autorestart=True, startsecs=1, stopsignal="TERM",
+            stopwaitsecs=35, stopasgroup=True, killasgroup=True, redirect_stderr=True,
+            stdout_logfile=str(files.program_log("front")), stdout_logfile_maxbytes="20MB",
+            stdout_logfile_backups=1,
+        ))
     sections.append(_program(
         "vllm", plan.argv, engine_env,
         priority=20, autostart=True, autorestart=True, startsecs=START_SECS, startretries=START_RETRIES,

@@ -21,6 +21,7 @@ Library code: it reports through the `report` callable it is given and raises Ap
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import socket
@@ -52,7 +53,7 @@ from appliance.run.launchfile import LAUNCH_MODE, LaunchFile, LaunchFileError, r
 from appliance.run.model_location import hf_offline, locate, read_facts
 from appliance.safe_write import write_files
 from appliance.serve.resolve import placement, resolve
-from appliance.serve.resolved import CANARY, ENGINE, ResolvedServe, RunSections
+from appliance.serve.resolved import CANARY, ENGINE, FRONT, FRONT_STATE, ResolvedServe, RunSections
 from appliance.serve.sections import ExporterSection, PlanSection, Program
 from appliance.settings import ApplianceSettings
 from appliance.weights.pins import revision_for
@@ -340,6 +341,9 @@ def resolve_launch(serve: ResolvedServe, settings: ApplianceSettings, files: Run
     watch = canary_watch(serve.loaded, plan, files.run_dir, place.engine_url)
     programs = {f"setup{i}": Program(step, env) for i, step in enumerate(plan.setup)}
     programs[ENGINE] = Program(plan.argv, env)
+    if serve.profile.server.front:
+        programs[FRONT] = Program(front_argv(serve.profile.server.host, place.api_port, files.run_dir,
+                                             str(place.engine_url)), {})
     if watch:
         programs[CANARY] = Program(watch, {})
     # The head compares the NCCL each worker loaded (K15) through the workers' exporters.
@@ -349,6 +353,18 @@ def resolve_launch(serve: ResolvedServe, settings: ApplianceSettings, files: Run
                                canary_state=files.run_dir / STATE_FILE if watch else None, fabric=fabric)
     run = RunSections(files.run_dir, programs, exporter, CrashguardSection.of(files), LogtailSection.of(files))
     return Launch(serve.started(plan, run), files, env, peers, exporter_host_origin=bind.origin)
+
+
+def front_argv(host: str | None, port: int, run_dir: Path, engine_url: str) -> list[str]:
+    """The front on the API port (all interfaces where server.host is unset, as the engine itself would), its own
+    engine the fallback."""
+    listen = f"[{host}]:{port}" if host and ":" in host else f"{host or ''}:{port}"
+    return [sys.executable, "-m", "appliance.run.front", "--listen", listen, "--state", str(run_dir / FRONT_STATE),
+            "--fallback", engine_url]
+
+
+def front_state(backend: str) -> str:
+    return json.dumps({"backend": backend}) + "\n"
 
 
 def canary_watch(loaded: LoadedProfile, plan: ServePlan, run_dir: Path, engine_url: str | None) -> list[str] | None:
@@ -375,17 +391,21 @@ def supervisord_conf(launch: Launch) -> str:
     commands = launch.supervised()
     programs = ServePlan(commands["vllm"], {}, launch.plan.role,
                          [commands[f"setup{i}"] for i in range(len(launch.plan.setup))])
-    return render_conf(programs, launch.files, {}, commands[EXPORTER], commands.get(CANARY),
+    return render_conf(programs, launch.files, {}, commands[EXPORTER], commands.get(CANARY), commands.get(FRONT),
                        crashguard=launch.sections.crashguard, logtail=launch.sections.logtail,
                        stop_wait_s=STOP_WAIT_S[launch.loaded.profile.hardware.target])
 
 
-def write_launch(launch: Launch) -> str:
+def write_launch(launch: Launch, *, starting: bool = False) -> str:
     """launch.json and supervisord.conf as one pair through the one writer: staged beside their targets, the config
     read back with supervisor's own loader (it must define exactly the planned programs and files), then put in
-    place together; on a refusal or a failure neither changes."""
+    place together; on a refusal or a failure neither changes. `starting`: `appliance run` starting the serve, whose
+    front (if any) starts on its own engine; a relaunch (a promote, a canary step-down) leaves the front's routing
+    as it is (a promote --beside routes to its bridge meanwhile)."""
     conf = supervisord_conf(launch)
     files: dict[Path, str] = {launch.launch_file: launch_file(launch).text(), launch.files.conf: conf}
+    if starting and FRONT in launch.programs():
+        files[launch.files.run_dir / FRONT_STATE] = front_state(str(launch.place.engine_url))
     planned = launch.supervised() | {"logtail": None, "crashguard": None}
     # Both its owner's only (LAUNCH_MODE): launch.json holds each program's environment.
     write_files(files, field="--run-dir", mode=LAUNCH_MODE,

@@ -29,6 +29,11 @@ ENGINE = "vllm"
 """The engine's supervisord program."""
 CANARY = "canary"
 """The canary's watch, where the profile runs one on this node."""
+FRONT = "front"
+"""The HTTP front on the API port (server.front): it forwards each request to the engine front.json names."""
+FRONT_STATE = "front.json"
+"""In the run folder: {"backend": URL}, the engine the front forwards to (`appliance run` writes its own engine's,
+`upgrade promote --beside` a bridge's while the engine restarts)."""
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ RecordJson = TypedDict("RecordJson", {
     "seconds": "float | dict[str, float]", "verdict": str | None, "reasons": list[str], "outcome": str, "why": str,
     "window": JsonObject, "proof": JsonObject, "rollback": JsonObject, "ranks": JsonObject, "canary": list[JsonObject],
     "cleared": str, "switching_back": str, "obtained_install_s": float, "record": str, "steps": JsonObject,
+    "beside": JsonObject,
 }, total=False)
 """An upgrade record (record.json) as its writers build it: plan, qualify, promote, rollback, each on its medium.
 RecordShape below holds what its readers take, on the way back in."""

@@ -17,6 +17,7 @@ was `promote`; `--force` goes without one and the record says so. A multi-node s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -65,6 +66,9 @@ class PromoteOptions:
     force: bool = False
     """Promote without a qualification (said in the record)."""
     procfs: Path = Path("/proc")
+    beside: bool = False
+    """Serve the candidate as a bridge behind the serve's front while the engine restarts (appliance/upgrade/
+    bridge.py): no time out of service."""
 
 
 @dataclass
@@ -186,7 +190,9 @@ class NativeSwitch:
             raise
 
     def restart_and_prove(self, loaded: LoadedProfile, channel: str, budget_s: float, rounds: int,
-                          calibration: Path | None) -> Proof:
+                          calibration: Path | None, canary_url: str | None = None) -> Proof:
+        """`canary_url`: where the canary asks (default the serve's API; with a bridge taking the traffic, the
+        engine itself)."""
         serve = self.serve
         runs = serve.look().runs
         steps = Steps()
@@ -204,7 +210,8 @@ class NativeSwitch:
             return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began, steps=steps)
         self.report(f"ready on {channel} after {time.monotonic() - began:.0f} s")
         with timer.step("canary"):
-            rows = canary_rounds(serve.api_url, loaded, rounds, calibration, self.report) if rounds else []
+            rows = canary_rounds(canary_url or serve.api_url, loaded, rounds, calibration, self.report) \
+                if rounds else []
         bad = next((r for r in rows if not r["healthy"]), None)
         took = time.monotonic() - began
         if bad is not None:
@@ -247,10 +254,13 @@ def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
 
 def promote(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:
     entered = time.monotonic()
+    from appliance.upgrade.bridge import reset_front
+
     sw = _native(req, opts, report)
     refuse_stacking(sw.name, read_active(sw.name), opts.run_dir)  # first: the active channel is not the incumbent
     pair = pair_for(req)
     serve = sw.serve
+    reset_front(serve, report)
     check_same_serve(pair.incumbent, serve.launch, opts.run_dir)
     require_renderable(pair.candidate, "nothing was switched")
     if pair.incumbent.profile.hardware.nodes > 1:
@@ -285,12 +295,50 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
     write_record(folder, record)
     active = Active(pair.name, pair.to_channel.name, list(pair.sets), folder.name, utc_now(),
                     previous.to_json() if previous else None)
+    if not opts.beside:
+        return _switch_and_prove(sw, pair, opts, record, folder, active, previous, calibration, budget, entered,
+                                 report)
+    from appliance.upgrade.bridge import open_bridge
+
+    bridge_began = time.monotonic()
+    try:
+        bridge = open_bridge(req, pair, serve, folder, budget, opts.procfs, report)
+    except ApplianceError as exc:
+        record.update(outcome="not switched", why=exc.message, finished_at=utc_now())
+        write_record(folder, record)
+        raise
+    beside: JsonObject = {"bridge_run_dir": str(bridge.serve.run_dir), "bridge_s": round(time.monotonic() -
+                                                                                           bridge_began, 1)}
+    record["beside"] = beside
+    write_record(folder, record)
+    try:
+        drained_ok, took = bridge.take_traffic(budget)
+        beside |= {"drained": drained_ok, "drain_s": round(took, 1)}
+        if not drained_ok:
+            report(f"the serve's own engine still ran requests after {took:.0f} s: its restart aborts them")
+        # `prepare` stays the checks before the bridge: the bridge's own seconds are in `beside`
+        checked = time.monotonic() - (bridge_began - entered)
+        return _switch_and_prove(sw, pair, opts, record, folder, active, previous, calibration, budget, checked,
+                                 report, canary_url=bridge.own_engine)
+    finally:
+        back_began = time.monotonic()
+        bridge_drained, _ = bridge.hand_back(budget)
+        beside |= {"back_s": round(time.monotonic() - back_began, 1), "bridge_drained": bridge_drained}
+        write_record(folder, record)
+
+
+def _switch_and_prove(sw: NativeSwitch, pair: Pair, opts: PromoteOptions, record: RecordJson, folder: Path,
+                      active: Active, previous: Active | None, calibration: Path | None, budget: float,
+                      entered: float, report: Report, canary_url: str | None = None) -> RecordJson:
+    """The switch (active.json, launch.json), the restart and its proof; the switch back when the proof fails or
+    the promote is interrupted."""
     began = time.monotonic()
     sw.switch(active, pair.candidate.digest)
     steps = Steps(prepare_s=began - entered, switch_s=time.monotonic() - began)
     report(f"switched {pair.name} to channel {pair.to_channel.name} (active.json, launch.json)")
     try:
-        proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds, calibration)
+        proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds, calibration,
+                                     canary_url)
     except Exception as exc:  # after the switch every failure rolls back: the candidate is unproven
         proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began)
     except BaseException:  # interrupted: the files go back to the incumbent, the record says whether they did
@@ -306,6 +354,8 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
         raise
     record["proof"] = proof.to_json()
     record["steps"] = steps.to_json() | proof.steps.to_json()
+    if canary_url is not None and "out_of_service_s" in record["steps"]:  # the bridge served meanwhile
+        record["steps"]["engine_down_s"] = record["steps"].pop("out_of_service_s")
     if proof.ok:
         record.update(outcome="promoted", finished_at=utc_now(), seconds=round(time.monotonic() - began, 1))
         write_record(folder, record)
@@ -343,7 +393,11 @@ def _said(exc: BaseException) -> str:
 
 def rollback(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:
     """Back to the record the active one replaced (none: the profile's own channel), restarted and waited for."""
+    from appliance.upgrade.bridge import reset_front
+
     sw = _native(req, opts, report)
+    with contextlib.suppress(ApplianceError):  # no serve here: said below, where it matters
+        reset_front(sw.serve, report)
     name = sw.name
     active = read_active(name)
     back = returning(name, active)  # a return killed part way: finish it rather than step back once more

@@ -76,6 +76,45 @@ def free_port(avoid: set[int]) -> int:
                          fix="name one with --candidate-port / --candidate-health-port")
 
 
+def beside_env(loaded: LoadedProfile, report: Report) -> dict[str, str]:
+    """A CPU candidate beside the incumbent gets cores of its own (mode.candidate_cpu_bind), where its engine
+    reads the binding variable and the profile does not set it. The process environment, not the profile: what
+    is qualified stays the profile a promote serves."""
+    from appliance.channels.facts import load_facts
+
+    profile = loaded.profile
+    if profile.hardware.target != "cpu" or OMP_BIND_ENV in profile.engine.extra_env or OMP_BIND_ENV in os.environ \
+            or not load_facts(profile.engine.channel).has_env(OMP_BIND_ENV):
+        return {}
+    cores = candidate_cpu_bind(os.sched_getaffinity(0))
+    if cores is None:
+        return {}
+    report(f"the candidate's engine binds to cores {cores} ({OMP_BIND_ENV}), away from the incumbent's")
+    return {OMP_BIND_ENV: cores}
+
+
+def serve_beside(req: Request, pair: Pair, run_dir: Path, ports: tuple[int, int], budget_s: float | None,
+                 report: Report, extra: tuple[str, ...] = (), *, beside: bool = True
+                 ) -> tuple[StartedServe, Ready, LoadedProfile]:
+    """The candidate as a serve of its own in `run_dir` on `ports` (API, exporter), `extra` --set on top, until it
+    is ready or the budget (default the profile's startup budget) runs out. `beside`: it runs beside the incumbent
+    (a CPU candidate then binds cores of its own). The qualification's side-by-side candidate, and a promote's
+    bridge (appliance/upgrade/bridge.py)."""
+    sets = (f"server.port={ports[0]}", f"server.health_port={ports[1]}", *extra)
+    loaded = load_candidate(req, pair.to_channel.name, pair.sets, sets)
+    # The candidate's layer rides in the environment, which outweighs this host's active.json (the incumbent's).
+    env = {k: v for k, v in os.environ.items() if k not in ("APPLIANCE_HEALTH_PORT", "APPLIANCE_LOG_DIR")}
+    env |= {CHANNEL_ENV: pair.to_channel.name, SET_ENV: ";".join(pair.sets)}
+    if beside:
+        env |= beside_env(loaded, report)
+    serve = start_serve(req.profile, run_dir, [*req.cli_overrides, *sets], env, report)
+    budget = budget_s or default_budget(loaded.profile)
+    report(f"waiting for the candidate to turn ready (budget {budget:g} s)")
+    ready = wait_ready(serve.look, Expect(pair.to_channel.name, loaded.digest), budget, alive=serve.alive,
+                       report=report)
+    return serve, ready, loaded
+
+
 def default_budget(profile: Any) -> float:
     from appliance.render.k8s import probe_budget
 
@@ -166,38 +205,11 @@ class Qualification:
 
     def serve_candidate(self, pair: Pair, folder: Path, ports: tuple[int, int],
                         beside: bool = False) -> tuple[StartedServe, Ready]:
-        extra = [f"server.port={ports[0]}", f"server.health_port={ports[1]}"]
-        loaded = self.on_ports(pair, ports)
-        # The candidate's layer rides in the environment, which outweighs this host's active.json (the incumbent's).
-        env = {k: v for k, v in os.environ.items() if k not in ("APPLIANCE_HEALTH_PORT", "APPLIANCE_LOG_DIR")}
-        env |= {CHANNEL_ENV: pair.to_channel.name, SET_ENV: ";".join(pair.sets)}
-        if beside:
-            env |= self.beside_env(loaded)
         began = time.monotonic()
-        serve = start_serve(self.req.profile, folder / "candidate-serve", [*self.req.cli_overrides, *extra], env,
-                            self.report)
-        budget = self.opts.budget_s or default_budget(loaded.profile)
-        self.report(f"waiting for the candidate to turn ready (budget {budget:g} s)")
-        ready = wait_ready(serve.look, Expect(pair.to_channel.name, loaded.digest), budget, alive=serve.alive,
-                           report=self.report)
+        serve, ready, _ = serve_beside(self.req, pair, folder / "candidate-serve", ports,
+                                       self.opts.budget_s, self.report, beside=beside)
         self.timed("candidate_start", began)
         return serve, ready
-
-    def beside_env(self, loaded: LoadedProfile) -> dict[str, str]:
-        """A CPU candidate beside the incumbent gets cores of its own (mode.candidate_cpu_bind), where its engine
-        reads the binding variable and the profile does not set it. The process environment, not the profile: what
-        is qualified stays the profile a promote serves."""
-        from appliance.channels.facts import load_facts
-
-        profile = loaded.profile
-        if profile.hardware.target != "cpu" or OMP_BIND_ENV in profile.engine.extra_env or OMP_BIND_ENV in os.environ \
-                or not load_facts(profile.engine.channel).has_env(OMP_BIND_ENV):
-            return {}
-        cores = candidate_cpu_bind(os.sched_getaffinity(0))
-        if cores is None:
-            return {}
-        self.report(f"the candidate's engine binds to cores {cores} ({OMP_BIND_ENV}), away from the incumbent's")
-        return {OMP_BIND_ENV: cores}
 
     def gate_candidate(self, pair: Pair, serve: StartedServe, folder: Path, ports: tuple[int, int]) -> Receipt:
         began = time.monotonic()

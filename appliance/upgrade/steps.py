@@ -7,6 +7,8 @@ out-of-service window go, step by step beside a bare `supervisorctl restart` (be
     ready     from the start to the exporter's `ready` on the new channel      in service again
     canary    the first canary rounds                                          the serve takes traffic meanwhile
     out_of_service   from the stop's beginning to ready seen
+    engine_down      the same, where a bridge served meanwhile (promote --beside, upgrade/bridge.py): the engine's
+                     gap, not the serve's
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Steps:
     ready_s: float | None = None
     canary_s: float | None = None
     out_of_service_s: float | None = None
+    engine_down_s: float | None = None
 
     def to_json(self) -> dict[str, float]:
         return {f.name: round(v, 2) for f in fields(self) if (v := getattr(self, f.name)) is not None}

@@ -1,0 +1,156 @@
+"""`appliance upgrade promote --beside`: a promote with no time out of service, for a serve behind its front
+(server.front, appliance/run/front.py).
+
+The candidate first serves as a **bridge**: a serve of its own beside the incumbent, started the way `qualify`
+starts a side-by-side candidate (U3 must find room for both), without a front. Once it is ready, the front routes
+each new request to it. The serve's own engine runs no request any more once those in flight have finished, and only
+then does it restart on the new channel (the promote's usual switch and proof, its canary on the engine itself).
+Then the front routes back, and the bridge stops once its engine runs no request. The serve keeps its identity: its
+run folder, supervisord, exporter and crash guard.
+
+Whatever ends the promote (proven, rolled back, failed, interrupted), the front is pointed back at the serve's own
+engine before the bridge stops. The front falls back to its own engine by itself when the bridge does not answer,
+so a promote killed outright (the bridge dies with it, run/tether.py) costs a restart's gap, no more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.errors import ApplianceError
+from appliance.health.engine import EngineProbe
+from appliance.upgrade.candidate import Pair, Request
+from appliance.upgrade.serve import RunningServe, StartedServe
+
+Report = Callable[[str], None]
+SETTLE_S = 1.0
+"""After a switch of the front: a request it forwarded just before reaches the old engine within this."""
+DRAIN_POLL_S = 0.25
+
+
+def point_front(run_dir: Path, backend: str) -> None:
+    """front.json names `backend`, replaced by a rename (the front reads it again when its stat changes)."""
+    from appliance.run.launch import front_state
+    from appliance.serve.resolved import FRONT_STATE
+
+    path = run_dir / FRONT_STATE
+    tmp = path.with_name(f".{FRONT_STATE}.{os.getpid()}")
+    tmp.write_text(front_state(backend))
+    os.replace(tmp, path)
+
+
+def drained(engine_url: str, bound_s: float) -> tuple[bool, float]:
+    """Until the engine at `engine_url` runs no request (or does not answer), at most `bound_s`: (drained, seconds)."""
+    began = time.monotonic()
+    time.sleep(SETTLE_S)
+    probe = EngineProbe(engine_url)
+    try:
+        while True:
+            sample = probe.sample()
+            if not sample.healthy or sample.running is None or sample.running == 0:
+                return True, time.monotonic() - began
+            if time.monotonic() - began >= bound_s:
+                return False, time.monotonic() - began
+            time.sleep(DRAIN_POLL_S)
+    finally:
+        probe.close()
+
+
+def require_front(serve: RunningServe) -> str:
+    """The serve's own engine URL, where the serve runs behind its front; exit 2 otherwise."""
+    from appliance.serve.resolved import FRONT
+
+    if FRONT not in serve.launch.programs or serve.launch.placement.engine_url is None:
+        raise ApplianceError(f"--beside: the serve in {serve.run_dir} has no front", field="--beside",
+                             value=str(serve.run_dir),
+                             fix="set server.front: true in the profile and restart the serve (appliance run), or "
+                                 "promote without --beside (a restart: out of service while the engine starts)",
+                             reason="clients must reach the serve through a front that can route them to the bridge")
+    return serve.launch.placement.engine_url
+
+
+def reset_front(serve: RunningServe, report: Report) -> None:
+    """A front that a promote killed outright left on its bridge routes to the serve's own engine again, before
+    anything else switches: the bridge's port was a free one, and something else may take it."""
+    from appliance.serve.resolved import FRONT, FRONT_STATE
+
+    own = serve.launch.placement.engine_url
+    if FRONT not in serve.launch.programs or own is None:
+        return
+    try:
+        said = json.loads((serve.run_dir / FRONT_STATE).read_text()).get("backend")
+    except (OSError, ValueError, AttributeError):
+        said = None
+    if said != own:
+        point_front(serve.run_dir, own)
+        report(f"the front routed to {said}, left by an earlier promote; it routes to the serve's own engine again")
+
+
+@dataclass
+class Bridge:
+    """The candidate serving beside the incumbent while the incumbent restarts."""
+
+    serve: StartedServe
+    run_dir: Path
+    """The incumbent's run folder (its front.json)."""
+    own_engine: str
+    report: Report
+
+    @property
+    def engine_url(self) -> str:
+        return str(self.serve.launch.placement.engine_url)
+
+    def take_traffic(self, bound_s: float) -> tuple[bool, float]:
+        """The front to the bridge, then until the serve's own engine runs no request."""
+        point_front(self.run_dir, self.engine_url)
+        self.report(f"the front routes to the bridge ({self.engine_url}); waiting for the serve's own engine to "
+                    f"finish its requests")
+        return drained(self.own_engine, bound_s)
+
+    def hand_back(self, bound_s: float) -> tuple[bool, float]:
+        """The front to the serve's own engine, then until the bridge runs no request; then the bridge stops."""
+        point_front(self.run_dir, self.own_engine)
+        self.report(f"the front routes to the serve's own engine again ({self.own_engine})")
+        try:
+            return drained(self.engine_url, bound_s)
+        finally:
+            self.serve.stop()
+            self.report("the bridge stopped")
+
+
+def open_bridge(req: Request, pair: Pair, incumbent: RunningServe, folder: Path, budget_s: float,
+                procfs: Path, report: Report) -> Bridge:
+    """The candidate started beside the incumbent (U3 must find room for both) and ready; ApplianceError (exit 2)
+    when it does not fit, or it did not turn ready (it is stopped again then)."""
+    from appliance.upgrade.mode import choose_mode
+    from appliance.upgrade.qualify import free_port, serve_beside
+
+    own = require_front(incumbent)
+    if pair.candidate.profile.hardware.target != "cpu":
+        raise ApplianceError(f"--beside on a GPU serve ({pair.candidate.profile.hardware.gpu})", field="--beside",
+                             value=pair.candidate.profile.name,
+                             fix="promote without --beside (a restart), or on Kubernetes with --k8s-rollout surge "
+                                 "(a second pod, given GPUs of its own by the scheduler)",
+                             reason="the bridge would start on the GPUs the serve holds: choosing free cards for it "
+                                    "(CUDA_VISIBLE_DEVICES on a 4-card box) is not built")
+    choose_mode(pair.candidate.profile, "side-by-side", procfs)  # U3: exit 2 naming both figures when they do not fit
+    place = incumbent.launch.placement
+    taken = {place.api_port, place.listen_port, incumbent.launch.exporter.port}
+    api = free_port(taken)
+    ports = (api, free_port(taken | {api}))
+    # The bridge serves its API on a port of its own, without a front of its own.
+    serve, ready, _ = serve_beside(req, pair, folder / "bridge-serve", ports, budget_s, report,
+                                   ("server.front=false", "server.engine_port=null"))
+    if not ready.ok:
+        said = serve.tail()
+        serve.stop()
+        raise ApplianceError(f"--beside: the bridge on channel {pair.to_channel.name} did not turn ready: {ready.why}"
+                             f"\n{said}", field="--to", value=pair.to_channel.name,
+                             fix="nothing was switched; read the bridge's output above (in "
+                                 f"{folder / 'bridge-serve'}), or qualify the candidate first")
+    return Bridge(serve, incumbent.run_dir, own, report)
