@@ -109,6 +109,8 @@ class Named(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("Set-Cookie", "a=1")  # a field a response repeats
+        self.send_header("Set-Cookie", "b=2")
         self.end_headers()
         self.wfile.write(body)
 
@@ -161,6 +163,8 @@ def test_a_keep_alive_client_follows_a_switch_at_its_next_request(front) -> None
             seen.append(client.post(f"{url}/v1/completions?n={i}", content=b'{"p": 1}').json())
     assert [s["engine"] for s in seen] == ["a", "a", "a", "b", "b", "b"]
     assert seen[-1] == {"engine": "b", "got": '{"p": 1}', "path": "/v1/completions?n=2"}  # body and query passed on
+    answer = httpx.get(f"{url}/x", timeout=10, trust_env=False)
+    assert answer.headers.get_list("set-cookie") == ["a=1", "b=2"]  # a repeated field passed on whole
 
 
 def test_a_backend_that_refuses_connections_falls_back_to_the_own_engine(front) -> None:  # type: ignore[no-untyped-def]

@@ -28,6 +28,7 @@ from aiohttp import (
     TCPConnector,
     web,
 )
+from multidict import CIMultiDict, CIMultiDictProxy
 
 # RFC 9110 7.6.1: connection-specific fields are the hop's own, never forwarded; Host and the length are set anew.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -54,8 +55,9 @@ class Backend:
         return self._url
 
 
-def _forwarded(headers: object) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}  # type: ignore[attr-defined]
+def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    """Every end-to-end field, repeated ones kept (a dict would keep one of two Set-Cookie fields)."""
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in HOP_BY_HOP)
 
 
 def make_app(state: Path, fallback: str) -> web.Application:

@@ -16,7 +16,6 @@ so a promote killed outright (the bridge dies with it, run/tether.py) costs a re
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,14 +33,13 @@ DRAIN_POLL_S = 0.25
 
 
 def point_front(run_dir: Path, backend: str) -> None:
-    """front.json names `backend`, replaced by a rename (the front reads it again when its stat changes)."""
+    """front.json names `backend`, replaced by a rename through the one writer (the front reads it again when its
+    stat changes)."""
     from appliance.run.launch import front_state
+    from appliance.safe_write import write_file
     from appliance.serve.resolved import FRONT_STATE
 
-    path = run_dir / FRONT_STATE
-    tmp = path.with_name(f".{FRONT_STATE}.{os.getpid()}")
-    tmp.write_text(front_state(backend))
-    os.replace(tmp, path)
+    write_file(run_dir / FRONT_STATE, front_state(backend), field="--run-dir")
 
 
 def drained(engine_url: str, bound_s: float) -> tuple[bool, float]:
