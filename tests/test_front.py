@@ -248,3 +248,18 @@ def test_beside_on_a_gpu_serve_is_refused_before_a_bridge_starts(tmp_path: Path)
                     tmp_path / "record", 60, Path("/proc"), print)
     assert "--k8s-rollout surge" in (refused.value.fix or "")
     assert not (tmp_path / "record").exists()  # nothing started
+
+
+@pytest.mark.parametrize("name", ["cpu-smoke", "gb10-tp2", "rtx-pro-6000-tp2"])
+def test_a_profile_without_a_front_keeps_the_digest_it_had_before_the_front_existed(name: str) -> None:
+    """Before these fields, a profile's dump had no server.front or server.engine_port: serves started then, their
+    qualifications and receipts are matched by that digest, so a profile that leaves them at their defaults keeps it."""
+    from appliance.lockfile import canonical_digest
+    from appliance.profile.loader import _as_before
+
+    loaded = load_profile(name)
+    before = loaded.profile.model_dump(mode="json")
+    del before["server"]["front"], before["server"]["engine_port"]
+    assert loaded.digest == canonical_digest(_as_before(before))
+    if loaded.profile.hardware.nodes == 1:  # a front is a change (a multi-node profile has none)
+        assert load_profile(name, cli_overrides=["server.front=true"]).digest != loaded.digest

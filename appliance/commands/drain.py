@@ -45,25 +45,18 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.health.engine import EngineProbe
+    from appliance.health.engine import wait_idle
 
     time.sleep(args.settle_s)
-    probe = EngineProbe(args.url)
-    deadline = time.monotonic() + args.max_s
-    try:
-        while True:
-            sample = probe.sample()
-            if not sample.healthy or sample.running is None:
-                print(f"appliance drain: the engine at {args.url} does not answer ({sample.error}): nothing to "
-                      f"wait for", flush=True)
-                return 0
-            if sample.running == 0:
-                print(f"appliance drain: the engine at {args.url} runs no request", flush=True)
-                return 0
-            if time.monotonic() >= deadline:
-                print(f"appliance drain: {sample.running:g} request(s) still running after {args.max_s:g} s; the "
-                      f"stop aborts them (raise --drain-s of `appliance k8s`)", file=sys.stderr, flush=True)
-                return 1
-            time.sleep(POLL_S)
-    finally:
-        probe.close()
+    result, _, sample = wait_idle(args.url, args.max_s, POLL_S)
+    if result == "gone":
+        print(f"appliance drain: the engine at {args.url} does not answer ({sample.error}): nothing to wait for",
+              flush=True)
+        return 0
+    if result == "idle":
+        print(f"appliance drain: the engine at {args.url} runs no request", flush=True)
+        return 0
+    running = "?" if sample.running is None else f"{sample.running:g}"
+    print(f"appliance drain: {running} request(s) still running after {args.max_s:g} s; the stop aborts them (raise "
+          f"--drain-s of `appliance k8s`)", file=sys.stderr, flush=True)
+    return 1

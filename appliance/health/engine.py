@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 
@@ -84,3 +86,30 @@ class EngineProbe:
 
     def close(self) -> None:
         self._client.close()
+
+
+SILENT_LOOKS = 3
+"""Looks in a row without an answer that count as an engine gone (each bounded by the probe's timeout): one slow reply
+of a busy engine is no stop."""
+Idle = Literal["idle", "gone", "busy"]
+
+
+def wait_idle(url: str, bound_s: float, poll_s: float) -> tuple[Idle, float, EngineSample]:
+    """Until the engine at `url` runs no request (`idle`), has stopped answering (`gone`), or `bound_s` has passed
+    with requests still running (`busy`): the drain before a stop (`appliance drain`, a promote's bridge)."""
+    began = time.monotonic()
+    probe = EngineProbe(url)
+    silent = 0
+    try:
+        while True:
+            sample = probe.sample()
+            silent = 0 if sample.healthy else silent + 1
+            if silent >= SILENT_LOOKS:
+                return "gone", time.monotonic() - began, sample
+            if sample.healthy and sample.running == 0:
+                return "idle", time.monotonic() - began, sample
+            if time.monotonic() - began >= bound_s:
+                return "busy", time.monotonic() - began, sample
+            time.sleep(poll_s)
+    finally:
+        probe.close()

@@ -44,11 +44,17 @@ class LoadedProfile:
 
 def _as_before(dump: dict) -> dict:
     """A field added later, left at its default, is left out: a profile that does not use it keeps the digest it had
-    before the field existed (caveats none, model.dtype auto)."""
+    before the field existed (caveats none, model.dtype auto, server.front off, server.engine_port unset): a serve
+    started before keeps matching its qualifications, receipts and this shell's resolution."""
     if not dump.get("caveats", True):
         del dump["caveats"]
     if dump["model"].get("dtype") == "auto":
         del dump["model"]["dtype"]
+    server = dump.get("server") or {}
+    if server.get("front") is False:  # server.front and server.engine_port: added with the front (off by default)
+        del server["front"]
+    if "engine_port" in server and server["engine_port"] is None:
+        del server["engine_port"]
     return dump
 
 

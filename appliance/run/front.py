@@ -4,7 +4,8 @@ file names, so `appliance upgrade promote --beside` moves traffic between two en
 
 It speaks HTTP, not bytes: the backend is chosen per request, so a client's keep-alive connection follows a switch
 at its next request, and a request in flight finishes on the engine it started on. A streamed answer (SSE) is passed
-on chunk by chunk; a client that goes away closes the upstream request, and vLLM aborts it.
+on chunk by chunk; a client that goes away cancels its handler, which closes the upstream request, and vLLM aborts
+it.
 
     python -m appliance.run.front --listen :8000 --state RUN_DIR/front.json --fallback http://127.0.0.1:8001
 
@@ -35,6 +36,10 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "transfer-encoding", "upgrade", "host", "content-length"})
 
 
+MAX_BODY = 1 << 30
+"""A request body the front reads whole before it forwards it: a long prompt with images inline, not an upload."""
+
+
 class Backend:
     """The state file's backend, read again when the file's stat changes."""
 
@@ -48,8 +53,10 @@ class Backend:
             st = os.stat(self.state)
             seen = (st.st_ino, st.st_mtime_ns, st.st_size)
             if seen != self._seen:
-                self._url = str(json.loads(self.state.read_text())["backend"]).rstrip("/")
-                self._seen = seen
+                url = json.loads(self.state.read_text())["backend"]
+                if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                    raise ValueError(f"backend {url!r} is no http(s) URL")
+                self._url, self._seen = url.rstrip("/"), seen
         except (OSError, ValueError, KeyError, TypeError):
             return fallback
         return self._url
@@ -62,12 +69,13 @@ def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
 
 def make_app(state: Path, fallback: str) -> web.Application:
     backend = Backend(state)
-    app = web.Application(client_max_size=64 << 20)
+    app = web.Application(client_max_size=MAX_BODY)
 
     async def session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
         # No total timeout: a long generation streams for minutes; connect is bounded.
-        app["session"] = ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=None, connect=10),
-                                       auto_decompress=False)
+        # An idle pooled connection is dropped before uvicorn's keep-alive (5 s) closes it from the other side.
+        app["session"] = ClientSession(connector=TCPConnector(limit=0, keepalive_timeout=3),
+                                       timeout=ClientTimeout(total=None, connect=10), auto_decompress=False)
         yield
         await app["session"].close()
 
@@ -114,8 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fallback", required=True, help="the serve's own engine (http://127.0.0.1:PORT)")
     args = ap.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
-    web.run_app(make_app(args.state, args.fallback.rstrip("/")), host=host.strip("[]") or None, port=int(port),
-                print=None, handle_signals=True, access_log=None, shutdown_timeout=30)
+    host = host.strip("[]")
+    # All interfaces where the engine would take them all: vLLM's socket on "::" takes IPv4 too, an aiohttp site
+    # bound to "::" alone would not (IPV6_V6ONLY); unset binds both families.
+    # handler_cancellation: a client that goes away cancels its handler, which closes the upstream request, and vLLM
+    # aborts it (aiohttp's default lets it run to the end for nobody).
+    web.run_app(make_app(args.state, args.fallback.rstrip("/")), host=None if host in ("", "::") else host,
+                port=int(port), print=None, handle_signals=True, access_log=None, shutdown_timeout=30,
+                handler_cancellation=True)
     return 0
 
 

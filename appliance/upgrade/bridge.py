@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.errors import ApplianceError
-from appliance.health.engine import EngineProbe
+from appliance.health.engine import wait_idle
 from appliance.upgrade.candidate import Pair, Request
 from appliance.upgrade.serve import RunningServe, StartedServe
 
@@ -43,20 +43,11 @@ def point_front(run_dir: Path, backend: str) -> None:
 
 
 def drained(engine_url: str, bound_s: float) -> tuple[bool, float]:
-    """Until the engine at `engine_url` runs no request (or does not answer), at most `bound_s`: (drained, seconds)."""
-    began = time.monotonic()
+    """Until the engine at `engine_url` runs no request, or has stopped answering, at most `bound_s`:
+    (drained, seconds)."""
     time.sleep(SETTLE_S)
-    probe = EngineProbe(engine_url)
-    try:
-        while True:
-            sample = probe.sample()
-            if not sample.healthy or sample.running is None or sample.running == 0:
-                return True, time.monotonic() - began
-            if time.monotonic() - began >= bound_s:
-                return False, time.monotonic() - began
-            time.sleep(DRAIN_POLL_S)
-    finally:
-        probe.close()
+    result, took, _ = wait_idle(engine_url, max(0.0, bound_s - SETTLE_S), DRAIN_POLL_S)
+    return result != "busy", SETTLE_S + took
 
 
 def require_front(serve: RunningServe) -> str:
@@ -111,10 +102,11 @@ class Bridge:
         return drained(self.own_engine, bound_s)
 
     def hand_back(self, bound_s: float) -> tuple[bool, float]:
-        """The front to the serve's own engine, then until the bridge runs no request; then the bridge stops."""
-        point_front(self.run_dir, self.own_engine)
-        self.report(f"the front routes to the serve's own engine again ({self.own_engine})")
+        """The front to the serve's own engine, then until the bridge runs no request; the bridge stops whatever
+        happened (it is tethered to this command, run/tether.py: it could not outlive it)."""
         try:
+            point_front(self.run_dir, self.own_engine)
+            self.report(f"the front routes to the serve's own engine again ({self.own_engine})")
             return drained(self.engine_url, bound_s)
         finally:
             self.serve.stop()
@@ -141,9 +133,8 @@ def open_bridge(req: Request, pair: Pair, incumbent: RunningServe, folder: Path,
     taken = {place.api_port, place.listen_port, incumbent.launch.exporter.port}
     api = free_port(taken)
     ports = (api, free_port(taken | {api}))
-    # The bridge serves its API on a port of its own, without a front of its own.
-    serve, ready, _ = serve_beside(req, pair, folder / "bridge-serve", ports, budget_s, report,
-                                   ("server.front=false", "server.engine_port=null"))
+    # The bridge serves its API on a port of its own, without a front of its own (qualify.side_sets).
+    serve, ready, _ = serve_beside(req, pair, folder / "bridge-serve", ports, budget_s, report)
     if not ready.ok:
         said = serve.tail()
         serve.stop()

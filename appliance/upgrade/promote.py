@@ -260,8 +260,8 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
     refuse_stacking(sw.name, read_active(sw.name), opts.run_dir)  # first: the active channel is not the incumbent
     pair = pair_for(req)
     serve = sw.serve
-    reset_front(serve, report)
     check_same_serve(pair.incumbent, serve.launch, opts.run_dir)
+    reset_front(serve, report)
     require_renderable(pair.candidate, "nothing was switched")
     if pair.incumbent.profile.hardware.nodes > 1:
         from appliance.upgrade.ranks import check_one_lock
@@ -322,8 +322,13 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
                                  report, canary_url=bridge.own_engine)
     finally:
         back_began = time.monotonic()
-        bridge_drained, _ = bridge.hand_back(budget)
-        beside |= {"back_s": round(time.monotonic() - back_began, 1), "bridge_drained": bridge_drained}
+        try:
+            bridge_drained, _ = bridge.hand_back(budget)
+            beside |= {"back_s": round(time.monotonic() - back_began, 1), "bridge_drained": bridge_drained}
+        except Exception as exc:  # recorded, never raised over the promote's own outcome
+            beside |= {"back_s": round(time.monotonic() - back_began, 1), "back_failed": _said(exc)}
+            report(f"routing the front back FAILED ({_said(exc)}): the bridge is stopped; point "
+                   f"{opts.run_dir}/front.json at {bridge.own_engine}")
         write_record(folder, record)
 
 

@@ -93,6 +93,13 @@ def beside_env(loaded: LoadedProfile, report: Report) -> dict[str, str]:
     return {OMP_BIND_ENV: cores}
 
 
+def side_sets(ports: tuple[int, int]) -> tuple[str, ...]:
+    """What a candidate serving on its own ports (API, exporter) is told: those ports, and no front of its own (the
+    incumbent's front holds server.port, its engine server.engine_port; a candidate is asked on its API directly)."""
+    return (f"server.port={ports[0]}", f"server.health_port={ports[1]}", "server.front=false",
+            "server.engine_port=null")
+
+
 def serve_beside(req: Request, pair: Pair, run_dir: Path, ports: tuple[int, int], budget_s: float | None,
                  report: Report, extra: tuple[str, ...] = (), *, beside: bool = True
                  ) -> tuple[StartedServe, Ready, LoadedProfile]:
@@ -100,7 +107,7 @@ def serve_beside(req: Request, pair: Pair, run_dir: Path, ports: tuple[int, int]
     is ready or the budget (default the profile's startup budget) runs out. `beside`: it runs beside the incumbent
     (a CPU candidate then binds cores of its own). The qualification's side-by-side candidate, and a promote's
     bridge (appliance/upgrade/bridge.py)."""
-    sets = (f"server.port={ports[0]}", f"server.health_port={ports[1]}", *extra)
+    sets = (*side_sets(ports), *extra)
     loaded = load_candidate(req, pair.to_channel.name, pair.sets, sets)
     # The candidate's layer rides in the environment, which outweighs this host's active.json (the incumbent's).
     env = {k: v for k, v in os.environ.items() if k not in ("APPLIANCE_HEALTH_PORT", "APPLIANCE_LOG_DIR")}
@@ -200,8 +207,7 @@ class Qualification:
         return api, health
 
     def on_ports(self, pair: Pair, ports: tuple[int, int]) -> LoadedProfile:
-        return load_candidate(self.req, pair.to_channel.name, pair.sets,
-                              (f"server.port={ports[0]}", f"server.health_port={ports[1]}"))
+        return load_candidate(self.req, pair.to_channel.name, pair.sets, side_sets(ports))
 
     def serve_candidate(self, pair: Pair, folder: Path, ports: tuple[int, int],
                         beside: bool = False) -> tuple[StartedServe, Ready]:
@@ -213,7 +219,7 @@ class Qualification:
 
     def gate_candidate(self, pair: Pair, serve: StartedServe, folder: Path, ports: tuple[int, int]) -> Receipt:
         began = time.monotonic()
-        extra = [f"server.port={ports[0]}", f"server.health_port={ports[1]}"]
+        extra = list(side_sets(ports))
         receipt = run_gate_on(self.req, self.opts.gate_url or serve.api_url, serve.exporter_url, extra,
                               self.opts.checks, folder / "candidate", self.opts.model_dir,
                               candidate_active(pair.name, pair.to_channel.name, pair.sets))
