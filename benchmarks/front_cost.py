@@ -58,16 +58,10 @@ def engine(model: Path, work: Path, name: str) -> tuple[subprocess.Popen[bytes],
 
 
 def point(state: Path, url: str) -> None:
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"backend": url}))
-    os.replace(tmp, state)
+    """front.json names `url`, as a promote --beside writes it."""
+    from appliance.upgrade.bridge import point_front
 
-
-def running(url: str) -> float:
-    from appliance.health.engine import parse_metrics
-
-    value, _ = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
-    return value or 0.0
+    point_front(state.parent, url)
 
 
 def latency(client: httpx.Client, url: str) -> float:
@@ -147,9 +141,9 @@ def main() -> int:
             time.sleep(5)
             switched = time.monotonic()
             point(state, b_url)
-            time.sleep(1)  # a request the front forwarded just before the switch reaches A's engine
-            while running(a_url) > 0:
-                time.sleep(0.2)
+            from appliance.upgrade.bridge import drained as until_drained
+
+            until_drained(a_url, 600)  # what a promote --beside waits for before it restarts the engine
             drained = time.monotonic()
             stop(a)
             stopped = time.monotonic()

@@ -5,7 +5,6 @@ for engines (tests/test_promote_beside_engine.py runs it in front of the real CP
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -128,9 +127,10 @@ def stand_in(name: str) -> tuple[ThreadingHTTPServer, str]:
 
 
 def point(state: Path, url: str) -> None:
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"backend": url}))
-    os.replace(tmp, state)
+    """front.json in `state`'s folder names `url`, as a promote --beside writes it."""
+    from appliance.upgrade.bridge import point_front
+
+    point_front(state.parent, url)
 
 
 @pytest.fixture
@@ -210,6 +210,9 @@ def test_doctor_fails_when_the_port_behind_the_front_is_taken() -> None:
         profile = load_profile("cpu-smoke", cli_overrides=["server.front=true", f"server.engine_port={port}"]).profile
         [check] = check_behind_front(profile, "single")
         assert check.status == "fail" and f"port {port} (server.engine_port" in check.detail
+        fronted = load_profile("cpu-smoke", cli_overrides=["server.front=true"]).profile
+        [resolved] = check_behind_front(fronted, "single", port)  # the placement's engine port, its owner's
+        assert resolved.status == "fail" and f"port {port}" in resolved.detail
     assert check_behind_front(profile, "single") == []  # free again
     assert check_behind_front(load_profile("cpu-smoke").profile, "single") == []  # no front: nothing to check
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import BIN, Serve, free_port, start_serve, wait_for
 from tests.steady_client import SteadyClient
-from tests.test_upgrade_engine import NEW, OLD, engines_root
+from tests.test_upgrade_engine import NEW, OLD, engines_root, run_upgrade
 
 NAME = "cpu-smoke-beside"
 BUDGET_S = "600"  # a cold bridge beside a busy serve on 2 cores: minutes (tests/test_upgrade_engine.py says why)
@@ -32,14 +32,8 @@ class Fronted:
     profile: Path
 
     def promote(self, to: str, *extra: str) -> tuple[int, dict[str, Any] | None, str]:
-        argv = [str(BIN / "appliance"), "upgrade", "promote", str(self.profile), "--to", to, "--force", "--run-dir",
-                str(self.serve.run_dir), "--budget-s", BUDGET_S, "--json", *extra]
-        done = subprocess.run(argv, env=self.serve.env, capture_output=True, text=True, timeout=2700, check=False)
-        try:
-            body = json.loads(done.stdout)
-        except ValueError:
-            body = None
-        return done.returncode, body, done.stdout + done.stderr
+        return run_upgrade(self.serve.env, "promote", str(self.profile), "--to", to, "--force", "--run-dir",
+                           str(self.serve.run_dir), "--budget-s", BUDGET_S, "--json", *extra)
 
     def status(self) -> dict[str, Any]:
         return httpx.get(f"{self.serve.exporter}/status", timeout=10).json()

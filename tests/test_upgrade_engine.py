@@ -42,6 +42,19 @@ def engines_root() -> str:
         str(Path.home() / ".cache" / "appliance-channels")
 
 
+def run_upgrade(env: dict[str, str], *args: str, timeout: float = 2700) -> tuple[int, dict[str, Any] | None, str]:
+    """`appliance upgrade ARGS` as a user runs it: (exit status, the --json record or None, its whole output)."""
+    done = subprocess.run([str(BIN / "appliance"), "upgrade", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    body = None
+    if "--json" in args:
+        try:
+            body = json.loads(done.stdout)
+        except ValueError:
+            body = None
+    return done.returncode, body, done.stdout + done.stderr
+
+
 @dataclass
 class Story:
     serve: Serve
@@ -50,15 +63,7 @@ class Story:
     figures: dict[str, Any] = field(default_factory=dict)
 
     def upgrade(self, *args: str, timeout: float = 2700) -> tuple[int, dict[str, Any] | None, str]:
-        argv = [str(BIN / "appliance"), "upgrade", *args]
-        done = subprocess.run(argv, env=self.serve.env, capture_output=True, text=True, timeout=timeout, check=False)
-        body = None
-        if "--json" in args:
-            try:
-                body = json.loads(done.stdout)
-            except ValueError:
-                body = None
-        return done.returncode, body, done.stdout + done.stderr
+        return run_upgrade(self.serve.env, *args, timeout=timeout)
 
     def status(self) -> dict[str, Any]:
         return httpx.get(f"{self.serve.exporter}/status", timeout=10).json()

@@ -296,11 +296,12 @@ def check_provable(found: Sequence[Any]) -> list[Check]:
                   f"reports them unknown and never waits for them", found[0].rule, parts=parts)]
 
 
-def check_behind_front(profile: Profile, role: str) -> list[Check]:
-    """With the front (server.front) the engine listens on server.engine_port behind it: that port must be free too."""
+def check_behind_front(profile: Profile, role: str, engine_port: int | None = None) -> list[Check]:
+    """With the front (server.front) the engine listens on server.engine_port behind it: that port must be free too.
+    `engine_port`: the resolved serve's (its placement's), else the profile's."""
     if not profile.server.front or role == "worker":
         return []
-    port = profile.server.behind_front_port
+    port = engine_port or profile.server.behind_front_port
     if port_in_use(port):
         return [Check("engine.port", "fail", f"port {port} (server.engine_port: the engine's, behind the front) is "
                       f"already in use; stop what holds it or set server.engine_port", PORT_FREE)]
@@ -308,9 +309,10 @@ def check_behind_front(profile: Profile, role: str) -> list[Check]:
 
 
 def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = None,
-               kmsg: Path | None = None, api_port: int | None = None, lock: ChannelLock | None = None) -> list[Check]:
+               kmsg: Path | None = None, api_port: int | None = None, lock: ChannelLock | None = None,
+               engine_port: int | None = None) -> list[Check]:
     """`procfs`/`kmsg`: APPLIANCE_PROCFS / APPLIANCE_KMSG (settings); defaults /proc and this boot's kernel log.
-    `api_port`, `lock`: the resolved serve's (`appliance run`), else the profile's."""
+    `api_port`, `engine_port`, `lock`: the resolved serve's (`appliance run`), else the profile's."""
     target = load_catalogue().gpus[profile.hardware.gpu]
     port_busy = None if role == "worker" else port_in_use(api_port or api_port_of(profile))
     procfs = procfs or Path("/proc")
@@ -321,7 +323,7 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
         *check_memory(profile, target, mem_available_gib(procfs), kernel_log,
                       source=f"MemAvailable in {procfs}/meminfo", device_free=device_free),
         *check_stale_engine(profile, running_engines(), port_busy, api_port),
-        *check_behind_front(profile, role),
+        *check_behind_front(profile, role, engine_port),
         *check_memlock(profile, target, memlock_limit()),
         *check_kernel(profile, target, *kernel_release(procfs)),
         *check_versions(profile, lock=lock),

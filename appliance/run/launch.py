@@ -247,6 +247,7 @@ def preflight_host(serve: ResolvedServe, settings: ApplianceSettings, report: Re
     returns the failed checks."""
     profile = serve.profile
     checks = run_doctor(profile, serve.role, procfs=settings.procfs, kmsg=settings.kmsg, api_port=serve.place.api_port,
+                        engine_port=serve.place.engine_port,
                         lock=serve.lock)
     if checks:
         report(checks_text(checks, False, profile.name))
