@@ -237,19 +237,30 @@ def test_a_front_left_on_a_bridge_is_routed_back_before_a_switch(tmp_path: Path)
     assert [p.name for p in run_dir.iterdir() if p.name.startswith(".front")] == []  # no staging file left
 
 
-def test_beside_on_a_gpu_serve_is_refused_before_a_bridge_starts(tmp_path: Path) -> None:
+def test_beside_on_a_gpu_serve_without_free_cards_is_refused_before_a_bridge_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU bridge takes cards that run nothing (tests/test_gpu_cards.py). Here NVML does not answer: what the host
+    has is unknown, and the promote is refused before anything starts. Then, with NVML_STAND_IN (tests/test_gpu_cards:
+    no GPU here) showing a 4-card box whose free cards are too few, the refusal names each card."""
     from appliance.run.launchfile import read_launch
     from appliance.upgrade.bridge import open_bridge
     from appliance.upgrade.candidate import Pair, Request
     from appliance.upgrade.serve import RunningServe
+    from tests.test_gpu_cards import box, nvml_stand_in
 
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     run_dir = dry_run(tmp_path, "server.front=true")
     gpu = load_profile("rtx-pro-6000-tp2", cli_overrides=["server.front=true"])
     pair = Pair(gpu, gpu, ())
-    with pytest.raises(ApplianceError, match=r"--beside on a GPU serve \(rtx-pro-6000\)") as refused:
-        open_bridge(Request("rtx-pro-6000-tp2"), pair, RunningServe(run_dir, read_launch(run_dir / "launch.json")),
-                    tmp_path / "record", 60, Path("/proc"), print)
-    assert "--k8s-rollout surge" in (refused.value.fix or "")
+    serve = RunningServe(run_dir, read_launch(run_dir / "launch.json"))
+    with pytest.raises(ApplianceError, match=r"--beside: the host cannot hold the bridge beside the serve: what the "
+                                             r"host has is unknown \(K23 cannot read what the host can give \(NVML: ") \
+            as refused:
+        open_bridge(Request("rtx-pro-6000-tp2"), pair, serve, tmp_path / "record", 60, Path("/proc"), print)
+    assert refused.value.field == "--beside" and "promote without --beside" in (refused.value.fix or "")
+    nvml_stand_in(monkeypatch, box(0, 1, 2))
+    with pytest.raises(ApplianceError, match=r"needs 2 GPU\(s\) of its own .* GPU 2: 12.0 of 95.6 GiB free, 1 compute"):
+        open_bridge(Request("rtx-pro-6000-tp2"), pair, serve, tmp_path / "record", 60, Path("/proc"), print)
     assert not (tmp_path / "record").exists()  # nothing started
 
 
@@ -266,3 +277,36 @@ def test_a_profile_without_a_front_keeps_the_digest_it_had_before_the_front_exis
     assert loaded.digest == canonical_digest(_as_before(before))
     if loaded.profile.hardware.nodes == 1:  # a front is a change (a multi-node profile has none)
         assert load_profile(name, cli_overrides=["server.front=true"]).digest != loaded.digest
+
+
+def test_a_gpu_bridge_starts_on_the_free_cards_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With NVML_STAND_IN (no GPU here) showing the serve on cards 0 and 1 of four, the bridge's serve is started
+    pinned to 2 and 3 in NVML's order. The GPU serve itself cannot start here: SERVE_STAND_IN records what
+    `start_serve` was given and stops the promote there."""
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.bridge import open_bridge
+    from appliance.upgrade.candidate import Pair, Request
+    from appliance.upgrade.serve import RunningServe
+    from tests.test_gpu_cards import box, nvml_stand_in
+
+    class Started(Exception):
+        pass
+
+    given: dict[str, str] = {}
+
+    def serve_stand_in(profile: str, run_dir: Path, sets: list[str], env: dict[str, str], report: object) -> None:
+        given.update(env)
+        raise Started
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    monkeypatch.setattr("appliance.upgrade.qualify.start_serve", serve_stand_in)
+    nvml_stand_in(monkeypatch, box(0, 1))
+    run_dir = dry_run(tmp_path, "server.front=true")
+    gpu = load_profile("rtx-pro-6000-tp2", cli_overrides=["server.front=true"])
+    said: list[str] = []
+    with pytest.raises(Started):
+        open_bridge(Request("rtx-pro-6000-tp2"), Pair(gpu, gpu, ()), RunningServe(run_dir, read_launch(
+            run_dir / "launch.json")), tmp_path / "record", 60, Path("/proc"), said.append)
+    assert given["CUDA_VISIBLE_DEVICES"] == "2,3" and given["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "the candidate's engine runs on GPU(s) 2,3 (CUDA_VISIBLE_DEVICES), away from the incumbent's" in said

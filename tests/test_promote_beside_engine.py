@@ -86,6 +86,7 @@ def test_promote_beside_moves_the_traffic_to_a_bridge_and_back_losing_no_request
     assert rec is not None and rec["outcome"] == "promoted", out
     beside = rec["beside"]
     assert beside["drained"] and beside["bridge_drained"], beside
+    assert beside["bridge_cards"] is None  # a CPU bridge: cores of its own, no cards
     bridge_dir = Path(beside["bridge_run_dir"])
     assert "out_of_service_s" not in rec["steps"] and rec["steps"]["engine_down_s"] > 0  # the bridge served meanwhile
     assert w.requests >= 20 and w.failed == 0, w.to_json()  # no request failed through the whole switch

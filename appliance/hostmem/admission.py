@@ -64,13 +64,13 @@ class Admission:
     fix: str | None = None
 
 
-def _ranks_on_node(p: Profile) -> int:
+def ranks_on_node(p: Profile) -> int:
     return max(1, p.parallel.ranks // p.hardware.nodes)
 
 
 def need_for(ctx: RuleContext) -> Need:
     p, gpu = ctx.profile, ctx.gpu
-    ranks = _ranks_on_node(p)
+    ranks = ranks_on_node(p)
     weights = weights_per_rank_gib(ctx)
     overhead = p.memory.overhead_gib
     overhead = DEFAULT_OVERHEAD_GIB[p.hardware.target] if overhead is None else overhead
@@ -100,12 +100,12 @@ def _fix(p: Profile, gpu: GpuFacts, need: Need, available: float) -> str:
                 f"{available:.1f} GiB: stop what else uses memory on this node, or spread the model over more "
                 f"{'nodes' if need.per == 'node' else 'GPUs'}")
     if p.limits.kv_cache_memory_gib or gpu.arch == "cpu":
-        per_rank = room_for_kv / (_ranks_on_node(p) if need.per == "node" else 1)
+        per_rank = room_for_kv / (ranks_on_node(p) if need.per == "node" else 1)
         return (f"set limits.kv_cache_memory_gib <= {per_rank:.1f} (then limits.max_model_len x "
                 f"limits.max_num_seqs = {p.limits.max_model_len} x {p.limits.max_num_seqs or 'default'} must fit that "
                 f"KV: lower them if the engine says so), or free {short:.1f} GiB on this node")
-    util = (need.weights_gib / _ranks_on_node(p) if need.per == "node" else need.weights_gib) \
-        + room_for_kv / (_ranks_on_node(p) if need.per == "node" else 1)
+    util = (need.weights_gib / ranks_on_node(p) if need.per == "node" else need.weights_gib) \
+        + room_for_kv / (ranks_on_node(p) if need.per == "node" else 1)
     fitting = int(util / (gpu.budget_base_gib or 1) * 100) / 100
     return (f"set limits.gpu_memory_utilization <= {fitting:.2f} (KV {room_for_kv:.1f} GiB; limits.max_model_len "
             f"{p.limits.max_model_len} and max_num_seqs {p.limits.max_num_seqs or 'default'} must fit it), or free "
@@ -128,18 +128,20 @@ def admit(profile: Profile, available_gib: float | None, source: str, ctx: RuleC
 
 
 def nvml_free_gib() -> tuple[float | None, str]:
-    """The least free device memory over this node's GPUs (NVML), or None with the reason."""
-    try:
-        import pynvml  # from nvidia-ml-py
+    """The least free device memory over the GPUs this process may use (NVML, under its CUDA_VISIBLE_DEVICES: a
+    second engine pinned to free cards is judged by those), or None with the reason."""
+    import os
 
-        pynvml.nvmlInit()
-    except Exception as exc:
-        return None, f"NVML: {exc}"
+    from appliance.errors import ApplianceError
+    from appliance.hostmem.cards import VISIBLE_ENV, read_cards, visible
+
+    cards, source = read_cards()
+    if cards is None:
+        return None, source
     try:
-        free = [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free / 1024**3
-                for i in range(pynvml.nvmlDeviceGetCount())]
-    except Exception as exc:
-        return None, f"NVML: {exc}"
-    finally:
-        pynvml.nvmlShutdown()
-    return (min(free), f"NVML free memory, least of {len(free)} GPU(s)") if free else (None, "NVML: no GPU")
+        usable, among = visible(cards, os.environ), (f" named by {VISIBLE_ENV}" if VISIBLE_ENV in os.environ else "")
+    except ApplianceError:  # a MIG instance, say: judged by every card, as before
+        usable, among = cards, ""
+    if not usable:
+        return None, f"NVML: no GPU{among}"
+    return min(c.free_gib for c in usable), f"NVML free memory, least of {len(usable)} GPU(s){among}"

@@ -2,7 +2,8 @@
 (server.front, appliance/run/front.py).
 
 The candidate first serves as a **bridge**: a serve of its own beside the incumbent, started the way `qualify`
-starts a side-by-side candidate (U3 must find room for both), without a front. Once it is ready, the front routes
+starts a side-by-side candidate (U3 must find room for both: on discrete GPUs, cards that run nothing, as many as
+the serve has ranks; hostmem/cards.py), without a front. Once it is ready, the front routes
 each new request to it. The serve's own engine runs no request any more once those in flight have finished, and only
 then does it restart on the new channel (the promote's usual switch and proof, its canary on the engine itself).
 Then the front routes back, and the bridge stops once its engine runs no request. The serve keeps its identity: its
@@ -89,6 +90,8 @@ class Bridge:
     """The incumbent's run folder (its front.json)."""
     own_engine: str
     report: Report
+    cards: str | None = None
+    """On discrete GPUs, the cards the bridge runs on (NVML's indices)."""
 
     @property
     def engine_url(self) -> str:
@@ -117,24 +120,26 @@ def open_bridge(req: Request, pair: Pair, incumbent: RunningServe, folder: Path,
                 procfs: Path, report: Report) -> Bridge:
     """The candidate started beside the incumbent (U3 must find room for both) and ready; ApplianceError (exit 2)
     when it does not fit, or it did not turn ready (it is stopped again then)."""
+    from appliance.rules.upgrade import RULES
     from appliance.upgrade.mode import choose_mode
     from appliance.upgrade.qualify import free_port, serve_beside
 
     own = require_front(incumbent)
-    if pair.candidate.profile.hardware.target != "cpu":
-        raise ApplianceError(f"--beside on a GPU serve ({pair.candidate.profile.hardware.gpu})", field="--beside",
-                             value=pair.candidate.profile.name,
-                             fix="promote without --beside (a restart), or on Kubernetes with --k8s-rollout surge "
-                                 "(a second pod, given GPUs of its own by the scheduler)",
-                             reason="the bridge would start on the GPUs the serve holds: choosing free cards for it "
-                                    "(CUDA_VISIBLE_DEVICES on a 4-card box) is not built")
-    choose_mode(pair.candidate.profile, "side-by-side", procfs)  # U3: exit 2 naming both figures when they do not fit
+    # U3: the host must hold both; on discrete GPUs the bridge takes free cards of its own
+    choice = choose_mode(pair.candidate.profile, "auto", procfs)
+    if choice.mode != "side-by-side":
+        raise ApplianceError(f"--beside: the host cannot hold the bridge beside the serve: {choice.why}",
+                             field="--beside", value=pair.candidate.profile.name,
+                             fix="promote without --beside (a restart: out of service while the engine starts)"
+                                 + (f"; or {choice.admission.fix}" if choice.admission and choice.admission.fix
+                                    else ""),
+                             reason=RULES["U3"].reason)
     place = incumbent.launch.placement
     taken = {place.api_port, place.listen_port, incumbent.launch.exporter.port}
     api = free_port(taken)
     ports = (api, free_port(taken | {api}))
     # The bridge serves its API on a port of its own, without a front of its own (qualify.side_sets).
-    serve, ready, _ = serve_beside(req, pair, folder / "bridge-serve", ports, budget_s, report)
+    serve, ready, _ = serve_beside(req, pair, folder / "bridge-serve", ports, budget_s, report, cards=choice.cards)
     if not ready.ok:
         said = serve.tail()
         serve.stop()
@@ -142,4 +147,4 @@ def open_bridge(req: Request, pair: Pair, incumbent: RunningServe, folder: Path,
                              f"\n{said}", field="--to", value=pair.to_channel.name,
                              fix="nothing was switched; read the bridge's output above (in "
                                  f"{folder / 'bridge-serve'}), or qualify the candidate first")
-    return Bridge(serve, incumbent.run_dir, own, report)
+    return Bridge(serve, incumbent.run_dir, own, report, choice.cards.indices if choice.cards else None)

@@ -2,20 +2,23 @@
 
 - side by side: the candidate starts beside the running incumbent, on other ports. Only when the host holds both:
   the candidate's K23 need per node fits what the host has *with the incumbent running* (MemAvailable on GB10's
-  unified memory and the CPU target; NVML's least free device memory on discrete GPUs, where the incumbent holds
-  the GPUs the candidate would need). Single-node only: a multi-node candidate would need a second set of nodes.
+  unified memory and the CPU target). On discrete GPUs the candidate takes cards of its own: as many as it has ranks
+  on the node, each running no compute process and with its need free (hostmem/cards.py; on a 4-card box, a TP=2
+  candidate beside a TP=2 serve). Single-node only: a multi-node candidate would need a second set of nodes.
 - window: the incumbent's engine is stopped, the candidate served and judged, and the incumbent restored whatever
   the verdict (a DeepSeek serve on 2 x GB10 cannot hold two).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from appliance.errors import ApplianceError
-from appliance.hostmem.admission import Admission, admit, nvml_free_gib
+from appliance.hostmem.admission import RULE, Admission, admit, need_for, ranks_on_node
+from appliance.hostmem.cards import ORDER_ENV, VISIBLE_ENV, CardPick, pick_free, read_cards, visible
 from appliance.hostmem.sources import mem_available_gib
 from appliance.profile.model import Profile
 from appliance.rules import context_for
@@ -33,6 +36,8 @@ class ModeChoice:
     why: str
     admission: Admission | None
     """The candidate's K23 need against what the host has now (None where it was not asked: multi-node)."""
+    cards: CardPick | None = None
+    """Side by side on discrete GPUs: the cards the candidate takes (its engine's CUDA_VISIBLE_DEVICES)."""
 
     def to_json(self) -> dict[str, object]:
         a = self.admission
@@ -40,17 +45,40 @@ class ModeChoice:
                 "need_gib": round(a.need.total_gib, 2) if a else None,
                 "need": a.need.breakdown() if a else None,
                 "available_gib": round(a.available_gib, 2) if a and a.available_gib is not None else None,
-                "source": a.source if a else None}
+                "source": a.source if a else None,
+                "cards": self.cards.indices if self.cards else None}
 
 
-def host_admission(candidate: Profile, procfs: Path) -> Admission:
-    """The candidate's need against what this host has now (the incumbent, if running, already counted in)."""
+def host_admission(candidate: Profile, procfs: Path) -> tuple[Admission, CardPick | None]:
+    """The candidate's need against what this host has now (the incumbent, if running, already counted in), and on
+    discrete GPUs the cards it would take."""
     ctx = context_for(candidate)
     gpu = ctx.gpu
     if gpu.arch == "cpu" or gpu.unified_memory:
-        return admit(candidate, mem_available_gib(procfs), f"MemAvailable in {procfs}/meminfo", ctx)
-    free, source = nvml_free_gib()
-    return admit(candidate, free, source, ctx)
+        return admit(candidate, mem_available_gib(procfs), f"MemAvailable in {procfs}/meminfo", ctx), None
+    need = need_for(ctx)
+    pinned = {k: v for k, v in candidate.engine.extra_env.items() if k in (VISIBLE_ENV, ORDER_ENV)}
+    if pinned:
+        named = ", ".join(f"engine.extra_env.{k}={v}" for k, v in pinned.items())
+        return Admission(RULE, "fail", need, None, "the profile",
+                         f"{RULE} the profile names its cards ({named}): a second engine of it would start on the "
+                         "cards the incumbent holds", "remove it from engine.extra_env: the appliance gives a second "
+                         "engine free cards of its own"), None
+    cards, source = read_cards()
+    if cards is None:
+        return admit(candidate, None, source, ctx), None
+    count = ranks_on_node(candidate)
+    try:
+        usable = visible(cards, os.environ)
+    except ApplianceError as exc:  # a MIG instance: no whole card to give a second engine
+        return Admission(RULE, "fail", need, None, source, f"{RULE} {exc.message}", exc.fix), None
+    pick, found = pick_free(usable, count, need.total_gib)
+    if pick is None:
+        return Admission(RULE, "fail", need, None, found,
+                         f"{RULE} the candidate needs {count} GPU(s) of its own with {need.total_gib:.1f} GiB free "
+                         f"each ({need.breakdown()}): {found}",
+                         f"free {count} card(s) beside the incumbent's: stop what else runs on them"), None
+    return admit(candidate, pick.least_free_gib, found, ctx), pick
 
 
 def choose_mode(candidate: Profile, requested: Requested, procfs: Path) -> ModeChoice:
@@ -62,13 +90,13 @@ def choose_mode(candidate: Profile, requested: Requested, procfs: Path) -> ModeC
             raise ApplianceError(f"U3 --mode side-by-side: {why}", field="--mode", value=requested,
                                  fix="use --mode window (or auto)")
         return ModeChoice("window", requested, why, None)
-    a = host_admission(candidate, procfs)
+    a, cards = host_admission(candidate, procfs)
     fits = a.verdict == "ok"
     if requested == "window":
         return ModeChoice("window", requested, "asked for (--mode window)" +
                           (f"; the host could hold both ({a.detail})" if fits else ""), a)
     if fits:
-        return ModeChoice("side-by-side", requested, f"the host holds both: {a.detail}", a)
+        return ModeChoice("side-by-side", requested, f"the host holds both: {a.detail}", a, cards)
     if requested == "side-by-side":
         raise ApplianceError(f"U3 --mode side-by-side: the host cannot hold the candidate beside the incumbent: "
                              f"{a.detail}", field="--mode", value=requested,

@@ -307,8 +307,8 @@ def promote(req: Request, opts: PromoteOptions, report: Report = print) -> Recor
         record.update(outcome="not switched", why=exc.message, finished_at=utc_now())
         write_record(folder, record)
         raise
-    beside: JsonObject = {"bridge_run_dir": str(bridge.serve.run_dir), "bridge_s": round(time.monotonic() -
-                                                                                           bridge_began, 1)}
+    beside: JsonObject = {"bridge_run_dir": str(bridge.serve.run_dir), "bridge_cards": bridge.cards,
+                          "bridge_s": round(time.monotonic() - bridge_began, 1)}
     record["beside"] = beside
     write_record(folder, record)
     try:

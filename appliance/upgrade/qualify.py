@@ -26,6 +26,7 @@ from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
 from appliance.gate.receipt import load as load_receipt
 from appliance.gate.receipt_model import Receipt
+from appliance.hostmem.cards import VISIBLE_ENV, CardPick
 from appliance.interrupts import sigterm_as_interrupt
 from appliance.profile.active import CHANNEL_ENV, SET_ENV
 from appliance.profile.loader import LoadedProfile
@@ -101,12 +102,12 @@ def side_sets(ports: tuple[int, int]) -> tuple[str, ...]:
 
 
 def serve_beside(req: Request, pair: Pair, run_dir: Path, ports: tuple[int, int], budget_s: float | None,
-                 report: Report, extra: tuple[str, ...] = (), *, beside: bool = True
+                 report: Report, extra: tuple[str, ...] = (), *, beside: bool = True, cards: CardPick | None = None
                  ) -> tuple[StartedServe, Ready, LoadedProfile]:
     """The candidate as a serve of its own in `run_dir` on `ports` (API, exporter), `extra` --set on top, until it
     is ready or the budget (default the profile's startup budget) runs out. `beside`: it runs beside the incumbent
-    (a CPU candidate then binds cores of its own). The qualification's side-by-side candidate, and a promote's
-    bridge (appliance/upgrade/bridge.py)."""
+    (a CPU candidate then binds cores of its own; on discrete GPUs it runs on `cards`, U3's pick). The
+    qualification's side-by-side candidate, and a promote's bridge (appliance/upgrade/bridge.py)."""
     sets = (*side_sets(ports), *extra)
     loaded = load_candidate(req, pair.to_channel.name, pair.sets, sets)
     # The candidate's layer rides in the environment, which outweighs this host's active.json (the incumbent's).
@@ -114,6 +115,9 @@ def serve_beside(req: Request, pair: Pair, run_dir: Path, ports: tuple[int, int]
     env |= {CHANNEL_ENV: pair.to_channel.name, SET_ENV: ";".join(pair.sets)}
     if beside:
         env |= beside_env(loaded, report)
+    if cards is not None:
+        env |= cards.env()
+        report(f"the candidate's engine runs on GPU(s) {cards.indices} ({VISIBLE_ENV}), away from the incumbent's")
     serve = start_serve(req.profile, run_dir, [*req.cli_overrides, *sets], env, report)
     budget = budget_s or default_budget(loaded.profile)
     report(f"waiting for the candidate to turn ready (budget {budget:g} s)")
@@ -210,10 +214,10 @@ class Qualification:
         return load_candidate(self.req, pair.to_channel.name, pair.sets, side_sets(ports))
 
     def serve_candidate(self, pair: Pair, folder: Path, ports: tuple[int, int],
-                        beside: bool = False) -> tuple[StartedServe, Ready]:
+                        beside: bool = False, cards: CardPick | None = None) -> tuple[StartedServe, Ready]:
         began = time.monotonic()
         serve, ready, _ = serve_beside(self.req, pair, folder / "candidate-serve", ports,
-                                       self.opts.budget_s, self.report, beside=beside)
+                                       self.opts.budget_s, self.report, beside=beside, cards=cards)
         self.timed("candidate_start", began)
         return serve, ready
 
@@ -272,12 +276,12 @@ class Qualification:
             if problems:
                 return Judgement("refuse", [f"U3 the candidate cannot start beside the incumbent: {p}"
                                             for p in problems])
-            return self._candidate(pair, folder, ports, record, inc_receipt, beside=True)
+            return self._candidate(pair, folder, ports, record, inc_receipt, beside=True, cards=choice.cards)
         return self._window(pair, serve, folder, ports, record, inc_receipt)
 
     def _candidate(self, pair: Pair, folder: Path, ports: tuple[int, int], record: RecordJson,
-                   inc_receipt: Receipt, beside: bool = False) -> Judgement:
-        cand, ready = self.serve_candidate(pair, folder, ports, beside)
+                   inc_receipt: Receipt, beside: bool = False, cards: CardPick | None = None) -> Judgement:
+        cand, ready = self.serve_candidate(pair, folder, ports, beside, cards)
         try:
             record["candidate"]["ready"] = {"ok": ready.ok, "seconds": round(ready.seconds, 1), "why": ready.why,
                                             "restarts": ready.restarts}
