@@ -279,6 +279,24 @@ def test_a_profile_without_a_front_keeps_the_digest_it_had_before_the_front_exis
         assert load_profile(name, cli_overrides=["server.front=true"]).digest != loaded.digest
 
 
+def test_a_gpu_bridge_is_refused_where_the_candidate_changes_the_serves_ranks(tmp_path: Path) -> None:
+    """The serve's engine restarts unpinned on the candidate's ranks: with more, it would reach the bridge's cards."""
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.bridge import open_bridge
+    from appliance.upgrade.candidate import Pair, Request
+    from appliance.upgrade.serve import RunningServe
+
+    run_dir = dry_run(tmp_path, "server.front=true")
+    two = load_profile("rtx-pro-6000-tp2", cli_overrides=["server.front=true"])
+    four = load_profile("rtx-pro-6000-tp2", cli_overrides=["server.front=true", "hardware.gpus_per_node=4",
+                                                           "parallel.tensor=4"])
+    with pytest.raises(ApplianceError, match=r"--beside: the candidate runs 4 rank\(s\) on the node, the serve 2") \
+            as refused:
+        open_bridge(Request("rtx-pro-6000-tp2"), Pair(two, four, ()), RunningServe(run_dir, read_launch(
+            run_dir / "launch.json")), tmp_path / "record", 60, Path("/proc"), print)
+    assert refused.value.field == "--beside" and not (tmp_path / "record").exists()
+
+
 def test_a_gpu_bridge_starts_on_the_free_cards_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With NVML_STAND_IN (no GPU here) showing the serve on cards 0 and 1 of four, the bridge's serve is started
     pinned to 2 and 3 in NVML's order. The GPU serve itself cannot start here: SERVE_STAND_IN records what

@@ -317,7 +317,7 @@ def run_doctor(profile: Profile, role: str = "single", *, procfs: Path | None = 
     port_busy = None if role == "worker" else port_in_use(api_port or api_port_of(profile))
     procfs = procfs or Path("/proc")
     kernel_log = kernel_log_this_boot(kmsg)[0] if target.arch != "cpu" else None
-    device_free = None if target.arch == "cpu" or target.unified_memory else nvml_free_gib()
+    device_free = None if target.arch == "cpu" or target.unified_memory else nvml_free_gib(profile.engine.extra_env)
     return [
         *check_gpu(profile, target, probe_gpus()),
         *check_memory(profile, target, mem_available_gib(procfs), kernel_log,

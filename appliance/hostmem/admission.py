@@ -14,6 +14,7 @@ A refusal gives both numbers and the knob that would make it fit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -127,9 +128,10 @@ def admit(profile: Profile, available_gib: float | None, source: str, ctx: RuleC
                      f"{RULE} needs {need.total_gib:.1f} of {available_gib:.1f} GiB ({need.breakdown()}; {source})")
 
 
-def nvml_free_gib() -> tuple[float | None, str]:
-    """The least free device memory over the GPUs this process may use (NVML, under its CUDA_VISIBLE_DEVICES: a
-    second engine pinned to free cards is judged by those), or None with the reason."""
+def nvml_free_gib(engine_env: Mapping[str, str] | None = None) -> tuple[float | None, str]:
+    """The least free device memory over the GPUs the engine may use (NVML, under the CUDA_VISIBLE_DEVICES it gets:
+    `engine_env`, the profile's engine.extra_env, over this process's; a second engine pinned to free cards is
+    judged by those), or None with the reason."""
     import os
 
     from appliance.errors import ApplianceError
@@ -138,8 +140,9 @@ def nvml_free_gib() -> tuple[float | None, str]:
     cards, source = read_cards()
     if cards is None:
         return None, source
+    environ = {**os.environ, **(engine_env or {})}
     try:
-        usable, among = visible(cards, os.environ), (f" named by {VISIBLE_ENV}" if VISIBLE_ENV in os.environ else "")
+        usable, among = visible(cards, environ), (f" named by {VISIBLE_ENV}" if VISIBLE_ENV in environ else "")
     except ApplianceError:  # a MIG instance, say: judged by every card, as before
         usable, among = cards, ""
     if not usable:

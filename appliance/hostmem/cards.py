@@ -1,9 +1,9 @@
 """This node's discrete GPUs as NVML reports them, and the cards a second engine may take beside a running serve (a
 side-by-side candidate of `qualify`, the bridge of `upgrade promote --beside`).
 
-A card is taken while a compute process runs on it: NVML lists those of every container on the node, even where
-their pids are not ours to see. A free card also needs the engine's K23 need in free memory (a display's graphics
-processes hold some without taking the card).
+A card is taken while a compute process runs on it, or while more than IDLE_USED_GIB of its memory is in use: inside
+a container NVML lists only the processes of its own PID namespace, so another container's engine shows as memory
+alone. A free card also needs the engine's K23 need in free memory.
 
 The second engine is pinned by `CUDA_VISIBLE_DEVICES` with NVML's indices under `CUDA_DEVICE_ORDER=PCI_BUS_ID`.
 CUDA's default order (fastest first) need not be NVML's, and vLLM maps a numeric entry to an NVML index as it
@@ -23,6 +23,9 @@ VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 ORDER_ENV = "CUDA_DEVICE_ORDER"
 PCI_ORDER = "PCI_BUS_ID"
 GIB = 1024**3
+IDLE_USED_GIB = 2.0
+"""Memory in use on a card that runs nothing of ours to see: the driver's reserve and a display's desktop stay under
+it (estimate); an engine (weights and KV) is far above it."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,10 @@ class Card:
     total_gib: float
     processes: int | None
     """Compute processes running on it; None where NVML would not list them (the card counts as taken)."""
+
+    @property
+    def taken(self) -> bool:
+        return self.processes != 0 or self.total_gib - self.free_gib > IDLE_USED_GIB
 
     def describe(self) -> str:
         running = "compute processes unknown" if self.processes is None else f"{self.processes} compute process(es)"
@@ -89,30 +96,38 @@ def _processes(pynvml: Any, handle: Any) -> int | None:
 
 
 def visible(cards: Sequence[Card], environ: Mapping[str, str]) -> tuple[Card, ...]:
-    """The cards this process's `CUDA_VISIBLE_DEVICES` lets it use (all where unset); exit 2 where an entry names
-    no card NVML has. A number is NVML's index, as vLLM reads it (`device_control_id_to_physical_device_id`)."""
+    """The cards this process's `CUDA_VISIBLE_DEVICES` lets it use (all where unset), as CUDA reads the list: a
+    number is NVML's index (as vLLM maps it, `device_control_id_to_physical_device_id`), a UUID may be shortened to a
+    unique prefix, `-1` hides itself and what follows, a card named twice counts once. Exit 2 where an entry names
+    no whole card NVML has (a MIG instance, an unknown card)."""
     value = environ.get(VISIBLE_ENV)
     if value is None:
         return tuple(cards)
-    by_name = {str(c.index): c for c in cards} | {c.uuid: c for c in cards}
     chosen: list[Card] = []
     for entry in (e.strip() for e in value.split(",") if e.strip()):
-        if entry not in by_name:
-            raise ApplianceError(f"{VISIBLE_ENV}={value}: entry {entry!r} names no GPU that NVML has",
+        if entry == "-1":
+            break
+        if entry.isdigit():
+            found = [c for c in cards if c.index == int(entry)]
+        else:
+            found = [c for c in cards if c.uuid.startswith(entry)] if entry.startswith("GPU-") else []
+        if len(found) != 1:
+            raise ApplianceError(f"{VISIBLE_ENV}={value}: entry {entry!r} names no single GPU that NVML has",
                                  field=VISIBLE_ENV, value=value,
                                  fix="name whole cards, by NVML's index or UUID (nvidia-smi -L), or unset it",
                                  reason="a second engine is given cards the running serve does not hold, among those "
-                                        "this process may use: a MIG instance or an unknown card cannot be matched")
-        chosen.append(by_name[entry])
+                                        "this process may use: an entry that is not one whole card cannot be matched")
+        if found[0] not in chosen:
+            chosen.append(found[0])
     return tuple(chosen)
 
 
 def pick_free(cards: Sequence[Card], count: int, need_gib: float) -> tuple[CardPick | None, str]:
-    """The `count` lowest-numbered cards that run no compute process and have `need_gib` free, and what was found;
-    None when there are fewer."""
-    fit = [c for c in cards if c.processes == 0 and c.free_gib >= need_gib]
+    """The `count` lowest-numbered cards that are not taken and have `need_gib` free, and what was found; None when
+    there are fewer."""
+    fit = [c for c in cards if not c.taken and c.free_gib >= need_gib]
     if len(fit) >= count:
         pick = CardPick(tuple(fit[:count]))
-        return pick, f"NVML: GPU(s) {pick.indices} run no compute process, {pick.least_free_gib:.1f} GiB free"
-    return None, (f"NVML: {len(fit)} of {len(cards)} GPU(s) run no compute process with {need_gib:.1f} GiB free, "
+        return pick, f"NVML: GPU(s) {pick.indices} run nothing, {pick.least_free_gib:.1f} GiB free"
+    return None, (f"NVML: {len(fit)} of {len(cards)} GPU(s) run nothing and have {need_gib:.1f} GiB free, "
                   f"and a second engine needs {count} of its own ({'; '.join(c.describe() for c in cards)})")

@@ -81,6 +81,21 @@ def reset_front(serve: RunningServe, report: Report) -> None:
         report(f"the front routed to {said}, left by an earlier promote; it routes to the serve's own engine again")
 
 
+def require_same_cards(pair: Pair) -> None:
+    """On GPUs, the serve's engine restarts on the candidate's ranks with the environment it has: on the very cards
+    it holds only while the count stays (more would reach cards the bridge takes); exit 2 otherwise."""
+    from appliance.hostmem.admission import ranks_on_node
+
+    before, after = ranks_on_node(pair.incumbent.profile), ranks_on_node(pair.candidate.profile)
+    if pair.candidate.profile.hardware.target == "gpu" and before != after:
+        raise ApplianceError(f"--beside: the candidate runs {after} rank(s) on the node, the serve {before}",
+                             field="--beside", value=pair.candidate.profile.name,
+                             fix="promote without --beside (a restart), or keep the ranks and change them in a "
+                                 "promote of their own",
+                             reason="the serve's engine restarts on the cards it holds; with more ranks it would "
+                                    "reach the cards the bridge runs on")
+
+
 @dataclass
 class Bridge:
     """The candidate serving beside the incumbent while the incumbent restarts."""
@@ -125,6 +140,7 @@ def open_bridge(req: Request, pair: Pair, incumbent: RunningServe, folder: Path,
     from appliance.upgrade.qualify import free_port, serve_beside
 
     own = require_front(incumbent)
+    require_same_cards(pair)
     # U3: the host must hold both; on discrete GPUs the bridge takes free cards of its own
     choice = choose_mode(pair.candidate.profile, "auto", procfs)
     if choice.mode != "side-by-side":

@@ -74,10 +74,13 @@ def host_admission(candidate: Profile, procfs: Path) -> tuple[Admission, CardPic
         return Admission(RULE, "fail", need, None, source, f"{RULE} {exc.message}", exc.fix), None
     pick, found = pick_free(usable, count, need.total_gib)
     if pick is None:
+        narrowed = os.environ.get(VISIBLE_ENV)
+        among = "" if narrowed is None else f" among the cards {VISIBLE_ENV}={narrowed} lets this process use"
         return Admission(RULE, "fail", need, None, found,
                          f"{RULE} the candidate needs {count} GPU(s) of its own with {need.total_gib:.1f} GiB free "
-                         f"each ({need.breakdown()}): {found}",
-                         f"free {count} card(s) beside the incumbent's: stop what else runs on them"), None
+                         f"each ({need.breakdown()}){among}: {found}",
+                         f"free {count} card(s) beside the incumbent's: stop what else runs on them"
+                         + ("" if narrowed is None else f", or widen {VISIBLE_ENV} (or unset it)")), None
     return admit(candidate, pick.least_free_gib, found, ctx), pick
 
 

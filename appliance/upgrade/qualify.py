@@ -276,7 +276,14 @@ class Qualification:
             if problems:
                 return Judgement("refuse", [f"U3 the candidate cannot start beside the incumbent: {p}"
                                             for p in problems])
-            return self._candidate(pair, folder, ports, record, inc_receipt, beside=True, cards=choice.cards)
+            cards = choice.cards
+            if cards is not None:  # picked before the incumbent's gate and the install: minutes ago
+                now = choose_mode(pair.candidate.profile, "auto", self.opts.procfs)
+                if now.cards is None:
+                    return Judgement("refuse", [f"U3 the candidate cannot start beside the incumbent any more: "
+                                                f"{now.why}"])
+                cards = now.cards
+            return self._candidate(pair, folder, ports, record, inc_receipt, beside=True, cards=cards)
         return self._window(pair, serve, folder, ports, record, inc_receipt)
 
     def _candidate(self, pair: Pair, folder: Path, ports: tuple[int, int], record: RecordJson,
