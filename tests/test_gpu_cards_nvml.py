@@ -25,6 +25,7 @@ print("holding", flush=True)
 sys.stdin.read()
 """
 UUID = "import torch; print(torch.cuda.get_device_properties(0).uuid)"
+MISSING = "needs an NVIDIA GPU with its driver (NVML) and torch with CUDA; this machine has no GPU"
 
 
 def _cards() -> tuple[Card, ...]:
@@ -33,8 +34,8 @@ def _cards() -> tuple[Card, ...]:
         try:
             import pytest
         except ImportError:
-            raise SystemExit(f"skipped: {source}") from None
-        pytest.skip(f"no GPU to read here: {source}")
+            raise SystemExit(f"not run: {MISSING} ({source})") from None
+        pytest.skip(f"{MISSING} ({source})")
     return cards
 
 

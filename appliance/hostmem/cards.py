@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.hostmem.sources import GIB
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 ORDER_ENV = "CUDA_DEVICE_ORDER"
 PCI_ORDER = "PCI_BUS_ID"
-GIB = 1024**3
 IDLE_USED_GIB = 2.0
 """Memory in use on a card that runs nothing of ours to see: the driver's reserve and a display's desktop stay under
 it (estimate); an engine (weights and KV) is far above it."""
@@ -49,7 +49,7 @@ class Card:
 
 @dataclass(frozen=True)
 class CardPick:
-    """The cards a second engine takes: all of them run no compute process and have its need free."""
+    """The cards a second engine takes: none of them taken, each with its need free."""
 
     cards: tuple[Card, ...]
 

@@ -3,7 +3,7 @@
 - side by side: the candidate starts beside the running incumbent, on other ports. Only when the host holds both:
   the candidate's K23 need per node fits what the host has *with the incumbent running* (MemAvailable on GB10's
   unified memory and the CPU target). On discrete GPUs the candidate takes cards of its own: as many as it has ranks
-  on the node, each running no compute process and with its need free (hostmem/cards.py; on a 4-card box, a TP=2
+  on the node, each running nothing and with its need free (hostmem/cards.py; on a 4-card box, a TP=2
   candidate beside a TP=2 serve). Single-node only: a multi-node candidate would need a second set of nodes.
 - window: the incumbent's engine is stopped, the candidate served and judged, and the incumbent restored whatever
   the verdict (a DeepSeek serve on 2 x GB10 cannot hold two).
