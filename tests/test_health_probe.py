@@ -1,4 +1,5 @@
-"""healthchecks/probe: exit 0/1 from the exporter's answer, with curl or (without it) bare Python."""
+"""healthchecks/probe: exit 0 for yes, non-zero for no (curl's own status: the probe execs it; 1 from bare Python
+without curl), from the exporter's answer."""
 
 from __future__ import annotations
 
@@ -55,17 +56,21 @@ def test_ready_live_and_startup_exit_zero_for_a_ready_serve(exporters):
         assert probe(what, ready).returncode == 0, what
 
 
-def test_ready_exits_one_and_prints_why_while_the_serve_loads(exporters):
+# curl's exit statuses, which the probe passes on (it execs curl): `man curl`, EXIT CODES
+CURL_HTTP_ERROR, CURL_COULD_NOT_CONNECT = 22, 7
+
+
+def test_ready_fails_and_prints_why_while_the_serve_loads(exporters):
     _, loading = exporters
     result = probe("ready", loading)
-    assert result.returncode == 1
+    assert result.returncode == CURL_HTTP_ERROR  # the exporter answered 503, --fail-with-body
     assert '"state": "loading"' in result.stdout
-    assert probe("startup", loading).returncode == 1
+    assert probe("startup", loading).returncode == CURL_HTTP_ERROR
     assert probe("live", loading).returncode == 0
 
 
 def test_no_exporter_listening_is_a_failed_probe(exporters):
-    assert probe("ready", "http://127.0.0.1:9").returncode == 1
+    assert probe("ready", "http://127.0.0.1:9").returncode == CURL_COULD_NOT_CONNECT
 
 
 def test_the_base_url_comes_from_the_environment(exporters):
