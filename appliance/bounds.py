@@ -43,6 +43,9 @@ IFNAMSIZ = 16
 MAX_DRAIN_S = 3600.0
 """The longest a stopping pod waits for its running requests (`appliance drain`, `appliance k8s --drain-s`): an
 hour; the pod's termination grace period holds the wait."""
+PROMOTE_DRAIN_S = 10.0
+"""A promote's or rollback's default wait for a moment when the engine runs no request, before it stops the engine
+(`appliance upgrade promote|rollback --drain-s`): the serve keeps serving meanwhile."""
 MAX_NODES = 16
 """Nodes a serve may span (the profile's hardware.nodes); ranks are 0 (the head) .. MAX_NODES - 1."""
 

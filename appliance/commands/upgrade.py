@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.bounds import MAX_DRAIN_S, PROMOTE_DRAIN_S
 from appliance.cliargs import add_k8s_options, add_profile_args, profile_name_from_args
 
 if TYPE_CHECKING:
@@ -43,6 +44,17 @@ def _budget(text: str) -> float:
     value = float(text)
     if not 1 <= value <= 86400:
         raise argparse.ArgumentTypeError("seconds between 1 and 86400")
+    return value
+
+
+def _drain(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds") from None
+    if not 0 <= value <= MAX_DRAIN_S:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"{value:g} is outside 0-{MAX_DRAIN_S:g} seconds (0 stops the engine at once; "
+                                         f"the serve keeps serving while a promote waits)")
     return value
 
 
@@ -84,6 +96,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         _common(x, to=name == "promote")  # the node's placement is the serve's own (its launch.json)
         x.add_argument("--budget-s", type=_budget, help="seconds the switched serve has to turn ready and pass its "
                        "first canary rounds (default the profile's startup budget)")
+        x.add_argument("--drain-s", type=_drain, metavar="S",
+                       help="a native serve: before the engine's stop, wait at most this long for a moment when it "
+                            f"runs no request, so the stop aborts none (0: stop at once; default {PROMOTE_DRAIN_S:g})")
         if name == "promote":
             x.add_argument("--canary-rounds", type=int, default=1, choices=range(0, 11), metavar="N",
                            help="healthy canary rounds the switched serve must pass (default 1)")
@@ -207,6 +222,13 @@ def _promote(args: argparse.Namespace, action: str) -> int:
         raise ApplianceError("--beside with --compose-env or --k8s-out", field="--beside",
                              fix="drop --beside: Kubernetes moves the traffic itself (--k8s-rollout surge); compose "
                                  "has no front", reason="--beside routes through a native serve's front (server.front)")
+    if args.drain_s is not None and (args.compose_env or args.k8s_out):
+        from appliance.errors import ApplianceError
+
+        raise ApplianceError("--drain-s with --compose-env or --k8s-out", field="--drain-s", value=args.drain_s,
+                             fix="drop --drain-s; for Kubernetes, --k8s-drain-s sets the old pod's drain",
+                             reason="--drain-s waits before a native serve's engine stop; compose and Kubernetes stop "
+                                    "the container themselves")
     from appliance.profile import load_profile
     from appliance.upgrade.exclusive import one_switch
 
@@ -217,7 +239,8 @@ def _promote(args: argparse.Namespace, action: str) -> int:
             opts = PromoteOptions(run_dir=_run_dir(args, req), budget_s=args.budget_s,
                                   canary_rounds=getattr(args, "canary_rounds", 0),
                                   force=getattr(args, "force", False), procfs=settings.procfs,
-                                  beside=getattr(args, "beside", False))
+                                  beside=getattr(args, "beside", False),
+                                  drain_s=PROMOTE_DRAIN_S if args.drain_s is None else args.drain_s)
             record = (promote if action == "promote" else rollback)(req, opts, _say)
     if args.json:
         print(json.dumps(record, indent=2, default=str))

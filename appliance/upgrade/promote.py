@@ -23,7 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from appliance.bounds import PROMOTE_DRAIN_S
 from appliance.canary.calibration import RECEIPT_KEY
 from appliance.channels.engines import obtain_engine
 from appliance.errors import ApplianceError
@@ -55,6 +57,9 @@ from appliance.upgrade.unfinished import (
 )
 
 Report = Callable[[str], None]
+Drained = Literal["idle", "busy", "gone", "skipped"]
+STOP_POLL_S = 0.1
+"""The drain's look interval: the stop follows the first look that finds the engine idle."""
 
 
 @dataclass
@@ -69,6 +74,8 @@ class PromoteOptions:
     beside: bool = False
     """Serve the candidate as a bridge behind the serve's front while the engine restarts (appliance/upgrade/
     bridge.py): no time out of service."""
+    drain_s: float = PROMOTE_DRAIN_S
+    """At most this long before the stop, wait for a moment when the engine runs no request (0: stop at once)."""
 
 
 @dataclass
@@ -79,14 +86,17 @@ class Proof:
     canary: list[JsonObject] = field(default_factory=list)
     seconds: float = 0.0
     steps: Steps = field(default_factory=Steps)
-    """The restart's steps (restart, ready, canary, out of service)."""
+    """The restart's steps (drain, restart, ready, canary, out of service)."""
+    drain: Drained | None = None
+    """How the drain before the stop ended: `idle` (no request was aborted), `busy` (requests still ran at its
+    bound, and the stop aborted them), `gone` (the engine no longer answered), `skipped` (--drain-s 0)."""
 
     def to_json(self) -> JsonObject:
         r = self.ready
         return {"ok": self.ok, "why": self.why, "seconds": round(self.seconds, 1),
                 "ready": None if r is None else {"ok": r.ok, "seconds": round(r.seconds, 1), "why": r.why,
                                                  "restarts": r.restarts},
-                "canary": self.canary, "steps": self.steps.to_json()}
+                "canary": self.canary, "steps": self.steps.to_json(), "drain": self.drain}
 
 
 def require_qualification(pair: Pair, force: bool) -> Record | None:
@@ -144,6 +154,7 @@ class NativeSwitch:
     """The profile's name (the key of its active record)."""
     run_dir: Path
     report: Report
+    drain_s: float = PROMOTE_DRAIN_S
 
     @property
     def serve(self) -> RunningServe:
@@ -197,17 +208,21 @@ class NativeSwitch:
         runs = serve.look().runs
         steps = Steps()
         timer = StepClock(steps)
+        with timer.step("drain"):
+            drain = self.drain(serve)
         began = time.monotonic()
         self.report(f"restarting the engine on channel {channel} (budget {budget_s:g} s)")
         with timer.step("restart"):
-            serve.engine("restart")
+            serve.stop_engine_now()  # right after the idle moment the drain saw
+            serve.engine("start")
         with timer.step("ready"):
             ready = wait_ready(serve.look, Expect(channel, loaded.digest, after_runs=runs),
                                max(1.0, budget_s - (time.monotonic() - began)), alive=serve.alive,
                                report=self.report)
         steps.out_of_service_s = time.monotonic() - began
         if not ready.ok:
-            return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began, steps=steps)
+            return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began, steps=steps,
+                         drain=drain)
         self.report(f"ready on {channel} after {time.monotonic() - began:.0f} s")
         with timer.step("canary"):
             rows = canary_rounds(canary_url or serve.api_url, loaded, rounds, calibration, self.report) \
@@ -217,12 +232,28 @@ class NativeSwitch:
         if bad is not None:
             return Proof(False, f"canary round {bad['round']} failed: " +
                          (bad.get("error") or ", ".join(bad["signatures"]) + "; " + "; ".join(bad["evidence"])),
-                         ready, rows, took, steps)
+                         ready, rows, took, steps, drain)
         if took > budget_s:
             return Proof(False, f"ready and canary rounds took {took:.0f} s, past the budget of {budget_s:g} s",
-                         ready, rows, took, steps)
+                         ready, rows, took, steps, drain)
         return Proof(True, f"ready in {ready.seconds:.0f} s and {len(rows)} canary round(s) healthy", ready, rows, took,
-                     steps)
+                     steps, drain)
+
+    def drain(self, serve: RunningServe) -> Drained:
+        """Until the engine runs no request, at most `drain_s`. A bare `supervisorctl restart` stops the engine
+        whenever it is called: a request in flight then is aborted, and vLLM 0.31.0's shutdown waits for that
+        request until supervisord's SIGKILL (docs/performance.md, P9). The caller stops the engine at once after."""
+        if self.drain_s <= 0:
+            return "skipped"
+        from appliance.health.engine import wait_idle
+
+        engine = serve.launch.placement.engine_url or serve.api_url  # behind a front: the engine's own port
+        result, took, sample = wait_idle(engine, self.drain_s, STOP_POLL_S)
+        if result == "busy":
+            running = "?" if sample.running is None else f"{sample.running:g}"
+            self.report(f"{running} request(s) still running after {took:.0f} s (--drain-s {self.drain_s:g}): the "
+                        f"stop aborts them")
+        return result
 
 
 def calibration_of(qual: Record | None) -> Path | None:
@@ -249,7 +280,7 @@ def calibration_of(qual: Record | None) -> Path | None:
 
 
 def _native(req: Request, opts: PromoteOptions, report: Report) -> NativeSwitch:
-    return NativeSwitch(req, load_incumbent(req).profile.name, opts.run_dir, report)
+    return NativeSwitch(req, load_incumbent(req).profile.name, opts.run_dir, report, opts.drain_s)
 
 
 def promote(req: Request, opts: PromoteOptions, report: Report = print) -> RecordJson:

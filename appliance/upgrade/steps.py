@@ -3,7 +3,10 @@ out-of-service window go, step by step beside a bare `supervisorctl restart` (be
 
     prepare   checks, the candidate's engine obtained, the record begun        the incumbent serves
     switch    active.json and launch.json written                              the incumbent serves
-    restart   `supervisorctl restart`: the engine program stopped and spawned    out of service from here
+    drain     until the engine runs no request (bounded): the stop lands in     the incumbent serves
+              an idle moment, so it aborts no request (upgrade/promote.py)
+    restart   the engine program stopped (at once, over supervisord's          out of service from here
+              XML-RPC) and started again (`supervisorctl start`)
     ready     from the start to the exporter's `ready` on the new channel      in service again
     canary    the first canary rounds                                          the serve takes traffic meanwhile
     out_of_service   from the stop's beginning to ready seen
@@ -19,13 +22,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Literal
 
-Step = Literal["prepare", "switch", "restart", "ready", "canary"]
+Step = Literal["prepare", "switch", "drain", "restart", "ready", "canary"]
 
 
 @dataclass
 class Steps:
     prepare_s: float | None = None
     switch_s: float | None = None
+    drain_s: float | None = None
     restart_s: float | None = None
     ready_s: float | None = None
     canary_s: float | None = None
