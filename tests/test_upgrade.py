@@ -815,3 +815,20 @@ def test_a_drain_ends_gone_at_once_where_no_engine_answers_and_is_skipped_at_zer
     assert NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 30.0).drain(serve) == "gone"
     assert time.monotonic() - began < 10 and said == []
     assert NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 0.0).drain(serve) == "skipped"
+
+
+def test_the_stop_at_once_names_a_supervisord_that_does_not_answer_or_a_missing_conf(tmp_path: Path) -> None:
+    """The promote's stop goes to supervisord's socket as supervisord.conf names it; no supervisord runs here."""
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.serve import RunningServe
+
+    folder = tmp_path / "run"
+    done = cli("run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(folder))
+    assert done.returncode == 0, done.stderr
+    serve = RunningServe(folder, read_launch(folder / "launch.json"))
+    with pytest.raises(ApplianceError, match="supervisord does not answer") as silent:
+        serve.stop_engine_now(timeout=30)
+    assert silent.value.field == "--run-dir" and "the engine was not stopped" in silent.value.message
+    (folder / "supervisord.conf").unlink()
+    with pytest.raises(ApplianceError, match="is missing"):
+        serve.stop_engine_now(timeout=30)

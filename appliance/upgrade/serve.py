@@ -113,15 +113,21 @@ class RunningServe:
         milliseconds of the call, where `supervisorctl stop` would first start an interpreter (~0.1-0.2 s), so the
         idle moment a drain saw is still idle when the stop lands. Returns once supervisord has the program
         stopped (its stop wait bounds that); an engine already stopped is no error."""
+        import configparser
         import threading
         import xmlrpc.client
 
-        from supervisor.options import ClientOptions
         from supervisor.xmlrpc import SupervisorTransport
 
-        options = ClientOptions()
-        options.realize(args=["-c", str(self.conf)])  # supervisor's own reading of the [supervisorctl] serverurl
-        rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", SupervisorTransport(None, None, options.serverurl))
+        where = {"field": "--run-dir", "value": str(self.run_dir), "fix": "see supervisord's output of the serve"}
+        parser = configparser.ConfigParser()  # its interpolation reads render/supervisord.py's '%%' back as '%'
+        try:
+            url = parser.get("supervisorctl", "serverurl") if parser.read(self.conf) else None
+        except configparser.Error as exc:
+            raise ApplianceError(f"{self.conf} does not name supervisord's socket ({exc})", **where) from None
+        if not url:
+            raise ApplianceError(f"{self.conf} is missing: no supervisord to stop the engine through", **where)
+        rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", SupervisorTransport(None, None, url))
         said: list[BaseException] = []
 
         def stop() -> None:
@@ -133,7 +139,6 @@ class RunningServe:
         worker = threading.Thread(target=stop, name="stop-engine", daemon=True)  # its socket has no timeout
         worker.start()
         worker.join(timeout)
-        where = {"field": "--run-dir", "value": str(self.run_dir), "fix": "see supervisord's output of the serve"}
         if worker.is_alive():
             raise ApplianceError(f"supervisord did not stop the engine in {timeout:g} s ({self.run_dir})", **where)
         if said and isinstance(said[0], OSError):
