@@ -329,7 +329,7 @@ def test_bundle_apply_progress_lines_are_redacted_and_escaped(monkeypatch: pytes
 def test_a_failed_engine_restart_inside_promote_restores_the_incumbent_and_records_why(home: Path, tmp_path: Path,
                                                                                      monkeypatch: pytest.MonkeyPatch
                                                                                      ) -> None:
-    """No supervisord runs the dry-run serve: `supervisorctl restart` fails for real, after the switch. The promote
+    """No supervisord runs the dry-run serve: the engine's stop fails for real, after the switch. The promote
     must put active.json and launch.json back on the incumbent and say why in its record."""
     from appliance.profile.active import read_active
     from appliance.run.launchfile import read_launch

@@ -278,9 +278,21 @@ def test_a_stale_poll_loop_is_neither_live_nor_ready(tmp_path):
 
 
 def test_engine_metrics_parse_the_real_cpu_builds_names():
-    running, progress = parse_metrics(REAL_METRICS)
-    assert running == 0.0
+    running, progress, waiting = parse_metrics(REAL_METRICS)
+    assert running == 0.0 and waiting == 0.0  # `..._waiting_by_reason` is another series, not summed in
     assert progress and progress >= 37.0  # generation + prompt tokens + iterations
+
+
+def test_an_engine_with_requests_waiting_is_not_idle_though_none_runs():
+    from appliance.health.engine import EngineSample
+
+    queued = re.sub(r"^(vllm:num_requests_waiting\{[^}]*\}) .*$", r"\g<1> 2.0", REAL_METRICS, flags=re.M)
+    running, progress, waiting = parse_metrics(queued)
+    assert running == 0.0 and waiting == 2.0
+    assert not EngineSample(True, healthy=True, running=running, progress=progress, waiting=waiting).idle
+    assert EngineSample(True, healthy=True, running=0.0, progress=progress, waiting=0.0).idle
+    assert EngineSample(True, healthy=True, running=0.0, waiting=None).idle  # an engine without the series
+    assert not EngineSample(True, healthy=False, running=0.0, waiting=0.0).idle
 
 
 def test_the_exporter_command_exits_cleanly_on_sigterm(tmp_path):

@@ -57,7 +57,7 @@ def test_ready_live_and_startup_exit_zero_for_a_ready_serve(exporters):
 
 
 # curl's exit statuses, which the probe passes on (it execs curl): `man curl`, EXIT CODES
-CURL_HTTP_ERROR, CURL_COULD_NOT_CONNECT = 22, 7
+CURL_HTTP_ERROR, CURL_COULD_NOT_CONNECT, CURL_TIMED_OUT = 22, 7, 28
 
 
 def test_ready_fails_and_prints_why_while_the_serve_loads(exporters):
@@ -71,6 +71,29 @@ def test_ready_fails_and_prints_why_while_the_serve_loads(exporters):
 
 def test_no_exporter_listening_is_a_failed_probe(exporters):
     assert probe("ready", "http://127.0.0.1:9").returncode == CURL_COULD_NOT_CONNECT
+
+
+def test_a_silent_listener_is_a_failed_probe_at_the_timeout():
+    import socket
+
+    with socket.socket() as silent:  # accepts into its backlog, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        began = time.monotonic()
+        result = probe("ready", url, env={**os.environ, "APPLIANCE_PROBE_TIMEOUT": "1"})
+    assert result.returncode == CURL_TIMED_OUT and time.monotonic() - began < 10, result
+
+
+def test_a_users_curlrc_does_not_change_the_probe(exporters, tmp_path):
+    """`-q`: with a ~/.curlrc that sends curl's output elsewhere, the probe still prints the exporter's answer."""
+    _, loading = exporters
+    (tmp_path / ".curlrc").write_text('output = "/dev/null"\n')
+    result = probe("ready", loading, env={**os.environ, "HOME": str(tmp_path)})
+    assert result.returncode == CURL_HTTP_ERROR and '"state": "loading"' in result.stdout, result
+    plain = subprocess.run(["curl", "-sS", f"{loading}/ready"], capture_output=True, text=True, timeout=20,
+                           env={**os.environ, "HOME": str(tmp_path)}, check=False)
+    assert '"state"' not in plain.stdout  # the curlrc is real: a curl without -q obeys it
 
 
 def test_the_base_url_comes_from_the_environment(exporters):

@@ -812,13 +812,16 @@ def test_a_drain_ends_gone_at_once_where_no_engine_answers_and_is_skipped_at_zer
     assert serve.api_url.endswith(f":{port}")
     said: list[str] = []
     began = time.monotonic()
-    assert NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 30.0).drain(serve) == "gone"
+    switch = NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 30.0)
+    assert switch.drain(serve, 30.0).result == "gone"
     assert time.monotonic() - began < 10 and said == []
-    assert NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 0.0).drain(serve) == "skipped"
+    off = NativeSwitch(Request("cpu-smoke"), "cpu-smoke", folder, said.append, 0.0)
+    assert off.drain(serve, 30.0).result == "skipped"
 
 
 def test_the_stop_at_once_names_a_supervisord_that_does_not_answer_or_a_missing_conf(tmp_path: Path) -> None:
-    """The promote's stop goes to supervisord's socket as supervisord.conf names it; no supervisord runs here."""
+    """The promote's stop goes to supervisord's socket as supervisord.conf names it; no supervisord runs here. A
+    missing conf is said when the stop is made ready, before any wait."""
     from appliance.run.launchfile import read_launch
     from appliance.upgrade.serve import RunningServe
 
@@ -826,9 +829,50 @@ def test_the_stop_at_once_names_a_supervisord_that_does_not_answer_or_a_missing_
     done = cli("run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(folder))
     assert done.returncode == 0, done.stderr
     serve = RunningServe(folder, read_launch(folder / "launch.json"))
+    stop = serve.engine_stopper(timeout=30)
     with pytest.raises(ApplianceError, match="supervisord does not answer") as silent:
-        serve.stop_engine_now(timeout=30)
+        stop()
     assert silent.value.field == "--run-dir" and "the engine was not stopped" in silent.value.message
     (folder / "supervisord.conf").unlink()
     with pytest.raises(ApplianceError, match="is missing"):
-        serve.stop_engine_now(timeout=30)
+        serve.engine_stopper(timeout=30)
+
+
+def test_the_stop_at_once_stops_a_real_supervisords_program_and_a_stopped_one_is_no_error(tmp_path: Path) -> None:
+    """Against a real supervisord (the serve's own program name, a sleep in the engine's place: no engine is
+    needed to see supervisord's stop): the program is stopped when the call returns, and a second stop, of a
+    stopped program (supervisord's NOT_RUNNING), is no error; `supervisorctl start` then runs it again."""
+    import tempfile
+
+    from appliance.paths import venv_executable
+    from appliance.run.launchfile import read_launch
+    from appliance.upgrade.serve import RunningServe
+
+    folder = tmp_path / "run"
+    done = cli("run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(folder))
+    assert done.returncode == 0, done.stderr
+    sock = Path(tempfile.mkdtemp(prefix="sv-")) / "s.sock"  # a socket's path holds at most 107 bytes
+    (folder / "supervisord.conf").write_text(
+        f"[supervisord]\nnodaemon=true\nlogfile=/dev/null\nlogfile_maxbytes=0\npidfile={folder}/sv.pid\n"
+        f"[unix_http_server]\nfile={sock}\nchmod=0700\n"
+        "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n"
+        f"[supervisorctl]\nserverurl=unix://{sock}\n"
+        "[program:vllm]\ncommand=sleep 600\nstartsecs=0\nstopwaitsecs=5\nautorestart=true\n")
+    supervisord = subprocess.Popen([venv_executable("supervisord") or "supervisord", "-c",
+                                    str(folder / "supervisord.conf")], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+    try:
+        serve = RunningServe(folder, read_launch(folder / "launch.json"))
+        deadline = time.monotonic() + 30
+        while serve.program()[0] != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert serve.program()[0] == "RUNNING"
+        stop = serve.engine_stopper(timeout=30)
+        stop()
+        assert serve.program()[0] == "STOPPED"  # stopped when the call returned, not restarted (autorestart=true)
+        stop()  # NOT_RUNNING: no error
+        serve.engine("start")
+        assert serve.program()[0] == "RUNNING"
+    finally:
+        supervisord.terminate()
+        supervisord.wait(30)

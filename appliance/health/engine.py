@@ -14,6 +14,8 @@ from appliance.redact import clip
 MAX_METRICS_BYTES = 16 << 20
 """vLLM's /metrics is some hundred KiB (histograms per engine)."""
 RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+"""Admitted, not yet scheduled: a drain that read RUNNING alone would stop an engine with requests queued."""
 # Any of these moving means the engine steps: decode adds generation tokens, a finished prefill adds
 # prompt tokens, and every scheduler iteration adds one observation to the iteration histogram.
 PROGRESS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:iteration_tokens_total_count")
@@ -30,24 +32,34 @@ class EngineSample:
     progress: float | None = None
     """Sum of the PROGRESS counters."""
     error: str | None = None
+    waiting: float | None = None
+    """vllm:num_requests_waiting summed over engines; None when /metrics did not answer or lacks it."""
 
     def to_json(self) -> dict[str, object]:
         return {"checked": self.checked, "healthy": self.healthy, "requests_running": self.running,
-                "progress_counter": self.progress, "error": self.error}
+                "requests_waiting": self.waiting, "progress_counter": self.progress, "error": self.error}
+
+    @property
+    def idle(self) -> bool:
+        """Answering, and neither running nor holding a request (an engine without the waiting series counts on
+        the running one)."""
+        return self.healthy and self.running == 0 and not self.waiting
 
 
 NOT_CHECKED = EngineSample(checked=False)
 
 
-def parse_metrics(text: str) -> tuple[float | None, float | None]:
-    """(requests running, progress counter) from Prometheus text; a cheap scan, not a full parser."""
+def parse_metrics(text: str) -> tuple[float | None, float | None, float | None]:
+    """(requests running, progress counter, requests waiting) from Prometheus text; a cheap scan, not a full
+    parser."""
     running: float | None = None
     progress: float | None = None
+    waiting: float | None = None
     for line in text.splitlines():
         if not line.startswith("vllm:"):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name != RUNNING and name not in PROGRESS:
+        if name not in (RUNNING, WAITING) and name not in PROGRESS:
             continue
         try:
             value = float(line.rsplit(" ", 1)[1])
@@ -55,9 +67,11 @@ def parse_metrics(text: str) -> tuple[float | None, float | None]:
             continue
         if name == RUNNING:
             running = (running or 0.0) + value
+        elif name == WAITING:
+            waiting = (waiting or 0.0) + value
         else:
             progress = (progress or 0.0) + value
-    return running, progress
+    return running, progress, waiting
 
 
 class EngineProbe:
@@ -81,8 +95,8 @@ class EngineProbe:
                 raise ReplyError(f"HTTP {metrics.status}")
         except (httpx.HTTPError, ReplyError) as exc:
             return EngineSample(True, healthy=True, error=f"/metrics: {type(exc).__name__}: {clip(str(exc), 300)}")
-        running, progress = parse_metrics(metrics.text)
-        return EngineSample(True, healthy=True, running=running, progress=progress)
+        running, progress, waiting = parse_metrics(metrics.text)
+        return EngineSample(True, healthy=True, running=running, progress=progress, waiting=waiting)
 
     def close(self) -> None:
         self._client.close()
@@ -95,8 +109,9 @@ Idle = Literal["idle", "gone", "busy"]
 
 
 def wait_idle(url: str, bound_s: float, poll_s: float) -> tuple[Idle, float, EngineSample]:
-    """Until the engine at `url` runs no request (`idle`), has stopped answering (`gone`), or `bound_s` has passed
-    with requests still running (`busy`): the drain before a stop (`appliance drain`, a promote's bridge)."""
+    """Until the engine at `url` runs and queues no request (`idle`), has stopped answering (`gone`), or `bound_s`
+    has passed with requests still running or waiting (`busy`): the drain before a stop (`appliance drain`, a
+    promote's bridge, a promote's stop). At least one look, even with `bound_s` 0."""
     began = time.monotonic()
     probe = EngineProbe(url)
     silent = 0
@@ -106,7 +121,7 @@ def wait_idle(url: str, bound_s: float, poll_s: float) -> tuple[Idle, float, Eng
             silent = 0 if sample.healthy else silent + 1
             if silent >= SILENT_LOOKS:
                 return "gone", time.monotonic() - began, sample
-            if sample.healthy and sample.running == 0:
+            if sample.idle:
                 return "idle", time.monotonic() - began, sample
             if time.monotonic() - began >= bound_s:
                 return "busy", time.monotonic() - began, sample

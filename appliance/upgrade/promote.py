@@ -57,9 +57,22 @@ from appliance.upgrade.unfinished import (
 )
 
 Report = Callable[[str], None]
-Drained = Literal["idle", "busy", "gone", "skipped"]
+Drained = Literal["idle", "busy", "unknown", "gone", "skipped"]
 STOP_POLL_S = 0.1
 """The drain's look interval: the stop follows the first look that finds the engine idle."""
+
+
+@dataclass(frozen=True)
+class Drain:
+    """How a wait for an idle engine ended, and its seconds."""
+
+    result: Drained
+    seconds: float = 0.0
+
+    def then(self, last: Drain) -> Drain:
+        """This wait (before the switch) followed by `last` (the look just before the stop): the last one's
+        result, both waits' seconds."""
+        return Drain(last.result, self.seconds + last.seconds)
 
 
 @dataclass
@@ -88,8 +101,9 @@ class Proof:
     steps: Steps = field(default_factory=Steps)
     """The restart's steps (drain, restart, ready, canary, out of service)."""
     drain: Drained | None = None
-    """How the drain before the stop ended: `idle` (no request was aborted), `busy` (requests still ran at its
-    bound, and the stop aborted them), `gone` (the engine no longer answered), `skipped` (--drain-s 0)."""
+    """How the drain before the stop ended: `idle` (no request was aborted), `busy` (requests still ran or waited
+    at its bound, and the stop aborted them), `unknown` (the engine's /metrics gave no request count: the bound was
+    waited out), `gone` (the engine no longer answered), `skipped` (--drain-s 0)."""
 
     def to_json(self) -> JsonObject:
         r = self.ready
@@ -201,19 +215,22 @@ class NativeSwitch:
             raise
 
     def restart_and_prove(self, loaded: LoadedProfile, channel: str, budget_s: float, rounds: int,
-                          calibration: Path | None, canary_url: str | None = None) -> Proof:
+                          calibration: Path | None, canary_url: str | None = None,
+                          drained: Drain | None = None) -> Proof:
         """`canary_url`: where the canary asks (default the serve's API; with a bridge taking the traffic, the
-        engine itself)."""
+        engine itself). `drained`: the wait for an idle engine already spent before the switch; what is left of
+        `drain_s` (at least one look) is waited here, just before the stop."""
         serve = self.serve
         runs = serve.look().runs
-        steps = Steps()
+        stop = serve.engine_stopper()  # ready before the look, so that the stop follows it by milliseconds
+        last = self.drain(serve, self.drain_s - (drained.seconds if drained else 0.0))
+        drain = drained.then(last) if drained else last
+        steps = Steps(drain_s=drain.seconds)
         timer = StepClock(steps)
-        with timer.step("drain"):
-            drain = self.drain(serve)
         began = time.monotonic()
         self.report(f"restarting the engine on channel {channel} (budget {budget_s:g} s)")
         with timer.step("restart"):
-            serve.stop_engine_now()  # right after the idle moment the drain saw
+            stop()
             serve.engine("start")
         with timer.step("ready"):
             ready = wait_ready(serve.look, Expect(channel, loaded.digest, after_runs=runs),
@@ -222,7 +239,7 @@ class NativeSwitch:
         steps.out_of_service_s = time.monotonic() - began
         if not ready.ok:
             return Proof(False, f"not ready: {ready.why}", ready, seconds=time.monotonic() - began, steps=steps,
-                         drain=drain)
+                         drain=drain.result)
         self.report(f"ready on {channel} after {time.monotonic() - began:.0f} s")
         with timer.step("canary"):
             rows = canary_rounds(canary_url or serve.api_url, loaded, rounds, calibration, self.report) \
@@ -232,28 +249,34 @@ class NativeSwitch:
         if bad is not None:
             return Proof(False, f"canary round {bad['round']} failed: " +
                          (bad.get("error") or ", ".join(bad["signatures"]) + "; " + "; ".join(bad["evidence"])),
-                         ready, rows, took, steps, drain)
+                         ready, rows, took, steps, drain.result)
         if took > budget_s:
             return Proof(False, f"ready and canary rounds took {took:.0f} s, past the budget of {budget_s:g} s",
-                         ready, rows, took, steps, drain)
+                         ready, rows, took, steps, drain.result)
         return Proof(True, f"ready in {ready.seconds:.0f} s and {len(rows)} canary round(s) healthy", ready, rows, took,
-                     steps, drain)
+                     steps, drain.result)
 
-    def drain(self, serve: RunningServe) -> Drained:
-        """Until the engine runs no request, at most `drain_s`. A bare `supervisorctl restart` stops the engine
-        whenever it is called: a request in flight then is aborted, and vLLM 0.31.0's shutdown waits for that
-        request until supervisord's SIGKILL (docs/performance.md, P9). The caller stops the engine at once after."""
+    def drain(self, serve: RunningServe, bound_s: float) -> Drain:
+        """Until the engine runs and queues no request, at most `bound_s` (at least one look while `drain_s` is
+        not 0). A bare `supervisorctl restart` stops the engine whenever it is called: a request in flight then is
+        aborted, and vLLM 0.31.0's shutdown waits for that request until supervisord's SIGKILL (docs/performance.md,
+        P9). Under load that never leaves the engine idle, the bound is waited out and the stop aborts what runs:
+        `--beside` is the promote that aborts nothing."""
         if self.drain_s <= 0:
-            return "skipped"
+            return Drain("skipped")
         from appliance.health.engine import wait_idle
 
         engine = serve.launch.placement.engine_url or serve.api_url  # behind a front: the engine's own port
-        result, took, sample = wait_idle(engine, self.drain_s, STOP_POLL_S)
+        result, took, sample = wait_idle(engine, max(0.0, bound_s), STOP_POLL_S)
+        if result == "busy" and sample.running is None:
+            self.report(f"the engine's /metrics gave no vllm:num_requests_running ({sample.error or 'no such series'})"
+                        f": whether requests ran is not known after {took:.0f} s; stopping it")
+            return Drain("unknown", took)
         if result == "busy":
-            running = "?" if sample.running is None else f"{sample.running:g}"
-            self.report(f"{running} request(s) still running after {took:.0f} s (--drain-s {self.drain_s:g}): the "
-                        f"stop aborts them")
-        return result
+            running = f"{sample.running:g} running" + (f", {sample.waiting:g} waiting" if sample.waiting else "")
+            self.report(f"requests still in the engine after {took:.0f} s ({running}; --drain-s {self.drain_s:g}): "
+                        f"the stop aborts them")
+        return Drain(result, took)
 
 
 def calibration_of(qual: Record | None) -> Path | None:
@@ -368,15 +391,20 @@ def _switch_and_prove(sw: NativeSwitch, pair: Pair, opts: PromoteOptions, record
                       entered: float, report: Report, canary_url: str | None = None) -> RecordJson:
     """The switch (active.json, launch.json), the restart and its proof; the switch back when the proof fails or
     the promote is interrupted."""
+    prepared = time.monotonic()
+    # the wait for an idle engine comes before the switch: while it lasts, active.json and launch.json still name
+    # the incumbent (the exporter follows launch.json; a crash's restart reads it)
+    drained = sw.drain(sw.serve, sw.drain_s)
     began = time.monotonic()
     sw.switch(active, pair.candidate.digest)
-    steps = Steps(prepare_s=began - entered, switch_s=time.monotonic() - began)
+    steps = Steps(prepare_s=prepared - entered, switch_s=time.monotonic() - began)
     report(f"switched {pair.name} to channel {pair.to_channel.name} (active.json, launch.json)")
     try:
         proof = sw.restart_and_prove(pair.candidate, pair.to_channel.name, budget, opts.canary_rounds, calibration,
-                                     canary_url)
+                                     canary_url, drained)
     except Exception as exc:  # after the switch every failure rolls back: the candidate is unproven
-        proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began)
+        proof = Proof(False, f"the engine restart failed: {_said(exc)}", seconds=time.monotonic() - began,
+                      steps=Steps(drain_s=drained.seconds), drain=drained.result)
     except BaseException:  # interrupted: the files go back to the incumbent, the record says whether they did
         try:
             write_record(folder, record | {SWITCHING_BACK: utc_now()})
@@ -414,13 +442,19 @@ def _switch_back(sw: NativeSwitch, previous: Active | None, incumbent: LoadedPro
                  report: Report) -> Proof:
     """The previous active record (or none: the profile's own channel) put back, and the serve restarted on it."""
     try:
+        drained = sw.drain(sw.serve, sw.drain_s)  # before the switch, as a promote's
+    except ApplianceError:  # no serve in the run folder: the switch back still puts the files back
+        drained = None
+    try:
         sw.switch(previous, incumbent.digest)
     except Exception as exc:  # an OSError too (a full disk): the caller records it, never a traceback
         return Proof(False, f"could not switch back: {_said(exc)}")
     try:
-        return sw.restart_and_prove(incumbent, channel, budget, 0, None)
+        return sw.restart_and_prove(incumbent, channel, budget, 0, None, drained=drained)
     except Exception as exc:  # the files are back; the record says the engine did not
-        return Proof(False, f"switched back, but the engine restart failed: {_said(exc)}")
+        return Proof(False, f"switched back, but the engine restart failed: {_said(exc)}",
+                     steps=Steps(drain_s=drained.seconds if drained else None),
+                     drain=drained.result if drained else None)
 
 
 def _said(exc: BaseException) -> str:

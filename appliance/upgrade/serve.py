@@ -108,11 +108,12 @@ class RunningServe:
                                  value=str(self.run_dir), fix="see supervisord's output of the serve")
         return out
 
-    def stop_engine_now(self, timeout: float = 120) -> None:
-        """Stop the engine program through supervisord's XML-RPC from this process: the SIGTERM leaves within
-        milliseconds of the call, where `supervisorctl stop` would first start an interpreter (~0.1-0.2 s), so the
-        idle moment a drain saw is still idle when the stop lands. Returns once supervisord has the program
-        stopped (its stop wait bounds that); an engine already stopped is no error."""
+    def engine_stopper(self, timeout: float = 120) -> Callable[[], None]:
+        """The engine's stop, made ready to fire: supervisord's XML-RPC client built now (its imports, the socket
+        read from supervisord.conf), so that firing it sends the stop within milliseconds. `supervisorctl stop`
+        would first start an interpreter (~0.1-0.2 s), and the idle moment a drain saw would be gone. Firing
+        returns once supervisord has the program stopped (its stop wait bounds that); an engine already stopped is
+        no error. A conf that is missing or names no socket is an ApplianceError here, before any wait."""
         import configparser
         import threading
         import xmlrpc.client
@@ -122,30 +123,41 @@ class RunningServe:
         where = {"field": "--run-dir", "value": str(self.run_dir), "fix": "see supervisord's output of the serve"}
         parser = configparser.ConfigParser()  # its interpolation reads render/supervisord.py's '%%' back as '%'
         try:
-            url = parser.get("supervisorctl", "serverurl") if parser.read(self.conf) else None
-        except configparser.Error as exc:
+            url = parser.get("supervisorctl", "serverurl") if parser.read(self.conf, encoding="utf-8") else None
+        except (configparser.Error, UnicodeError) as exc:
             raise ApplianceError(f"{self.conf} does not name supervisord's socket ({exc})", **where) from None
         if not url:
             raise ApplianceError(f"{self.conf} is missing: no supervisord to stop the engine through", **where)
         rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", SupervisorTransport(None, None, url))
-        said: list[BaseException] = []
 
-        def stop() -> None:
-            try:
-                rpc.supervisor.stopProcess("vllm", True)
-            except BaseException as exc:  # handed to the caller's thread
-                said.append(exc)
+        def fire() -> None:
+            said: list[BaseException] = []
 
-        worker = threading.Thread(target=stop, name="stop-engine", daemon=True)  # its socket has no timeout
-        worker.start()
-        worker.join(timeout)
-        if worker.is_alive():
-            raise ApplianceError(f"supervisord did not stop the engine in {timeout:g} s ({self.run_dir})", **where)
-        if said and isinstance(said[0], OSError):
-            raise ApplianceError(f"supervisord does not answer in {self.run_dir} ({said[0]}): the engine was not "
-                                 "stopped", **where)
-        if said and not (isinstance(said[0], xmlrpc.client.Fault) and "NOT_RUNNING" in said[0].faultString):
-            raise ApplianceError(f"supervisord refused to stop the engine in {self.run_dir}: {said[0]}", **where)
+            def stop() -> None:
+                try:
+                    rpc.supervisor.stopProcess("vllm", True)
+                except BaseException as exc:  # handed to the caller's thread
+                    said.append(exc)
+
+            worker = threading.Thread(target=stop, name="stop-engine", daemon=True)  # its socket has no timeout
+            worker.start()
+            worker.join(timeout)
+            if worker.is_alive():
+                raise ApplianceError(f"supervisord did not stop the engine in {timeout:g} s ({self.run_dir})",
+                                     **where)
+            if not said:
+                return
+            exc = said[0]
+            if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+                raise ApplianceError(f"supervisord does not answer in {self.run_dir} ({exc}): the engine was not "
+                                     "stopped", **where)
+            if isinstance(exc, OSError):
+                raise ApplianceError(f"supervisord stopped answering during the engine's stop in {self.run_dir} "
+                                     f"({exc}): the engine may not have been stopped", **where)
+            if not (isinstance(exc, xmlrpc.client.Fault) and "NOT_RUNNING" in exc.faultString):
+                raise ApplianceError(f"supervisord refused to stop the engine in {self.run_dir}: {exc}", **where)
+
+        return fire
 
     def program(self) -> tuple[str, int | None]:
         _, out = self.ctl("status", "vllm", timeout=20)

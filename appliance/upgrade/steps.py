@@ -3,8 +3,9 @@ out-of-service window go, step by step beside a bare `supervisorctl restart` (be
 
     prepare   checks, the candidate's engine obtained, the record begun        the incumbent serves
     switch    active.json and launch.json written                              the incumbent serves
-    drain     until the engine runs no request (bounded): the stop lands in     the incumbent serves
-              an idle moment, so it aborts no request (upgrade/promote.py)
+    drain     until the engine runs and queues no request (bounded; before     the incumbent serves
+              the switch, and one last look after it): the stop lands in
+              an idle moment and aborts no request (upgrade/promote.py)
     restart   the engine program stopped (at once, over supervisord's          out of service from here
               XML-RPC) and started again (`supervisorctl start`)
     ready     from the start to the exporter's `ready` on the new channel      in service again
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Literal
 
-Step = Literal["prepare", "switch", "drain", "restart", "ready", "canary"]
+Step = Literal["prepare", "switch", "restart", "ready", "canary"]
 
 
 @dataclass
