@@ -40,7 +40,7 @@ class LongRequest:
 def running(url: str) -> float:
     from appliance.health.engine import parse_metrics
 
-    value, _ = parse_metrics(httpx.get(f"{url}/metrics", timeout=10, trust_env=False).text)
+    value, _, _ = parse_metrics(httpx.get(f"{url}/metrics", timeout=10, trust_env=False).text)
     return value or 0.0
 
 
