@@ -17,6 +17,10 @@ unset PYTHONDONTWRITEBYTECODE
 # Two pytest-xdist workers, a test file per work unit, the slow files first (tests/scheduling.py says why and how);
 # APPLIANCE_TEST_WORKERS=0 runs in one process.
 workers=(-n "${APPLIANCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
+# A passed test's tmp_path is removed when it ends (a failed one's stays, for a look): pytest keeps three runs'
+# folders under /tmp/pytest-of-$USER by default, ~3 GB each here, and a run that left them kept the next one's clean
+# clone under the free-disk check below.
+workers+=(-o tmp_path_retention_policy=failed)
 
 if [[ "${1:-}" == "--quick" ]]; then
   # Needs only `pip install -e '.[test]'` in $VENV: installs nothing, starts nothing. The `engine` and `tools` markers

@@ -6,12 +6,14 @@ has run here."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -515,6 +517,7 @@ def test_a_plan_writes_nothing_unless_asked_to_save_it(home: Path) -> None:
 
 HOLD_SWITCH = """
 import sys, time
+from collections.abc import Iterator
 from pathlib import Path
 from appliance.upgrade.exclusive import one_switch
 with one_switch("cpu-smoke", "promote"):
@@ -819,9 +822,9 @@ def test_a_drain_ends_gone_at_once_where_no_engine_answers_and_is_skipped_at_zer
     assert off.drain(serve, 30.0).result == "skipped"
 
 
-def test_the_stop_at_once_names_a_supervisord_that_does_not_answer_or_a_missing_conf(tmp_path: Path) -> None:
-    """The promote's stop goes to supervisord's socket as supervisord.conf names it; no supervisord runs here. A
-    missing conf is said when the stop is made ready, before any wait."""
+def test_the_stop_and_start_name_a_supervisord_that_does_not_answer_or_a_missing_conf(tmp_path: Path) -> None:
+    """The promote's stop and start go to supervisord's socket as supervisord.conf names it; no supervisord runs
+    here. A missing conf is said when they are made ready, before any wait."""
     from appliance.run.launchfile import read_launch
     from appliance.upgrade.serve import RunningServe
 
@@ -829,19 +832,22 @@ def test_the_stop_at_once_names_a_supervisord_that_does_not_answer_or_a_missing_
     done = cli("run", "cpu-smoke", "--dry-run", "--skip-doctor", "--run-dir", str(folder))
     assert done.returncode == 0, done.stderr
     serve = RunningServe(folder, read_launch(folder / "launch.json"))
-    stop = serve.engine_stopper(timeout=30)
+    engine = serve.engine_control(timeout=30)
     with pytest.raises(ApplianceError, match="supervisord does not answer") as silent:
-        stop()
+        engine.stop()
     assert silent.value.field == "--run-dir" and "the engine was not stopped" in silent.value.message
+    with pytest.raises(ApplianceError, match="supervisord does not answer") as silent:
+        engine.start()
+    assert "the engine was not started" in silent.value.message
     (folder / "supervisord.conf").unlink()
     with pytest.raises(ApplianceError, match="is missing"):
-        serve.engine_stopper(timeout=30)
+        serve.engine_control(timeout=30)
 
 
-def test_the_stop_at_once_stops_a_real_supervisords_program_and_a_stopped_one_is_no_error(tmp_path: Path) -> None:
-    """Against a real supervisord (the serve's own program name, a sleep in the engine's place: no engine is
-    needed to see supervisord's stop): the program is stopped when the call returns, and a second stop, of a
-    stopped program (supervisord's NOT_RUNNING), is no error; `supervisorctl start` then runs it again."""
+@contextlib.contextmanager
+def _supervised(tmp_path: Path, program: str) -> Iterator[Any]:
+    """A dry-run serve's folder whose supervisord.conf runs `program` under the engine's program name, with a real
+    supervisord started on it (no engine is needed to see supervisord's stop and start); yields its RunningServe."""
     import tempfile
 
     from appliance.paths import venv_executable
@@ -856,23 +862,48 @@ def test_the_stop_at_once_stops_a_real_supervisords_program_and_a_stopped_one_is
         f"[supervisord]\nnodaemon=true\nlogfile=/dev/null\nlogfile_maxbytes=0\npidfile={folder}/sv.pid\n"
         f"[unix_http_server]\nfile={sock}\nchmod=0700\n"
         "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n"
-        f"[supervisorctl]\nserverurl=unix://{sock}\n"
-        "[program:vllm]\ncommand=sleep 600\nstartsecs=0\nstopwaitsecs=5\nautorestart=true\n")
+        f"[supervisorctl]\nserverurl=unix://{sock}\n[program:vllm]\n{program}")
     supervisord = subprocess.Popen([venv_executable("supervisord") or "supervisord", "-c",
                                     str(folder / "supervisord.conf")], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
     try:
         serve = RunningServe(folder, read_launch(folder / "launch.json"))
         deadline = time.monotonic() + 30
-        while serve.program()[0] != "RUNNING" and time.monotonic() < deadline:
+        while serve.program()[0] == "gone" and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert serve.program()[0] == "RUNNING"
-        stop = serve.engine_stopper(timeout=30)
-        stop()
-        assert serve.program()[0] == "STOPPED"  # stopped when the call returned, not restarted (autorestart=true)
-        stop()  # NOT_RUNNING: no error
-        serve.engine("start")
-        assert serve.program()[0] == "RUNNING"
+        yield serve
     finally:
         supervisord.terminate()
         supervisord.wait(30)
+
+
+def test_the_stop_and_start_drive_a_real_supervisords_program_and_a_repeat_is_no_error(tmp_path: Path) -> None:
+    """Against a real supervisord (a sleep in the engine's place): the program is stopped when the stop returns and
+    running when the start returns; a second stop (supervisord's NOT_RUNNING) and a second start (ALREADY_STARTED)
+    are no error, as `supervisorctl` treats them."""
+    with _supervised(tmp_path, "command=sleep 600\nstartsecs=0\nstopwaitsecs=5\nautorestart=true\n") as serve:
+        deadline = time.monotonic() + 30
+        while serve.program()[0] != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert serve.program()[0] == "RUNNING"
+        engine = serve.engine_control(timeout=30)
+        engine.stop()
+        assert serve.program()[0] == "STOPPED"  # stopped when the call returned, not restarted (autorestart=true)
+        engine.stop()  # NOT_RUNNING: no error
+        engine.start()
+        running = serve.program()
+        assert running[0] == "RUNNING" and running[1] is not None  # running, a new pid, when the call returned
+        engine.start()  # ALREADY_STARTED: no error
+        assert serve.program() == running  # the same process: not started twice
+
+
+def test_a_start_whose_engine_dies_in_its_startsecs_is_an_error_naming_it(tmp_path: Path) -> None:
+    """The start waits for the program's startsecs, as `supervisorctl start` does: an engine that exits before
+    them, with no retry left, is supervisord's SPAWN_ERROR (the program FATAL), an ApplianceError naming the serve,
+    not a start that looked fine."""
+    with _supervised(tmp_path, "command=sh -c 'exit 3'\nautostart=false\nstartsecs=1\nstartretries=0\n") as serve:
+        assert serve.program()[0] == "STOPPED"
+        with pytest.raises(ApplianceError, match="supervisord refused to start the engine") as refused:
+            serve.engine_control(timeout=30).start()
+        assert "SPAWN_ERROR" in refused.value.message and refused.value.value == str(serve.run_dir)
+        assert serve.program()[0] == "FATAL"

@@ -222,7 +222,7 @@ class NativeSwitch:
         `drain_s` (at least one look) is waited here, just before the stop."""
         serve = self.serve
         runs = serve.look().runs
-        stop = serve.engine_stopper()  # ready before the look, so that the stop follows it by milliseconds
+        engine = serve.engine_control()  # made ready before the look, so the stop follows it by milliseconds
         last = self.drain(serve, self.drain_s - (drained.seconds if drained else 0.0))
         drain = drained.then(last) if drained else last
         steps = Steps(drain_s=drain.seconds)
@@ -230,8 +230,8 @@ class NativeSwitch:
         began = time.monotonic()
         self.report(f"restarting the engine on channel {channel} (budget {budget_s:g} s)")
         with timer.step("restart"):
-            stop()
-            serve.engine("start")
+            engine.stop()
+            engine.start()
         with timer.step("ready"):
             ready = wait_ready(serve.look, Expect(channel, loaded.digest, after_runs=runs),
                                max(1.0, budget_s - (time.monotonic() - began)), alive=serve.alive,

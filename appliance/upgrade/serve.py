@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -108,56 +108,28 @@ class RunningServe:
                                  value=str(self.run_dir), fix="see supervisord's output of the serve")
         return out
 
-    def engine_stopper(self, timeout: float = 120) -> Callable[[], None]:
-        """The engine's stop, made ready to fire: supervisord's XML-RPC client built now (its imports, the socket
-        read from supervisord.conf), so that firing it sends the stop within milliseconds. `supervisorctl stop`
-        would first start an interpreter (~0.1-0.2 s), and the idle moment a drain saw would be gone. Firing
-        returns once supervisord has the program stopped (its stop wait bounds that); an engine already stopped is
-        no error. A conf that is missing or names no socket is an ApplianceError here, before any wait."""
+    def engine_control(self, timeout: float = 120) -> EngineControl:
+        """The engine's stop and start over supervisord's XML-RPC, made ready now (the client's imports, the socket
+        read from supervisord.conf), so that the stop follows a drain's idle look by milliseconds and the start
+        follows the stop at once: `supervisorctl` would first start an interpreter (~0.1-0.3 s), inside a promote's
+        out-of-service window. A conf that is missing or names no socket is an ApplianceError here, before any
+        wait."""
         import configparser
-        import threading
         import xmlrpc.client
 
         from supervisor.xmlrpc import SupervisorTransport
 
-        where = {"field": "--run-dir", "value": str(self.run_dir), "fix": "see supervisord's output of the serve"}
         parser = configparser.ConfigParser()  # its interpolation reads render/supervisord.py's '%%' back as '%'
         try:
             url = parser.get("supervisorctl", "serverurl") if parser.read(self.conf, encoding="utf-8") else None
         except (configparser.Error, UnicodeError) as exc:
-            raise ApplianceError(f"{self.conf} does not name supervisord's socket ({exc})", **where) from None
+            raise ApplianceError(f"{self.conf} does not name supervisord's socket ({exc})",
+                                 **_where(self.run_dir)) from None
         if not url:
-            raise ApplianceError(f"{self.conf} is missing: no supervisord to stop the engine through", **where)
+            raise ApplianceError(f"{self.conf} is missing: no supervisord to stop the engine through",
+                                 **_where(self.run_dir))
         rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", SupervisorTransport(None, None, url))
-
-        def fire() -> None:
-            said: list[BaseException] = []
-
-            def stop() -> None:
-                try:
-                    rpc.supervisor.stopProcess("vllm", True)
-                except BaseException as exc:  # handed to the caller's thread
-                    said.append(exc)
-
-            worker = threading.Thread(target=stop, name="stop-engine", daemon=True)  # its socket has no timeout
-            worker.start()
-            worker.join(timeout)
-            if worker.is_alive():
-                raise ApplianceError(f"supervisord did not stop the engine in {timeout:g} s ({self.run_dir})",
-                                     **where)
-            if not said:
-                return
-            exc = said[0]
-            if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
-                raise ApplianceError(f"supervisord does not answer in {self.run_dir} ({exc}): the engine was not "
-                                     "stopped", **where)
-            if isinstance(exc, OSError):
-                raise ApplianceError(f"supervisord stopped answering during the engine's stop in {self.run_dir} "
-                                     f"({exc}): the engine may not have been stopped", **where)
-            if not (isinstance(exc, xmlrpc.client.Fault) and "NOT_RUNNING" in exc.faultString):
-                raise ApplianceError(f"supervisord refused to stop the engine in {self.run_dir}: {exc}", **where)
-
-        return fire
+        return EngineControl(rpc, self.run_dir, timeout)
 
     def program(self) -> tuple[str, int | None]:
         _, out = self.ctl("status", "vllm", timeout=20)
@@ -179,6 +151,62 @@ class RunningServe:
 
     def alive(self) -> bool:
         return self.program()[0] != "gone"
+
+
+def _where(run_dir: Path) -> dict[str, str]:
+    return {"field": "--run-dir", "value": str(run_dir), "fix": "see supervisord's output of the serve"}
+
+
+class EngineControl:
+    """The engine program's stop and start through a supervisord XML-RPC client built beforehand. Each call runs
+    in a worker thread, bounded by `timeout` (the client's socket has none), and returns when supervisord has
+    done it: the stop once the program is stopped (its stop wait bounds that), the start once it has run its
+    startsecs, as `supervisorctl` waits. Stopping a stopped engine and starting a started one are no error, as
+    `supervisorctl` treats them."""
+
+    def __init__(self, rpc: Any, run_dir: Path, timeout: float) -> None:
+        self.rpc, self.run_dir, self.timeout = rpc, run_dir, timeout
+
+    def stop(self) -> None:
+        self._call("stop", "stopped", "NOT_RUNNING")
+
+    def start(self) -> None:
+        self._call("start", "started", "ALREADY_STARTED")
+
+    def _call(self, action: str, done: str, harmless: str) -> None:
+        import threading
+        import xmlrpc.client
+
+        said: list[BaseException] = []
+        method = getattr(self.rpc.supervisor, f"{action}Process")
+
+        def call() -> None:
+            try:
+                method("vllm", True)
+            except BaseException as exc:  # handed to the caller's thread
+                said.append(exc)
+
+        worker = threading.Thread(target=call, name=f"{action}-engine", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        where = _where(self.run_dir)
+        if worker.is_alive():
+            raise ApplianceError(f"supervisord did not {action} the engine in {self.timeout:g} s ({self.run_dir})",
+                                 **where)
+        if not said:
+            return
+        exc = said[0]
+        if not isinstance(exc, xmlrpc.client.Fault):
+            self.rpc("close")()  # the client's one connection is left mid-request: the next call opens a new one
+        if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+            raise ApplianceError(f"supervisord does not answer in {self.run_dir} ({exc}): the engine was not "
+                                 f"{done}", **where)
+        if isinstance(exc, OSError):
+            raise ApplianceError(f"supervisord stopped answering during the engine's {action} in {self.run_dir} "
+                                 f"({exc}): the engine may not have been {done}",
+                                 **where)
+        if not (isinstance(exc, xmlrpc.client.Fault) and harmless in exc.faultString):
+            raise ApplianceError(f"supervisord refused to {action} the engine in {self.run_dir}: {exc}", **where)
 
 
 @dataclass

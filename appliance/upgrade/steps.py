@@ -6,8 +6,8 @@ out-of-service window go, step by step beside a bare `supervisorctl restart` (be
     drain     until the engine runs and queues no request (bounded; before     the incumbent serves
               the switch, and one last look after it): the stop lands in
               an idle moment and aborts no request (upgrade/promote.py)
-    restart   the engine program stopped (at once, over supervisord's          out of service from here
-              XML-RPC) and started again (`supervisorctl start`)
+    restart   the engine program stopped and started again, at once, over      out of service from here
+              supervisord's XML-RPC (the start returns after its startsecs)
     ready     from the start to the exporter's `ready` on the new channel      in service again
     canary    the first canary rounds                                          the serve takes traffic meanwhile
     out_of_service   from the stop's beginning to ready seen
