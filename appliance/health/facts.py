@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from appliance.health.newlines import count_newlines
 from appliance.health.prefilter import AnchorFinder, Engine, Found, group_lines, make_prefilter, resolve_engine
 from appliance.health.scantable import LinePattern, ScanTable
 from appliance.jsonstrict import JsonObject
@@ -234,11 +235,11 @@ class Extractor:
         base, counted, index = self.facts.lines_read, 0, 0
         for start in order[replaced:]:
             end, indexes = hits[start]
-            index += chunk.count(b"\n", counted, start)
+            index += count_newlines(chunk, counted, start)
             counted = start
             self._apply(chunk[start:end].decode("utf-8", "replace"), base + index + 1, indexes)
         # One pass counts the newlines: up to the last hit above, from there to the end here.
-        index += chunk.count(b"\n", counted)
+        index += count_newlines(chunk, counted)
         self.facts.lines_read = base + index + (1 if chunk and not chunk.endswith(b"\n") else 0)
 
     def _new_prefilter(self, chunk: bytes) -> None:
