@@ -20,7 +20,7 @@ workers=(-n "${APPLIANCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorde
 # A passed test's tmp_path is removed when it ends (a failed one's stays, for a look): pytest keeps three runs'
 # folders under /tmp/pytest-of-$USER by default, ~3 GB each here, and a run that left them kept the next one's clean
 # clone under the free-disk check below.
-workers+=(-o tmp_path_retention_policy=failed)
+keep=(-o tmp_path_retention_policy=failed)
 
 if [[ "${1:-}" == "--quick" ]]; then
   # Needs only `pip install -e '.[test]'` in $VENV: installs nothing, starts nothing. The `engine` and `tools` markers
@@ -30,7 +30,7 @@ if [[ "${1:-}" == "--quick" ]]; then
   shift
   "$VENV/bin/ruff" check appliance tests benchmarks tooling
   quick=(-m "not engine and not tools and not docker and not rehearsal and not gpu_stack_install")
-  APPLIANCE_TEST_WITHOUT_TOOLS=1 exec "$VENV/bin/python" -m pytest -ra "${workers[@]}" "${quick[@]}" "$@"
+  APPLIANCE_TEST_WITHOUT_TOOLS=1 exec "$VENV/bin/python" -m pytest -ra "${workers[@]}" "${keep[@]}" "${quick[@]}" "$@"
 fi
 
 # Free disk, checked first: the offline bundle test writes ~9 GB (the bundle, docker save's scratch, what apply
@@ -98,4 +98,4 @@ if ((${#leave_out[@]})); then
   for marker in "${leave_out[@]:1}"; do expr+=" and not $marker"; done
   set -- -m "$expr" "$@"
 fi
-"$VENV/bin/python" -m pytest -ra "${workers[@]}" "$@"
+"$VENV/bin/python" -m pytest -ra "${workers[@]}" "${keep[@]}" "$@"

@@ -12,34 +12,29 @@ numpy's there. docs/performance.md (P2) has the figures.
 from __future__ import annotations
 
 import os
+from functools import cache
 from types import ModuleType
 
 LONG_SPAN = 1 << 16
 """Spans from this many bytes on are counted by numpy (its call costs ~2 µs: more than bytes.count below ~8 KiB)."""
 
-_numpy: ModuleType | None = None
-_no_numpy = False
-
-
+@cache
 def _vectorised() -> ModuleType | None:
-    global _numpy, _no_numpy
-    if _numpy is None and not _no_numpy:
-        # numpy's OpenBLAS starts a thread per core at import (~0.08 s of CPU here) that a count never uses; it reads
-        # this variable once, at load, so it is put back at once and the processes this one starts never see it.
-        saved = os.environ.get("OPENBLAS_NUM_THREADS")
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
-        try:
-            import numpy
-        except ImportError:
-            _no_numpy = True
+    """numpy, imported once (None where it is not installed)."""
+    # numpy's OpenBLAS starts a thread per core at import (~0.08 s of CPU here) that a count never uses; it reads
+    # this variable once, at load, so it is put back at once and the processes this one starts never see it.
+    saved = os.environ.get("OPENBLAS_NUM_THREADS")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy
+    except ImportError:
+        return None
+    finally:
+        if saved is None:
+            del os.environ["OPENBLAS_NUM_THREADS"]
         else:
-            _numpy = numpy
-        finally:
-            if saved is None:
-                del os.environ["OPENBLAS_NUM_THREADS"]
-            else:
-                os.environ["OPENBLAS_NUM_THREADS"] = saved
-    return _numpy
+            os.environ["OPENBLAS_NUM_THREADS"] = saved
+    return numpy
 
 
 def count_newlines(chunk: bytes, start: int = 0, end: int | None = None) -> int:

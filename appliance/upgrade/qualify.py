@@ -308,7 +308,7 @@ class Qualification:
         began = time.monotonic()
         restored: Ready | None = None
         try:
-            serve.engine("stop")
+            serve.engine_control().stop()
             problems = doctor_problems(self.on_ports(pair, ports).profile, set(), self.opts.procfs)
             if problems:
                 return Judgement("refuse", [f"U3 the candidate cannot start in the window: {p}" for p in problems])
@@ -324,7 +324,7 @@ class Qualification:
     def _restore(self, serve: RunningServe, pair: Pair, runs: int) -> Ready:
         self.report("window: starting the incumbent's engine again")
         try:
-            serve.engine("start")
+            serve.engine_control().start()
         except ApplianceError as exc:
             return Ready(False, 0.0, exc.message)
         budget = self.opts.budget_s or default_budget(pair.incumbent.profile)

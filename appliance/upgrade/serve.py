@@ -1,7 +1,8 @@
 """The serves an upgrade works with, natively (no container):
 
 - `RunningServe`: an `appliance run` already serving from its run folder (the incumbent): its launch.json, its
-  supervisord (stop / start / restart the engine program through supervisorctl) and its exporter's /status;
+  supervisord (the engine program stopped and started over its XML-RPC: `EngineControl`; its state through
+  supervisorctl) and its exporter's /status;
 - `StartedServe`: an `appliance run` this upgrade starts for the candidate, in its own run folder on its own ports,
   and stops again (TERM, then KILL of its process group); tied to this process, so that it stops too when this
   process is killed before it could stop it (run/tether.py);
@@ -100,20 +101,12 @@ class RunningServe:
             return 124, f"supervisorctl {' '.join(args)} did not answer in {timeout:g} s"
         return done.returncode, (done.stdout + done.stderr).strip()
 
-    def engine(self, action: str) -> str:
-        """`stop`, `start` or `restart` the engine program; ApplianceError when supervisord refuses."""
-        rc, out = self.ctl(action, "vllm")
-        if rc != 0 and not (action == "stop" and "NOT_RUNNING" in out):
-            raise ApplianceError(f"supervisorctl {action} vllm failed in {self.run_dir}: {out}", field="--run-dir",
-                                 value=str(self.run_dir), fix="see supervisord's output of the serve")
-        return out
-
     def engine_control(self, timeout: float = 120) -> EngineControl:
-        """The engine's stop and start over supervisord's XML-RPC, made ready now (the client's imports, the socket
-        read from supervisord.conf), so that the stop follows a drain's idle look by milliseconds and the start
-        follows the stop at once: `supervisorctl` would first start an interpreter (~0.1-0.3 s), inside a promote's
-        out-of-service window. A conf that is missing or names no socket is an ApplianceError here, before any
-        wait."""
+        """The engine's stop and start over supervisord's XML-RPC (a promote's restart, qualify's window), made
+        ready now (the client's imports, the socket read from supervisord.conf), so that the stop follows a drain's
+        idle look by milliseconds and the start follows the stop at once: `supervisorctl` would first start an
+        interpreter (~0.1-0.3 s), inside a promote's out-of-service window. A conf that is missing or names no
+        socket is an ApplianceError here, before any wait."""
         import configparser
         import xmlrpc.client
 
@@ -126,7 +119,7 @@ class RunningServe:
             raise ApplianceError(f"{self.conf} does not name supervisord's socket ({exc})",
                                  **_where(self.run_dir)) from None
         if not url:
-            raise ApplianceError(f"{self.conf} is missing: no supervisord to stop the engine through",
+            raise ApplianceError(f"{self.conf} is missing: no supervisord to stop or start the engine through",
                                  **_where(self.run_dir))
         rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", SupervisorTransport(None, None, url))
         return EngineControl(rpc, self.run_dir, timeout)
