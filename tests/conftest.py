@@ -378,6 +378,9 @@ def serve_home(run_dir: Path, own_caches: bool = False) -> Path:
     return home
 
 
+EARLIER_RUN = "a line an earlier run of this folder wrote"
+
+
 def start_serve(run_dir: Path, model_dir: Path, *overrides: str, env: dict[str, str] | None = None,
                 profile: str = "cpu-smoke", own_caches: bool = False) -> Serve:
     port, health_port = free_port(), free_port()
@@ -462,8 +465,13 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.fixture(scope="module")
 def smoke_serve(smoke_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    """One `appliance run cpu-smoke` shared by a module's tests (a start costs ~30-60 s on 2 cores)."""
-    serve = start_serve(tmp_path_factory.mktemp("serve") / "run", smoke_model_dir)
+    """One `appliance run cpu-smoke` shared by a module's tests (a start costs ~30-60 s on 2 cores), in a run folder
+    an earlier run left its logs in (EARLIER_RUN), as a reused one has."""
+    run_dir = tmp_path_factory.mktemp("serve") / "run"
+    run_dir.mkdir()
+    for log in ("vllm.log", "exporter.log"):
+        (run_dir / log).write_text(f"{EARLIER_RUN} ({log})\n")
+    serve = start_serve(run_dir, smoke_model_dir)
     healthy = wait_for(lambda: http_ok(f"{serve.url}/health"), timeout=240, interval=2)
     if not healthy:
         serve.stop()

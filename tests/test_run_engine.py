@@ -12,7 +12,7 @@ import httpx
 from openai import OpenAI
 
 from appliance.render.supervisord import STOP_WAIT_S
-from tests.conftest import Serve, http_ok, render_json, start_serve, wait_for
+from tests.conftest import EARLIER_RUN, Serve, http_ok, render_json, start_serve, wait_for
 from tests.hubdouble import safetensors_bytes
 
 
@@ -32,6 +32,20 @@ def test_completion_and_chat_through_the_openai_client_and_counters_advance(smok
     after = httpx.get(f"{smoke_serve.url}/metrics").text
     assert counter(after, "vllm:generation_tokens_total") >= counter(before, "vllm:generation_tokens_total") + 2
     assert counter(after, "vllm:prompt_tokens_total") > counter(before, "vllm:prompt_tokens_total")
+
+
+def test_the_log_tail_prints_this_run_only_and_the_last_runs_logs_are_kept(smoke_serve: Serve) -> None:
+    """The run folder held an earlier run's logs (conftest's smoke_serve): they moved aside before supervisord
+    appended, so neither the container's stdout nor the exporter's log holds them, and the engine's own lines are
+    on stdout (the log tail, `tail -n +1 -F`)."""
+    first = (smoke_serve.run_dir / "vllm.log").read_text().splitlines()[0]  # this run's: the serve is healthy
+    assert wait_for(lambda: first in smoke_serve.output.read_text(), timeout=30, interval=0.5), first
+    out = smoke_serve.output.read_text()
+    assert EARLIER_RUN not in out, out[:2000]
+    assert "(the last run's: vllm.log.1)" in out
+    for log in ("vllm.log", "exporter.log"):
+        assert EARLIER_RUN not in (smoke_serve.run_dir / log).read_text()
+        assert (smoke_serve.run_dir / f"{log}.1").read_text() == f"{EARLIER_RUN} ({log})\n"
 
 
 def test_the_argv_supervisor_runs_is_the_rendered_plan(smoke_serve: Serve) -> None:

@@ -63,9 +63,12 @@ def run(args: argparse.Namespace) -> int:
     home = appliance_home()  # APPLIANCE_HOME: caches keyed by lock + engine digest, prepared models
     run_dir = args.run_dir or settings.log_dir or home / "run" / loaded.profile.name
     # Before the rendezvous: a bad run folder must not keep the other nodes waiting.
-    files = run_files(run_dir, "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir
-                      else "APPLIANCE_HOME")
+    field = "--run-dir" if args.run_dir else "APPLIANCE_LOG_DIR" if settings.log_dir else "APPLIANCE_HOME"
+    files = run_files(run_dir, field)
     launch = resolve_launch(serve, settings, files, home, measure_fabric=not args.dry_run)
+    from appliance.run.fresh_logs import start_fresh_logs
+
+    kept = [] if args.dry_run else start_fresh_logs(launch.files, field)  # before anything is written
     conf = write_launch(launch, starting=True)
     from appliance.run.exposure import exposure_warnings
 
@@ -76,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         print(conf)
         print(describe(launch))
         return 0
-    print(f"appliance run: {loaded.profile.name} as {launch.plan.role}; log {launch.files.engine_log}; "
+    earlier = f" (the last run's: {launch.files.engine_log.name}.1)" if launch.files.engine_log in kept else ""
+    print(f"appliance run: {loaded.profile.name} as {launch.plan.role}; log {launch.files.engine_log}{earlier}; "
           "exec supervisord", flush=True)
     # supervisord whose first poll does not idle a second before the engine starts (run/supervisord_boot.py)
     # -P: the working folder (the image's writable state folder) is not put first on the import path

@@ -27,6 +27,9 @@ except where vLLM 0.31.0's API server waits for a request its killed engine neve
 START_SECS = 10
 START_RETRIES = 3
 CRASH_LIMIT, CRASH_WINDOW_S = 5, 600  # more engine crashes than this in the window stop the serve (crashguard)
+LOG_BACKUPS = {"vllm": 2, "front": 1, "exporter": 1, "canary": 1}
+"""How many earlier logs each program keeps beside its own (`stdout_logfile_backups`): supervisord's rotation at the
+size cap and the start's (run/fresh_logs.py) shift them alike, as `vllm.log.1`, `vllm.log.2`."""
 ENGINE_LOG = "vllm.log"  # in the run dir; the exporter's default --log is $APPLIANCE_LOG_DIR/ENGINE_LOG
 EXPORTER_LOG = "exporter.log"
 CONF_FILE = "supervisord.conf"  # in the run dir; supervisorctl -c names it (upgrade/serve.py, canary/ladder.py)
@@ -155,26 +158,27 @@ def render_conf(plan: ServePlan, files: RunFiles, engine_env: dict[str, str], ex
             "front", front_argv, {}, priority=15, autorestart=True, startsecs=1, stopsignal="TERM",
             stopwaitsecs=35, stopasgroup=True, killasgroup=True, redirect_stderr=True,
             stdout_logfile=str(files.program_log("front")), stdout_logfile_maxbytes="20MB",
-            stdout_logfile_backups=1,
+            stdout_logfile_backups=LOG_BACKUPS["front"],
         ))
     sections.append(_program(
         "vllm", plan.argv, engine_env,
         priority=20, autostart=True, autorestart=True, startsecs=START_SECS, startretries=START_RETRIES,
         stopsignal="TERM", stopwaitsecs=stop_wait_s, stopasgroup=True, killasgroup=True,
-        redirect_stderr=True, stdout_logfile=log, stdout_logfile_maxbytes="200MB", stdout_logfile_backups=2,
+        redirect_stderr=True, stdout_logfile=log, stdout_logfile_maxbytes="200MB",
+        stdout_logfile_backups=LOG_BACKUPS["vllm"],
     ))
     sections.append(_program(
         "exporter", exporter_argv, {}, priority=30, autorestart=True, startsecs=2, stopsignal="TERM",
         stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
         stdout_logfile=str(files.program_log("exporter")), stdout_logfile_maxbytes="20MB",
-        stdout_logfile_backups=1,
+        stdout_logfile_backups=LOG_BACKUPS["exporter"],
     ))
     if canary_argv:
         sections.append(_program(
             "canary", canary_argv, {}, priority=40, autorestart=True, startsecs=2, stopsignal="TERM",
             stopwaitsecs=10, stopasgroup=True, killasgroup=True, redirect_stderr=True,
             stdout_logfile=str(files.program_log("canary")), stdout_logfile_maxbytes="20MB",
-            stdout_logfile_backups=1,
+            stdout_logfile_backups=LOG_BACKUPS["canary"],
         ))
     # The engine's output and the exporter's (its state changes with their reasons, the start's progress) also go
     # to the container's stdout, without a shell in either command.
