@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -31,9 +32,10 @@ def scrape(profile: str, role: str, log: Path) -> str:
     thread = threading.Thread(target=exporter.serve, args=(stop,), daemon=True)
     thread.start()
     try:
-        for _ in range(100):
-            if exporter.monitor.snapshot.lines_read:
-                break
+        # bounded for a loaded machine; a scrape before the first poll would lint a judgement of nothing
+        deadline = time.monotonic() + 30
+        while not exporter.monitor.snapshot.lines_read:
+            assert time.monotonic() < deadline, "the exporter's poll loop read nothing in 30 s"
             stop.wait(0.05)
         return httpx.get(f"{exporter.url}/metrics", timeout=5).text
     finally:
