@@ -27,6 +27,8 @@ from tests.shared_serve import SharedServe
 if TYPE_CHECKING:
     from xdist.workermanage import WorkerController
 
+    from appliance.health.monitor import Monitor
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 # Every CPU engine a test starts floats over the cores on one OpenMP thread instead of vLLM's `auto` binding, which
@@ -296,6 +298,14 @@ def wait_for(predicate, timeout: float, interval: float = 1.0) -> bool:
                 return True
         time.sleep(interval)
     return False
+
+
+def wait_for_first_poll(monitor: Monitor, timeout: float = 30) -> None:
+    """Until an in-process exporter's poll loop has read its (non-empty) log: before that first poll it says
+    `starting` (health/state.py), whatever the log holds. Bounded for a loaded machine, where the poll thread may
+    start late (CI of 976292a asked at once and read `starting`)."""
+    assert wait_for(lambda: monitor.snapshot.lines_read > 0, timeout, 0.05), \
+        f"the exporter's poll loop read nothing in {timeout:g} s"
 
 
 def http_ok(url: str) -> bool:

@@ -39,7 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import wait_for
+from tests.conftest import wait_for_first_poll
 from tests.fuzz_figures import Figures, report
 from tests.hostile_serve import MODES, HostileServer
 from tests.hypothesis_profiles import budget
@@ -473,13 +473,6 @@ def test_exporter_argument_types_accept_or_refuse_cleanly(kind: str, text: str) 
         FIGURES.hang("exporter-args", f"exporter argument {kind} {text[:80]!r}")
 
 
-def _state(address: str) -> str | None:
-    try:
-        return httpx.get(f"http://{address}/live", timeout=5).json().get("state")
-    except (httpx.HTTPError, ValueError):
-        return None
-
-
 @pytest.fixture(scope="module")
 def exporter_url() -> Iterator[tuple[str, str]]:
     """The real exporter server and poll loop in-process; its log holds a fatal line with the secret."""
@@ -498,10 +491,8 @@ def exporter_url() -> Iterator[tuple[str, str]]:
         thread = threading.Thread(target=exporter.serve, args=(stop,), daemon=True)
         thread.start()
         address = f"127.0.0.1:{exporter.server.server_address[1]}"
-        # Until the poll loop's first poll has judged the log, the exporter says `starting` (health/state.py); the
-        # examples assert the judged state, so they begin after it (CI of 976292a, on a loaded machine, had the
-        # first example ask before that poll).
-        assert wait_for(lambda: _state(address) == "failed", 30, 0.1), _state(address)
+        wait_for_first_poll(exporter.monitor)  # the examples assert the judged state
+        assert exporter.monitor.snapshot.state == "failed", exporter.monitor.snapshot.reasons
         yield address, secret
         stop.set()
         thread.join(10)

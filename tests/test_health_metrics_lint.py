@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.profile.loader import load_profile
+from tests.conftest import wait_for_first_poll
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 SERVES = {
@@ -32,11 +32,7 @@ def scrape(profile: str, role: str, log: Path) -> str:
     thread = threading.Thread(target=exporter.serve, args=(stop,), daemon=True)
     thread.start()
     try:
-        # bounded for a loaded machine; a scrape before the first poll would lint a judgement of nothing
-        deadline = time.monotonic() + 30
-        while not exporter.monitor.snapshot.lines_read:
-            assert time.monotonic() < deadline, "the exporter's poll loop read nothing in 30 s"
-            stop.wait(0.05)
+        wait_for_first_poll(exporter.monitor)  # a scrape before it would lint a judgement of nothing
         return httpx.get(f"{exporter.url}/metrics", timeout=5).text
     finally:
         stop.set()

@@ -12,12 +12,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from appliance.health.exporter import ExporterConfig, build_exporter
 from appliance.profile.loader import load_profile
-from tests.conftest import wait_for
+from tests.conftest import wait_for_first_poll
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "healthchecks" / "probe"
@@ -30,18 +29,9 @@ def start_exporter(log: Path) -> tuple[str, threading.Event]:
     server = wired.server
     stop = threading.Event()
     threading.Thread(target=wired.serve, args=(stop,), daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    # Until its poll loop's first poll has judged the log, an exporter says `starting` (health/state.py); the tests
-    # probe the judged state, so they begin after it, however long a loaded machine takes to get there.
-    assert wait_for(lambda: _state(url) not in (None, "starting"), 30, 0.05), _state(url)
-    return url, stop
-
-
-def _state(url: str) -> str | None:
-    try:
-        return httpx.get(f"{url}/live", timeout=5).json().get("state")
-    except (httpx.HTTPError, ValueError):
-        return None
+    wait_for_first_poll(wired.monitor)  # the tests probe the judged state
+    assert wired.monitor.snapshot.state != "starting"
+    return f"http://127.0.0.1:{server.server_address[1]}", stop
 
 
 @pytest.fixture

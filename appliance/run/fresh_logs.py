@@ -21,7 +21,8 @@ def start_fresh_logs(files: RunFiles, field: str = "--run-dir") -> list[Path]:
     """Move each program's log in `files`' run folder aside (see the module). Returns the logs that held an earlier
     run, each now at `<log>.1`. ApplianceError naming `field` and the path when one cannot be moved."""
     moved: list[Path] = []
-    for log, backups in _logs(files).items():
+    for program, backups in LOG_BACKUPS.items():
+        log = files.program_log(program)
         if not log.exists():
             continue
         try:
@@ -38,14 +39,6 @@ def start_fresh_logs(files: RunFiles, field: str = "--run-dir") -> list[Path]:
             ) from None
         moved.append(log)
     return moved
-
-
-def _logs(files: RunFiles) -> dict[Path, int]:
-    """Each log file once (the engine's setup steps write into the engine's log), with its backup count."""
-    logs: dict[Path, int] = {}
-    for program, backups in LOG_BACKUPS.items():
-        logs.setdefault(files.program_log(program), backups)
-    return logs
 
 
 def _backup(log: Path, n: int) -> Path:

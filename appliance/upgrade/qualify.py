@@ -42,7 +42,7 @@ from appliance.upgrade.candidate import (
 )
 from appliance.upgrade.history import RecordJson, latest_receipt, new_record, utc_now, write_record
 from appliance.upgrade.mode import OMP_BIND_ENV, ModeChoice, Requested, candidate_cpu_bind, choose_mode
-from appliance.upgrade.serve import Expect, Ready, RunningServe, StartedServe, start_serve, wait_ready
+from appliance.upgrade.serve import EngineControl, Expect, Ready, RunningServe, StartedServe, start_serve, wait_ready
 from appliance.upgrade.verdict import Judgement, judge, never_ready
 
 Report = Callable[[str], None]
@@ -304,27 +304,28 @@ class Qualification:
     def _window(self, pair: Pair, serve: RunningServe, folder: Path, ports: tuple[int, int],
                 record: RecordJson, inc_receipt: Receipt) -> Judgement:
         runs = serve.look().runs
+        engine = serve.engine_control()  # one client for the window's stop and start, as a promote's restart has
         self.report(f"window: stopping the incumbent's engine in {serve.run_dir}")
         began = time.monotonic()
         restored: Ready | None = None
         try:
-            serve.engine_control().stop()
+            engine.stop()
             problems = doctor_problems(self.on_ports(pair, ports).profile, set(), self.opts.procfs)
             if problems:
                 return Judgement("refuse", [f"U3 the candidate cannot start in the window: {p}" for p in problems])
             return self._candidate(pair, folder, ports, record, inc_receipt)
         finally:
-            restored = self._restore(serve, pair, runs)
+            restored = self._restore(serve, engine, pair, runs)
             self.t["window"] = round(time.monotonic() - began, 1)
             record["window"] = {"seconds": self.t["window"], "restored": restored.ok, "why": restored.why,
                                 "restore_s": round(restored.seconds, 1)}
             self.report(f"window closed after {self.t['window']:.0f} s: the incumbent is "
                         + ("ready again" if restored.ok else f"NOT ready again: {restored.why}"))
 
-    def _restore(self, serve: RunningServe, pair: Pair, runs: int) -> Ready:
+    def _restore(self, serve: RunningServe, engine: EngineControl, pair: Pair, runs: int) -> Ready:
         self.report("window: starting the incumbent's engine again")
         try:
-            serve.engine_control().start()
+            engine.start()
         except ApplianceError as exc:
             return Ready(False, 0.0, exc.message)
         budget = self.opts.budget_s or default_budget(pair.incumbent.profile)
